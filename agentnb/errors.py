@@ -1,0 +1,150 @@
+"""Every error agentnb raises on purpose.
+
+One tree, so callers can catch as broadly or as narrowly as they need::
+
+    AgentnbError
+    ├── InvalidInput                 bad argument from the caller; nothing was written
+    ├── IdempotencyConflict          a key or batch id reused with other content
+    ├── NotRunning                   the turn or run named is not the active one
+    ├── InvalidAnswer                a respond() that cannot apply; nothing was written
+    ├── CannotResume                 resume() refused (pending requests, finished turn, ...)
+    │   └── UncertainToolCalls       dispatched tool calls with no result: reconcile first
+    ├── SessionNotFound              open() of a session that does not exist
+    ├── HistoryError                 history paging
+    │   ├── InvalidLimit
+    │   ├── InvalidCursor
+    │   ├── CrossSessionCursor
+    │   ├── ExpiredCursor
+    │   └── HistoryTooLarge
+    └── StorageError                 the store refused or could not do what was asked
+        ├── AppendConflict           expected seq is stale: another writer committed first
+        ├── Fenced                   the lease epoch is stale: this writer lost its lease
+        ├── LeaseHeld                another holder has a live lease on the session
+        ├── Corrupt                  the stored data is not what agentnb wrote (fail closed)
+        │   └── UnknownRequiredEvent a required event type this reader does not know
+        └── RecoveryLimitExceeded    a replay would exceed its configured bound
+
+Every message says what happened and what to do next. Backends translate driver errors
+(``sqlite3``, ``psycopg``) into this tree; the store contract suite checks that they do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+__all__ = [
+    "AgentnbError",
+    "AppendConflict",
+    "CannotResume",
+    "Corrupt",
+    "CrossSessionCursor",
+    "ExpiredCursor",
+    "Fenced",
+    "HistoryError",
+    "HistoryTooLarge",
+    "IdempotencyConflict",
+    "InvalidAnswer",
+    "InvalidCursor",
+    "InvalidInput",
+    "InvalidLimit",
+    "LeaseHeld",
+    "NotRunning",
+    "RecoveryLimitExceeded",
+    "SessionNotFound",
+    "StorageError",
+    "UncertainToolCalls",
+    "UnknownRequiredEvent",
+]
+
+
+class AgentnbError(Exception):
+    """Base of every error agentnb raises on purpose."""
+
+
+class InvalidInput(AgentnbError, ValueError):
+    """An argument the caller passed cannot be used; nothing was written."""
+
+
+class IdempotencyConflict(AgentnbError):
+    """An idempotency key (command key, batch id) was reused with different content."""
+
+
+class NotRunning(AgentnbError):
+    """The turn or run the caller named is not the one currently running."""
+
+
+class InvalidAnswer(AgentnbError):
+    """A respond() call cannot apply (unknown, resolved, wrong kind, mixed turns)."""
+
+
+class CannotResume(AgentnbError):
+    """resume() is refused; the message says what to do first."""
+
+
+class UncertainToolCalls(CannotResume):
+    """Tool calls were dispatched but have no recorded result; reconcile them first.
+
+    ``calls`` lists them (``ToolCallRef`` records) so the caller can build the
+    ``reconcile`` mapping.
+    """
+
+    def __init__(self, message: str, calls: Sequence[Any] = ()) -> None:
+        super().__init__(message)
+        self.calls = list(calls)
+
+
+class SessionNotFound(AgentnbError, LookupError):
+    """The session does not exist; use ``runtime.session(...)`` to create it."""
+
+
+class HistoryError(AgentnbError):
+    """Base of history-paging errors."""
+
+
+class InvalidLimit(HistoryError, ValueError):
+    """A page limit outside 1..256."""
+
+
+class InvalidCursor(HistoryError, ValueError):
+    """A cursor that is malformed or was tampered with."""
+
+
+class CrossSessionCursor(HistoryError, ValueError):
+    """A cursor issued for another session."""
+
+
+class ExpiredCursor(HistoryError):
+    """A cursor that no longer matches the session (its snapshot is gone or ahead)."""
+
+
+class HistoryTooLarge(HistoryError):
+    """A page would need to replay more events than the configured bound."""
+
+
+class StorageError(AgentnbError):
+    """The store refused an operation or could not complete it."""
+
+
+class AppendConflict(StorageError):
+    """The expected seq is stale: another writer committed first. Re-read the head and retry."""
+
+
+class Fenced(StorageError):
+    """The writer's lease epoch is stale; it must stop writing (another holder took over)."""
+
+
+class LeaseHeld(StorageError):
+    """Another holder has a live lease on the session; wait for it to expire or be released."""
+
+
+class Corrupt(StorageError):
+    """Stored data is not what agentnb wrote; reads fail closed instead of skipping it."""
+
+
+class UnknownRequiredEvent(Corrupt):
+    """A required event type that this reader has no codec for; recovery stops here."""
+
+
+class RecoveryLimitExceeded(StorageError):
+    """A replay or read would exceed its configured bound."""

@@ -1,0 +1,835 @@
+"""Events: the immutable, typed facts every session is made of.
+
+An ``Event`` is an envelope (``schema_version``, ``event_id``, ``seq``, ``occurred_at``, ``type``,
+``turn_id``, ``run_id``, ``required``, ``payload``). The payload is JSON, checked and deep-frozen
+when the event is created, so nothing can change it after it was accepted. Events are ordered by
+``seq`` (gapless per session, from 1), never by time.
+
+Each built-in type has one payload model below (``PAYLOADS`` maps type to model);
+``Event.create`` validates the payload against it, and ``Event.data`` decodes it back.
+Application types are namespaced ``vendor/name`` and go through ``register_event_type``.
+
+``required`` says whether a reader must understand the type to rebuild state: a reader that
+meets a required type it does not know fails closed (``UnknownRequiredEvent``); optional
+unknown types are passed over.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Literal, NoReturn
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from agentnb.errors import InvalidInput, UnknownRequiredEvent
+from agentnb.ids import check_id, new_id
+
+__all__ = [
+    "BLOB_THRESHOLD",
+    "BUILTIN_TYPES",
+    "INBOX_TYPES",
+    "PAYLOADS",
+    "SCHEMA_VERSION",
+    "Event",
+    "FrozenDict",
+    "Message",
+    "Payload",
+    "ToolCallData",
+    "canonical_json",
+    "check_readable",
+    "event_digest",
+    "freeze_json",
+    "payload_model",
+    "register_event_type",
+]
+
+SCHEMA_VERSION = 1
+BLOB_THRESHOLD = 64 * 1024
+"""Encoded payloads larger than this many bytes may be stored as content-addressed blobs."""
+
+# --------------------------------------------------------------------------------------------
+# Frozen JSON
+
+
+class FrozenDict(dict[str, Any]):
+    """A JSON object that refuses mutation once built (payloads are frozen on acceptance)."""
+
+    __slots__ = ()
+
+    def _refuse(self, *_: Any, **__: Any) -> NoReturn:
+        raise TypeError("event payloads are frozen; build a new event instead")
+
+    __setitem__ = _refuse
+    __delitem__ = _refuse
+    __ior__ = _refuse
+    clear = _refuse
+    pop = _refuse
+    popitem = _refuse
+    setdefault = _refuse
+    update = _refuse
+
+    def __hash__(self) -> int:  # type: ignore[override]
+        return hash(canonical_json(self))
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (FrozenDict, (dict(self),))
+
+
+_MAX_DEPTH = 64
+
+
+def freeze_json(value: Any, _path: str = "payload", _depth: int = 0) -> Any:
+    """Check that ``value`` is plain JSON and return a deep-frozen copy.
+
+    Objects become ``FrozenDict``, arrays become tuples. Raises ``InvalidInput`` naming the
+    offending path for anything JSON cannot carry exactly (non-string keys, NaN, sets, objects).
+    """
+    if _depth > _MAX_DEPTH:
+        raise InvalidInput(f"{_path} is nested deeper than {_MAX_DEPTH} levels")
+    if value is None or isinstance(value, bool | str):
+        return value
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise InvalidInput(f"{_path} is {value!r}; JSON has no NaN or infinity")
+        return value
+    if isinstance(value, Mapping):
+        out = {}
+        for k, v in value.items():
+            if not isinstance(k, str):
+                raise InvalidInput(f"{_path} has a non-string key {k!r}; JSON keys are strings")
+            out[k] = freeze_json(v, f"{_path}.{k}", _depth + 1)
+        return FrozenDict(out)
+    if isinstance(value, list | tuple):
+        return tuple(freeze_json(v, f"{_path}[{i}]", _depth + 1) for i, v in enumerate(value))
+    raise InvalidInput(
+        f"{_path} holds a {type(value).__name__}, which is not JSON; "
+        "convert it to str, number, bool, None, list or dict first"
+    )
+
+
+def canonical_json(value: Any) -> str:
+    """Compact, key-sorted JSON: the same value always encodes to the same text."""
+    return json.dumps(
+        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Payload models
+
+
+class Payload(BaseModel):
+    """Base of every built-in payload: frozen, and unknown fields are refused on write."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class ToolCallData(Payload):
+    """One tool call the model asked for."""
+
+    call_id: str
+    name: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+
+
+class Message(Payload):
+    """One complete conversation message (the public ``Message`` record)."""
+
+    id: str
+    role: Literal["user", "assistant", "tool", "system"]
+    text: str = ""
+    tool_calls: tuple[ToolCallData, ...] = ()
+    """Tool calls an assistant message makes."""
+    call_id: str | None = None
+    """For ``tool`` messages: the call this result answers."""
+    turn_id: str | None = None
+    name: str | None = None
+    """For ``tool`` messages: the tool's name."""
+
+
+RunReason = Literal["submit", "resume", "respond", "recovery", "steer"]
+Status = Literal["completed", "suspended", "interrupted", "failed", "cancelled"]
+
+
+class RunStart(Payload):
+    """A run (one execution of a turn) begins."""
+
+    reason: RunReason = "submit"
+    command_id: str | None = None
+    attempt: int = 1
+
+
+class RunEnd(Payload):
+    """A run ends with its final status."""
+
+    status: Status
+    reason: str | None = None
+    error: str | None = None
+
+
+class RunStopRequested(Payload):
+    """Someone asked the active run to stop (interrupt)."""
+
+    command_id: str | None = None
+    reason: str | None = None
+
+
+class TurnStart(Payload):
+    """A turn (one submitted task) begins its first run."""
+
+    input: str
+    command_id: str | None = None
+
+
+class TurnResumed(Payload):
+    """A turn continues in a new run (resume, respond, recovery)."""
+
+    command_id: str | None = None
+    reason: RunReason = "resume"
+
+
+class TurnOutput(Payload):
+    """The turn's final assistant message; replaces a draft of the same id."""
+
+    message: Message
+    status: Literal["completed", "incomplete"] = "completed"
+
+
+class TurnStatus(Payload):
+    """A turn reached a status (completed, suspended, failed, interrupted, cancelled)."""
+
+    reason: str | None = None
+    error: str | None = None
+
+
+class StepStart(Payload):
+    """One reasoning iteration begins."""
+
+    step_id: str
+    iteration: int
+
+
+class StepEnd(Payload):
+    """One reasoning iteration ends; ``terminal`` means the run stops after it."""
+
+    step_id: str
+    status: Literal["continued", "terminal"]
+
+
+class InputReceived(Payload):
+    """Input bound for the model: the task, steering, injected material or an answer."""
+
+    input_id: str
+    kind: Literal["submit", "steer", "inject", "answer"]
+    text: str
+    command_id: str | None = None
+
+
+class InputApplied(Payload):
+    """Inputs that are now part of a checkpointed context (never applied twice)."""
+
+    input_ids: tuple[str, ...]
+
+
+class InputDiscarded(Payload):
+    """Inputs that will never be applied (their turn was cancelled)."""
+
+    input_ids: tuple[str, ...]
+    reason: str | None = None
+
+
+class MessageEvent(Payload):
+    """A message committed to the conversation."""
+
+    message: Message
+    model_call_id: str | None = None
+
+
+class RequestPrepared(Payload):
+    """The exact request the next model call will send (what the model sees)."""
+
+    model_call_id: str
+    model: str
+    messages: tuple[Message, ...]
+    tools: tuple[dict[str, Any], ...] = ()
+    options: dict[str, Any] = Field(default_factory=dict)
+
+
+class ModelDispatch(Payload):
+    """A model call is about to be made (durable before the call)."""
+
+    model_call_id: str
+    attempt: int = 1
+
+
+class ToolCallFragment(Payload):
+    """A streamed piece of a tool call's arguments."""
+
+    index: int
+    call_id: str | None = None
+    name: str | None = None
+    arguments_delta: str = ""
+
+
+class ModelChunk(Payload):
+    """A group of streamed pieces of a model reply, committed together."""
+
+    model_call_id: str
+    index: int
+    """Position of the first piece in this event within the reply's stream."""
+    text: str = ""
+    tool_call_fragments: tuple[ToolCallFragment, ...] = ()
+    pieces: int = 1
+    """How many streamed chunks this event carries."""
+
+
+class ModelEnd(Payload):
+    """A model call ended: usage, latency and finish reason live here."""
+
+    model_call_id: str
+    status: Literal["completed", "failed", "cancelled"]
+    model: str
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    latency_ms: float | None = None
+    finish_reason: str | None = None
+    error: str | None = None
+
+
+class ModelRetry(Payload):
+    """A model call failed transiently and will be tried again."""
+
+    model_call_id: str
+    attempt: int
+    error: str
+    delay_s: float = 0.0
+
+
+class ToolRequested(Payload):
+    """The model asked for a tool call."""
+
+    call_id: str
+    name: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+    message_id: str | None = None
+
+
+class ToolDecision(Payload):
+    """Whether a requested call may run now, waits for a person, or is refused."""
+
+    call_id: str
+    decision: Literal["allowed", "suspended", "denied"]
+    reason: str | None = None
+
+
+class ToolDispatch(Payload):
+    """A tool call is about to run (durable before it runs)."""
+
+    call_id: str
+    name: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+    idempotent: bool = False
+    attempt: int = 1
+
+
+class ToolChunk(Payload):
+    """Progress reported by a running tool."""
+
+    call_id: str
+    index: int
+    data: Any = None
+
+
+ToolResultStatus = Literal["success", "error", "cancelled", "denied", "unknown"]
+
+
+class ToolResult(Payload):
+    """The outcome of a tool call (or its reconciled/synthetic stand-in)."""
+
+    call_id: str
+    name: str
+    status: ToolResultStatus
+    output: str = ""
+    duration_ms: float | None = None
+    synthetic: bool = False
+    """No call ran: the result was made up (for example when the turn was cancelled)."""
+    reconciled: bool = False
+    """A person recorded this outcome with ``reconcile``; the call was not run again."""
+
+
+class ActionStart(Payload):
+    """The tool body starts executing."""
+
+    call_id: str
+    name: str
+
+
+class ActionEnd(Payload):
+    """The tool body stopped executing."""
+
+    call_id: str
+    name: str
+    status: Literal["returned", "failed", "interrupted", "suspended", "denied"]
+
+
+InteractionKind = Literal["confirmation", "external_execution", "ask_user"]
+
+
+class InteractionRequested(Payload):
+    """The turn needs a person (or an outside system) before it can go on."""
+
+    request_id: str
+    kind: InteractionKind
+    call_id: str | None = None
+    tool_name: str | None = None
+    arguments: dict[str, Any] = Field(default_factory=dict)
+    prompt: str | None = None
+
+
+class InteractionResolved(Payload):
+    """A pending request was answered or closed."""
+
+    request_id: str
+    kind: InteractionKind
+    status: Literal["answered", "cancelled"] = "answered"
+    answer: dict[str, Any] = Field(default_factory=dict)
+    command_id: str | None = None
+
+
+class ContextBuild(Payload):
+    """The context for a model call was assembled."""
+
+    message_count: int = 0
+    details: dict[str, Any] = Field(default_factory=dict)
+
+
+class ContextReplaced(Payload):
+    """The working context was replaced (history itself is never erased)."""
+
+    reason: str
+    messages: tuple[Message, ...]
+    previous_as_of_seq: int | None = None
+
+
+class CompactionStart(Payload):
+    """Context compaction begins."""
+
+    before_count: int | None = None
+
+
+class CompactionEnd(Payload):
+    """Context compaction ended."""
+
+    status: Literal["completed", "failed"]
+    before_count: int | None = None
+    after_count: int | None = None
+
+
+class StateCheckpoint(Payload):
+    """Everything needed to continue: the last one wins on recovery."""
+
+    reason: str
+    state: dict[str, Any]
+    projector_version: int = 1
+
+
+class StateRestored(Payload):
+    """State was restored from an earlier checkpoint (treated as a checkpoint)."""
+
+    state: dict[str, Any]
+    source_seq: int | None = None
+
+
+class RecoveryApplied(Payload):
+    """Recovery closed runs cut off by a crash and/or recorded reconciled outcomes."""
+
+    reason: str
+    interrupted_runs: tuple[str, ...] = ()
+    resolved_call_ids: tuple[str, ...] = ()
+    outcomes: dict[str, Any] = Field(default_factory=dict)
+    source_seq: int | None = None
+
+
+class MigrationBaseline(Payload):
+    """The first event of a session built from another one's state (fork, import)."""
+
+    state: dict[str, Any]
+    source: str | None = None
+    source_version: int | None = None
+    source_hash: str | None = None
+
+
+class InboxStarted(Payload):
+    """The runtime started handling an inbox command (execution log)."""
+
+    command_id: str
+    kind: str
+
+
+class InboxApplied(Payload):
+    """Inbox commands whose effect is now committed (execution log)."""
+
+    command_ids: tuple[str, ...]
+
+
+CommandKind = Literal[
+    "submit", "steer", "inject", "respond", "resume", "interrupt", "cancel", "reconcile"
+]
+
+
+class InboxAccepted(Payload):
+    """A command durably accepted into the inbox (inbox log)."""
+
+    command_id: str
+    kind: CommandKind
+    turn_id: str | None = None
+    run_id: str | None = None
+    input: str | None = None
+    key: str | None = None
+    """The caller's idempotency key, if any."""
+    data: dict[str, Any] = Field(default_factory=dict)
+    """Kind-specific details: answers for respond, outcomes for reconcile, ..."""
+
+
+class InboxEmpty(Payload):
+    """``inbox/opened`` and ``inbox/closed``: meaning comes from the envelope's ids."""
+
+
+class InboxHandled(Payload):
+    """An inbox command was carried out (inbox log)."""
+
+    command_id: str
+
+
+class InboxRejected(Payload):
+    """An inbox command was refused, with the reason (inbox log)."""
+
+    command_id: str
+    reason: str
+
+
+PAYLOADS: dict[str, type[Payload]] = {
+    "run/start": RunStart,
+    "run/end": RunEnd,
+    "run/stop_requested": RunStopRequested,
+    "turn/start": TurnStart,
+    "turn/resumed": TurnResumed,
+    "turn/output": TurnOutput,
+    "turn/completed": TurnStatus,
+    "turn/suspended": TurnStatus,
+    "turn/failed": TurnStatus,
+    "turn/interrupted": TurnStatus,
+    "turn/cancelled": TurnStatus,
+    "step/start": StepStart,
+    "step/end": StepEnd,
+    "input/received": InputReceived,
+    "input/applied": InputApplied,
+    "input/discarded": InputDiscarded,
+    "message/system": MessageEvent,
+    "message/user": MessageEvent,
+    "message/assistant": MessageEvent,
+    "request/prepared": RequestPrepared,
+    "model/dispatch": ModelDispatch,
+    "model/chunk": ModelChunk,
+    "model/end": ModelEnd,
+    "model/retry": ModelRetry,
+    "tool/requested": ToolRequested,
+    "tool/decision": ToolDecision,
+    "tool/dispatch": ToolDispatch,
+    "tool/chunk": ToolChunk,
+    "tool/result": ToolResult,
+    "action/start": ActionStart,
+    "action/end": ActionEnd,
+    "interaction/requested": InteractionRequested,
+    "interaction/resolved": InteractionResolved,
+    "context/build": ContextBuild,
+    "context/replaced": ContextReplaced,
+    "compaction/start": CompactionStart,
+    "compaction/end": CompactionEnd,
+    "state/checkpoint": StateCheckpoint,
+    "state/restored": StateRestored,
+    "recovery/applied": RecoveryApplied,
+    "migration/baseline": MigrationBaseline,
+    "inbox/started": InboxStarted,
+    "inbox/applied": InboxApplied,
+    # inbox log
+    "inbox/accepted": InboxAccepted,
+    "inbox/opened": InboxEmpty,
+    "inbox/closed": InboxEmpty,
+    "inbox/handled": InboxHandled,
+    "inbox/rejected": InboxRejected,
+}
+
+INBOX_TYPES = frozenset(
+    {"inbox/accepted", "inbox/opened", "inbox/closed", "inbox/handled", "inbox/rejected"}
+)
+"""Types that belong to a session's inbox log, not its execution log."""
+
+BUILTIN_TYPES = frozenset(PAYLOADS)
+
+# Observability-only types: a reader that does not know them can still rebuild state.
+_OPTIONAL_BUILTINS = frozenset(
+    {
+        "model/chunk",
+        "tool/chunk",
+        "model/retry",
+        "context/build",
+        "request/prepared",
+        "compaction/start",
+        "compaction/end",
+        "action/start",
+        "action/end",
+    }
+)
+
+_RESERVED_PREFIXES = frozenset(t.split("/")[0] for t in BUILTIN_TYPES)
+_APP_TYPE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}/[a-z0-9][a-z0-9_.-]{0,127}$")
+
+
+# --------------------------------------------------------------------------------------------
+# Application types
+
+
+@dataclass(frozen=True, slots=True)
+class _AppType:
+    name: str
+    validate: Callable[[Mapping[str, Any]], Mapping[str, Any]] | None
+    required: bool
+
+
+_app_types: dict[str, _AppType] = {}
+_app_lock = threading.Lock()
+
+
+def register_event_type(
+    name: str,
+    *,
+    model: type[BaseModel] | None = None,
+    validate: Callable[[Mapping[str, Any]], Mapping[str, Any]] | None = None,
+    required: bool = False,
+) -> None:
+    """Register an application event type ``vendor/name`` (its codec).
+
+    ``model`` (a pydantic model) or ``validate`` (a function returning the cleaned payload)
+    checks payloads when events of this type are created. ``required=True`` marks the type as
+    needed to rebuild state: readers without this registration then refuse the log.
+    Built-in names, malformed names and names already registered raise ``InvalidInput``.
+    """
+    if not isinstance(name, str) or not _APP_TYPE.match(name):
+        raise InvalidInput(
+            f"application event type {name!r} must look like 'vendor/name' "
+            "(lowercase letters, digits, '.', '_', '-')"
+        )
+    if name.split("/", maxsplit=1)[0] in _RESERVED_PREFIXES:
+        raise InvalidInput(f"{name!r} uses a built-in prefix; pick your own vendor prefix")
+    if model is not None and validate is not None:
+        raise InvalidInput("pass either model= or validate=, not both")
+    check: Callable[[Mapping[str, Any]], Mapping[str, Any]] | None = validate
+    if model is not None:
+        cls = model
+
+        def check(data: Mapping[str, Any]) -> Mapping[str, Any]:
+            return cls.model_validate(data).model_dump(mode="json")
+
+    with _app_lock:
+        if name in _app_types:
+            raise InvalidInput(f"event type {name!r} is already registered")
+        _app_types[name] = _AppType(name, check, required)
+
+
+def _unregister_event_type(name: str) -> None:
+    """Forget a registration (tests only)."""
+    with _app_lock:
+        _app_types.pop(name, None)
+
+
+def payload_model(type_: str) -> type[Payload] | None:
+    """The payload model of a built-in type, or None for application types."""
+    return PAYLOADS.get(type_)
+
+
+def check_readable(type_: str, required: bool, *, session: object, seq: int) -> None:
+    """Fail closed when a required event type is unknown to this reader."""
+    if type_ in BUILTIN_TYPES or type_ in _app_types or not required:
+        return
+    raise UnknownRequiredEvent(
+        f"session {session} seq {seq}: required event type {type_!r} is unknown to this "
+        "reader; register its codec with agentnb.register_event_type() or upgrade agentnb "
+        "before reading this session"
+    )
+
+
+def _prepare_payload(type_: str, payload: Any, required: bool | None) -> tuple[Any, bool]:
+    """Validate a payload for ``type_`` and return (frozen JSON payload, required flag)."""
+    model = PAYLOADS.get(type_)
+    if model is not None:
+        if isinstance(payload, model):
+            data: Any = payload.model_dump(mode="json")
+        elif isinstance(payload, Payload):
+            raise InvalidInput(
+                f"payload for {type_!r} must be {model.__name__}, got {type(payload).__name__}"
+            )
+        else:
+            if payload is None:
+                payload = {}
+            frozen = freeze_json(payload)
+            if not isinstance(frozen, Mapping):
+                raise InvalidInput(f"payload for {type_!r} must be a JSON object")
+            try:
+                data = model.model_validate(frozen).model_dump(mode="json")
+            except ValidationError as exc:
+                raise InvalidInput(f"invalid payload for {type_!r}: {exc}") from None
+        return freeze_json(data), type_ not in _OPTIONAL_BUILTINS if required is None else required
+    if (
+        not isinstance(type_, str)
+        or not _APP_TYPE.match(type_)
+        or (type_.split("/", maxsplit=1)[0] in _RESERVED_PREFIXES)
+    ):
+        raise InvalidInput(
+            f"unknown event type {type_!r}: use a built-in type or a namespaced application "
+            "type 'vendor/name'"
+        )
+    app = _app_types.get(type_)
+    if isinstance(payload, BaseModel):
+        payload = payload.model_dump(mode="json")
+    frozen = freeze_json({} if payload is None else payload)
+    if not isinstance(frozen, Mapping):
+        raise InvalidInput(f"payload for {type_!r} must be a JSON object")
+    if app is None:
+        if required:
+            raise InvalidInput(
+                f"{type_!r} is marked required but has no registered codec; call "
+                "agentnb.register_event_type() first, or record it with required=False"
+            )
+        return frozen, False
+    if app.validate is not None:
+        try:
+            frozen = freeze_json(app.validate(frozen))
+        except (ValidationError, ValueError, TypeError) as exc:
+            raise InvalidInput(f"invalid payload for {type_!r}: {exc}") from None
+    return frozen, app.required if required is None else required
+
+
+# --------------------------------------------------------------------------------------------
+# The envelope
+
+
+class Event(BaseModel):
+    """One committed (or about to be committed) fact of a session.
+
+    Create events with ``Event.create``; stores assign ``seq`` when they commit a batch
+    (``seq == 0`` means not committed yet).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    schema_version: int = SCHEMA_VERSION
+    event_id: str
+    """Globally unique, time-ordered id (``evt_<uuid7>``); exports deduplicate by it."""
+    seq: int = Field(default=0, ge=0)
+    """Position in the session log, gapless from 1; 0 before commit."""
+    occurred_at: datetime
+    """When the fact happened (UTC). Informational: order by ``seq``."""
+    type: str
+    turn_id: str | None = None
+    run_id: str | None = None
+    required: bool = True
+    """A reader must know this type to rebuild state; see the module docstring."""
+    payload: dict[str, Any]
+    """The fact itself: JSON, frozen (see ``FrozenDict``)."""
+
+    @model_validator(mode="after")
+    def _freeze_payload(self) -> Event:
+        if not isinstance(self.payload, FrozenDict):
+            object.__setattr__(self, "payload", freeze_json(self.payload))
+        return self
+
+    @classmethod
+    def create(
+        cls,
+        type: str,
+        payload: Any = None,
+        *,
+        turn_id: str | None = None,
+        run_id: str | None = None,
+        required: bool | None = None,
+        event_id: str | None = None,
+        occurred_at: datetime | None = None,
+    ) -> Event:
+        """Build a new, uncommitted event, validating its payload for ``type``.
+
+        Raises ``InvalidInput`` for unknown types, payloads that are not JSON or do not fit the
+        type's model, and ids that are not strings.
+        """
+        if not isinstance(type, str):
+            raise InvalidInput(f"event type must be a string, got {builtins_type_name(type)}")
+        data, req = _prepare_payload(type, payload, required)
+        if turn_id is not None:
+            check_id(turn_id, "turn_id")
+        if run_id is not None:
+            check_id(run_id, "run_id")
+        if event_id is not None:
+            check_id(event_id, "event_id")
+        return cls.model_construct(
+            schema_version=SCHEMA_VERSION,
+            event_id=event_id or new_id("evt"),
+            seq=0,
+            occurred_at=occurred_at or datetime.now(UTC),
+            type=type,
+            turn_id=turn_id,
+            run_id=run_id,
+            required=req,
+            payload=data,
+        )
+
+    def with_seq(self, seq: int) -> Event:
+        """This event as committed at ``seq``."""
+        return self.model_construct(**{**self.__dict__, "seq": seq})
+
+    @property
+    def data(self) -> BaseModel | Mapping[str, Any]:
+        """The payload decoded into its model (built-in types) or the raw mapping."""
+        model = PAYLOADS.get(self.type)
+        return model.model_validate(self.payload) if model is not None else self.payload
+
+    def content_json(self) -> str:
+        """Canonical JSON of everything but ``seq``: what a retried batch must repeat."""
+        return canonical_json(
+            [
+                self.schema_version,
+                self.event_id,
+                _ts(self.occurred_at),
+                self.type,
+                self.turn_id,
+                self.run_id,
+                self.required,
+                self.payload,
+            ]
+        )
+
+
+def builtins_type_name(value: object) -> str:
+    return type(value).__name__
+
+
+def _ts(value: datetime) -> int:
+    """Microseconds since the epoch (how stores keep ``occurred_at``)."""
+    return round(value.timestamp() * 1_000_000)
+
+
+def event_digest(events: Iterable[Event]) -> str:
+    """SHA-256 over the canonical content of a batch (batch-id replay detection)."""
+    h = hashlib.sha256()
+    for event in events:
+        h.update(event.content_json().encode())
+        h.update(b"\n")
+    return h.hexdigest()

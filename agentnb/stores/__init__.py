@@ -1,0 +1,71 @@
+"""Session stores: ``SessionStore`` (the port) and its backends; ``open_store`` picks one."""
+
+from __future__ import annotations
+
+import os
+from urllib.parse import parse_qsl, urlsplit
+
+from agentnb.errors import InvalidInput
+from agentnb.ids import Clock
+from agentnb.stores.base import Lease, SessionRecord, SessionStore
+from agentnb.stores.memory import MemoryStore
+
+__all__ = [
+    "Lease",
+    "MemoryStore",
+    "SessionRecord",
+    "SessionStore",
+    "default_store_url",
+    "open_store",
+]
+
+
+def default_store_url() -> str:
+    """The embedded default: an SQLite file under ``./.agentnb/``."""
+    return "sqlite:///.agentnb/agentnb.sqlite"
+
+
+def open_store(
+    url: str | SessionStore | None = None, *, clock: Clock | None = None
+) -> SessionStore:
+    """Open the store a URL names (a ``SessionStore`` is returned as is).
+
+    ``memory://``; ``sqlite:///relative/path.db`` or ``sqlite:////absolute/path.db`` (add
+    ``?synchronous=NORMAL`` to trade durability on power loss for speed).
+    """
+    if isinstance(url, SessionStore):
+        return url
+    if url is None:
+        url = default_store_url()
+    if not isinstance(url, str):
+        raise InvalidInput(
+            f"store must be a URL string or a SessionStore, got {type(url).__name__}"
+        )
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    if scheme == "memory":
+        return MemoryStore(clock=clock)
+    if scheme == "sqlite":
+        if parts.netloc:
+            raise InvalidInput(
+                f"{url!r}: SQLite URLs have no host; write sqlite:///relative.db "
+                "or sqlite:////absolute/path.db"
+            )
+        path = parts.path[1:] if parts.path.startswith("/") else parts.path
+        if not path:
+            raise InvalidInput(f"{url!r} names no file; write sqlite:///path/to/agentnb.sqlite")
+        options = dict(parse_qsl(parts.query))
+        unknown = set(options) - {"synchronous"}
+        if unknown:
+            raise InvalidInput(
+                f"{url!r}: unknown option(s) {sorted(unknown)}; only 'synchronous' is understood"
+            )
+        from agentnb.stores.sqlite import SQLiteStore
+
+        return SQLiteStore(
+            os.path.expanduser(path), clock=clock, synchronous=options.get("synchronous", "FULL")
+        )
+    raise InvalidInput(
+        f"unsupported store URL {url!r}: use memory:// or sqlite:///path "
+        "(or pass a SessionStore instance)"
+    )

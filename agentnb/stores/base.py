@@ -1,0 +1,575 @@
+"""The storage port: ``SessionStore``, documented here once for every backend.
+
+A store keeps, per session (``SessionKey``):
+
+* a catalogue record (created once, listed by namespace / user / agent);
+* the **execution log**: events with a gapless ``seq`` from 1, written only in atomic batches;
+* the **inbox log**: commands from any number of writers, with its own gapless sequence;
+* one **execution lease** (owner, epoch, expiry) that fences execution commits;
+* **export watermarks**, one per sink name, that only move forward;
+* content-addressed **blobs** for payloads over ``BLOB_THRESHOLD`` bytes (transparent to readers).
+
+Guarantees every backend gives (the contract suite in ``agentnb.testing.store_contract`` checks
+each of them):
+
+``append(key, events, expected_seq=, batch_id=, fence=)``
+    All or nothing. The events get seqs ``expected_seq + 1 ...``. If the head is not
+    ``expected_seq`` the call raises ``AppendConflict`` and writes nothing. A retry of a batch
+    that did commit (lost acknowledgement: same ``batch_id``, same content) returns the committed
+    events and writes nothing; the same ``batch_id`` with other content raises
+    ``IdempotencyConflict``. With a ``fence`` (a ``Lease``) the commit happens only if that lease
+    is still the live one, else ``Fenced``; without a fence it is refused with ``LeaseHeld``
+    while someone holds a live lease.
+``read_after(key, after, limit)`` / ``scan(key, after, through)``
+    Committed events in seq order. Reads of a committed prefix are stable while writers append
+    and never block them. A gap, a row that fails its checksum or does not decode, or a required
+    type this reader does not know raises ``Corrupt`` (naming session and seq): never a skip.
+``inbox_append(key, event, dedupe_key=)``
+    Safe from many writers and processes at once, no lease needed. With a ``dedupe_key`` a
+    re-send returns the original record (``created=False``) if the content is the same, and
+    raises ``IdempotencyConflict`` if it differs.
+``acquire_lease / renew_lease / release_lease``
+    At most one live lease per session. A live lease cannot be taken by another owner
+    (``LeaseHeld``); once expired it can, with ``epoch + 1``. Renew and release with a stale
+    epoch, another owner, or after expiry raise ``Fenced``.
+``advance_watermark``
+    Monotonic: moving backwards is a no-op that returns the current value.
+``wait_for_head / wait_for_inbox``
+    Block until the sequence passes ``after`` or the timeout elapses. Commits in the same
+    process wake waiters at once; commits from other processes are seen by polling.
+
+Bad arguments (ids that are not strings, negative or huge limits, empty batches, events that
+are not ``Event`` or are of unknown types) raise ``InvalidInput`` before anything is written.
+Driver errors are translated into ``agentnb.errors``.
+
+Backends subclass ``SessionStore`` and implement the ``_``-prefixed abstract methods; argument
+checking and the pure decisions (``decide_append``, ``decide_acquire``, ``check_fence``) live
+here so every backend makes the same decisions.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+
+from agentnb.errors import (
+    AppendConflict,
+    Corrupt,
+    Fenced,
+    IdempotencyConflict,
+    InvalidInput,
+    LeaseHeld,
+)
+from agentnb.events import INBOX_TYPES, Event, event_digest
+from agentnb.ids import Clock, SessionKey, SystemClock, check_id
+
+__all__ = [
+    "MAX_BATCH",
+    "MAX_READ_LIMIT",
+    "Lease",
+    "SessionRecord",
+    "SessionStore",
+    "check_fence",
+    "decide_acquire",
+    "decide_append",
+    "decide_release",
+]
+
+MAX_READ_LIMIT = 10_000
+"""Largest ``limit`` one read accepts; page with ``after`` for more."""
+MAX_BATCH = 10_000
+"""Largest number of events one ``append`` accepts."""
+SCAN_PAGE = 1_000
+
+
+@dataclass(frozen=True, slots=True)
+class SessionRecord:
+    """A session in the catalogue."""
+
+    key: SessionKey
+    created_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """The right to execute one session; pass it as ``fence`` to fence commits.
+
+    ``epoch`` grows by one each time a new holder takes the lease; a commit carrying an older
+    epoch is refused.
+    """
+
+    key: SessionKey
+    owner: str
+    epoch: int
+    expires_at: float
+
+    def live(self, now: float) -> bool:
+        return self.expires_at > now
+
+
+@dataclass(frozen=True, slots=True)
+class _LeaseRow:
+    owner: str | None
+    epoch: int
+    expires_at: float
+
+
+# --------------------------------------------------------------------------------------------
+# Pure decisions shared by every backend (called inside the backend's transaction)
+
+
+def check_fence(
+    key: SessionKey, current: _LeaseRow | None, fence: Lease | None, now: float
+) -> None:
+    """Raise unless a write with ``fence`` may commit given the ``current`` lease row."""
+    if fence is None:
+        if current is not None and current.owner is not None and current.expires_at > now:
+            raise LeaseHeld(
+                f"session {key} is being executed by {current.owner!r} (epoch {current.epoch}); "
+                "write through that runtime or wait for its lease to expire"
+            )
+        return
+    if current is None or current.epoch != fence.epoch or current.owner != fence.owner:
+        raise Fenced(
+            f"session {key}: lease epoch {fence.epoch} of {fence.owner!r} is stale "
+            f"(current epoch {current.epoch if current else 0}); stop writing and re-acquire"
+        )
+    if current.expires_at <= now:
+        raise Fenced(
+            f"session {key}: lease epoch {fence.epoch} expired; renew it sooner or re-acquire"
+        )
+
+
+def decide_release(key: SessionKey, current: _LeaseRow | None, lease: Lease) -> bool:
+    """Whether releasing ``lease`` changes anything; ``Fenced`` if another epoch holds it.
+
+    Releasing twice, or after the lease ran out while nobody took it, is harmless.
+    """
+    if current is not None and current.epoch == lease.epoch:
+        return current.owner == lease.owner
+    raise Fenced(
+        f"session {key}: cannot release epoch {lease.epoch} of {lease.owner!r}; the lease is "
+        f"now at epoch {current.epoch if current else 0} (another holder took over)"
+    )
+
+
+def decide_acquire(
+    key: SessionKey, current: _LeaseRow | None, owner: str, ttl: float, now: float
+) -> Lease:
+    """The lease ``owner`` gets, or ``LeaseHeld`` if another live holder has it."""
+    if current is not None and current.owner is not None and current.expires_at > now:
+        if current.owner != owner:
+            raise LeaseHeld(
+                f"session {key} is leased to {current.owner!r} for another "
+                f"{current.expires_at - now:.1f}s; try again after it expires or is released"
+            )
+        return Lease(key, owner, current.epoch, now + ttl)
+    epoch = (current.epoch if current is not None else 0) + 1
+    return Lease(key, owner, epoch, now + ttl)
+
+
+def decide_append(
+    key: SessionKey,
+    head: int,
+    expected_seq: int,
+    existing_batch: tuple[str, int] | None,
+    digest: str,
+) -> bool:
+    """Whether the batch must be written (True) or is an acknowledged replay (False).
+
+    ``existing_batch`` is ``(digest, first_seq)`` of a committed batch with the same id.
+    """
+    if existing_batch is not None:
+        old_digest, first_seq = existing_batch
+        if old_digest == digest and first_seq == expected_seq + 1:
+            return False
+        raise IdempotencyConflict(
+            f"session {key}: batch id was already used for other events (first seq "
+            f"{first_seq}); use a fresh batch id for new content"
+        )
+    if head != expected_seq:
+        raise AppendConflict(
+            f"session {key}: expected head {expected_seq} but it is {head}; another writer "
+            "committed first - re-read the log and retry"
+        )
+    return True
+
+
+# --------------------------------------------------------------------------------------------
+
+
+class SessionStore(ABC):
+    """Durable storage for sessions: catalogue, execution log, inbox, leases, watermarks.
+
+    Thread-safe. See the module docstring for the guarantees of each operation.
+    """
+
+    url: str = ""
+    poll_interval: float = 0.05
+    """Seconds between polls when waiting for commits made by other processes."""
+
+    def __init__(self, *, clock: Clock | None = None) -> None:
+        self.clock: Clock = clock or SystemClock()
+        self._cond = threading.Condition()
+        self._closed = False
+
+    # -- catalogue ---------------------------------------------------------------------------
+
+    def create_session(self, key: SessionKey) -> SessionRecord:
+        """Get or create the catalogue record of ``key``."""
+        return self._create_session(_key(key), self.clock.now())
+
+    def get_session(self, key: SessionKey) -> SessionRecord | None:
+        """The catalogue record, or None; never creates anything."""
+        return self._get_session(_key(key))
+
+    def list_sessions(
+        self,
+        *,
+        namespace: str | None = None,
+        user_id: str | None = None,
+        agent_id: str | None = None,
+    ) -> list[SessionRecord]:
+        """Sessions matching every filter given, oldest first."""
+        for value, name in ((namespace, "namespace"), (user_id, "user_id"), (agent_id, "agent_id")):
+            if value is not None:
+                check_id(value, name)
+        return self._list_sessions(namespace, user_id, agent_id)
+
+    # -- execution log ----------------------------------------------------------------------
+
+    def head(self, key: SessionKey) -> int:
+        """Last committed seq (0 when empty). ``SessionNotFound`` for unknown sessions."""
+        return self._head(_key(key))
+
+    def append(
+        self,
+        key: SessionKey,
+        events: Sequence[Event],
+        *,
+        expected_seq: int,
+        batch_id: str,
+        fence: Lease | None = None,
+    ) -> list[Event]:
+        """Commit ``events`` atomically after ``expected_seq``; returns them with their seqs."""
+        key = _key(key)
+        check_id(batch_id, "batch_id")
+        _check_seq(expected_seq, "expected_seq")
+        if fence is not None and not isinstance(fence, Lease):
+            raise InvalidInput(f"fence must be a Lease, got {type(fence).__name__}")
+        if fence is not None and fence.key != key:
+            raise InvalidInput(f"fence is a lease of session {fence.key}, not of {key}")
+        batch = _stamp(events, expected_seq, execution=True)
+        self._append(
+            key, batch, expected_seq, batch_id, event_digest(batch), fence, self.clock.now()
+        )
+        self._notify()
+        return batch
+
+    def read_after(self, key: SessionKey, after: int, limit: int) -> list[Event]:
+        """Up to ``limit`` committed events with seq > ``after``."""
+        key = _key(key)
+        _check_seq(after, "after")
+        _check_limit(limit)
+        return _checked(key, after, self._read(key, after, after + limit))
+
+    def scan(self, key: SessionKey, after: int = 0, through: int | None = None) -> Iterator[Event]:
+        """Committed events in ``(after, through]`` (through defaults to the head now)."""
+        key = _key(key)
+        _check_seq(after, "after")
+        end = self._head(key) if through is None else _check_seq(through, "through")
+        pos = after
+        while pos < end:
+            page = _checked(key, pos, self._read(key, pos, min(end, pos + SCAN_PAGE)))
+            if not page:
+                raise Corrupt(
+                    f"session {key}: events after seq {pos} are missing (expected up to {end})"
+                )
+            yield from page
+            pos = page[-1].seq
+
+    # -- inbox -------------------------------------------------------------------------------
+
+    def inbox_append(
+        self,
+        key: SessionKey,
+        event: Event,
+        *,
+        dedupe_key: str | None = None,
+        fingerprint: str | None = None,
+    ) -> tuple[Event, bool]:
+        """Accept one inbox event from any writer; returns (record, created).
+
+        ``fingerprint`` is what a re-send under the same ``dedupe_key`` must repeat (by
+        default the whole event; callers pass the command's meaning, since a retried command
+        is a new event with a new id).
+        """
+        key = _key(key)
+        if dedupe_key is not None:
+            check_id(dedupe_key, "dedupe_key")
+        if fingerprint is not None and not isinstance(fingerprint, str):
+            raise InvalidInput("fingerprint must be a string")
+        (stamped,) = _stamp([event], 0, execution=False)
+        record = self._inbox_append(
+            key, stamped, dedupe_key, fingerprint or event_digest([stamped]), self.clock.now()
+        )
+        if record[1]:
+            self._notify()
+        return record
+
+    def inbox_head(self, key: SessionKey) -> int:
+        """Last inbox seq (0 when empty)."""
+        return self._inbox_head(_key(key))
+
+    def inbox_read_after(self, key: SessionKey, after: int, limit: int) -> list[Event]:
+        """Up to ``limit`` inbox events with inbox seq > ``after``."""
+        key = _key(key)
+        _check_seq(after, "after")
+        _check_limit(limit)
+        return _checked(key, after, self._inbox_read(key, after, after + limit))
+
+    # -- leases ------------------------------------------------------------------------------
+
+    def acquire_lease(self, key: SessionKey, owner: str, ttl: float = 10.0) -> Lease:
+        """Take (or extend, for the same owner) the execution lease; ``LeaseHeld`` if taken."""
+        key = _key(key)
+        check_id(owner, "owner")
+        return self._acquire_lease(key, owner, _check_ttl(ttl), self.clock.now())
+
+    def renew_lease(self, lease: Lease, ttl: float = 10.0) -> Lease:
+        """Extend a live lease; ``Fenced`` if it is stale or expired."""
+        _check_lease(lease)
+        return self._renew_lease(lease, _check_ttl(ttl), self.clock.now())
+
+    def release_lease(self, lease: Lease) -> None:
+        """Give the lease up now so another holder need not wait; ``Fenced`` if stale."""
+        _check_lease(lease)
+        self._release_lease(lease, self.clock.now())
+
+    def current_lease(self, key: SessionKey) -> Lease | None:
+        """The live lease, or None when nobody holds one."""
+        key = _key(key)
+        row = self._lease_row(key)
+        now = self.clock.now()
+        if row is None or row.owner is None or row.expires_at <= now:
+            return None
+        return Lease(key, row.owner, row.epoch, row.expires_at)
+
+    # -- export watermarks -------------------------------------------------------------------
+
+    def watermark(self, key: SessionKey, sink: str) -> int:
+        """Highest seq the sink named ``sink`` holds durably (0 if none)."""
+        key = _key(key)
+        check_id(sink, "sink")
+        return self._watermark(key, sink)
+
+    def advance_watermark(self, key: SessionKey, sink: str, seq: int) -> int:
+        """Move the watermark up to ``seq``; never backwards. Returns the value now stored."""
+        key = _key(key)
+        check_id(sink, "sink")
+        _check_seq(seq, "seq")
+        head = self._head(key)
+        if seq > head:
+            raise InvalidInput(f"session {key}: watermark {seq} is past the head {head}")
+        return self._advance_watermark(key, sink, seq)
+
+    # -- misc --------------------------------------------------------------------------------
+
+    def secret(self) -> bytes:
+        """A random per-store secret (created once) for signing cursors."""
+        return self._secret()
+
+    def wait_for_head(self, key: SessionKey, after: int, timeout: float | None) -> int:
+        """Block until the head passes ``after`` or ``timeout`` elapses; returns the head."""
+        key = _key(key)
+        return self._wait(lambda: self._head(key), after, timeout)
+
+    def wait_for_inbox(self, key: SessionKey, after: int, timeout: float | None) -> int:
+        """Block until the inbox head passes ``after`` or ``timeout`` elapses."""
+        key = _key(key)
+        return self._wait(lambda: self._inbox_head(key), after, timeout)
+
+    def close(self) -> None:
+        """Release resources; committed data stays. Waiters wake up."""
+        self._closed = True
+        self._notify()
+
+    def __enter__(self) -> SessionStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- helpers for backends ----------------------------------------------------------------
+
+    def _notify(self) -> None:
+        with self._cond:
+            self._cond.notify_all()
+
+    def _wait(self, read: Callable[[], int], after: int, timeout: float | None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            value = read()
+            if value > after or self._closed:
+                return value
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                return value
+            step = self.poll_interval if remaining is None else min(remaining, self.poll_interval)
+            with self._cond:
+                self._cond.wait(step)
+
+    # -- what a backend implements -----------------------------------------------------------
+
+    @abstractmethod
+    def _create_session(self, key: SessionKey, now: float) -> SessionRecord: ...
+
+    @abstractmethod
+    def _get_session(self, key: SessionKey) -> SessionRecord | None: ...
+
+    @abstractmethod
+    def _list_sessions(
+        self, namespace: str | None, user_id: str | None, agent_id: str | None
+    ) -> list[SessionRecord]: ...
+
+    @abstractmethod
+    def _head(self, key: SessionKey) -> int: ...
+
+    @abstractmethod
+    def _append(
+        self,
+        key: SessionKey,
+        batch: list[Event],
+        expected_seq: int,
+        batch_id: str,
+        digest: str,
+        fence: Lease | None,
+        now: float,
+    ) -> None:
+        """Atomically: check_fence, decide_append, then write the batch and move the head."""
+
+    @abstractmethod
+    def _read(self, key: SessionKey, after: int, through: int) -> list[Event]:
+        """Committed events with after < seq <= through, decoded (``decode_row``)."""
+
+    @abstractmethod
+    def _inbox_append(
+        self, key: SessionKey, event: Event, dedupe_key: str | None, digest: str, now: float
+    ) -> tuple[Event, bool]: ...
+
+    @abstractmethod
+    def _inbox_head(self, key: SessionKey) -> int: ...
+
+    @abstractmethod
+    def _inbox_read(self, key: SessionKey, after: int, through: int) -> list[Event]: ...
+
+    @abstractmethod
+    def _lease_row(self, key: SessionKey) -> _LeaseRow | None: ...
+
+    @abstractmethod
+    def _acquire_lease(self, key: SessionKey, owner: str, ttl: float, now: float) -> Lease: ...
+
+    @abstractmethod
+    def _renew_lease(self, lease: Lease, ttl: float, now: float) -> Lease: ...
+
+    @abstractmethod
+    def _release_lease(self, lease: Lease, now: float) -> None: ...
+
+    @abstractmethod
+    def _watermark(self, key: SessionKey, sink: str) -> int: ...
+
+    @abstractmethod
+    def _advance_watermark(self, key: SessionKey, sink: str, seq: int) -> int: ...
+
+    @abstractmethod
+    def put_blob(self, data: bytes) -> str:
+        """Store bytes under their SHA-256 hex digest (idempotent); returns the digest."""
+
+    @abstractmethod
+    def get_blob(self, digest: str) -> bytes:
+        """The bytes stored under ``digest``; ``Corrupt`` if missing or not matching."""
+
+    @abstractmethod
+    def _secret(self) -> bytes: ...
+
+
+# --------------------------------------------------------------------------------------------
+# argument checks
+
+
+def _key(key: object) -> SessionKey:
+    if not isinstance(key, SessionKey):
+        raise InvalidInput(f"expected a SessionKey, got {type(key).__name__}")
+    return key
+
+
+def _check_seq(value: object, name: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise InvalidInput(f"{name} must be a non-negative int, got {value!r}")
+    return value
+
+
+def _check_limit(limit: object) -> int:
+    if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= MAX_READ_LIMIT:
+        raise InvalidInput(
+            f"limit must be an int in 1..{MAX_READ_LIMIT}, got {limit!r}; page with after= for more"
+        )
+    return limit
+
+
+def _check_ttl(ttl: object) -> float:
+    if not isinstance(ttl, int | float) or isinstance(ttl, bool) or not 0 < ttl <= 86_400:
+        raise InvalidInput(f"ttl must be seconds in (0, 86400], got {ttl!r}")
+    return float(ttl)
+
+
+def _check_lease(lease: object) -> None:
+    if not isinstance(lease, Lease):
+        raise InvalidInput(f"expected a Lease, got {type(lease).__name__}")
+
+
+def _stamp(events: Sequence[Event], expected_seq: int, *, execution: bool) -> list[Event]:
+    if isinstance(events, Event) or not isinstance(events, Sequence):
+        raise InvalidInput("events must be a list of Event")
+    if not events:
+        raise InvalidInput("an append needs at least one event")
+    if len(events) > MAX_BATCH:
+        raise InvalidInput(f"a batch holds at most {MAX_BATCH} events, got {len(events)}")
+    out: list[Event] = []
+    seen: set[str] = set()
+    for i, event in enumerate(events, start=expected_seq + 1):
+        if not isinstance(event, Event):
+            raise InvalidInput(f"events must be Event instances, got {type(event).__name__}")
+        if (event.type in INBOX_TYPES) == execution:
+            where = "the inbox" if execution else "the execution log"
+            raise InvalidInput(f"{event.type!r} events belong in {where}")
+        if event.event_id in seen:
+            raise InvalidInput(f"event id {event.event_id} appears twice in one batch")
+        seen.add(event.event_id)
+        if not execution:
+            if event.seq != 0:
+                raise InvalidInput("inbox events must have seq 0; the store assigns it")
+            out.append(event)
+            continue
+        if event.seq not in (0, i):
+            raise InvalidInput(
+                f"event {event.event_id} has seq {event.seq}, expected {i}; "
+                "leave seq at 0 and let the store assign it"
+            )
+        out.append(event if event.seq == i else event.with_seq(i))
+    return out
+
+
+def _checked(key: SessionKey, after: int, events: list[Event]) -> list[Event]:
+    expected = after + 1
+    for event in events:
+        if event.seq != expected:
+            raise Corrupt(
+                f"session {key}: gap in the log, expected seq {expected} but found "
+                f"{event.seq}; the store was altered outside agentnb"
+            )
+        expected += 1
+    return events

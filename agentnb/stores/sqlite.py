@@ -1,0 +1,443 @@
+"""The embedded default store: one SQLite file in WAL mode, safe across threads and processes."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+import stat
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+from agentnb.errors import Corrupt, IdempotencyConflict, InvalidInput, SessionNotFound, StorageError
+from agentnb.events import Event
+from agentnb.ids import Clock, SessionKey
+from agentnb.stores import _rows
+from agentnb.stores.base import (
+    Lease,
+    SessionRecord,
+    SessionStore,
+    _LeaseRow,
+    check_fence,
+    decide_acquire,
+    decide_append,
+    decide_release,
+)
+
+FORMAT = "agentnb-sqlite/1"
+SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS agentnb_meta (key TEXT PRIMARY KEY, value BLOB NOT NULL);
+CREATE TABLE IF NOT EXISTS sessions (
+    id INTEGER PRIMARY KEY,
+    namespace TEXT NOT NULL, user_id TEXT NOT NULL, agent_id TEXT NOT NULL,
+    session_id TEXT NOT NULL, created_at REAL NOT NULL,
+    lease_owner TEXT, lease_epoch INTEGER NOT NULL DEFAULT 0,
+    lease_expires REAL NOT NULL DEFAULT 0,
+    UNIQUE (namespace, user_id, agent_id, session_id)
+);
+CREATE TABLE IF NOT EXISTS events (
+    session INTEGER NOT NULL, seq INTEGER NOT NULL, event_id TEXT NOT NULL,
+    type TEXT NOT NULL, turn_id TEXT, run_id TEXT, required INTEGER NOT NULL,
+    occurred_us INTEGER NOT NULL, schema_version INTEGER NOT NULL,
+    payload TEXT, blob TEXT, crc INTEGER NOT NULL,
+    PRIMARY KEY (session, seq)
+);
+CREATE TABLE IF NOT EXISTS batches (
+    session INTEGER NOT NULL, batch_id TEXT NOT NULL, digest TEXT NOT NULL,
+    first_seq INTEGER NOT NULL,
+    PRIMARY KEY (session, batch_id)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS inbox (
+    session INTEGER NOT NULL, seq INTEGER NOT NULL, event_id TEXT NOT NULL,
+    type TEXT NOT NULL, turn_id TEXT, run_id TEXT, required INTEGER NOT NULL,
+    occurred_us INTEGER NOT NULL, schema_version INTEGER NOT NULL,
+    payload TEXT, blob TEXT, crc INTEGER NOT NULL,
+    dedupe_key TEXT, digest TEXT,
+    PRIMARY KEY (session, seq)
+);
+CREATE UNIQUE INDEX IF NOT EXISTS inbox_dedupe ON inbox (session, dedupe_key)
+    WHERE dedupe_key IS NOT NULL;
+CREATE TABLE IF NOT EXISTS watermarks (
+    session INTEGER NOT NULL, sink TEXT NOT NULL, seq INTEGER NOT NULL,
+    PRIMARY KEY (session, sink)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS blobs (digest TEXT PRIMARY KEY, data BLOB NOT NULL);
+"""
+
+_INSERT_EVENT = f"INSERT INTO events (session, {_rows.COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)"
+_INSERT_INBOX = (
+    f"INSERT INTO inbox (session, {_rows.COLUMNS}, dedupe_key, digest) "
+    "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
+)
+
+
+class SQLiteStore(SessionStore):
+    """A ``SessionStore`` in one SQLite file (``synchronous=FULL`` unless told otherwise)."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        synchronous: str = "FULL",
+        clock: Clock | None = None,
+        busy_timeout: float = 30.0,
+    ) -> None:
+        super().__init__(clock=clock)
+        if not isinstance(path, str | os.PathLike):
+            raise InvalidInput(f"path must be a str or path, got {type(path).__name__}")
+        if str(synchronous).upper() not in SYNCHRONOUS:
+            raise InvalidInput(f"synchronous must be one of {SYNCHRONOUS}, got {synchronous!r}")
+        self.path = Path(path)
+        self.synchronous = str(synchronous).upper()
+        self.url = f"sqlite:///{self.path}"
+        self._busy_ms = int(busy_timeout * 1000)
+        self._local = threading.local()
+        self._all: list[sqlite3.Connection] = []
+        self._all_lock = threading.Lock()
+        self._ids: dict[SessionKey, int] = {}
+        self._prepare_file()
+        self._init_schema()
+
+    # -- connections -------------------------------------------------------------------------
+
+    def _prepare_file(self) -> None:
+        if self.path.is_dir():
+            raise InvalidInput(
+                f"{self.path} is a directory; give a file path such as "
+                f"{self.path / 'agentnb.sqlite'}"
+            )
+        parent = self.path.parent
+        if not parent.exists():
+            parent.mkdir(mode=0o700, parents=True)
+        if not self.path.exists():
+            # Owner-only from the start; SQLite gives the -wal/-shm files the same mode.
+            with contextlib.suppress(FileExistsError):
+                os.close(os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+        elif not stat.S_ISREG(self.path.stat().st_mode):
+            raise InvalidInput(f"{self.path} is not a regular file")
+
+    def _conn(self) -> sqlite3.Connection:
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            if self._closed:
+                raise StorageError(f"store {self.url} is closed")
+            try:
+                conn = sqlite3.connect(
+                    self.path,
+                    isolation_level=None,
+                    check_same_thread=False,
+                    timeout=self._busy_ms / 1000,
+                )
+                conn.execute(f"PRAGMA busy_timeout={self._busy_ms}")
+                mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()
+                if mode is None or str(mode[0]).lower() != "wal":
+                    raise Corrupt(f"{self.path}: cannot switch to WAL mode ({mode})")
+                conn.execute(f"PRAGMA synchronous={self.synchronous}")
+            except sqlite3.DatabaseError as exc:
+                raise Corrupt(
+                    f"{self.path} is not an agentnb store ({exc}); point the store at a new file"
+                ) from None
+            self._local.conn = conn
+            with self._all_lock:
+                self._all.append(conn)
+        return conn
+
+    @contextlib.contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        conn = self._conn()
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as exc:
+            raise _translate(exc, self.path) from None
+        try:
+            yield conn
+        except sqlite3.Error as exc:
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
+            raise _translate(exc, self.path) from None
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        try:
+            conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
+            raise _translate(exc, self.path) from None
+
+    def _init_schema(self) -> None:
+        conn = self._conn()
+        try:
+            tables = {
+                r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")
+            }
+        except sqlite3.DatabaseError as exc:
+            raise Corrupt(
+                f"{self.path} is not an agentnb store ({exc}); point the store at a new file"
+            ) from None
+        if tables and "agentnb_meta" not in tables:
+            raise Corrupt(
+                f"{self.path} is an SQLite database that agentnb did not create "
+                f"(tables: {', '.join(sorted(tables)[:5])}); use another file"
+            )
+        with self._write() as c:
+            for statement in _SCHEMA.split(";"):
+                if statement.strip():
+                    c.execute(statement)
+            c.execute("INSERT OR IGNORE INTO agentnb_meta VALUES ('format', ?)", (FORMAT,))
+            c.execute("INSERT OR IGNORE INTO agentnb_meta VALUES ('secret', ?)", (os.urandom(32),))
+            fmt = c.execute("SELECT value FROM agentnb_meta WHERE key='format'").fetchone()
+        if fmt is None or fmt[0] != FORMAT:
+            raise Corrupt(
+                f"{self.path} has store format {fmt and fmt[0]!r}, this agentnb "
+                f"reads {FORMAT!r}; upgrade agentnb"
+            )
+
+    def close(self) -> None:
+        super().close()
+        with self._all_lock:
+            for conn in self._all:
+                with contextlib.suppress(sqlite3.Error):
+                    conn.close()
+            self._all.clear()
+        self._local = threading.local()
+
+    # -- catalogue ---------------------------------------------------------------------------
+
+    def _sid(self, key: SessionKey, conn: sqlite3.Connection | None = None) -> int:
+        sid = self._ids.get(key)
+        if sid is None:
+            row = (
+                (conn or self._conn())
+                .execute(
+                    "SELECT id FROM sessions WHERE namespace=? AND user_id=? AND agent_id=? "
+                    "AND session_id=?",
+                    (key.namespace, key.user_id, key.agent_id, key.session_id),
+                )
+                .fetchone()
+            )
+            if row is None:
+                raise SessionNotFound(f"session {key} does not exist; create it first")
+            sid = self._ids[key] = int(row[0])
+        return sid
+
+    def _create_session(self, key: SessionKey, now: float) -> SessionRecord:
+        with self._write() as c:
+            c.execute(
+                "INSERT OR IGNORE INTO sessions (namespace, user_id, agent_id, "
+                "session_id, created_at) VALUES (?,?,?,?,?)",
+                (key.namespace, key.user_id, key.agent_id, key.session_id, now),
+            )
+        record = self._get_session(key)
+        assert record is not None
+        return record
+
+    def _get_session(self, key: SessionKey) -> SessionRecord | None:
+        row = (
+            self._conn()
+            .execute(
+                "SELECT created_at FROM sessions WHERE namespace=? AND user_id=? AND agent_id=? "
+                "AND session_id=?",
+                (key.namespace, key.user_id, key.agent_id, key.session_id),
+            )
+            .fetchone()
+        )
+        return SessionRecord(key, float(row[0])) if row else None
+
+    def _list_sessions(
+        self, namespace: str | None, user_id: str | None, agent_id: str | None
+    ) -> list[SessionRecord]:
+        rows = (
+            self._conn()
+            .execute(
+                "SELECT namespace, user_id, agent_id, session_id, created_at FROM sessions "
+                "WHERE (?1 IS NULL OR namespace=?1) AND (?2 IS NULL OR user_id=?2) "
+                "AND (?3 IS NULL OR agent_id=?3) ORDER BY id",
+                (namespace, user_id, agent_id),
+            )
+            .fetchall()
+        )
+        return [SessionRecord(SessionKey(*r[:4]), float(r[4])) for r in rows]
+
+    # -- execution log -----------------------------------------------------------------------
+
+    @staticmethod
+    def _max_seq(conn: sqlite3.Connection, table: str, sid: int) -> int:
+        row = conn.execute(f"SELECT max(seq) FROM {table} WHERE session=?", (sid,)).fetchone()
+        return int(row[0] or 0)
+
+    def _head(self, key: SessionKey) -> int:
+        conn = self._conn()
+        return self._max_seq(conn, "events", self._sid(key, conn))
+
+    def _lease_of(self, conn: sqlite3.Connection, sid: int) -> _LeaseRow:
+        owner, epoch, expires = conn.execute(
+            "SELECT lease_owner, lease_epoch, lease_expires FROM sessions WHERE id=?", (sid,)
+        ).fetchone()
+        return _LeaseRow(owner, int(epoch), float(expires))
+
+    def _append(
+        self,
+        key: SessionKey,
+        batch: list[Event],
+        expected_seq: int,
+        batch_id: str,
+        digest: str,
+        fence: Lease | None,
+        now: float,
+    ) -> None:
+        sid = self._sid(key)
+        with self._write() as c:
+            check_fence(key, self._lease_of(c, sid), fence, now)
+            old = c.execute(
+                "SELECT digest, first_seq FROM batches WHERE session=? AND batch_id=?",
+                (sid, batch_id),
+            ).fetchone()
+            head = self._max_seq(c, "events", sid)
+            if not decide_append(key, head, expected_seq, old, digest):
+                return
+            c.executemany(
+                _INSERT_EVENT,
+                [(sid, *_rows.encode(e, e.seq, lambda b: self._put_blob(c, b))) for e in batch],
+            )
+            c.execute(
+                "INSERT INTO batches VALUES (?,?,?,?)", (sid, batch_id, digest, expected_seq + 1)
+            )
+
+    def _read(self, key: SessionKey, after: int, through: int) -> list[Event]:
+        conn = self._conn()
+        rows = conn.execute(
+            f"SELECT {_rows.COLUMNS} FROM events WHERE session=? AND seq>? AND seq<=? ORDER BY seq",
+            (self._sid(key, conn), after, through),
+        ).fetchall()
+        return [_rows.decode(key, r, self.get_blob) for r in rows]
+
+    # -- inbox -------------------------------------------------------------------------------
+
+    def _inbox_append(
+        self, key: SessionKey, event: Event, dedupe_key: str | None, digest: str, now: float
+    ) -> tuple[Event, bool]:
+        sid = self._sid(key)
+        with self._write() as c:
+            if dedupe_key is not None:
+                old = c.execute(
+                    f"SELECT {_rows.COLUMNS}, digest FROM inbox WHERE session=? AND dedupe_key=?",
+                    (sid, dedupe_key),
+                ).fetchone()
+                if old is not None:
+                    if old[-1] != digest:
+                        raise IdempotencyConflict(
+                            f"session {key}: key {dedupe_key!r} was already used for another "
+                            "command; use a new key for new content"
+                        )
+                    return _rows.decode(key, old[:-1], self.get_blob), False
+            seq = self._max_seq(c, "inbox", sid) + 1
+            c.execute(
+                _INSERT_INBOX,
+                (
+                    sid,
+                    *_rows.encode(event, seq, lambda b: self._put_blob(c, b)),
+                    dedupe_key,
+                    digest,
+                ),
+            )
+        return event.with_seq(seq), True
+
+    def _inbox_head(self, key: SessionKey) -> int:
+        conn = self._conn()
+        return self._max_seq(conn, "inbox", self._sid(key, conn))
+
+    def _inbox_read(self, key: SessionKey, after: int, through: int) -> list[Event]:
+        conn = self._conn()
+        rows = conn.execute(
+            f"SELECT {_rows.COLUMNS} FROM inbox WHERE session=? AND seq>? AND seq<=? ORDER BY seq",
+            (self._sid(key, conn), after, through),
+        ).fetchall()
+        return [_rows.decode(key, r, self.get_blob) for r in rows]
+
+    # -- leases ------------------------------------------------------------------------------
+
+    def _lease_row(self, key: SessionKey) -> _LeaseRow | None:
+        conn = self._conn()
+        return self._lease_of(conn, self._sid(key, conn))
+
+    def _set_lease(
+        self, c: sqlite3.Connection, sid: int, owner: str | None, epoch: int, expires: float
+    ) -> None:
+        c.execute(
+            "UPDATE sessions SET lease_owner=?, lease_epoch=?, lease_expires=? WHERE id=?",
+            (owner, epoch, expires, sid),
+        )
+
+    def _acquire_lease(self, key: SessionKey, owner: str, ttl: float, now: float) -> Lease:
+        sid = self._sid(key)
+        with self._write() as c:
+            lease = decide_acquire(key, self._lease_of(c, sid), owner, ttl, now)
+            self._set_lease(c, sid, owner, lease.epoch, lease.expires_at)
+        return lease
+
+    def _renew_lease(self, lease: Lease, ttl: float, now: float) -> Lease:
+        sid = self._sid(lease.key)
+        with self._write() as c:
+            check_fence(lease.key, self._lease_of(c, sid), lease, now)
+            self._set_lease(c, sid, lease.owner, lease.epoch, now + ttl)
+        return Lease(lease.key, lease.owner, lease.epoch, now + ttl)
+
+    def _release_lease(self, lease: Lease, now: float) -> None:
+        sid = self._sid(lease.key)
+        with self._write() as c:
+            if decide_release(lease.key, self._lease_of(c, sid), lease):
+                self._set_lease(c, sid, None, lease.epoch, 0.0)
+
+    # -- watermarks, blobs, secret -----------------------------------------------------------
+
+    def _watermark(self, key: SessionKey, sink: str) -> int:
+        conn = self._conn()
+        row = conn.execute(
+            "SELECT seq FROM watermarks WHERE session=? AND sink=?", (self._sid(key, conn), sink)
+        ).fetchone()
+        return int(row[0]) if row else 0
+
+    def _advance_watermark(self, key: SessionKey, sink: str, seq: int) -> int:
+        sid = self._sid(key)
+        with self._write() as c:
+            c.execute(
+                "INSERT INTO watermarks VALUES (?,?,?) ON CONFLICT (session, sink) "
+                "DO UPDATE SET seq=max(seq, excluded.seq)",
+                (sid, sink, seq),
+            )
+            row = c.execute(
+                "SELECT seq FROM watermarks WHERE session=? AND sink=?", (sid, sink)
+            ).fetchone()
+        return int(row[0])
+
+    @staticmethod
+    def _put_blob(c: sqlite3.Connection, data: bytes) -> str:
+        digest = _rows.blob_digest(data)
+        c.execute("INSERT OR IGNORE INTO blobs VALUES (?, ?)", (digest, data))
+        return digest
+
+    def put_blob(self, data: bytes) -> str:
+        if not isinstance(data, bytes | bytearray):
+            raise InvalidInput(f"blob data must be bytes, got {type(data).__name__}")
+        with self._write() as c:
+            return self._put_blob(c, bytes(data))
+
+    def get_blob(self, digest: str) -> bytes:
+        row = self._conn().execute("SELECT data FROM blobs WHERE digest=?", (digest,)).fetchone()
+        return _rows.check_blob(digest, bytes(row[0]) if row else None)
+
+    def _secret(self) -> bytes:
+        row = self._conn().execute("SELECT value FROM agentnb_meta WHERE key='secret'").fetchone()
+        return bytes(row[0])
+
+
+def _translate(exc: sqlite3.Error, path: Path) -> StorageError:
+    if isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc):
+        return StorageError(f"{path} stayed locked by another writer ({exc}); retry later")
+    if isinstance(exc, sqlite3.DatabaseError) and "not a database" in str(exc):
+        return Corrupt(f"{path} is not an agentnb store ({exc})")
+    return StorageError(f"{path}: {exc}")

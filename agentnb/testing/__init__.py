@@ -1,0 +1,1 @@
+"""Public test helpers: the store contract suite and offline doubles."""
