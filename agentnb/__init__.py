@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from agentnb.agent import Agent
 from agentnb.errors import (
     AgentnbError,
     AppendConflict,
@@ -25,14 +26,30 @@ from agentnb.errors import (
     UncertainToolCalls,
     UnknownRequiredEvent,
 )
-from agentnb.events import Event, register_event_type
+from agentnb.events import Event, Message, register_event_type
 from agentnb.ids import SessionKey
 from agentnb.log import Inbox, SessionLog
+from agentnb.records import (
+    InputReceipt,
+    Inspection,
+    Interaction,
+    Outcome,
+    Receipt,
+    Task,
+    ToolCallRef,
+    Transcript,
+)
+from agentnb.runtime.models.base import Model, ModelError
+from agentnb.runtime.models.scripted import Reply, ScriptedModel, ToolCall
+from agentnb.runtime.runtime import Runtime
+from agentnb.runtime.tools import Tool, ToolContext, ask_user, tool
+from agentnb.session import Session
 from agentnb.stores import MemoryStore, SessionStore, open_store
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "Agent",
     "AgentnbError",
     "AppendConflict",
     "CannotResume",
@@ -45,21 +62,41 @@ __all__ = [
     "HistoryTooLarge",
     "IdempotencyConflict",
     "Inbox",
+    "InputReceipt",
+    "Inspection",
+    "Interaction",
     "InvalidAnswer",
     "InvalidCursor",
     "InvalidInput",
     "InvalidLimit",
     "LeaseHeld",
     "MemoryStore",
+    "Message",
+    "Model",
+    "ModelError",
     "NotRunning",
+    "Outcome",
+    "Receipt",
     "RecoveryLimitExceeded",
+    "Reply",
+    "Runtime",
+    "ScriptedModel",
+    "Session",
     "SessionKey",
     "SessionLog",
     "SessionNotFound",
     "SessionStore",
     "StorageError",
+    "Task",
+    "Tool",
+    "ToolCall",
+    "ToolCallRef",
+    "ToolContext",
+    "Transcript",
     "UncertainToolCalls",
     "UnknownRequiredEvent",
+    "ask_user",
     "open_store",
     "register_event_type",
+    "tool",
 ]

@@ -61,7 +61,10 @@ BLOB_THRESHOLD = 64 * 1024
 class FrozenDict(dict[str, Any]):
     """A JSON object that refuses mutation once built (payloads are frozen on acceptance)."""
 
-    __slots__ = ()
+    # The canonical JSON, computed on first use: a store encodes each payload twice per
+    # append (batch digest and row), and frozen content cannot go stale.
+    __slots__ = ("_json",)
+    _json: str
 
     def _refuse(self, *_: Any, **__: Any) -> NoReturn:
         raise TypeError("event payloads are frozen; build a new event instead")
@@ -76,7 +79,14 @@ class FrozenDict(dict[str, Any]):
     update = _refuse
 
     def __hash__(self) -> int:  # type: ignore[override]
-        return hash(canonical_json(self))
+        return hash(self._canonical())
+
+    def _canonical(self) -> str:
+        try:
+            return self._json
+        except AttributeError:
+            self._json = _ENCODER.encode(self)
+            return self._json
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (FrozenDict, (dict(self),))
@@ -101,6 +111,8 @@ def freeze_json(value: Any, _path: str = "payload", _depth: int = 0) -> Any:
         if not math.isfinite(value):
             raise InvalidInput(f"{_path} is {value!r}; JSON has no NaN or infinity")
         return value
+    if isinstance(value, BaseModel):
+        return freeze_json(value.model_dump(mode="json"), _path, _depth)
     if isinstance(value, Mapping):
         out = {}
         for k, v in value.items():
@@ -116,11 +128,16 @@ def freeze_json(value: Any, _path: str = "payload", _depth: int = 0) -> Any:
     )
 
 
+_ENCODER = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+)
+
+
 def canonical_json(value: Any) -> str:
     """Compact, key-sorted JSON: the same value always encodes to the same text."""
-    return json.dumps(
-        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-    )
+    if type(value) is FrozenDict:
+        return value._canonical()
+    return _ENCODER.encode(value)
 
 
 # --------------------------------------------------------------------------------------------
@@ -259,8 +276,14 @@ class RequestPrepared(Payload):
 
     model_call_id: str
     model: str
+    prefix: int = 0
+    """How many context messages come before ``messages``: the previous request carried them."""
     messages: tuple[Message, ...]
-    tools: tuple[dict[str, Any], ...] = ()
+    """The context messages new since the previous request (all of them when prefix is 0)."""
+    instructions: str | None = None
+    """The system instructions, when they differ from the previous request's."""
+    tools: tuple[str, ...] = ()
+    """Names of the tools offered."""
     options: dict[str, Any] = Field(default_factory=dict)
 
 
@@ -668,6 +691,30 @@ def check_readable(type_: str, required: bool, *, session: object, seq: int) -> 
     )
 
 
+def _check_writable(type_: object, required: bool) -> None:
+    """Refuse (``InvalidInput``) a type a store must not commit: one no reader could read.
+
+    ``Event.create`` already enforces this; stores call it too so an event built around it
+    (``model_construct``) cannot poison a log with a type that would fail every later read.
+    """
+    if isinstance(type_, str) and type_ in BUILTIN_TYPES:
+        return
+    if (
+        not isinstance(type_, str)
+        or not _APP_TYPE.match(type_)
+        or type_.split("/", maxsplit=1)[0] in _RESERVED_PREFIXES
+    ):
+        raise InvalidInput(
+            f"unknown event type {type_!r}: use a built-in type or a namespaced application "
+            "type 'vendor/name'"
+        )
+    if required and type_ not in _app_types:
+        raise InvalidInput(
+            f"{type_!r} is marked required but has no registered codec; call "
+            "agentnb.register_event_type() first, or record it with required=False"
+        )
+
+
 def _prepare_payload(type_: str, payload: Any, required: bool | None) -> tuple[Any, bool]:
     """Validate a payload for ``type_`` and return (frozen JSON payload, required flag)."""
     model = PAYLOADS.get(type_)
@@ -793,7 +840,10 @@ class Event(BaseModel):
 
     def with_seq(self, seq: int) -> Event:
         """This event as committed at ``seq``."""
-        return self.model_construct(**{**self.__dict__, "seq": seq})
+        # A shallow copy of an already valid event (model_construct would redo field setup).
+        event = self.__copy__()
+        event.__dict__["seq"] = seq
+        return event
 
     @property
     def data(self) -> BaseModel | Mapping[str, Any]:
@@ -803,7 +853,8 @@ class Event(BaseModel):
 
     def content_json(self) -> str:
         """Canonical JSON of everything but ``seq``: what a retried batch must repeat."""
-        return canonical_json(
+        # The same text as encoding the whole list at once, reusing the payload's cached JSON.
+        envelope = _ENCODER.encode(
             [
                 self.schema_version,
                 self.event_id,
@@ -812,9 +863,9 @@ class Event(BaseModel):
                 self.turn_id,
                 self.run_id,
                 self.required,
-                self.payload,
             ]
         )
+        return f"{envelope[:-1]},{canonical_json(self.payload)}]"
 
 
 def builtins_type_name(value: object) -> str:
@@ -828,8 +879,5 @@ def _ts(value: datetime) -> int:
 
 def event_digest(events: Iterable[Event]) -> str:
     """SHA-256 over the canonical content of a batch (batch-id replay detection)."""
-    h = hashlib.sha256()
-    for event in events:
-        h.update(event.content_json().encode())
-        h.update(b"\n")
-    return h.hexdigest()
+    text = "".join([f"{event.content_json()}\n" for event in events])
+    return hashlib.sha256(text.encode()).hexdigest()

@@ -1,0 +1,68 @@
+"""``Agent``: the immutable description of what runs a session (model, tools, instructions)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from agentnb.errors import InvalidInput
+from agentnb.ids import check_id
+from agentnb.runtime.models.base import Model
+from agentnb.runtime.tools import Tool, tool
+
+__all__ = ["Agent"]
+
+
+@dataclass(frozen=True)
+class Agent:
+    """A reusable agent: sessions are keyed by its ``agent_id``.
+
+    ``tools`` may hold ``Tool`` objects (from ``@nb.tool``) or plain functions, which are
+    wrapped with ``nb.tool``. ``max_steps`` bounds the reasoning iterations of one run.
+    """
+
+    name: str
+    agent_id: str
+    model: Model
+    tools: tuple[Tool, ...] = ()
+    instructions: str = ""
+    max_steps: int = 25
+    _by_name: dict[str, Tool] = field(init=False, repr=False, compare=False)
+
+    def __init__(
+        self,
+        name: str,
+        agent_id: str,
+        model: Model,
+        tools: Iterable[Tool | Callable[..., Any]] = (),
+        instructions: str = "",
+        max_steps: int = 25,
+    ) -> None:
+        check_id(name, "name")
+        check_id(agent_id, "agent_id")
+        if not isinstance(model, Model):
+            raise InvalidInput(
+                f"model must be an agentnb Model (e.g. nb.ScriptedModel), got "
+                f"{type(model).__name__}"
+            )
+        if not isinstance(instructions, str):
+            raise InvalidInput("instructions must be a string")
+        if not isinstance(max_steps, int) or isinstance(max_steps, bool) or max_steps < 1:
+            raise InvalidInput(f"max_steps must be a positive int, got {max_steps!r}")
+        wrapped = tuple(t if isinstance(t, Tool) else tool(t) for t in tools)
+        by_name: dict[str, Tool] = {}
+        for t in wrapped:
+            if t.name in by_name:
+                raise InvalidInput(f"two tools are named {t.name!r}; tool names must be unique")
+            by_name[t.name] = t
+        object.__setattr__(self, "name", name)
+        object.__setattr__(self, "agent_id", agent_id)
+        object.__setattr__(self, "model", model)
+        object.__setattr__(self, "tools", wrapped)
+        object.__setattr__(self, "instructions", instructions)
+        object.__setattr__(self, "max_steps", max_steps)
+        object.__setattr__(self, "_by_name", by_name)
+
+    def tool_named(self, name: str) -> Tool | None:
+        return self._by_name.get(name)

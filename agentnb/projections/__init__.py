@@ -1,0 +1,1 @@
+"""Pure folds of the log: state, transcript, tasks, pending requests, snapshots."""

@@ -1,0 +1,363 @@
+"""Pure folds of a session's two logs: what the runtime and the Session facade decide from.
+
+``SessionState`` folds the execution log (turns, runs, the model context, tool calls, inputs
+applied); ``InboxState`` folds the inbox log (commands in acceptance order, which run is open
+for steering). ``next_command`` decides which accepted command runs next. No I/O here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from agentnb.events import Event, Message
+
+__all__ = [
+    "TERMINAL_TURN",
+    "Command",
+    "InboxState",
+    "RunState",
+    "SessionState",
+    "TurnState",
+    "next_command",
+    "tool_message",
+]
+
+TERMINAL_TURN = frozenset({"completed", "cancelled"})
+"""Turn statuses after which nothing more can happen to the turn."""
+PARKING = frozenset({"suspended", "interrupted", "failed"})
+"""Turn statuses that park the queue until the turn is answered, resumed or cancelled."""
+
+
+@dataclass
+class TurnState:
+    turn_id: str
+    input: str
+    status: str = "queued"
+    run_ids: list[str] = field(default_factory=list)
+    created_at: datetime | None = None
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
+    error: str | None = None
+    output: str | None = None
+    command_id: str | None = None
+
+
+@dataclass
+class RunState:
+    run_id: str
+    turn_id: str
+    command_id: str | None
+    reason: str
+    status: str = "running"
+    steps: int = 0
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
+    error: str | None = None
+
+
+@dataclass
+class ToolCallState:
+    call_id: str
+    name: str
+    arguments: dict[str, Any]
+    turn_id: str | None
+    run_id: str | None
+    idempotent: bool = False
+    dispatched: bool = False
+    result: dict[str, Any] | None = None
+
+
+def tool_message(call_id: str, name: str, output: str, turn_id: str | None) -> Message:
+    """The context message a tool result becomes."""
+    return Message(
+        id=f"msg_{call_id}", role="tool", text=output, call_id=call_id, name=name, turn_id=turn_id
+    )
+
+
+class SessionState:
+    """Fold of the execution log. ``apply`` one event at a time, in seq order."""
+
+    def __init__(self) -> None:
+        self.seq = 0
+        self.turns: dict[str, TurnState] = {}
+        self.runs: dict[str, RunState] = {}
+        self.active_run: str | None = None
+        self.context: list[Message] = []
+        self.handled: set[str] = set()
+        self.applied_inputs: set[str] = set()
+        self.received_inputs: dict[str, dict[str, Any]] = {}
+        self.tool_calls: dict[str, ToolCallState] = {}
+        self.pending: dict[str, dict[str, Any]] = {}
+        self.last_checkpoint_seq = 0
+        self.requested_messages = 0
+        """How many context messages the last model request already carried."""
+
+    @classmethod
+    def fold(cls, events: Iterable[Event]) -> SessionState:
+        state = cls()
+        for event in events:
+            state.apply(event)
+        return state
+
+    # -- queries -----------------------------------------------------------------------------
+
+    @property
+    def latest_turn(self) -> TurnState | None:
+        """The most recently started turn."""
+        for turn in reversed(self.turns.values()):
+            if turn.run_ids or turn.status == "cancelled":
+                return turn
+        return None
+
+    def uncertain_calls(self) -> list[ToolCallState]:
+        """Dispatched tool calls that have no result."""
+        return [c for c in self.tool_calls.values() if c.dispatched and c.result is None]
+
+    # -- the fold ----------------------------------------------------------------------------
+
+    def apply(self, event: Event) -> None:
+        self.seq = event.seq
+        handler = _HANDLERS.get(event.type)
+        if handler is not None:
+            handler(self, event, event.payload)
+
+    def _turn(self, event: Event) -> TurnState | None:
+        return self.turns.get(event.turn_id) if event.turn_id else None
+
+    def _on_turn_start(self, event: Event, p: Any) -> None:
+        tid = event.turn_id or ""
+        turn = self.turns.get(tid)
+        if turn is None:
+            turn = self.turns[tid] = TurnState(tid, p["input"], created_at=event.occurred_at)
+        turn.command_id = p.get("command_id")
+        turn.started_at = turn.started_at or event.occurred_at
+
+    def _on_run_start(self, event: Event, p: Any) -> None:
+        rid = event.run_id or ""
+        tid = event.turn_id or ""
+        self.runs[rid] = RunState(
+            rid, tid, p.get("command_id"), p.get("reason", "submit"), started_at=event.occurred_at
+        )
+        self.active_run = rid
+        turn = self.turns.get(tid)
+        if turn is not None:
+            turn.run_ids.append(rid)
+            turn.status = "running"
+            turn.ended_at = None
+            turn.error = None
+
+    def _on_run_end(self, event: Event, p: Any) -> None:
+        run = self.runs.get(event.run_id or "")
+        if run is not None:
+            run.status = p["status"]
+            run.error = p.get("error")
+            run.ended_at = event.occurred_at
+        if self.active_run == event.run_id:
+            self.active_run = None
+
+    def _on_turn_status(self, event: Event, p: Any) -> None:
+        turn = self._turn(event)
+        if turn is None:
+            return
+        turn.status = event.type.split("/")[1]
+        turn.error = p.get("error") or (p.get("reason") if turn.status == "failed" else None)
+        if turn.status != "running":
+            turn.ended_at = event.occurred_at
+
+    def _on_turn_output(self, event: Event, p: Any) -> None:
+        turn = self._turn(event)
+        if turn is not None:
+            turn.output = p["message"].get("text")
+
+    def _on_step_start(self, event: Event, p: Any) -> None:
+        run = self.runs.get(event.run_id or "")
+        if run is not None:
+            run.steps += 1
+
+    def _on_message(self, event: Event, p: Any) -> None:
+        self.context.append(Message.model_validate(p["message"]))
+
+    def _on_input_received(self, event: Event, p: Any) -> None:
+        self.received_inputs[p["input_id"]] = dict(p, turn_id=event.turn_id)
+
+    def _on_input_applied(self, event: Event, p: Any) -> None:
+        self.applied_inputs.update(p["input_ids"])
+
+    def _on_request_prepared(self, event: Event, p: Any) -> None:
+        self.requested_messages = len(self.context)
+
+    def _on_tool_requested(self, event: Event, p: Any) -> None:
+        self.tool_calls[p["call_id"]] = ToolCallState(
+            p["call_id"], p["name"], dict(p.get("arguments") or {}), event.turn_id, event.run_id
+        )
+
+    def _on_tool_dispatch(self, event: Event, p: Any) -> None:
+        call = self.tool_calls.get(p["call_id"])
+        if call is None:
+            call = self.tool_calls[p["call_id"]] = ToolCallState(
+                p["call_id"], p["name"], dict(p.get("arguments") or {}), event.turn_id, event.run_id
+            )
+        call.dispatched = True
+        call.idempotent = bool(p.get("idempotent"))
+        call.run_id = event.run_id
+
+    def _on_tool_result(self, event: Event, p: Any) -> None:
+        call = self.tool_calls.get(p["call_id"])
+        if call is not None:
+            call.result = dict(p)
+        self.context.append(
+            tool_message(p["call_id"], p["name"], p.get("output", ""), event.turn_id)
+        )
+
+    def _on_inbox_started(self, event: Event, p: Any) -> None:
+        self.handled.add(p["command_id"])
+
+    def _on_inbox_applied(self, event: Event, p: Any) -> None:
+        self.handled.update(p["command_ids"])
+
+    def _on_checkpoint(self, event: Event, p: Any) -> None:
+        self.last_checkpoint_seq = event.seq
+
+    def _on_interaction_requested(self, event: Event, p: Any) -> None:
+        self.pending[p["request_id"]] = dict(p, turn_id=event.turn_id)
+
+    def _on_interaction_resolved(self, event: Event, p: Any) -> None:
+        self.pending.pop(p["request_id"], None)
+
+
+_HANDLERS = {
+    "turn/start": SessionState._on_turn_start,
+    "run/start": SessionState._on_run_start,
+    "run/end": SessionState._on_run_end,
+    "turn/completed": SessionState._on_turn_status,
+    "turn/failed": SessionState._on_turn_status,
+    "turn/suspended": SessionState._on_turn_status,
+    "turn/interrupted": SessionState._on_turn_status,
+    "turn/cancelled": SessionState._on_turn_status,
+    "turn/output": SessionState._on_turn_output,
+    "step/start": SessionState._on_step_start,
+    "message/user": SessionState._on_message,
+    "message/assistant": SessionState._on_message,
+    "message/system": SessionState._on_message,
+    "input/received": SessionState._on_input_received,
+    "input/applied": SessionState._on_input_applied,
+    "request/prepared": SessionState._on_request_prepared,
+    "tool/requested": SessionState._on_tool_requested,
+    "tool/dispatch": SessionState._on_tool_dispatch,
+    "tool/result": SessionState._on_tool_result,
+    "inbox/started": SessionState._on_inbox_started,
+    "inbox/applied": SessionState._on_inbox_applied,
+    "state/checkpoint": SessionState._on_checkpoint,
+    "interaction/requested": SessionState._on_interaction_requested,
+    "interaction/resolved": SessionState._on_interaction_resolved,
+}
+
+
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Command:
+    """One accepted inbox command."""
+
+    seq: int
+    command_id: str
+    kind: str
+    turn_id: str | None
+    run_id: str | None
+    input: str | None
+    key: str | None
+    data: dict[str, Any]
+    accepted_at: datetime
+
+
+class InboxState:
+    """Fold of the inbox log."""
+
+    def __init__(self) -> None:
+        self.seq = 0
+        self.commands: dict[str, Command] = {}
+        self.rejected: dict[str, str] = {}
+        self.open_run: tuple[str, str] | None = None
+        """(turn_id, run_id) of the run accepting steering right now."""
+        self.open_seq = 0
+        self.valid_steers: set[str] = set()
+        """Steering accepted while its turn's run was open: the only steering ever applied.
+
+        Validity depends only on the inbox order, so the runtime and the caller of ``steer``
+        always agree on it.
+        """
+
+    def apply(self, event: Event) -> None:
+        self.seq = event.seq
+        p = event.payload
+        if event.type == "inbox/accepted":
+            self.commands[p["command_id"]] = Command(
+                event.seq,
+                p["command_id"],
+                p["kind"],
+                p.get("turn_id"),
+                p.get("run_id"),
+                p.get("input"),
+                p.get("key"),
+                dict(p.get("data") or {}),
+                event.occurred_at,
+            )
+            if (
+                p["kind"] == "steer"
+                and self.open_run is not None
+                and self.open_run[0] == p.get("turn_id")
+            ):
+                self.valid_steers.add(p["command_id"])
+        elif event.type == "inbox/opened" and event.turn_id and event.run_id:
+            self.open_run = (event.turn_id, event.run_id)
+            self.open_seq = event.seq
+        elif event.type == "inbox/closed" and event.turn_id:
+            if self.open_run is not None and self.open_run[0] == event.turn_id:
+                self.open_run = None
+        elif event.type == "inbox/rejected":
+            self.rejected[p["command_id"]] = p["reason"]
+
+    def steers_for(self, turn_id: str, before: int | None = None) -> list[Command]:
+        """Steering commands bound to ``turn_id`` (accepted before inbox seq ``before``)."""
+        return [
+            c
+            for c in self.commands.values()
+            if c.kind == "steer"
+            and c.turn_id == turn_id
+            and c.command_id in self.valid_steers
+            and (before is None or c.seq < before)
+        ]
+
+    def injects(self) -> list[Command]:
+        return [
+            c
+            for c in self.commands.values()
+            if c.kind == "inject" and c.command_id not in self.rejected
+        ]
+
+
+def next_command(inbox: InboxState, state: SessionState) -> Command | None:
+    """The accepted command that should run next, or None if nothing can run now.
+
+    Commands run in acceptance order; a submit waits while the latest turn is parked
+    (suspended, interrupted or failed), and a command for that parked turn goes ahead of it.
+    Steering and injected material are not dispatched: runs pick them up at step boundaries.
+    """
+    if state.active_run is not None:
+        return None
+    latest = state.latest_turn
+    parked = latest is not None and latest.status in PARKING
+    for command in inbox.commands.values():
+        if command.command_id in state.handled or command.command_id in inbox.rejected:
+            continue
+        if command.kind == "submit":
+            if parked:
+                continue
+            return command
+        if command.kind in {"resume", "respond", "cancel", "reconcile"}:
+            return command
+    return None

@@ -1,0 +1,131 @@
+"""The frozen records the Session operations return (field names are part of the contract)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Generator
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Literal
+
+from agentnb.events import Message
+
+if TYPE_CHECKING:
+    from agentnb.session import Session
+
+__all__ = [
+    "InputReceipt",
+    "Inspection",
+    "Interaction",
+    "Message",
+    "Outcome",
+    "Receipt",
+    "Task",
+    "ToolCallRef",
+    "Transcript",
+]
+
+TaskStatus = Literal[
+    "queued", "running", "suspended", "interrupted", "completed", "failed", "cancelled"
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """How a run ended: ``completed``, ``suspended``, ``interrupted``, ``failed``, ``cancelled``."""
+
+    status: str
+    turn_id: str
+    run_id: str | None
+    output: str | None = None
+    """The turn's final assistant text, if it produced one."""
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class Receipt:
+    """Proof that a command was durably accepted; ``wait()`` (or ``await``) observes its run."""
+
+    command_id: str
+    turn_id: str
+    run_id: str | None
+    """None while the turn is queued."""
+    status: str
+    disposition: str | None = None
+    """For ``send`` only: ``started``, ``queued`` or ``steered``."""
+    _session: Session | None = field(default=None, repr=False, compare=False, hash=False)
+
+    def wait(self, timeout: float | None = None) -> Outcome:
+        """Block until the run this command started ends (or ``TimeoutError``)."""
+        if self._session is None:
+            raise RuntimeError("this receipt is not bound to a session; use session.wait()")
+        return self._session.wait(self, timeout)
+
+    def __await__(self) -> Generator[Any, None, Outcome]:
+        return asyncio.to_thread(self.wait).__await__()
+
+
+@dataclass(frozen=True, slots=True)
+class InputReceipt:
+    """Proof that steering or injected material was durably accepted."""
+
+    input_id: str
+    turn_id: str | None
+    """The turn steered; None for inject (it applies to whatever runs next)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Task:
+    """One turn as a task: its status, input, runs and timings."""
+
+    turn_id: str
+    status: str
+    input: str
+    run_ids: tuple[str, ...]
+    created_at: datetime | None
+    started_at: datetime | None
+    ended_at: datetime | None
+    error: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Interaction:
+    """An open request for a person (or an outside system) to answer."""
+
+    request_id: str
+    kind: str
+    turn_id: str
+    call_id: str | None
+    tool_name: str | None
+    arguments: dict[str, Any]
+    prompt: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Transcript:
+    """Complete committed messages as of one seq."""
+
+    messages: tuple[Message, ...]
+    as_of_seq: int
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallRef:
+    """A tool call, by id, with what was asked."""
+
+    call_id: str
+    tool_name: str
+    arguments: dict[str, Any]
+    turn_id: str | None
+    run_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Inspection:
+    """A read-only look at what the runtime would do next."""
+
+    as_of_seq: int
+    uncertain_tool_calls: tuple[ToolCallRef, ...]
+    active_runs: tuple[str, ...]
+    interrupted_turn: str | None
+    next_context: tuple[Message, ...]

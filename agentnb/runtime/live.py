@@ -1,0 +1,100 @@
+"""Live notifications of this process: chunks before they commit, status changes.
+
+Never a commit acknowledgement (read the log for that). Each subscriber has a bounded
+buffer; a subscriber that falls behind gets one ``Lagged`` marker instead of stalling the
+runtime, and continues with the newest notifications.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["Lagged", "LiveEvent", "LiveHub", "Subscription"]
+
+
+@dataclass(frozen=True, slots=True)
+class LiveEvent:
+    """A notification: ``kind`` (``model/chunk``, ``tool/chunk``, ``status``, ``committed``)."""
+
+    kind: str
+    turn_id: str | None = None
+    run_id: str | None = None
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Lagged:
+    """This subscriber fell behind and ``dropped`` notifications were skipped."""
+
+    dropped: int
+
+
+class Subscription:
+    """An iterator of ``LiveEvent`` / ``Lagged``; ``close()`` ends it."""
+
+    def __init__(self, hub: LiveHub, maxsize: int) -> None:
+        self._hub = hub
+        self._queue: queue.Queue[LiveEvent | None] = queue.Queue(maxsize)
+        self._dropped = 0
+        self._lock = threading.Lock()
+        self.closed = False
+
+    def _offer(self, event: LiveEvent) -> None:
+        with self._lock:
+            try:
+                self._queue.put_nowait(event)
+            except queue.Full:
+                self._dropped += 1
+
+    def get(self, timeout: float | None = None) -> LiveEvent | Lagged | None:
+        """The next notification, or None on timeout or after close."""
+        with self._lock:
+            if self._dropped:
+                dropped, self._dropped = self._dropped, 0
+                return Lagged(dropped)
+        try:
+            return self._queue.get(timeout=timeout)
+        except queue.Empty:
+            return None
+
+    def __iter__(self) -> Iterator[LiveEvent | Lagged]:
+        while not self.closed:
+            item = self.get(timeout=0.25)
+            if item is not None:
+                yield item
+
+    def close(self) -> None:
+        self.closed = True
+        self._hub._unsubscribe(self)
+        with contextlib.suppress(queue.Full):
+            self._queue.put_nowait(None)
+
+
+class LiveHub:
+    """Fan-out of live notifications to subscribers; publishing never blocks."""
+
+    def __init__(self) -> None:
+        self._subs: list[Subscription] = []
+        self._lock = threading.Lock()
+
+    def subscribe(self, maxsize: int = 1000) -> Subscription:
+        sub = Subscription(self, maxsize)
+        with self._lock:
+            self._subs.append(sub)
+        return sub
+
+    def _unsubscribe(self, sub: Subscription) -> None:
+        with self._lock:
+            if sub in self._subs:
+                self._subs.remove(sub)
+
+    def publish(self, event: LiveEvent) -> None:
+        with self._lock:
+            subs = list(self._subs)
+        for sub in subs:
+            sub._offer(event)

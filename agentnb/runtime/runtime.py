@@ -1,0 +1,203 @@
+"""``Runtime``: one background thread with its own asyncio loop that executes sessions.
+
+Work goes on while notebook cells run, and every sync call works inside Jupyter without
+nesting event loops: callers hand coroutines to the runtime's loop and wait on a future.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import os
+import socket
+import threading
+from collections.abc import Callable, Coroutine, Iterable
+from typing import Any, TypeVar
+
+from agentnb.agent import Agent
+from agentnb.errors import InvalidInput, SessionNotFound, StorageError
+from agentnb.events import Event
+from agentnb.ids import SessionKey, check_id, new_id
+from agentnb.runtime.engine import SessionDriver
+from agentnb.runtime.live import LiveEvent, LiveHub
+from agentnb.stores import SessionStore, open_store
+
+__all__ = ["Runtime"]
+
+T = TypeVar("T")
+
+
+class Runtime:
+    """Executes an agent's sessions in the background, on one store.
+
+    ``store`` is a URL (``sqlite:///path.db``, ``memory://``) or a ``SessionStore``; the
+    default is SQLite under ``./.agentnb/``. A session executes only while this runtime holds
+    its lease (``lease_ttl`` seconds, renewed every third of that).
+    """
+
+    def __init__(
+        self,
+        agent: Agent,
+        store: str | SessionStore | None = None,
+        *,
+        lease_ttl: float = 10.0,
+        auto_resume: bool = False,
+        export_to: Iterable[Any] = (),
+        namespace: str = "default",
+    ) -> None:
+        if not isinstance(agent, Agent):
+            raise InvalidInput(f"agent must be an nb.Agent, got {type(agent).__name__}")
+        if not isinstance(lease_ttl, int | float) or not 0.2 <= lease_ttl <= 3600:
+            raise InvalidInput(f"lease_ttl must be seconds in [0.2, 3600], got {lease_ttl!r}")
+        self.agent = agent
+        self._owns_store = not isinstance(store, SessionStore)
+        self.store = open_store(store)
+        self.lease_ttl = float(lease_ttl)
+        self.auto_resume = bool(auto_resume)
+        self.export_to = tuple(export_to)
+        self.namespace = check_id(namespace, "namespace")
+        self.owner = f"{socket.gethostname()}:{os.getpid()}:{new_id('rt')}"
+        self.hub = LiveHub()
+        self._drivers: dict[SessionKey, SessionDriver] = {}
+        self._sessions: dict[SessionKey, Any] = {}
+        self._lock = threading.Lock()
+        self._closed = False
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, daemon=True, name=f"agentnb-runtime-{agent.agent_id}"
+        )
+        self._thread.start()
+
+    # -- sessions ----------------------------------------------------------------------------
+
+    def _key(self, session_id: str, user_id: str) -> SessionKey:
+        return SessionKey(
+            self.namespace,
+            check_id(user_id, "user_id"),
+            self.agent.agent_id,
+            check_id(session_id, "session_id"),
+        )
+
+    def session(self, session_id: str, user_id: str = "default") -> Any:
+        """Get or create a session; starts nothing (call ``start()`` after a restart)."""
+        self._check_open()
+        key = self._key(session_id, user_id)
+        self.store.create_session(key)
+        return self._session(key)
+
+    def open(self, session_id: str, user_id: str = "default") -> Any:
+        """An existing session; ``SessionNotFound`` if it was never created."""
+        self._check_open()
+        key = self._key(session_id, user_id)
+        if self.store.get_session(key) is None:
+            raise SessionNotFound(
+                f"no session {session_id!r} for user {user_id!r} and agent "
+                f"{self.agent.agent_id!r}; create it with "
+                "runtime.session(...)"
+            )
+        return self._session(key)
+
+    def sessions(self, user_id: str | None = None) -> list[SessionKey]:
+        """Keys of this agent's sessions (of ``user_id`` if given), oldest first."""
+        records = self.store.list_sessions(
+            namespace=self.namespace, user_id=user_id, agent_id=self.agent.agent_id
+        )
+        return [r.key for r in records]
+
+    def _session(self, key: SessionKey) -> Any:
+        from agentnb.session import Session
+
+        with self._lock:
+            session = self._sessions.get(key)
+            if session is None:
+                session = self._sessions[key] = Session(self, key)
+            return session
+
+    # -- the loop ----------------------------------------------------------------------------
+
+    def call(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+        """Run ``coro`` on the runtime's loop and wait for its result (from any thread)."""
+        if threading.current_thread() is self._thread:
+            coro.close()
+            raise RuntimeError("Runtime.call() from the runtime's own thread would deadlock")
+        future = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        try:
+            return future.result(timeout)
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            raise TimeoutError(f"runtime call did not finish within {timeout}s") from None
+
+    def kick(self, key: SessionKey) -> None:
+        """Make sure a driver dispatches the session's accepted work (non-blocking)."""
+        if self._closed:
+            return
+        self._loop.call_soon_threadsafe(self._ensure_driver, key)
+
+    def _ensure_driver(self, key: SessionKey) -> None:
+        driver = self._drivers.get(key)
+        if driver is not None and driver.task is not None and not driver.task.done():
+            driver.wake.set()
+            return
+        driver = SessionDriver(self, key)
+        driver.writer.on_commit = self._committed(key)
+        self._drivers[key] = driver
+        driver.task = self._loop.create_task(driver.run(), name=f"agentnb-session-{key}")
+
+    def _committed(self, key: SessionKey) -> Callable[[list[Event]], None]:
+        def on_commit(events: list[Event]) -> None:
+            last = events[-1]
+            self.hub.publish(
+                LiveEvent(
+                    "committed", last.turn_id, last.run_id, {"session": str(key), "seq": last.seq}
+                )
+            )
+
+        return on_commit
+
+    def active(self, key: SessionKey) -> bool:
+        """Whether this runtime has a driver working on ``key`` now."""
+        driver = self._drivers.get(key)
+        return driver is not None and driver.task is not None and not driver.task.done()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StorageError("this runtime is closed; create a new nb.Runtime")
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Stop scheduling, let active work stop at its next boundary; committed data stays."""
+        if self._closed:
+            return
+        self._closed = True
+
+        async def stop_all() -> None:
+            tasks = []
+            for driver in self._drivers.values():
+                driver.stopping = True
+                driver.wake.set()
+                if driver.task is not None and not driver.task.done():
+                    tasks.append(driver.task)
+            if tasks:
+                _, pending = await asyncio.wait(tasks, timeout=timeout)
+                for task in pending:
+                    task.cancel()
+                if pending:
+                    await asyncio.wait(pending, timeout=1.0)
+
+        try:
+            asyncio.run_coroutine_threadsafe(stop_all(), self._loop).result(timeout + 2)
+        finally:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout=5)
+            if not self._loop.is_running():
+                self._loop.close()
+            if self._owns_store:
+                self.store.close()
+
+    def __enter__(self) -> Runtime:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Runtime(agent={self.agent.agent_id!r}, store={self.store.url!r})"

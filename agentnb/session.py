@@ -1,0 +1,322 @@
+"""``Session``: the facade a notebook, script or worker uses to drive one conversation.
+
+Every operation is sync and thread-safe. Commands go to the session's inbox (durable before
+the call returns); the runtime's loop executes them. Reads fold the committed log.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+from agentnb.errors import InvalidInput, NotRunning
+from agentnb.ids import SessionKey, check_id, new_id
+from agentnb.log import Inbox, SessionLog
+from agentnb.projections.state import InboxState, SessionState
+from agentnb.records import (
+    InputReceipt,
+    Inspection,
+    Outcome,
+    Receipt,
+    Task,
+    ToolCallRef,
+    Transcript,
+)
+from agentnb.runtime.engine import build_context
+from agentnb.runtime.live import Subscription
+
+if TYPE_CHECKING:
+    from agentnb.runtime.runtime import Runtime
+
+__all__ = ["Session"]
+
+MAX_INPUT_CHARS = 1_000_000
+_ENDED_RUN = frozenset({"completed", "suspended", "interrupted", "failed", "cancelled"})
+
+
+def _check_text(value: object, what: str) -> str:
+    if not isinstance(value, str):
+        raise InvalidInput(f"{what} must be a string, got {type(value).__name__}")
+    if not value.strip():
+        raise InvalidInput(f"{what} is empty; give the agent something to work on")
+    if len(value) > MAX_INPUT_CHARS:
+        raise InvalidInput(
+            f"{what} has {len(value)} characters; the limit is "
+            f"{MAX_INPUT_CHARS} (inject large material in parts)"
+        )
+    return value
+
+
+class Session:
+    """One continuing conversation. Get it from ``runtime.session(...)``."""
+
+    def __init__(self, runtime: Runtime, key: SessionKey) -> None:
+        self.runtime = runtime
+        self.key = key
+        self.log = SessionLog(runtime.store, key)
+        self.inbox = Inbox(runtime.store, key)
+        self._lock = threading.RLock()
+        self._state = SessionState()
+        self._inbox_state = InboxState()
+
+    # -- reading -----------------------------------------------------------------------------
+
+    def _refresh(self) -> tuple[SessionState, InboxState]:
+        """Fold whatever was committed since the last read (both logs)."""
+        with self._lock:
+            store = self.runtime.store
+            while batch := store.inbox_read_after(self.key, self._inbox_state.seq, 1000):
+                for event in batch:
+                    self._inbox_state.apply(event)
+            for event in store.scan(self.key, self._state.seq):
+                self._state.apply(event)
+            return self._state, self._inbox_state
+
+    def tasks(self) -> list[Task]:
+        """One task per turn, in submission order, with its status and runs."""
+        with self._lock:
+            state, inbox = self._refresh()
+            out: list[Task] = []
+            for command in inbox.commands.values():
+                if command.kind != "submit" or command.turn_id is None:
+                    continue
+                turn = state.turns.get(command.turn_id)
+                if turn is None:
+                    status = "cancelled" if command.command_id in inbox.rejected else "queued"
+                    out.append(
+                        Task(
+                            command.turn_id,
+                            status,
+                            command.input or "",
+                            (),
+                            command.accepted_at,
+                            None,
+                            None,
+                            None,
+                        )
+                    )
+                    continue
+                out.append(
+                    Task(
+                        turn.turn_id,
+                        turn.status,
+                        turn.input,
+                        tuple(turn.run_ids),
+                        command.accepted_at,
+                        turn.started_at,
+                        turn.ended_at,
+                        turn.error,
+                    )
+                )
+            return out
+
+    def task(self, command_id: str) -> Task:
+        """The task a submit's ``command_id`` (or a turn id) created."""
+        with self._lock:
+            _, inbox = self._refresh()
+            command = inbox.commands.get(command_id)
+            turn_id = command.turn_id if command else command_id
+            for task in self.tasks():
+                if task.turn_id == turn_id:
+                    return task
+        raise InvalidInput(f"no task for {command_id!r} in session {self.key}")
+
+    def transcript(self) -> Transcript:
+        """The complete committed messages (user, assistant, tool) as of one seq."""
+        with self._lock:
+            state, _ = self._refresh()
+            return Transcript(tuple(state.context), state.seq)
+
+    def inspect(self) -> Inspection:
+        """What the runtime would do next, read-only."""
+        with self._lock:
+            state, inbox = self._refresh()
+            uncertain = tuple(
+                ToolCallRef(c.call_id, c.name, dict(c.arguments), c.turn_id, c.run_id)
+                for c in state.uncertain_calls()
+            )
+            latest = state.latest_turn
+            interrupted = latest.turn_id if latest and latest.status == "interrupted" else None
+            context = list(state.context)
+            # Material injected or steering accepted but not yet applied joins the next call.
+            waiting = [c for c in inbox.injects() if c.command_id not in state.received_inputs]
+            if latest is not None and latest.status not in {"completed", "cancelled"}:
+                waiting += [
+                    c
+                    for c in inbox.steers_for(latest.turn_id)
+                    if c.command_id not in state.received_inputs
+                ]
+            from agentnb.events import Message
+
+            context += [
+                Message(
+                    id=f"msg_{c.command_id}", role="user", text=c.input or "", turn_id=c.turn_id
+                )
+                for c in sorted(waiting, key=lambda c: c.seq)
+            ]
+            active = (state.active_run,) if state.active_run else ()
+            return Inspection(
+                state.seq,
+                uncertain,
+                active,
+                interrupted,
+                tuple(build_context(self.runtime.agent.instructions, context)),
+            )
+
+    # -- commands ----------------------------------------------------------------------------
+
+    def submit(self, input: str, key: str | None = None) -> Receipt:
+        """Durably accept a new task and return at once; it runs in the background."""
+        text = _check_text(input, "input")
+        if key is not None:
+            check_id(key, "key")
+        self.runtime._check_open()
+        event, _ = self.inbox.accept("submit", key=key, turn_id=new_id("turn"), input=text)
+        self.start()
+        return Receipt(
+            event.payload["command_id"], event.payload["turn_id"], None, "queued", None, self
+        )
+
+    def send(self, input: str) -> Receipt:
+        """Steer the running turn, or start / queue a new one; ``disposition`` says which."""
+        text = _check_text(input, "input")
+        with self._lock:
+            state, inbox = self._refresh()
+            if inbox.open_run is not None:
+                try:
+                    steered = self.steer(text)
+                except NotRunning:
+                    pass
+                else:
+                    turn_id = steered.turn_id or ""
+                    return Receipt(
+                        steered.input_id,
+                        turn_id,
+                        inbox.open_run[1] if inbox.open_run else None,
+                        "running",
+                        "steered",
+                        self,
+                    )
+            busy = state.active_run is not None or self._has_pending(state, inbox)
+        receipt = self.submit(text)
+        return Receipt(
+            receipt.command_id,
+            receipt.turn_id,
+            None,
+            "queued",
+            "queued" if busy else "started",
+            self,
+        )
+
+    @staticmethod
+    def _has_pending(state: SessionState, inbox: InboxState) -> bool:
+        latest = state.latest_turn
+        if latest is not None and latest.status in {"suspended", "interrupted", "failed"}:
+            return True
+        return any(
+            c.kind == "submit"
+            and c.command_id not in state.handled
+            and c.command_id not in inbox.rejected
+            for c in inbox.commands.values()
+        )
+
+    def run(self, input: str, timeout: float | None = None) -> Outcome:
+        """``submit`` then ``wait``: the same log, not a separate mode."""
+        return self.wait(self.submit(input), timeout)
+
+    def steer(self, input: str, task: str | None = None) -> InputReceipt:
+        """Guidance for the running turn, applied at its next step (never lost)."""
+        text = _check_text(input, "input")
+        if task is not None:
+            check_id(task, "task")
+        with self._lock:
+            _, inbox = self._refresh()
+            open_run = inbox.open_run
+            if open_run is None or (task is not None and open_run[0] != task):
+                what = f"task {task!r} is not the running one" if task else "nothing is running"
+                raise NotRunning(f"cannot steer: {what}; submit a new task instead")
+            turn_id, run_id = open_run
+            event, _ = self.inbox.accept("steer", turn_id=turn_id, run_id=run_id, input=text)
+            command_id = event.payload["command_id"]
+            # The run may have closed for input between our read and our accept: the inbox
+            # order decides. A steer after the close is refused, never silently dropped.
+            _, inbox = self._refresh()
+            if command_id not in inbox.valid_steers:
+                self.inbox.record(
+                    "inbox/rejected",
+                    {"command_id": command_id, "reason": "the turn finished first"},
+                    turn_id=turn_id,
+                )
+                raise NotRunning(
+                    "cannot steer: the task finished before the guidance "
+                    "arrived; submit it as a new task"
+                )
+            return InputReceipt(command_id, turn_id)
+
+    def inject(self, material: str) -> InputReceipt:
+        """Store reference material; applied exactly once at the next step of any run."""
+        text = _check_text(material, "material")
+        event, _ = self.inbox.accept("inject", input=text)
+        return InputReceipt(event.payload["command_id"], None)
+
+    def start(self) -> None:
+        """Dispatch accepted queued work (needed after a restart; submit calls it)."""
+        self.runtime._check_open()
+        self.runtime.kick(self.key)
+
+    # -- waiting -----------------------------------------------------------------------------
+
+    def _outcome(self, receipt: Receipt) -> Outcome | None:
+        state, inbox = self._refresh()
+        turn = state.turns.get(receipt.turn_id)
+        if receipt.disposition == "steered":
+            if turn is None or not turn.run_ids:
+                return None
+            run = state.runs[turn.run_ids[-1]]
+        else:
+            if receipt.command_id in inbox.rejected and turn is None:
+                return Outcome(
+                    "cancelled", receipt.turn_id, None, None, inbox.rejected[receipt.command_id]
+                )
+            run = next((r for r in state.runs.values() if r.command_id == receipt.command_id), None)
+            if run is None:
+                return None
+        if run.status not in _ENDED_RUN:
+            return None
+        output = turn.output if turn is not None and run.status == "completed" else None
+        return Outcome(run.status, run.turn_id, run.run_id, output, run.error)
+
+    def wait(self, receipt: Receipt, timeout: float | None = None) -> Outcome:
+        """Block until the run ``receipt`` started ends; observes only, never acts."""
+        if not isinstance(receipt, Receipt):
+            raise InvalidInput(f"wait() takes a Receipt, got {type(receipt).__name__}")
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            with self._lock:
+                outcome = self._outcome(receipt)
+                seq = self._state.seq
+            if outcome is not None:
+                return outcome
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                raise TimeoutError(f"turn {receipt.turn_id} did not end within {timeout}s")
+            self.runtime.store.wait_for_head(
+                self.key, seq, 0.5 if remaining is None else min(0.5, remaining)
+            )
+
+    def events(self, maxsize: int = 1000) -> Subscription:
+        """Live notifications of this process (chunks before commit, status changes)."""
+        return self.runtime.hub.subscribe(maxsize)
+
+    def close(self) -> None:
+        """Stop dispatching this session from this runtime; committed data stays."""
+        driver = self.runtime._drivers.get(self.key)
+        if driver is not None:
+            driver.stopping = True
+
+    def __repr__(self) -> str:
+        return f"Session({self.key})"
+
+    def _repr_pretty_(self, p: Any, cycle: bool) -> None:
+        p.text(repr(self))
