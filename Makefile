@@ -3,6 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+BENCH_STAMP := $(VENV)/.bench-installed
 
 .PHONY: venv demo test lint bench clean
 
@@ -11,6 +12,11 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e ".[dev]"
 	touch $(STAMP)
+
+# The bench extra (the LangGraph baseline) is installed only for `make bench`.
+$(BENCH_STAMP): $(STAMP) pyproject.toml
+	$(BIN)/pip install --quiet -e ".[dev,bench]"
+	touch $(BENCH_STAMP)
 
 venv: $(STAMP)
 
@@ -25,7 +31,7 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
-bench: $(STAMP)
+bench: $(BENCH_STAMP)
 	$(BIN)/python benchmarks/bench_store.py
 
 clean:

@@ -18,6 +18,7 @@ One tree, so callers can catch as broadly or as narrowly as they need::
     │   └── HistoryTooLarge
     └── StorageError                 the store refused or could not do what was asked
         ├── AppendConflict           expected seq is stale: another writer committed first
+        │   └── InboxChanged         a commit conditioned on the inbox head saw new commands
         ├── Fenced                   the lease epoch is stale: this writer lost its lease
         ├── LeaseHeld                another holder has a live lease on the session
         ├── Corrupt                  the stored data is not what agentnb wrote (fail closed)
@@ -44,6 +45,7 @@ __all__ = [
     "HistoryError",
     "HistoryTooLarge",
     "IdempotencyConflict",
+    "InboxChanged",
     "InvalidAnswer",
     "InvalidCursor",
     "InvalidInput",
@@ -128,6 +130,10 @@ class StorageError(AgentnbError):
 
 class AppendConflict(StorageError):
     """The expected seq is stale: another writer committed first. Re-read the head and retry."""
+
+
+class InboxChanged(AppendConflict):
+    """A commit conditioned on the inbox head found new commands; re-read the inbox."""
 
 
 class Fenced(StorageError):

@@ -191,6 +191,8 @@ class RunEnd(Payload):
     status: Status
     reason: str | None = None
     error: str | None = None
+    inbox_seq: int | None = None
+    """The inbox head this run had read when it ended: steering after it was not seen."""
 
 
 class RunStopRequested(Payload):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import re
 import threading
 import time
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ __all__ = [
 ]
 
 MAX_ID_LENGTH = 256
+_CONTROL = re.compile("[\x00-\x1f]")
 
 
 def check_id(value: object, what: str) -> str:
@@ -33,7 +35,7 @@ def check_id(value: object, what: str) -> str:
         raise InvalidInput(f"{what} must be a string, got {type(value).__name__}")
     if not value or len(value) > MAX_ID_LENGTH:
         raise InvalidInput(f"{what} must be 1..{MAX_ID_LENGTH} characters, got {len(value)}")
-    if any(ord(c) < 32 for c in value):
+    if _CONTROL.search(value):
         raise InvalidInput(f"{what} must not contain control characters: {value!r}")
     return value
 

@@ -62,7 +62,8 @@ class Follow:
                 return events
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
-                return None
+                # For the async form the deadline is only a slice: [] means "check in again".
+                return None if slice_ is None else []
             wait = 0.5 if remaining is None else min(remaining, 0.5)
             if slice_ is not None:
                 wait = min(wait, slice_)
@@ -82,6 +83,8 @@ class Follow:
         try:
             while not self._stop.is_set():
                 batch = await asyncio.to_thread(self._next_batch, _ASYNC_WAIT_SLICE)
+                if batch is None:  # stopped, or the store was closed
+                    return
                 if batch:
                     deadline = None if saved is None else time.monotonic() + saved
                     for event in batch:
@@ -132,9 +135,14 @@ class SessionLog:
         def wait(pos: int, timeout: float) -> int | None:
             if self.store._closed:
                 return None
-            return self.store.wait_for_head(self.key, pos, timeout)
+            head = self.store.wait_for_head(self.key, pos, timeout)
+            return None if self.store._closed else head
 
-        return Follow(self.read_after, wait, after, idle_timeout, stop)
+        def read(pos: int, limit: int) -> list[Event]:
+            # A closed store ends the follow (through wait) instead of failing the read.
+            return [] if self.store._closed else self.read_after(pos, limit)
+
+        return Follow(read, wait, after, idle_timeout, stop)
 
     def append(
         self,
@@ -234,6 +242,11 @@ class Inbox:
         def wait(pos: int, timeout: float) -> int | None:
             if self.store._closed:
                 return None
-            return self.store.wait_for_inbox(self.key, pos, timeout)
+            head = self.store.wait_for_inbox(self.key, pos, timeout)
+            return None if self.store._closed else head
 
-        return Follow(self.read_after, wait, after, idle_timeout, stop)
+        def read(pos: int, limit: int) -> list[Event]:
+            # A closed store ends the follow (through wait) instead of failing the read.
+            return [] if self.store._closed else self.read_after(pos, limit)
+
+        return Follow(read, wait, after, idle_timeout, stop)

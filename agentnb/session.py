@@ -183,17 +183,16 @@ class Session:
         text = _check_text(input, "input")
         with self._lock:
             state, inbox = self._refresh()
-            if inbox.open_run is not None:
+            if state.active_run is not None:
                 try:
                     steered = self.steer(text)
                 except NotRunning:
-                    pass
+                    state, inbox = self._refresh()
                 else:
-                    turn_id = steered.turn_id or ""
                     return Receipt(
                         steered.input_id,
-                        turn_id,
-                        inbox.open_run[1] if inbox.open_run else None,
+                        steered.turn_id or "",
+                        state.active_run,
                         "running",
                         "steered",
                         self,
@@ -231,18 +230,24 @@ class Session:
         if task is not None:
             check_id(task, "task")
         with self._lock:
-            _, inbox = self._refresh()
-            open_run = inbox.open_run
-            if open_run is None or (task is not None and open_run[0] != task):
+            state, _ = self._refresh()
+            run = state.runs.get(state.active_run or "")
+            if run is None or (task is not None and run.turn_id != task):
                 what = f"task {task!r} is not the running one" if task else "nothing is running"
                 raise NotRunning(f"cannot steer: {what}; submit a new task instead")
-            turn_id, run_id = open_run
-            event, _ = self.inbox.accept("steer", turn_id=turn_id, run_id=run_id, input=text)
+            turn_id = run.turn_id
+            event, _ = self.inbox.accept("steer", turn_id=turn_id, run_id=run.run_id, input=text)
             command_id = event.payload["command_id"]
-            # The run may have closed for input between our read and our accept: the inbox
-            # order decides. A steer after the close is refused, never silently dropped.
-            _, inbox = self._refresh()
-            if command_id not in inbox.valid_steers:
+            # The turn may have committed its completion between our read and our accept.
+            # It records the inbox head it had read; guidance after that was not seen, and
+            # is refused here rather than silently dropped.
+            state, _ = self._refresh()
+            turn = state.turns[turn_id]
+            last = state.runs[turn.run_ids[-1]]
+            too_late = turn.status == "cancelled" or (
+                turn.status == "completed" and (last.inbox_seq or 0) < event.seq
+            )
+            if too_late:
                 self.inbox.record(
                     "inbox/rejected",
                     {"command_id": command_id, "reason": "the turn finished first"},
@@ -279,9 +284,10 @@ class Session:
                 return Outcome(
                     "cancelled", receipt.turn_id, None, None, inbox.rejected[receipt.command_id]
                 )
-            run = next((r for r in state.runs.values() if r.command_id == receipt.command_id), None)
-            if run is None:
+            run_id = state.run_of_command.get(receipt.command_id)
+            if run_id is None:
                 return None
+            run = state.runs[run_id]
         if run.status not in _ENDED_RUN:
             return None
         output = turn.output if turn is not None and run.status == "completed" else None

@@ -56,6 +56,7 @@ class RunState:
     started_at: datetime | None = None
     ended_at: datetime | None = None
     error: str | None = None
+    inbox_seq: int | None = None
 
 
 @dataclass
@@ -84,6 +85,8 @@ class SessionState:
         self.seq = 0
         self.turns: dict[str, TurnState] = {}
         self.runs: dict[str, RunState] = {}
+        self.run_of_command: dict[str, str] = {}
+        """command_id -> the run that command started."""
         self.active_run: str | None = None
         self.context: list[Message] = []
         self.handled: set[str] = set()
@@ -141,6 +144,8 @@ class SessionState:
         self.runs[rid] = RunState(
             rid, tid, p.get("command_id"), p.get("reason", "submit"), started_at=event.occurred_at
         )
+        if p.get("command_id"):
+            self.run_of_command[p["command_id"]] = rid
         self.active_run = rid
         turn = self.turns.get(tid)
         if turn is not None:
@@ -155,6 +160,7 @@ class SessionState:
             run.status = p["status"]
             run.error = p.get("error")
             run.ended_at = event.occurred_at
+            run.inbox_seq = p.get("inbox_seq")
         if self.active_run == event.run_id:
             self.active_run = None
 
@@ -281,15 +287,6 @@ class InboxState:
         self.seq = 0
         self.commands: dict[str, Command] = {}
         self.rejected: dict[str, str] = {}
-        self.open_run: tuple[str, str] | None = None
-        """(turn_id, run_id) of the run accepting steering right now."""
-        self.open_seq = 0
-        self.valid_steers: set[str] = set()
-        """Steering accepted while its turn's run was open: the only steering ever applied.
-
-        Validity depends only on the inbox order, so the runtime and the caller of ``steer``
-        always agree on it.
-        """
 
     def apply(self, event: Event) -> None:
         self.seq = event.seq
@@ -306,18 +303,6 @@ class InboxState:
                 dict(p.get("data") or {}),
                 event.occurred_at,
             )
-            if (
-                p["kind"] == "steer"
-                and self.open_run is not None
-                and self.open_run[0] == p.get("turn_id")
-            ):
-                self.valid_steers.add(p["command_id"])
-        elif event.type == "inbox/opened" and event.turn_id and event.run_id:
-            self.open_run = (event.turn_id, event.run_id)
-            self.open_seq = event.seq
-        elif event.type == "inbox/closed" and event.turn_id:
-            if self.open_run is not None and self.open_run[0] == event.turn_id:
-                self.open_run = None
         elif event.type == "inbox/rejected":
             self.rejected[p["command_id"]] = p["reason"]
 
@@ -328,7 +313,7 @@ class InboxState:
             for c in self.commands.values()
             if c.kind == "steer"
             and c.turn_id == turn_id
-            and c.command_id in self.valid_steers
+            and c.command_id not in self.rejected
             and (before is None or c.seq < before)
         ]
 

@@ -14,17 +14,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
-import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from agentnb.errors import (
     AppendConflict,
     Fenced,
     IdempotencyConflict,
+    InboxChanged,
     InvalidInput,
     LeaseHeld,
     SessionNotFound,
@@ -36,12 +35,11 @@ from agentnb.log import Inbox
 from agentnb.projections.state import Command, InboxState, SessionState, next_command
 from agentnb.runtime.live import LiveEvent
 from agentnb.runtime.models.base import (
-    Finish,
     ModelError,
     ModelRequest,
+    StreamCollector,
     TextDelta,
     ToolCallDelta,
-    Usage,
 )
 from agentnb.runtime.tools import InvalidToolArguments, ToolContext
 from agentnb.stores.base import Lease, SessionStore
@@ -60,6 +58,8 @@ CHUNK_GROUP_MAX = 512
 CHUNK_COMMIT_INTERVAL = 0.1
 """Seconds at least between two commits of streamed chunks."""
 MODEL_RETRIES = 3
+LINGER = 0.5
+"""Seconds an idle driver keeps the lease, waiting for more work, before releasing it."""
 _FATAL = (Fenced, AppendConflict, LeaseHeld, SessionNotFound)
 _NO_RETRY = (*_FATAL, InvalidInput, IdempotencyConflict)
 
@@ -104,11 +104,19 @@ class LogWriter:
     def next_seq(self) -> int:
         return self.head + len(self.pending) + 1
 
-    async def flush(self) -> None:
-        """Commit everything buffered, as one atomic batch (retried on transient errors)."""
-        if not self.pending:
+    async def flush(self, *, tail: Sequence[Event] = (), expected_inbox: int | None = None) -> None:
+        """Commit everything buffered (plus ``tail``) as one atomic batch.
+
+        ``tail`` events are applied to the state only once committed, so a commit refused
+        because the inbox moved (``expected_inbox``) leaves no trace of them. Transient store
+        errors are retried with the same batch id: a no-op if the batch did commit.
+        """
+        first = self.head + len(self.pending) + 1
+        staged = [e.with_seq(first + i) for i, e in enumerate(tail)]
+        batch = self.pending + staged
+        if not batch:
             return
-        batch, self.pending = self.pending, []
+        in_flight = len(self.pending)
         batch_id = new_id("batch")
         for attempt in range(5):
             try:
@@ -116,20 +124,25 @@ class LogWriter:
                     self.store.append,
                     self.key,
                     batch,
-                    expected_seq=batch[0].seq - 1,
+                    expected_seq=self.head,
                     batch_id=batch_id,
                     fence=self.lease,
+                    expected_inbox=expected_inbox,
                 )
                 break
             except _NO_RETRY:
                 raise
             except StorageError:
-                # A lost acknowledgement is retried with the same batch id: a no-op if it
-                # did commit.
                 if attempt == 4:
                     raise
                 await asyncio.sleep(0.05 * 2**attempt)
+        for event in staged:
+            self.state.apply(event)
+        # Events added while the commit was in flight (tool progress) stay pending.
+        self.pending = self.pending[in_flight:]
         self.head = batch[-1].seq
+        for i, event in enumerate(self.pending):
+            self.pending[i] = event.with_seq(self.head + i + 1)
         self.commits += 1
         if self.on_commit is not None:
             self.on_commit(batch)
@@ -143,8 +156,55 @@ def build_context(instructions: str, context: list[Message]) -> list[Message]:
     return messages + list(context)
 
 
-class _Stop(Exception):
-    """The run was asked to stop (interrupt) at a chunk or step boundary."""
+class _ChunkGroup:
+    """Streamed pieces grouped into ``model/chunk`` events (by time and by count)."""
+
+    def __init__(self, writer: LogWriter, call_id: str, turn_id: str, run_id: str) -> None:
+        self.writer = writer
+        self.call_id = call_id
+        self.ids = (turn_id, run_id)
+        self.text: list[str] = []
+        self.fragments: list[dict[str, Any]] = []
+        self.start = 0
+        self.pieces = 0
+        self.opened = time.monotonic()
+
+    def add(self, item: TextDelta | ToolCallDelta) -> dict[str, Any]:
+        """Take one piece; returns it as live-notification data."""
+        self.pieces += 1
+        if isinstance(item, TextDelta):
+            self.text.append(item.text)
+            return {"text": item.text}
+        fragment = {
+            "index": item.index,
+            "call_id": item.call_id,
+            "name": item.name,
+            "arguments_delta": item.arguments_delta,
+        }
+        self.fragments.append(fragment)
+        return {"tool_call": fragment}
+
+    def close_if_due(self, now: float) -> None:
+        if now - self.opened >= CHUNK_GROUP_INTERVAL or self.pieces - self.start >= CHUNK_GROUP_MAX:
+            self.close()
+            self.opened = now
+
+    def close(self) -> None:
+        if not self.text and not self.fragments:
+            return
+        self.writer.add(
+            "model/chunk",
+            {
+                "model_call_id": self.call_id,
+                "index": self.start,
+                "text": "".join(self.text),
+                "tool_call_fragments": self.fragments,
+                "pieces": self.pieces - self.start,
+            },
+            turn_id=self.ids[0],
+            run_id=self.ids[1],
+        )
+        self.text, self.fragments, self.start = [], [], self.pieces
 
 
 class SessionDriver:
@@ -162,6 +222,8 @@ class SessionDriver:
         self.inbox = InboxState()
         self.writer = LogWriter(self.store, key, self.state)
         self._renewer: asyncio.Task[None] | None = None
+        self._bad_arguments: dict[str, str] = {}
+        """Tool calls of the last model reply whose arguments were not a JSON object."""
         self.stopping = False
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -172,13 +234,25 @@ class SessionDriver:
             self.wake.clear()
             if not await self._has_work():
                 return
-            lease = await self._acquire()
-            if lease is None:
+            if await self._acquire() is None:
                 return
             try:
-                await self._execute_all()
+                while not self.stopping:
+                    await self._execute_all()
+                    self.wake.clear()
+                    if await self._has_work():
+                        continue
+                    if self.stopping:
+                        break
+                    # Keep the lease a moment: back-to-back tasks then cost no lease commits.
+                    try:
+                        await asyncio.wait_for(self.wake.wait(), LINGER)
+                    except TimeoutError:
+                        break
             except _FATAL as exc:
                 log.warning("session %s: execution stopped: %s", self.key, exc)
+                self.writer.pending.clear()
+                await asyncio.to_thread(self._reload)
             finally:
                 await self._release()
             if not self.wake.is_set():
@@ -221,7 +295,7 @@ class SessionDriver:
                 if not await self._has_work():
                     return None
                 continue
-            self._reload()
+            await asyncio.to_thread(self._refresh)  # another process may have written
             self.writer.lease = lease
             self._renewer = asyncio.create_task(self._renew(lease))
             return lease
@@ -262,7 +336,7 @@ class SessionDriver:
                 await self._execute(command)
             except _FATAL:
                 raise
-            except Exception as exc:  # noqa: BLE001 - a bug must not strand the turn
+            except Exception as exc:
                 log.exception("session %s: command %s failed", self.key, command.command_id)
                 await self._fail_internal(command, exc)
 
@@ -343,36 +417,23 @@ class SessionDriver:
         )
         await self._run(turn_id, run_id, applied=[command.command_id])
 
-    async def _open(self, turn_id: str, run_id: str) -> None:
-        await asyncio.to_thread(
-            self.inbox_log.record, "inbox/opened", {}, turn_id=turn_id, run_id=run_id
-        )
-
-    async def _close(self, turn_id: str, run_id: str) -> int:
-        event = await asyncio.to_thread(
-            self.inbox_log.record, "inbox/closed", {}, turn_id=turn_id, run_id=run_id
-        )
-        return event.seq
-
     def _publish(self, kind: str, turn_id: str, run_id: str, **data: Any) -> None:
         self.runtime.hub.publish(LiveEvent(kind, turn_id, run_id, data))
+
+    def _ev(self, type_: str, payload: Any, turn_id: str, run_id: str) -> Event:
+        return Event.create(type_, payload, turn_id=turn_id, run_id=run_id)
 
     async def _run(self, turn_id: str, run_id: str, applied: list[str]) -> None:
         """Steps until the turn completes, fails, or needs a person."""
         w = self.writer
-        await self._open(turn_id, run_id)
         self._publish("status", turn_id, run_id, status="running")
         step = 0
         while True:
             if step >= self.agent.max_steps:
-                await self._finish(
-                    turn_id,
-                    run_id,
-                    "failed",
-                    applied,
-                    error=f"stopped after max_steps={self.agent.max_steps} "
-                    "steps without a final answer",
+                error = (
+                    f"stopped after max_steps={self.agent.max_steps} steps without a final answer"
                 )
+                await self._finish(turn_id, run_id, "failed", applied, error=error)
                 return
             step += 1
             step_id = new_id("step")
@@ -384,54 +445,59 @@ class SessionDriver:
             )
             applied.extend(await self._take_inputs(turn_id, run_id))
             try:
-                reply = await self._model_call(turn_id, run_id)
+                _, calls = await self._model_call(turn_id, run_id)
             except ModelError as exc:
                 await self._finish(
                     turn_id, run_id, "failed", applied, error=str(exc), step_id=step_id
                 )
                 return
-            text, calls = reply
             if calls:
                 await self._tool_calls(turn_id, run_id, calls)
-                self._checkpoint(turn_id, run_id, step, applied)
-                w.add(
-                    "step/end",
-                    {"step_id": step_id, "status": "continued"},
-                    turn_id=turn_id,
-                    run_id=run_id,
-                )
-                applied = []
-                continue
-            # A final answer. Steering accepted before we close the run for input gets
-            # one more step in this run, so no guidance is ever lost.
-            await w.flush()
-            close_seq = await self._close(turn_id, run_id)
-            await asyncio.to_thread(self._refresh_inbox)
-            late = [
-                c
-                for c in self.inbox.steers_for(turn_id, before=close_seq)
-                if c.command_id not in self.state.received_inputs
-            ]
-            if late:
-                await self._open(turn_id, run_id)
-                self._checkpoint(turn_id, run_id, step, applied)
-                w.add(
-                    "step/end",
-                    {"step_id": step_id, "status": "continued"},
-                    turn_id=turn_id,
-                    run_id=run_id,
-                )
-                applied = []
-                continue
-            message = self.state.context[-1]  # the final assistant message, same id
+            elif await self._complete(turn_id, run_id, step_id, applied):
+                return
+            # Tool results to reason about, or steering that arrived during the final model
+            # call: either way, one more step in this run.
+            for event in self._checkpoint(turn_id, run_id, applied):
+                w.add_event(event)
             w.add(
-                "turn/output",
-                {"message": message, "status": "completed"},
+                "step/end",
+                {"step_id": step_id, "status": "continued"},
                 turn_id=turn_id,
                 run_id=run_id,
             )
-            await self._finish(turn_id, run_id, "completed", applied, step_id=step_id, closed=True)
-            return
+            applied = []
+
+    async def _complete(self, turn_id: str, run_id: str, step_id: str, applied: list[str]) -> bool:
+        """Commit the turn's completion, unless steering for it is waiting (then False).
+
+        The completion commits only if the inbox is still where we read it, so steering
+        accepted before the commit is always applied, and steering after it is refused by
+        ``steer`` (it sees ``run/end.inbox_seq`` below its own inbox seq).
+        """
+        while True:
+            await asyncio.to_thread(self._refresh_inbox)
+            seen = self.inbox.seq
+            if any(
+                c.command_id not in self.state.received_inputs
+                for c in self.inbox.steers_for(turn_id)
+            ):
+                return False
+            message = self.state.context[-1]  # the final assistant message, same id
+            tail = [
+                self._ev(
+                    "turn/output", {"message": message, "status": "completed"}, turn_id, run_id
+                ),
+                *self._checkpoint(turn_id, run_id, applied),
+                self._ev("step/end", {"step_id": step_id, "status": "terminal"}, turn_id, run_id),
+                self._ev("turn/completed", {}, turn_id, run_id),
+                self._ev("run/end", {"status": "completed", "inbox_seq": seen}, turn_id, run_id),
+            ]
+            try:
+                await self.writer.flush(tail=tail, expected_inbox=seen)
+            except InboxChanged:
+                continue
+            self._publish("status", turn_id, run_id, status="completed")
+            return True
 
     def _refresh_inbox(self) -> None:
         while batch := self.store.inbox_read_after(self.key, self.inbox.seq, 1000):
@@ -448,48 +514,44 @@ class SessionDriver:
         ]
         fresh.sort(key=lambda c: c.seq)
         for c in fresh:
-            kind = "steer" if c.kind == "steer" else "inject"
+            text = c.input or ""
             self.writer.add(
                 "input/received",
                 {
                     "input_id": c.command_id,
-                    "kind": kind,
-                    "text": c.input or "",
+                    "kind": "steer" if c.kind == "steer" else "inject",
+                    "text": text,
                     "command_id": c.command_id,
                 },
                 turn_id=turn_id,
                 run_id=run_id,
             )
-            self.writer.add(
-                "message/user",
-                {
-                    "message": Message(
-                        id=f"msg_{c.command_id}", role="user", text=c.input or "", turn_id=turn_id
-                    )
-                },
-                turn_id=turn_id,
-                run_id=run_id,
-            )
+            message = Message(id=f"msg_{c.command_id}", role="user", text=text, turn_id=turn_id)
+            self.writer.add("message/user", {"message": message}, turn_id=turn_id, run_id=run_id)
         return [c.command_id for c in fresh]
 
-    def _checkpoint(self, turn_id: str, run_id: str, step: int, applied: list[str]) -> None:
-        w = self.writer
-        w.add(
-            "state/checkpoint",
-            {
-                "reason": "step",
-                "state": {
-                    "turn_id": turn_id,
-                    "run_id": run_id,
-                    "step": step,
-                    "context_messages": len(self.state.context),
+    def _checkpoint(self, turn_id: str, run_id: str, applied: list[str]) -> list[Event]:
+        """The checkpoint closing a step, and the inputs it makes applied."""
+        run = self.state.runs.get(run_id)
+        events = [
+            self._ev(
+                "state/checkpoint",
+                {
+                    "reason": "step",
+                    "state": {
+                        "turn_id": turn_id,
+                        "run_id": run_id,
+                        "step": run.steps if run else 0,
+                        "context_messages": len(self.state.context),
+                    },
                 },
-            },
-            turn_id=turn_id,
-            run_id=run_id,
-        )
+                turn_id,
+                run_id,
+            )
+        ]
         if applied:
-            w.add("input/applied", {"input_ids": applied}, turn_id=turn_id, run_id=run_id)
+            events.append(self._ev("input/applied", {"input_ids": applied}, turn_id, run_id))
+        return events
 
     async def _finish(
         self,
@@ -500,14 +562,11 @@ class SessionDriver:
         *,
         error: str | None = None,
         step_id: str | None = None,
-        closed: bool = False,
     ) -> None:
+        """End the run (failed, suspended, interrupted) in one commit."""
         w = self.writer
-        if not closed:
-            await w.flush()
-            await self._close(turn_id, run_id)
-        run = self.state.runs.get(run_id)
-        self._checkpoint(turn_id, run_id, run.steps if run else 0, applied)
+        for event in self._checkpoint(turn_id, run_id, applied):
+            w.add_event(event)
         if step_id is not None:
             w.add(
                 "step/end",
@@ -516,7 +575,12 @@ class SessionDriver:
                 run_id=run_id,
             )
         w.add(f"turn/{status}", {"error": error}, turn_id=turn_id, run_id=run_id)
-        w.add("run/end", {"status": status, "error": error}, turn_id=turn_id, run_id=run_id)
+        w.add(
+            "run/end",
+            {"status": status, "error": error, "inbox_seq": self.inbox.seq},
+            turn_id=turn_id,
+            run_id=run_id,
+        )
         await w.flush()
         self._publish("status", turn_id, run_id, status=status)
 
@@ -590,104 +654,30 @@ class SessionDriver:
     ) -> tuple[str, list[ToolCallData]]:
         w = self.writer
         started = time.monotonic()
-        text_parts: list[str] = []
-        calls: dict[int, dict[str, Any]] = {}
-        usage: Usage | None = None
-        finish: str | None = None
-        group_text: list[str] = []
-        group_frags: list[dict[str, Any]] = []
-        group_start = 0
-        pieces = 0
-        group_opened = started
+        collector = StreamCollector()
+        group = _ChunkGroup(w, call_id, turn_id, run_id)
         last_commit = started
-
-        def close_group() -> None:
-            nonlocal group_text, group_frags, group_start
-            if not group_text and not group_frags:
-                return
-            w.add(
-                "model/chunk",
-                {
-                    "model_call_id": call_id,
-                    "index": group_start,
-                    "text": "".join(group_text),
-                    "tool_call_fragments": group_frags,
-                    "pieces": pieces - group_start,
-                },
-                turn_id=turn_id,
-                run_id=run_id,
-            )
-            group_text, group_frags, group_start = [], [], pieces
-
         try:
             async for item in self.agent.model.stream(request):
-                if isinstance(item, TextDelta):
-                    text_parts.append(item.text)
-                    group_text.append(item.text)
-                    pieces += 1
-                    self._publish(
-                        "model/chunk", turn_id, run_id, model_call_id=call_id, text=item.text
-                    )
-                elif isinstance(item, ToolCallDelta):
-                    slot = calls.setdefault(item.index, {"call_id": None, "name": None, "args": []})
-                    slot["call_id"] = slot["call_id"] or item.call_id
-                    slot["name"] = slot["name"] or item.name
-                    slot["args"].append(item.arguments_delta)
-                    group_frags.append(
-                        {
-                            "index": item.index,
-                            "call_id": item.call_id,
-                            "name": item.name,
-                            "arguments_delta": item.arguments_delta,
-                        }
-                    )
-                    pieces += 1
-                    self._publish(
-                        "model/chunk",
-                        turn_id,
-                        run_id,
-                        model_call_id=call_id,
-                        tool_call=group_frags[-1],
-                    )
-                elif isinstance(item, Usage):
-                    usage = item
-                elif isinstance(item, Finish):
-                    finish = item.reason
+                collector.add(item)
+                if isinstance(item, TextDelta | ToolCallDelta):
+                    piece = group.add(item)
+                    self._publish("model/chunk", turn_id, run_id, model_call_id=call_id, **piece)
                 now = time.monotonic()
-                if (
-                    now - group_opened >= CHUNK_GROUP_INTERVAL
-                    or pieces - group_start >= CHUNK_GROUP_MAX
-                ):
-                    close_group()
-                    group_opened = now
+                group.close_if_due(now)
                 if now - last_commit >= CHUNK_COMMIT_INTERVAL and w.pending:
                     await w.flush()
                     last_commit = time.monotonic()
         except ModelError:
-            close_group()
+            group.close()
             raise
         except Exception as exc:
-            close_group()
+            group.close()
             raise ModelError(f"{type(exc).__name__}: {exc}") from exc
-        close_group()
-        tool_calls: list[ToolCallData] = []
-        for index in sorted(calls):
-            slot = calls[index]
-            raw = "".join(slot["args"])
-            try:
-                arguments = json.loads(raw) if raw.strip() else {}
-            except json.JSONDecodeError:
-                arguments = {"_raw": raw}
-            if not isinstance(arguments, dict):
-                arguments = {"_raw": raw}
-            tool_calls.append(
-                ToolCallData(
-                    call_id=slot["call_id"] or new_id("call"),
-                    name=slot["name"] or "",
-                    arguments=arguments,
-                )
-            )
-        text = "".join(text_parts)
+        group.close()
+        self._bad_arguments = {}
+        tool_calls = collector.tool_calls(problems=self._bad_arguments)
+        usage = collector.usage
         w.add(
             "model/end",
             {
@@ -697,7 +687,7 @@ class SessionDriver:
                 "input_tokens": usage.input_tokens if usage else None,
                 "output_tokens": usage.output_tokens if usage else None,
                 "latency_ms": round((time.monotonic() - started) * 1000, 3),
-                "finish_reason": finish,
+                "finish_reason": collector.finish_reason,
             },
             turn_id=turn_id,
             run_id=run_id,
@@ -705,7 +695,7 @@ class SessionDriver:
         message = Message(
             id=f"msg_{call_id}",
             role="assistant",
-            text=text,
+            text=collector.text,
             tool_calls=tuple(tool_calls),
             turn_id=turn_id,
         )
@@ -715,7 +705,7 @@ class SessionDriver:
             turn_id=turn_id,
             run_id=run_id,
         )
-        return text, tool_calls
+        return collector.text, tool_calls
 
     # -- tool calls --------------------------------------------------------------------------
 
@@ -731,20 +721,26 @@ class SessionDriver:
         for call in calls:
             await self._tool_call(turn_id, run_id, call)
 
+    def _problem(self, call: ToolCallData) -> str | None:
+        """Why this call cannot run (unknown tool, arguments that do not fit), or None."""
+        if call.call_id in self._bad_arguments:
+            return self._bad_arguments[call.call_id]
+        tool = self.agent.tool_named(call.name)
+        if tool is None:
+            names = ", ".join(t.name for t in self.agent.tools) or "none"
+            return f"there is no tool named {call.name!r}; available tools: {names}"
+        try:
+            tool.validate(call.arguments)
+        except InvalidToolArguments as exc:
+            return str(exc)
+        return None
+
     async def _tool_call(self, turn_id: str, run_id: str, call: ToolCallData) -> None:
         w = self.writer
         tool = self.agent.tool_named(call.name)
-        problem: str | None = None
-        arguments: dict[str, Any] = dict(call.arguments)
-        if tool is None:
-            names = ", ".join(t.name for t in self.agent.tools) or "none"
-            problem = f"there is no tool named {call.name!r}; available tools: {names}"
-        else:
-            try:
-                tool.validate(arguments)
-            except InvalidToolArguments as exc:
-                problem = str(exc)
+        problem = self._problem(call)
         if problem is not None or tool is None:
+            # Never run; the model sees what was wrong and can try again.
             w.add(
                 "tool/decision",
                 {"call_id": call.call_id, "decision": "denied", "reason": problem},
@@ -763,6 +759,7 @@ class SessionDriver:
                 run_id=run_id,
             )
             return
+        arguments = dict(call.arguments)
         w.add(
             "tool/decision",
             {"call_id": call.call_id, "decision": "allowed"},
@@ -787,48 +784,14 @@ class SessionDriver:
             run_id=run_id,
         )
         await w.flush()  # commit before side effect
-        loop = asyncio.get_running_loop()
-        progress_index = 0
-
-        def on_loop(fn: Callable[[], object]) -> None:
-            try:
-                running = asyncio.get_running_loop()
-            except RuntimeError:
-                running = None
-            if running is loop:
-                fn()
-            else:
-                loop.call_soon_threadsafe(fn)
-
-        def record(type_: str, data: Any, required: bool) -> None:
-            event = Event.create(
-                type_, data, required=required, turn_id=turn_id, run_id=run_id
-            )  # validates here
-            on_loop(functools.partial(w.add_event, event))
-
-        def progress(data: Any) -> None:
-            nonlocal progress_index
-            index = progress_index
-            progress_index += 1
-            event = Event.create(
-                "tool/chunk",
-                {"call_id": call.call_id, "index": index, "data": data},
-                turn_id=turn_id,
-                run_id=run_id,
-            )
-            self._publish("tool/chunk", turn_id, run_id, call_id=call.call_id, data=data)
-            on_loop(functools.partial(w.add_event, event))
-
-        ctx = ToolContext(self.key, turn_id, run_id, call.call_id, record, progress)
+        ctx = self._tool_context(turn_id, run_id, call.call_id)
         started = time.monotonic()
         try:
             output = await tool.invoke(arguments, ctx)
-            status = "success"
-            action = "returned"
+            status, action = "success", "returned"
         except Exception as exc:  # noqa: BLE001 - the model sees the error and can react
             output = f"Error: {type(exc).__name__}: {exc}"
-            status = "error"
-            action = "failed"
+            status, action = "error", "failed"
         await asyncio.sleep(0)  # let records/progress handed over from a worker thread land
         w.add(
             "action/end",
@@ -848,3 +811,35 @@ class SessionDriver:
             turn_id=turn_id,
             run_id=run_id,
         )
+
+    def _tool_context(self, turn_id: str, run_id: str, call_id: str) -> ToolContext:
+        """The context a tool gets: ``record`` and ``progress`` work from any thread."""
+        w = self.writer
+        loop = asyncio.get_running_loop()
+        counter = iter(range(1 << 62))
+
+        def on_loop(event: Event) -> None:
+            try:
+                running = asyncio.get_running_loop()
+            except RuntimeError:
+                running = None
+            if running is loop:
+                w.add_event(event)
+            else:
+                loop.call_soon_threadsafe(w.add_event, event)
+
+        def record(type_: str, data: Any, required: bool) -> None:
+            # Created (and validated) in the caller's thread, so a bad payload raises there.
+            on_loop(Event.create(type_, data, required=required, turn_id=turn_id, run_id=run_id))
+
+        def progress(data: Any) -> None:
+            event = Event.create(
+                "tool/chunk",
+                {"call_id": call_id, "index": next(counter), "data": data},
+                turn_id=turn_id,
+                run_id=run_id,
+            )
+            self._publish("tool/chunk", turn_id, run_id, call_id=call_id, data=data)
+            on_loop(event)
+
+        return ToolContext(self.key, turn_id, run_id, call_id, record, progress)

@@ -60,10 +60,18 @@ from agentnb.errors import (
     Corrupt,
     Fenced,
     IdempotencyConflict,
+    InboxChanged,
     InvalidInput,
     LeaseHeld,
 )
-from agentnb.events import INBOX_TYPES, Event, event_digest
+from agentnb.events import (
+    INBOX_TYPES,
+    Event,
+    FrozenDict,
+    _check_writable,
+    event_digest,
+    freeze_json,
+)
 from agentnb.ids import Clock, SessionKey, SystemClock, check_id
 
 __all__ = [
@@ -73,6 +81,7 @@ __all__ = [
     "SessionRecord",
     "SessionStore",
     "check_fence",
+    "check_inbox",
     "decide_acquire",
     "decide_append",
     "decide_release",
@@ -171,6 +180,15 @@ def decide_acquire(
     return Lease(key, owner, epoch, now + ttl)
 
 
+def check_inbox(key: SessionKey, inbox_head: int, expected_inbox: int | None) -> None:
+    """Raise ``InboxChanged`` unless the inbox head is the one the writer decided from."""
+    if expected_inbox is not None and inbox_head != expected_inbox:
+        raise InboxChanged(
+            f"session {key}: the inbox moved from {expected_inbox} to {inbox_head}; "
+            "read the new commands and decide again"
+        )
+
+
 def decide_append(
     key: SessionKey,
     head: int,
@@ -253,8 +271,14 @@ class SessionStore(ABC):
         expected_seq: int,
         batch_id: str,
         fence: Lease | None = None,
+        expected_inbox: int | None = None,
     ) -> list[Event]:
-        """Commit ``events`` atomically after ``expected_seq``; returns them with their seqs."""
+        """Commit ``events`` atomically after ``expected_seq``; returns them with their seqs.
+
+        With ``expected_inbox`` the batch commits only if the inbox head is still that seq
+        (else ``InboxChanged``, nothing written): a writer can decide from the inbox and
+        commit that decision without another writer's command slipping in between.
+        """
         key = _key(key)
         check_id(batch_id, "batch_id")
         _check_seq(expected_seq, "expected_seq")
@@ -262,9 +286,18 @@ class SessionStore(ABC):
             raise InvalidInput(f"fence must be a Lease, got {type(fence).__name__}")
         if fence is not None and fence.key != key:
             raise InvalidInput(f"fence is a lease of session {fence.key}, not of {key}")
+        if expected_inbox is not None:
+            _check_seq(expected_inbox, "expected_inbox")
         batch = _stamp(events, expected_seq, execution=True)
         self._append(
-            key, batch, expected_seq, batch_id, event_digest(batch), fence, self.clock.now()
+            key,
+            batch,
+            expected_seq,
+            batch_id,
+            event_digest(batch),
+            fence,
+            self.clock.now(),
+            expected_inbox=expected_inbox,
         )
         self._notify()
         return batch
@@ -280,7 +313,11 @@ class SessionStore(ABC):
         """Committed events in ``(after, through]`` (through defaults to the head now)."""
         key = _key(key)
         _check_seq(after, "after")
-        end = self._head(key) if through is None else _check_seq(through, "through")
+        head = self._head(key)
+        end = head if through is None else _check_seq(through, "through")
+        if end > head:
+            # Not a gap: those events were never committed. Saying Corrupt would mislead.
+            raise InvalidInput(f"session {key}: through={end} is past the head {head}")
         pos = after
         while pos < end:
             page = _checked(key, pos, self._read(key, pos, min(end, pos + SCAN_PAGE)))
@@ -420,7 +457,11 @@ class SessionStore(ABC):
                 return value
             step = self.poll_interval if remaining is None else min(remaining, self.poll_interval)
             with self._cond:
-                self._cond.wait(step)
+                if not self._closed:  # checked under the lock close() notifies with
+                    self._cond.wait(step)
+            if self._closed:
+                # Reading again could fail on a closed backend; the waiter just needs to wake.
+                return value
 
     # -- what a backend implements -----------------------------------------------------------
 
@@ -448,8 +489,10 @@ class SessionStore(ABC):
         digest: str,
         fence: Lease | None,
         now: float,
+        *,
+        expected_inbox: int | None = None,
     ) -> None:
-        """Atomically: check_fence, decide_append, then write the batch and move the head."""
+        """Atomically: check_fence, decide_append, check_inbox, then write the batch."""
 
     @abstractmethod
     def _read(self, key: SessionKey, after: int, through: int) -> list[Event]:
@@ -546,6 +589,9 @@ def _stamp(events: Sequence[Event], expected_seq: int, *, execution: bool) -> li
         if (event.type in INBOX_TYPES) == execution:
             where = "the inbox" if execution else "the execution log"
             raise InvalidInput(f"{event.type!r} events belong in {where}")
+        _check_writable(event.type, event.required)
+        if type(event.payload) is not FrozenDict:
+            event = _frozen(event)  # noqa: PLW2901 - the frozen copy replaces it from here on
         if event.event_id in seen:
             raise InvalidInput(f"event id {event.event_id} appears twice in one batch")
         seen.add(event.event_id)
@@ -561,6 +607,17 @@ def _stamp(events: Sequence[Event], expected_seq: int, *, execution: bool) -> li
             )
         out.append(event if event.seq == i else event.with_seq(i))
     return out
+
+
+def _frozen(event: Event) -> Event:
+    # An event built with model_construct around a plain dict: commit a frozen copy, so the
+    # caller cannot change a committed fact through the object it still holds.
+    payload = freeze_json(event.payload)
+    if not isinstance(payload, FrozenDict):
+        raise InvalidInput(f"event {event.event_id}: payload must be a JSON object")
+    copy = event.__copy__()
+    copy.__dict__["payload"] = payload
+    return copy
 
 
 def _checked(key: SessionKey, after: int, events: list[Event]) -> list[Event]:

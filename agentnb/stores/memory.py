@@ -16,6 +16,7 @@ from agentnb.stores.base import (
     SessionStore,
     _LeaseRow,
     check_fence,
+    check_inbox,
     decide_acquire,
     decide_append,
     decide_release,
@@ -86,11 +87,14 @@ class MemoryStore(SessionStore):
         digest: str,
         fence: Lease | None,
         now: float,
+        *,
+        expected_inbox: int | None = None,
     ) -> None:
         with self._lock:
             s = self._get(key)
             check_fence(key, s.lease, fence, now)
             if decide_append(key, len(s.events), expected_seq, s.batches.get(batch_id), digest):
+                check_inbox(key, len(s.inbox), expected_inbox)
                 s.events.extend(batch)
                 s.batches[batch_id] = (digest, expected_seq + 1)
 

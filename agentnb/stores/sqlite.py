@@ -20,6 +20,7 @@ from agentnb.stores.base import (
     SessionStore,
     _LeaseRow,
     check_fence,
+    check_inbox,
     decide_acquire,
     decide_append,
     decide_release,
@@ -68,6 +69,14 @@ CREATE TABLE IF NOT EXISTS blobs (digest TEXT PRIMARY KEY, data BLOB NOT NULL);
 """
 
 _INSERT_EVENT = f"INSERT INTO events (session, {_rows.COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)"
+# Everything an append decides on, in one statement: lease, head, and an earlier batch that
+# used the same id.
+_APPEND_STATE = (
+    "SELECT s.lease_owner, s.lease_epoch, s.lease_expires, "
+    "(SELECT max(seq) FROM events WHERE session=s.id), b.digest, b.first_seq "
+    "FROM sessions AS s LEFT JOIN batches AS b ON b.session=s.id AND b.batch_id=?2 "
+    "WHERE s.id=?1"
+)
 _INSERT_INBOX = (
     f"INSERT INTO inbox (session, {_rows.COLUMNS}, dedupe_key, digest) "
     "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
@@ -99,7 +108,11 @@ class SQLiteStore(SessionStore):
         self._all_lock = threading.Lock()
         self._ids: dict[SessionKey, int] = {}
         self._prepare_file()
-        self._init_schema()
+        try:
+            self._init_schema()
+        except BaseException:
+            self.close()  # a refused file must not leave connections open behind it
+            raise
 
     # -- connections -------------------------------------------------------------------------
 
@@ -136,7 +149,11 @@ class SQLiteStore(SessionStore):
                 if mode is None or str(mode[0]).lower() != "wal":
                     raise Corrupt(f"{self.path}: cannot switch to WAL mode ({mode})")
                 conn.execute(f"PRAGMA synchronous={self.synchronous}")
-            except sqlite3.DatabaseError as exc:
+            except (sqlite3.DatabaseError, Corrupt) as exc:
+                if conn is not None:
+                    conn.close()
+                if isinstance(exc, Corrupt):
+                    raise
                 raise Corrupt(
                     f"{self.path} is not an agentnb store ({exc}); point the store at a new file"
                 ) from None
@@ -288,21 +305,25 @@ class SQLiteStore(SessionStore):
         digest: str,
         fence: Lease | None,
         now: float,
+        *,
+        expected_inbox: int | None = None,
     ) -> None:
         sid = self._sid(key)
         with self._write() as c:
-            check_fence(key, self._lease_of(c, sid), fence, now)
-            old = c.execute(
-                "SELECT digest, first_seq FROM batches WHERE session=? AND batch_id=?",
-                (sid, batch_id),
+            owner, epoch, expires, head, old_digest, old_first = c.execute(
+                _APPEND_STATE, (sid, batch_id)
             ).fetchone()
-            head = self._max_seq(c, "events", sid)
-            if not decide_append(key, head, expected_seq, old, digest):
+            check_fence(key, _LeaseRow(owner, int(epoch), float(expires)), fence, now)
+            old = None if old_digest is None else (old_digest, int(old_first))
+            if not decide_append(key, int(head or 0), expected_seq, old, digest):
                 return
-            c.executemany(
-                _INSERT_EVENT,
-                [(sid, *_rows.encode(e, e.seq, lambda b: self._put_blob(c, b))) for e in batch],
-            )
+            if expected_inbox is not None:
+                check_inbox(key, self._max_seq(c, "inbox", sid), expected_inbox)
+
+            def put_blob(data: bytes) -> str:
+                return self._put_blob(c, data)
+
+            c.executemany(_INSERT_EVENT, [(sid, *_rows.encode(e, e.seq, put_blob)) for e in batch])
             c.execute(
                 "INSERT INTO batches VALUES (?,?,?,?)", (sid, batch_id, digest, expected_seq + 1)
             )

@@ -1,0 +1,1 @@
+"""The runtime: scheduler loop thread, turn/run/step engine, models and tools."""

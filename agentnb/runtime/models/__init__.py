@@ -1,0 +1,54 @@
+"""Models: the ``Model`` port and the built-in models.
+
+``ScriptedModel`` is deterministic and offline (tests, notebooks, the demo).
+``OpenAIChatModel`` talks to any OpenAI-compatible ``/chat/completions`` endpoint; it needs the
+optional ``httpx`` dependency (``pip install "agentnb[openai]"``) and is imported on first use.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from agentnb.runtime.models.base import (
+    Completion,
+    Finish,
+    Model,
+    ModelError,
+    ModelRequest,
+    StreamCollector,
+    StreamItem,
+    TextDelta,
+    ToolCallDelta,
+    Usage,
+)
+from agentnb.runtime.models.scripted import Reply, ScriptedModel, ScriptExhausted, ToolCall
+
+if TYPE_CHECKING:
+    from agentnb.runtime.models.openai import OpenAIChatModel
+
+__all__ = [
+    "Completion",
+    "Finish",
+    "Model",
+    "ModelError",
+    "ModelRequest",
+    "OpenAIChatModel",
+    "Reply",
+    "ScriptExhausted",
+    "ScriptedModel",
+    "StreamCollector",
+    "StreamItem",
+    "TextDelta",
+    "ToolCall",
+    "ToolCallDelta",
+    "Usage",
+]
+
+
+def __getattr__(name: str) -> Any:
+    # The OpenAI adapter needs httpx, an optional dependency: import it only when asked for.
+    if name == "OpenAIChatModel":
+        from agentnb.runtime.models.openai import OpenAIChatModel
+
+        return OpenAIChatModel
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,554 @@
+"""Tools: Python functions the model may call, described to it by a JSON schema.
+
+``@tool`` turns a function into a ``Tool``. The schema comes from the signature (through
+pydantic, so defaults, ``Optional``, ``Literal``, lists and nested pydantic models all work) and
+the docstring: its first paragraph describes the tool, a Google-style ``Args:`` section
+describes each parameter. The flags say how the runtime treats a call:
+
+- ``idempotent``: safe to run again after a crash left the call's outcome unknown; the runtime
+  re-runs it on resume instead of asking a person to reconcile it.
+- ``confirm``: a person must approve each call (``respond`` with True/False/``Answer``) first.
+- ``external``: the call is not run here; its result arrives through ``respond``.
+
+A tool may take a ``ToolContext`` (a parameter annotated ``ToolContext`` or named ``ctx``); it
+is not part of the schema and the runtime passes it in. ``Tool.invoke`` validates the model's
+arguments, runs the function (sync functions in a worker thread, so the runtime's event loop is
+never blocked) and turns the return value into the text the model sees.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import dataclasses
+import functools
+import inspect
+import re
+import typing
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Annotated, Any, overload
+
+import pydantic_core
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
+from pydantic.errors import PydanticSchemaGenerationError, PydanticUserError
+from pydantic.fields import FieldInfo
+from pydantic.json_schema import PydanticJsonSchemaWarning
+
+from agentnb.errors import InvalidInput
+from agentnb.ids import SessionKey
+
+__all__ = [
+    "InvalidToolArguments",
+    "Tool",
+    "ToolContext",
+    "ask_user",
+    "tool",
+]
+
+_TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+_INTERACTIONS = frozenset({"ask_user"})
+
+
+@dataclass(frozen=True)
+class ToolContext:
+    """What a running tool knows about the call it serves, and how it reports back.
+
+    ``key``, ``turn_id``, ``run_id`` and ``call_id`` identify the call. ``record`` commits an
+    application event (a registered ``vendor/name`` type such as ``acme/review_note``) to the
+    session's log; ``progress`` reports progress that becomes a ``tool/chunk`` event. Both may
+    be called from the worker thread a sync tool runs in: the engine's callbacks are
+    responsible for handing the data over to its loop safely.
+    """
+
+    key: SessionKey
+    turn_id: str
+    run_id: str
+    call_id: str
+    _record: Callable[[str, Any, bool], None] = field(repr=False, compare=False)
+    _progress: Callable[[Any], None] = field(repr=False, compare=False)
+
+    def record(self, type: str, data: Any, required: bool = False) -> None:
+        """Commit an application event of ``type`` (``vendor/name``) with payload ``data``."""
+        self._record(type, data, required)
+
+    def progress(self, data: Any) -> None:
+        """Report progress of this call (JSON-able ``data``); it becomes a ``tool/chunk``."""
+        self._progress(data)
+
+
+class InvalidToolArguments(InvalidInput):
+    """The model's arguments do not fit the tool's signature.
+
+    The message is written for the model: it names each bad argument and what is wrong, so the
+    model can correct the call. ``tool_name`` and ``problems`` carry the same facts as data.
+    """
+
+    def __init__(self, message: str, *, tool_name: str = "", problems: Sequence[str] = ()) -> None:
+        super().__init__(message)
+        self.tool_name = tool_name
+        self.problems = list(problems)
+
+
+@dataclass(frozen=True)
+class _Signature:
+    """What ``tool`` learned from a function: its argument model and how to call it."""
+
+    model: type[BaseModel]
+    fields: tuple[tuple[str, str], ...]
+    """(field name inside ``model``, parameter name) for each schema parameter."""
+    ctx_param: str | None
+    is_async: bool
+
+
+@dataclass(frozen=True)
+class Tool:
+    """A function the model may call; build one with ``@tool``.
+
+    Calling the tool (``my_tool(...)``) calls the function directly, so tools stay unit-testable.
+    ``spec()`` is what the model is shown; ``validate`` and ``invoke`` are what the runtime uses.
+    When a ``Tool`` is built directly rather than with ``@tool``, ``validate`` still follows
+    ``fn``'s signature, whatever ``parameters`` says.
+    """
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+    """JSON schema (an object with ``properties`` and ``required``) without the ctx parameter."""
+    fn: Callable[..., Any]
+    idempotent: bool = False
+    confirm: bool = False
+    external: bool = False
+    interaction: str | None = None
+    """``"ask_user"`` for the built-in ``ask_user`` tool, else None."""
+    _sig: _Signature | None = field(default=None, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        _check_name(self.name)
+        if not callable(self.fn):
+            raise InvalidInput(f"tool {self.name!r}: fn must be callable, got {self.fn!r}")
+        if self.confirm and self.external:
+            raise InvalidInput(
+                f"tool {self.name!r} cannot be both confirm=True and external=True: an external "
+                "call is already handed to a person (its result arrives through respond)"
+            )
+        if self.interaction is not None and self.interaction not in _INTERACTIONS:
+            raise InvalidInput(
+                f"tool {self.name!r}: interaction must be one of {sorted(_INTERACTIONS)} or None"
+            )
+        if self._sig is None:
+            object.__setattr__(self, "_sig", _analyse(self.fn, self.name, {}))
+
+    def __hash__(self) -> int:
+        return hash((self.name, self.fn))
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Call the function directly (no validation, no thread)."""
+        return self.fn(*args, **kwargs)
+
+    @property
+    def is_async(self) -> bool:
+        """True when the function is a coroutine function (it runs on the loop, cancellable)."""
+        return self._signature.is_async
+
+    @property
+    def _signature(self) -> _Signature:
+        assert self._sig is not None  # set in __post_init__
+        return self._sig
+
+    def spec(self) -> dict[str, Any]:
+        """The tool as the model sees it: ``{"name", "description", "parameters"}``."""
+        return {
+            "name": self.name,
+            "description": self.description,
+            "parameters": _deepcopy_json(self.parameters),
+        }
+
+    def validate(self, arguments: Mapping[str, Any]) -> dict[str, Any]:
+        """Check and coerce ``arguments`` against the signature; keyword arguments for ``fn``.
+
+        Defaults are filled in. Unknown or missing arguments and values of the wrong type raise
+        ``InvalidToolArguments``, whose message tells the model what to fix.
+        """
+        sig = self._signature
+        if not isinstance(arguments, Mapping):
+            problem = f"arguments must be a JSON object, got {type(arguments).__name__}"
+            raise InvalidToolArguments(
+                f"invalid arguments for tool '{self.name}': {problem}",
+                tool_name=self.name,
+                problems=[problem],
+            )
+        try:
+            parsed = sig.model.model_validate(dict(arguments))
+        except ValidationError as exc:
+            problems = [_describe_error(err) for err in exc.errors(include_url=False)]
+            raise InvalidToolArguments(
+                f"invalid arguments for tool '{self.name}': {'; '.join(problems)}. "
+                f"Expected {self._expected()}.",
+                tool_name=self.name,
+                problems=problems,
+            ) from None
+        return {param: getattr(parsed, fname) for fname, param in sig.fields}
+
+    async def invoke(self, arguments: Mapping[str, Any], ctx: ToolContext) -> str:
+        """Validate ``arguments``, run the function and return its result as text.
+
+        Async functions are awaited on the running loop (cancelling the caller cancels them).
+        Sync functions run in a worker thread; if the caller is cancelled meanwhile, this waits
+        for the thread to finish before re-raising ``CancelledError``, so a cancelled call never
+        leaves its body running behind the engine's back. ``ctx`` is passed to the function's
+        ctx parameter if it has one. The result becomes text: a ``str`` as is, ``None`` as
+        ``""``, pydantic models, dicts, lists and tuples as compact JSON, anything else via
+        ``str``. Exceptions raised by the function propagate unchanged.
+        """
+        sig = self._signature
+        kwargs = self.validate(arguments)
+        if sig.ctx_param is not None:
+            kwargs[sig.ctx_param] = ctx
+        if sig.is_async:
+            result = await self.fn(**kwargs)
+        else:
+            result = await _run_in_thread(functools.partial(self.fn, **kwargs))
+            if inspect.isawaitable(result):
+                result = await result
+        return _to_text(result)
+
+    def _expected(self) -> str:
+        props = self.parameters.get("properties", {})
+        required = set(self.parameters.get("required", ()))
+        if not props:
+            return "no arguments"
+        parts = [f"{p} (required)" if p in required else p for p in props]
+        return "arguments: " + ", ".join(parts)
+
+
+@overload
+def tool(
+    fn: Callable[..., Any],
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    idempotent: bool = False,
+    confirm: bool = False,
+    external: bool = False,
+) -> Tool: ...
+@overload
+def tool(
+    fn: None = None,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    idempotent: bool = False,
+    confirm: bool = False,
+    external: bool = False,
+) -> Callable[[Callable[..., Any]], Tool]: ...
+def tool(
+    fn: Callable[..., Any] | None = None,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    idempotent: bool = False,
+    confirm: bool = False,
+    external: bool = False,
+) -> Tool | Callable[[Callable[..., Any]], Tool]:
+    """Make a ``Tool`` from a function; use as ``@tool`` or ``@tool(idempotent=True)``.
+
+    ``name`` defaults to the function's name, ``description`` to the docstring's first
+    paragraph. Parameters described in a Google-style ``Args:`` section get those descriptions
+    in the schema. Raises ``InvalidInput`` for ``confirm`` together with ``external``, for
+    ``*args``/``**kwargs`` or positional-only parameters, and for parameter types that have no
+    JSON schema.
+    """
+
+    def wrap(func: Callable[..., Any]) -> Tool:
+        if isinstance(func, Tool):
+            func = func.fn
+        if not callable(func):
+            raise InvalidInput(f"@tool needs a function, got {func!r}")
+        tool_name = name if name is not None else getattr(func, "__name__", "")
+        _check_name(tool_name)
+        if confirm and external:
+            raise InvalidInput(
+                f"tool {tool_name!r} cannot be both confirm=True and external=True: an external "
+                "call is already handed to a person (its result arrives through respond)"
+            )
+        doc_description, arg_docs = _parse_docstring(inspect.getdoc(func))
+        sig = _analyse(func, tool_name, arg_docs)
+        return Tool(
+            name=tool_name,
+            description=description if description is not None else doc_description,
+            parameters=_parameters_schema(sig.model, tool_name),
+            fn=func,
+            idempotent=idempotent,
+            confirm=confirm,
+            external=external,
+            _sig=sig,
+        )
+
+    if fn is not None:
+        return wrap(fn)
+    return wrap
+
+
+# --------------------------------------------------------------------------------------------
+# Signature analysis
+
+
+def _is_context_annotation(annotation: Any) -> bool:
+    if annotation is ToolContext:
+        return True
+    return isinstance(annotation, str) and annotation.rsplit(".", 1)[-1] == "ToolContext"
+
+
+def _is_async_callable(fn: Callable[..., Any]) -> bool:
+    if inspect.iscoroutinefunction(fn):
+        return True
+    call = getattr(fn, "__call__", None)  # noqa: B004 -- instances with an async __call__
+    return call is not None and inspect.iscoroutinefunction(call)
+
+
+def _type_hints(fn: Callable[..., Any], where: str) -> dict[str, Any]:
+    # Plain functions resolve directly; partials and callable objects through what they wrap.
+    target: Any = fn
+    if not (inspect.isfunction(fn) or inspect.ismethod(fn)):
+        target = getattr(fn, "func", None) or getattr(type(fn), "__call__", fn)  # noqa: B004
+    try:
+        return typing.get_type_hints(target, include_extras=True)
+    except TypeError:
+        return {}
+    except Exception as exc:  # noqa: BLE001 -- any failure to resolve annotations is the user's to fix
+        raise InvalidInput(
+            f"{where}: cannot resolve its type annotations ({exc}); define the types it uses "
+            "at module level"
+        ) from None
+
+
+def _check_name(name: object) -> None:
+    if not isinstance(name, str) or not _TOOL_NAME.match(name):
+        raise InvalidInput(
+            f"tool name {name!r} must be 1-64 letters, digits, '_' or '-'; pass name=... to @tool"
+        )
+
+
+def _analyse(fn: Callable[..., Any], tool_name: str, arg_docs: Mapping[str, str]) -> _Signature:
+    where = f"tool {tool_name!r}"
+    if inspect.isasyncgenfunction(fn) or inspect.isgeneratorfunction(fn):
+        raise InvalidInput(f"{where}: generator functions cannot be tools; return a value instead")
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError) as exc:
+        raise InvalidInput(f"{where}: cannot read the function's signature ({exc})") from None
+    hints = _type_hints(fn, where)
+
+    definitions: dict[str, Any] = {}
+    fields: list[tuple[str, str]] = []
+    ctx_param: str | None = None
+    for i, param in enumerate(signature.parameters.values()):
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            raise InvalidInput(
+                f"{where}: parameter '{param.name}' is *args/**kwargs; tools need named "
+                "parameters so the model can be shown a schema"
+            )
+        if param.kind is param.POSITIONAL_ONLY:
+            raise InvalidInput(
+                f"{where}: parameter '{param.name}' is positional-only; the model passes "
+                "arguments by name, so remove the '/' from the signature"
+            )
+        annotation = hints.get(param.name, param.annotation)
+        if param.name == "ctx" or _is_context_annotation(annotation):
+            if ctx_param is not None:
+                raise InvalidInput(f"{where}: only one ToolContext parameter is allowed")
+            ctx_param = param.name
+            continue
+        if annotation is inspect.Parameter.empty:
+            annotation = Any
+        default = param.default
+        extra: dict[str, Any] = {"alias": param.name}
+        doc = arg_docs.get(param.name)
+        if isinstance(default, FieldInfo):
+            # ``x: int = Field(3, ge=1)``: keep the user's field, add only what it lacks.
+            annotation = Annotated[annotation, default]
+            if doc and default.description is None:
+                extra["description"] = doc
+            spec = Field(**extra)
+        else:
+            if doc:
+                extra["description"] = doc
+            spec = Field(... if default is inspect.Parameter.empty else default, **extra)
+        # Internal field names avoid clashes with BaseModel attributes (json, schema, model_*).
+        fname = f"p{i}"
+        definitions[fname] = (annotation, spec)
+        fields.append((fname, param.name))
+
+    try:
+        model = create_model(
+            f"{tool_name or 'tool'}_arguments",
+            __config__=ConfigDict(extra="forbid", arbitrary_types_allowed=False),
+            **definitions,
+        )
+    except (PydanticSchemaGenerationError, PydanticUserError, TypeError) as exc:
+        raise InvalidInput(
+            f"{where}: its parameter types cannot be described to the model ({exc}); use JSON "
+            "types (str, int, float, bool, list, dict), Literal, Optional or pydantic models"
+        ) from None
+    return _Signature(
+        model=model,
+        fields=tuple(fields),
+        ctx_param=ctx_param,
+        is_async=_is_async_callable(fn),
+    )
+
+
+def _parameters_schema(model: type[BaseModel], tool_name: str) -> dict[str, Any]:
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", PydanticJsonSchemaWarning)
+            schema = model.model_json_schema(by_alias=True)
+    except (PydanticUserError, PydanticJsonSchemaWarning) as exc:
+        raise InvalidInput(
+            f"tool {tool_name!r}: its parameters have no JSON schema ({exc}); use JSON types, "
+            "Literal, Optional or pydantic models"
+        ) from None
+    cleaned: dict[str, Any] = _strip_titles(schema)
+    cleaned.setdefault("properties", {})
+    cleaned.setdefault("required", [])
+    return cleaned
+
+
+def _strip_titles(schema: Any) -> Any:
+    """Drop the ``title`` keywords pydantic generates (noise for the model); keep property names."""
+    if isinstance(schema, list):
+        return [_strip_titles(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out: dict[str, Any] = {}
+    for key, value in schema.items():
+        if key == "title" and isinstance(value, str):
+            continue
+        if key in ("properties", "$defs", "patternProperties") and isinstance(value, dict):
+            out[key] = {name: _strip_titles(sub) for name, sub in value.items()}
+        elif key in ("default", "enum", "const", "examples", "required"):
+            out[key] = value
+        else:
+            out[key] = _strip_titles(value)
+    return out
+
+
+_SECTION_HEADER = re.compile(r"^[A-Z][A-Za-z ]*:\s*$")
+_ARGS_HEADERS = frozenset({"Args:", "Arguments:", "Parameters:", "Params:"})
+_ARG_LINE = re.compile(r"^\*{0,2}([A-Za-z_]\w*)\s*(?:\([^)]*\))?\s*:\s*(.*)$")
+
+
+def _parse_docstring(doc: str | None) -> tuple[str, dict[str, str]]:
+    """The first paragraph, and per-parameter text from a Google-style ``Args:`` section."""
+    if not doc:
+        return "", {}
+    lines = doc.splitlines()
+    summary: list[str] = []
+    for line in lines:
+        if not line.strip() or _SECTION_HEADER.match(line.strip()):
+            break
+        summary.append(line.strip())
+
+    args: dict[str, str] = {}
+    header_indent: int | None = None
+    entry_indent: int | None = None
+    current: str | None = None
+    for line in lines:
+        stripped = line.strip()
+        indent = len(line) - len(line.lstrip())
+        if header_indent is None:
+            if stripped in _ARGS_HEADERS:
+                header_indent = indent
+            continue
+        if not stripped:
+            continue
+        if indent <= header_indent:
+            break
+        if entry_indent is None:
+            entry_indent = indent
+        if indent <= entry_indent:
+            match = _ARG_LINE.match(stripped)
+            current = None
+            if match:
+                current = match.group(1)
+                args[current] = match.group(2).strip()
+        elif current is not None:
+            args[current] = f"{args[current]} {stripped}".strip()
+    return " ".join(summary), {k: v for k, v in args.items() if v}
+
+
+def _describe_error(err: Mapping[str, Any]) -> str:
+    loc = ".".join(str(part) for part in err.get("loc", ()))
+    kind = err.get("type")
+    what = "argument" if len(err.get("loc", ())) <= 1 else "field"
+    if kind == "missing":
+        return f"missing required {what} '{loc}'"
+    if kind == "extra_forbidden":
+        return f"unknown {what} '{loc}'"
+    got = repr(err.get("input"))
+    if len(got) > 60:
+        got = got[:57] + "..."
+    return f"{what} '{loc}': {err.get('msg', 'invalid value')} (got {got})"
+
+
+# --------------------------------------------------------------------------------------------
+# Running
+
+
+async def _run_in_thread(call: Callable[[], Any]) -> Any:
+    loop = asyncio.get_running_loop()
+    context = contextvars.copy_context()
+    future = loop.run_in_executor(None, context.run, call)
+    try:
+        return await asyncio.shield(future)
+    except asyncio.CancelledError:
+        # A thread cannot be stopped; wait for the body so nothing runs on after the cancel.
+        while not future.done():
+            try:
+                await asyncio.wait({future})
+            except asyncio.CancelledError:
+                continue
+        if not future.cancelled():
+            future.exception()  # the cancel wins; mark the body's error as seen
+        raise
+
+
+def _to_text(result: Any) -> str:
+    if isinstance(result, str):
+        return result
+    if result is None:
+        return ""
+    if isinstance(result, BaseModel | dict | list | tuple):
+        return pydantic_core.to_json(result, fallback=str).decode()
+    return str(result)
+
+
+def _deepcopy_json(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _deepcopy_json(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_deepcopy_json(v) for v in value]
+    return value
+
+
+# --------------------------------------------------------------------------------------------
+# Built-in tools
+
+
+def _ask_user(question: str) -> str:
+    """Ask the person a question and wait for their answer; use it for information or a
+    decision that only the person can give.
+
+    Args:
+        question: The question to ask, in plain words.
+    """
+    raise RuntimeError(
+        "ask_user is answered by a person through session.respond(); the runtime never runs it"
+    )
+
+
+ask_user: Tool = dataclasses.replace(
+    tool(_ask_user, name="ask_user", external=True), interaction="ask_user"
+)

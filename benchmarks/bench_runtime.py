@@ -1,0 +1,198 @@
+"""Durable agent steps per second: agentnb vs LangGraph + SqliteSaver, in one run.
+
+Both sides run the same agent loop: per turn, three model steps, the first two calling a
+no-op tool, on a file-backed SQLite store with WAL and ``synchronous=FULL``. agentnb keeps
+commit-before-side-effect (``model/dispatch`` and ``tool/dispatch`` are durable before each
+call); it merges the commits that sit between two side effects.
+
+Also reported: commits per step, and commits for one 2,000-chunk streamed reply.
+
+    python benchmarks/bench_runtime.py [--turns 200] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sqlite3
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import agentnb as nb
+
+STEPS_PER_TURN = 3
+
+
+@nb.tool
+def noop(n: int) -> str:
+    """Do nothing (the benchmark's tool)."""
+    return "ok"
+
+
+def _three_step_script(messages: list[nb.Message]) -> Any:
+    """Two tool calls, then a final answer, counted from the last user message."""
+    since_user = 0
+    for message in reversed(messages):
+        if message.role == "user":
+            break
+        if message.role == "tool":
+            since_user += 1
+    if since_user < STEPS_PER_TURN - 1:
+        return nb.ToolCall("noop", {"n": since_user})
+    return "done"
+
+
+def _batches(db: Path) -> int:
+    with sqlite3.connect(db) as conn:
+        return int(conn.execute("SELECT count(*) FROM batches").fetchone()[0])
+
+
+def run_agentnb(turns: int, workdir: Path) -> dict[str, float]:
+    db = workdir / "agentnb.sqlite"
+    model = nb.ScriptedModel(_three_step_script)
+    agent = nb.Agent(name="Bench", agent_id="bench", model=model, tools=[noop])
+    runtime = nb.Runtime(agent, store=f"sqlite:///{db}")
+    try:
+        warm = runtime.session("warmup")
+        warm.run("warm up", timeout=60)
+        session = runtime.session("timed")
+        before = _batches(db)
+        start = time.perf_counter()
+        for i in range(turns):
+            outcome = session.run(f"task {i}", timeout=60)
+            if outcome.status != "completed":
+                raise RuntimeError(f"turn {i} ended {outcome.status}: {outcome.error}")
+        seconds = time.perf_counter() - start
+        commits = _batches(db) - before
+    finally:
+        runtime.close()
+    steps = turns * STEPS_PER_TURN
+    return {
+        "turns": turns,
+        "steps": steps,
+        "seconds": seconds,
+        "steps_per_s": steps / seconds,
+        "commits": commits,
+        "commits_per_step": commits / steps,
+    }
+
+
+def run_streaming(workdir: Path, chunks: int, chunk_delay: float) -> dict[str, float]:
+    db = workdir / f"stream-{chunk_delay}.sqlite"
+    model = nb.ScriptedModel(["x" * chunks], chunk_size=1, chunk_delay=chunk_delay)
+    runtime = nb.Runtime(
+        nb.Agent(name="Stream", agent_id="stream", model=model), store=f"sqlite:///{db}"
+    )
+    try:
+        session = runtime.session("s")
+        start = time.perf_counter()
+        outcome = session.run("stream", timeout=600)
+        seconds = time.perf_counter() - start
+        assert outcome.output == "x" * chunks
+        commits = _batches(db)
+        chunk_events = sum(1 for e in session.log.scan() if e.type == "model/chunk")
+    finally:
+        runtime.close()
+    return {"chunks": chunks, "seconds": seconds, "commits": commits, "chunk_events": chunk_events}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--turns", type=int, default=200)
+    parser.add_argument("--quick", action="store_true", help="20 turns, short stream")
+    args = parser.parse_args()
+    turns = 20 if args.quick else args.turns
+
+    print(
+        f"python {platform.python_version()}, sqlite {sqlite3.sqlite_version}, "
+        f"{turns} turns x {STEPS_PER_TURN} steps"
+    )
+    results: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        ours = run_agentnb(turns, work)
+        try:
+            from _langgraph_baseline import langgraph_versions, run_langgraph
+
+            theirs: dict[str, float] | None = run_langgraph(
+                turns, STEPS_PER_TURN, db_path=str(work / "langgraph.sqlite")
+            )
+            print(f"baseline: {langgraph_versions()}")
+        except ImportError as exc:
+            print(f"LangGraph baseline skipped ({exc}); install with pip install -e '.[bench]'")
+            theirs = None
+        fast = run_streaming(work, 2000, 0.0)
+        paced = run_streaming(work, 2000 if not args.quick else 400, 0.001)
+
+    def metric(
+        name: str, value: float, baseline: float | None, unit: str, target: str, ok: bool | None
+    ) -> None:
+        ratio = value / baseline if baseline else None
+        results.append(
+            {
+                "metric": name,
+                "value": round(value, 3),
+                "baseline": None if baseline is None else round(baseline, 3),
+                "ratio": None if ratio is None else round(ratio, 3),
+                "unit": unit,
+                "target": target,
+                "ok": ok,
+            }
+        )
+
+    lg_rate = theirs["steps_per_s"] if theirs else None
+    metric(
+        "durable_steps_per_s",
+        ours["steps_per_s"],
+        lg_rate,
+        "steps/s (baseline LangGraph)",
+        "ratio >= 2.0",
+        None if lg_rate is None else ours["steps_per_s"] / lg_rate >= 2.0,
+    )
+    metric(
+        "commits_per_step",
+        ours["commits_per_step"],
+        theirs["writes_per_step"] if theirs else None,
+        "commits/step (baseline: LangGraph checkpoints/step)",
+        "informational",
+        None,
+    )
+    metric(
+        "commits_2000_chunk_reply",
+        fast["commits"],
+        None,
+        "commits (no delay)",
+        "<= 40",
+        fast["commits"] <= 40,
+    )
+    metric(
+        "commits_paced_reply",
+        paced["commits"],
+        None,
+        f"commits ({paced['chunks']} chunks, 1 ms apart, {paced['seconds']:.1f} s)",
+        "a few per 100 ms",
+        None,
+    )
+
+    print()
+    print(f"{'metric':<28}{'value':>12}{'baseline':>12}{'ratio':>9}  target        unit")
+    for r in results:
+        base = "-" if r["baseline"] is None else f"{r['baseline']:.2f}"
+        ratio = "-" if r["ratio"] is None else f"{r['ratio']:.2f}"
+        print(
+            f"{r['metric']:<28}{r['value']:>12.2f}{base:>12}{ratio:>9}  {r['target']:<13} "
+            f"{r['unit']}"
+        )
+    print()
+    for r in results:
+        print(json.dumps(r))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,48 @@
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import agentnb as nb
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Every runtime scenario runs on each backend."""
+    if request.param == "memory":
+        return "memory://"
+    return f"sqlite:///{tmp_path / 'agentnb.sqlite'}"
+
+
+@pytest.fixture
+def make_runtime(store_url: str) -> Iterator[Callable[..., nb.Runtime]]:
+    """Build runtimes that are closed after the test (shared store for memory://)."""
+    runtimes: list[nb.Runtime] = []
+    shared: dict[str, nb.SessionStore] = {}
+
+    def make(
+        model: nb.Model, tools: list[Any] | None = None, *, store: Any = None, **kwargs: Any
+    ) -> nb.Runtime:
+        if store is None:
+            if store_url == "memory://":
+                store = shared.setdefault("s", nb.MemoryStore())
+            else:
+                store = store_url
+        agent = nb.Agent(
+            name="Test",
+            agent_id="test-agent",
+            model=model,
+            tools=tools or [],
+            instructions=kwargs.pop("instructions", "Be brief."),
+            max_steps=kwargs.pop("max_steps", 25),
+        )
+        runtime = nb.Runtime(agent, store=store, lease_ttl=kwargs.pop("lease_ttl", 5.0), **kwargs)
+        runtimes.append(runtime)
+        return runtime
+
+    yield make
+    for runtime in runtimes:
+        runtime.close()

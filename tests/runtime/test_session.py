@@ -1,0 +1,495 @@
+"""Session operations on a real runtime: submit, queue, steer, inject, send, wait, restart."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+import agentnb as nb
+from agentnb.runtime.live import LiveEvent
+from tests.runtime.helpers import WAIT, Gate, event_types, events_of, gated_script
+
+MakeRuntime = Callable[..., nb.Runtime]
+
+
+def _normalise(events: list[nb.Event]) -> list[tuple[str, Any]]:
+    """Event types and payloads with ids and times taken out (for determinism checks)."""
+    import re
+
+    id_pattern = re.compile(r"\b([a-z]+)_(?:[a-z]+_)*[0-9a-f]{32}\b")
+
+    def scrub(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: scrub(v) for k, v in value.items() if k not in {"latency_ms", "duration_ms"}}
+        if isinstance(value, list | tuple):
+            return [scrub(v) for v in value]
+        if isinstance(value, str):
+            return id_pattern.sub(r"\1_<id>", value)
+        return value
+
+    return [(e.type, scrub(e.payload)) for e in events]
+
+
+@nb.tool
+def lookup_price(plan: str) -> str:
+    """Look up the monthly price of a plan.
+
+    Args:
+        plan: the plan's name
+    """
+    return {"basic": "$5", "pro": "$10"}.get(plan, "unknown")
+
+
+class TestSubmit:
+    def test_submit_returns_before_the_model_is_called(self, make_runtime: MakeRuntime) -> None:
+        """submit() returns a queued receipt (run_id None) before any model call happens."""
+        gate = Gate()
+        model = nb.ScriptedModel(gated_script(["done"], {0: gate}))
+        session = make_runtime(model).session("s1", user_id="alice")
+        receipt = session.submit("hello")
+        assert receipt.run_id is None
+        assert receipt.status == "queued"
+        assert receipt.turn_id.startswith("turn_")
+        gate.wait_arrived()
+        gate.release()
+        outcome = receipt.wait(timeout=WAIT)
+        assert outcome.status == "completed"
+        assert outcome.output == "done"
+        assert outcome.turn_id == receipt.turn_id
+
+    def test_transcript_holds_user_assistant_and_tool_messages_in_order(
+        self, make_runtime: MakeRuntime
+    ) -> None:
+        """A tool-using turn leaves user, assistant (tool call), tool and assistant messages."""
+        model = nb.ScriptedModel([nb.ToolCall("lookup_price", {"plan": "pro"}), "Pro costs $10."])
+        session = make_runtime(model, [lookup_price]).session("s1")
+        outcome = session.run("How much is pro?", timeout=WAIT)
+        assert outcome.status == "completed"
+        messages = session.transcript().messages
+        assert [m.role for m in messages] == ["user", "assistant", "tool", "assistant"]
+        assert messages[1].tool_calls[0].name == "lookup_price"
+        assert messages[2].text == "$10"
+        assert messages[2].call_id == messages[1].tool_calls[0].call_id
+        assert messages[3].text == "Pro costs $10."
+        assert session.transcript().as_of_seq == session.log.head()
+
+    def test_await_receipt_works_from_asyncio(self, make_runtime: MakeRuntime) -> None:
+        """A receipt is awaitable, so async code can wait without blocking its loop."""
+        session = make_runtime(nb.ScriptedModel(["hi"])).session("s1")
+
+        async def main() -> nb.Outcome:
+            return await session.submit("hello")
+
+        assert asyncio.run(main()).output == "hi"
+
+    def test_empty_or_non_text_input_is_refused(self, make_runtime: MakeRuntime) -> None:
+        """Empty, blank or non-string input raises InvalidInput and writes nothing."""
+        session = make_runtime(nb.ScriptedModel(["x"])).session("s1")
+        for bad in ["", "   ", None, 42]:
+            with pytest.raises(nb.InvalidInput):
+                session.submit(bad)  # type: ignore[arg-type]
+        assert session.inbox.head() == 0
+        assert session.log.head() == 0
+
+    def test_wait_times_out_without_side_effects(self, make_runtime: MakeRuntime) -> None:
+        """wait(timeout) raises TimeoutError and leaves the turn running."""
+        gate = Gate()
+        session = make_runtime(nb.ScriptedModel(gated_script(["ok"], {0: gate}))).session("s1")
+        receipt = session.submit("hello")
+        gate.wait_arrived()
+        with pytest.raises(TimeoutError):
+            session.wait(receipt, timeout=0.2)
+        gate.release()
+        assert receipt.wait(timeout=WAIT).status == "completed"
+
+
+class TestQueue:
+    def test_second_submit_while_busy_is_queued_and_runs_after(
+        self, make_runtime: MakeRuntime
+    ) -> None:
+        """Two submits while busy: the second is queued with a new turn and runs after."""
+        gate = Gate()
+        session = make_runtime(
+            nb.ScriptedModel(gated_script(["first", "second"], {0: gate}))
+        ).session("s1")
+        first = session.submit("one")
+        gate.wait_arrived()
+        second = session.submit("two")
+        assert second.turn_id != first.turn_id
+        statuses = {t.turn_id: t.status for t in session.tasks()}
+        assert statuses == {first.turn_id: "running", second.turn_id: "queued"}
+        gate.release()
+        assert second.wait(timeout=WAIT).output == "second"
+        tasks = session.tasks()
+        assert [t.turn_id for t in tasks] == [first.turn_id, second.turn_id]
+        assert [t.status for t in tasks] == ["completed", "completed"]
+        assert tasks[0].ended_at is not None and tasks[1].started_at is not None
+        assert tasks[0].ended_at <= tasks[1].started_at
+        starts = [e.turn_id for e in events_of(session, "turn/start")]
+        assert starts == [first.turn_id, second.turn_id]
+
+    def test_each_turn_gets_its_own_run(self, make_runtime: MakeRuntime) -> None:
+        """Every dispatch starts a new run id; run ids of two turns differ."""
+        session = make_runtime(nb.ScriptedModel(["a", "b"])).session("s1")
+        a = session.run("one", timeout=WAIT)
+        b = session.run("two", timeout=WAIT)
+        assert a.run_id and b.run_id and a.run_id != b.run_id
+
+
+class TestIdempotency:
+    def test_same_key_same_input_returns_the_same_receipt(self, make_runtime: MakeRuntime) -> None:
+        """A retried submit with the same key and input returns the original receipt."""
+        session = make_runtime(nb.ScriptedModel(["a", "b"])).session("s1")
+        first = session.submit("hello", key="k-1")
+        again = session.submit("hello", key="k-1")
+        assert again == first
+        first.wait(timeout=WAIT)
+        assert len(session.tasks()) == 1
+
+    def test_same_key_other_input_conflicts(self, make_runtime: MakeRuntime) -> None:
+        """The same key with different input raises IdempotencyConflict and queues nothing."""
+        session = make_runtime(nb.ScriptedModel(["a"])).session("s1")
+        session.submit("hello", key="k-1").wait(timeout=WAIT)
+        with pytest.raises(nb.IdempotencyConflict):
+            session.submit("something else", key="k-1")
+        assert len(session.tasks()) == 1
+
+
+class TestSteer:
+    def test_steer_changes_the_next_model_request(self, make_runtime: MakeRuntime) -> None:
+        """Steering accepted during a tool call is in the next request/prepared and request."""
+        gate = Gate()
+
+        @nb.tool
+        def slow(topic: str) -> str:
+            """Research a topic slowly."""
+            gate.pass_sync()
+            return "notes"
+
+        model = nb.ScriptedModel([nb.ToolCall("slow", {"topic": "plans"}), "final"])
+        session = make_runtime(model, [slow]).session("s1")
+        receipt = session.submit("research plans")
+        gate.wait_arrived()
+        steer = session.steer("focus on price", task=receipt.turn_id)
+        assert steer.turn_id == receipt.turn_id
+        gate.release()
+        receipt.wait(timeout=WAIT)
+        prepared = events_of(session, "request/prepared")
+        assert len(prepared) == 2
+        assert "focus on price" in [m["text"] for m in prepared[1].payload["messages"]]
+        assert "focus on price" in [m.text for m in model.requests[1]]
+        applied = [i for e in events_of(session, "input/applied") for i in e.payload["input_ids"]]
+        assert applied.count(steer.input_id) == 1
+
+    def test_steer_of_a_finished_task_raises_not_running(self, make_runtime: MakeRuntime) -> None:
+        """Steering a task that already finished is refused with NotRunning."""
+        session = make_runtime(nb.ScriptedModel(["done"])).session("s1")
+        receipt = session.submit("x")
+        receipt.wait(timeout=WAIT)
+        with pytest.raises(nb.NotRunning):
+            session.steer("too late", task=receipt.turn_id)
+        with pytest.raises(nb.NotRunning):
+            session.steer("nothing runs")
+
+    def test_steer_during_the_final_model_call_gets_one_more_step(
+        self, make_runtime: MakeRuntime
+    ) -> None:
+        """Guidance accepted while the final answer streams gets another step, same run."""
+        gate = Gate()
+        model = nb.ScriptedModel(gated_script(["first answer", "revised answer"], {0: gate}))
+        session = make_runtime(model).session("s1")
+        receipt = session.submit("question")
+        gate.wait_arrived()
+        session.steer("also mention the price")
+        gate.release()
+        outcome = receipt.wait(timeout=WAIT)
+        assert outcome.output == "revised answer"
+        assert model.calls == 2
+        runs = {e.run_id for e in events_of(session, "model/dispatch")}
+        assert runs == {outcome.run_id}
+        assert "also mention the price" in [m.text for m in model.requests[1]]
+
+    def test_steer_of_another_task_is_refused(self, make_runtime: MakeRuntime) -> None:
+        """steer(task=...) naming a turn that is not running raises NotRunning."""
+        gate = Gate()
+        session = make_runtime(nb.ScriptedModel(gated_script(["a", "b"], {0: gate}))).session("s1")
+        session.submit("one")
+        gate.wait_arrived()
+        queued = session.submit("two")
+        try:
+            with pytest.raises(nb.NotRunning):
+                session.steer("hi", task=queued.turn_id)
+        finally:
+            gate.release()
+        queued.wait(timeout=WAIT)
+
+
+class TestInject:
+    def test_inject_while_idle_starts_nothing(self, make_runtime: MakeRuntime) -> None:
+        """inject() only writes to the inbox: the execution log does not move."""
+        model = nb.ScriptedModel(["ok"])
+        session = make_runtime(model).session("s1")
+        session.run("first", timeout=WAIT)
+        head = session.log.head()
+        receipt = session.inject("Reference: pro costs $10.")
+        assert receipt.turn_id is None
+        assert session.log.head() == head
+        assert model.calls == 1
+
+    def test_injected_material_is_seen_exactly_once_across_restarts(
+        self, make_runtime: MakeRuntime
+    ) -> None:
+        """Material injected before a restart reaches the next task once, and only once."""
+        first = make_runtime(nb.ScriptedModel(["ok"]))
+        s1 = first.session("s1")
+        s1.inject("MATERIAL-42")
+        first.close()
+        model = nb.ScriptedModel(["one", "two"])
+        s2 = make_runtime(model).session("s1")
+        s2.run("use it", timeout=WAIT)
+        s2.run("again", timeout=WAIT)
+        seen = [sum(m.text == "MATERIAL-42" for m in request) for request in model.requests]
+        assert seen == [1, 1]  # in the context of both calls, as one message
+        received = [e for e in events_of(s2, "input/received") if e.payload["kind"] == "inject"]
+        assert len(received) == 1
+        assert "MATERIAL-42" in [m.text for m in s2.inspect().next_context]
+
+
+class TestSend:
+    def test_send_starts_then_steers_then_starts_a_new_turn(
+        self, make_runtime: MakeRuntime
+    ) -> None:
+        """send(): started when idle, steered while running, a new turn after it finished."""
+        gate = Gate()
+        model = nb.ScriptedModel(gated_script(["a", "a2", "b"], {0: gate}))
+        session = make_runtime(model).session("s1")
+        first = session.send("one")
+        assert first.disposition == "started"
+        gate.wait_arrived()
+        steered = session.send("more detail")
+        assert steered.disposition == "steered"
+        assert steered.turn_id == first.turn_id
+        gate.release()
+        assert first.wait(timeout=WAIT).output == "a2"
+        assert steered.wait(timeout=WAIT).status == "completed"
+        third = session.send("two")
+        assert third.disposition == "started"
+        assert third.turn_id != first.turn_id
+        assert third.wait(timeout=WAIT).output == "b"
+
+    def test_send_while_busy_with_a_queue_says_queued(self, make_runtime: MakeRuntime) -> None:
+        """send() after a queued submit queues too (it cannot steer a queued turn)."""
+        gate = Gate()
+        model = nb.ScriptedModel(gated_script(["a", "b", "c"], {0: gate}))
+        session = make_runtime(model, lease_ttl=5.0).session("s1")
+        session.submit("one")
+        gate.wait_arrived()
+        session.submit("two")
+        receipt = session.send("three")
+        assert receipt.disposition == "steered"  # the running turn takes it as guidance
+        gate.release()
+        receipt.wait(timeout=WAIT)
+
+
+class TestRestart:
+    def test_rebuilt_runtime_shows_the_same_conversation_without_model_calls(
+        self, make_runtime: MakeRuntime
+    ) -> None:
+        """A new runtime on the same store shows the same transcript and tasks; no model call."""
+        first = make_runtime(
+            nb.ScriptedModel([nb.ToolCall("lookup_price", {"plan": "basic"}), "Basic is $5."]),
+            [lookup_price],
+        )
+        s1 = first.session("s1", user_id="alice")
+        s1.run("price of basic?", timeout=WAIT)
+        transcript, tasks = s1.transcript(), s1.tasks()
+        first.close()
+        model = nb.ScriptedModel([])
+        second = make_runtime(model, [lookup_price])
+        s2 = second.open("s1", user_id="alice")
+        assert s2.transcript() == transcript
+        assert s2.tasks() == tasks
+        s2.inspect()
+        list(s2.log.scan())
+        s2.start()
+        assert model.calls == 0
+        assert second.sessions(user_id="alice") == [s2.key]
+        assert second.sessions(user_id="bob") == []
+
+    def test_open_of_an_unknown_session_raises(self, make_runtime: MakeRuntime) -> None:
+        """runtime.open() never creates: an unknown id raises SessionNotFound."""
+        runtime = make_runtime(nb.ScriptedModel([]))
+        with pytest.raises(nb.SessionNotFound):
+            runtime.open("nope")
+        assert runtime.sessions() == []
+
+    def test_same_session_run_twice_gives_the_same_log(self, make_runtime: MakeRuntime) -> None:
+        """Deterministic: one script, two sessions -> same event types, payloads and order."""
+
+        def script() -> nb.ScriptedModel:
+            return nb.ScriptedModel(
+                [nb.ToolCall("lookup_price", {"plan": "pro"}), "Pro is $10.", "bye"]
+            )
+
+        logs = []
+        for name in ("a", "b"):
+            session = make_runtime(script(), [lookup_price]).session(name)
+            session.run("price?", timeout=WAIT)
+            session.run("thanks", timeout=WAIT)
+            logs.append(_normalise(list(session.log.scan())))
+        assert logs[0] == logs[1]
+
+
+class TestFailures:
+    def test_model_error_fails_the_turn_and_parks_the_queue(
+        self, make_runtime: MakeRuntime
+    ) -> None:
+        """A model error fails the turn with the error recorded; later submits stay queued."""
+        gate = Gate()
+        model = nb.ScriptedModel(
+            gated_script([nb.ModelError("provider exploded"), "never"], {0: gate})
+        )
+        session = make_runtime(model).session("s1")
+        failing = session.submit("one")
+        gate.wait_arrived()
+        queued = session.submit("two")
+        gate.release()
+        outcome = failing.wait(timeout=WAIT)
+        assert outcome.status == "failed"
+        assert "provider exploded" in (outcome.error or "")
+        assert events_of(session, "model/end")[-1].payload["status"] == "failed"
+        with pytest.raises(TimeoutError):
+            queued.wait(timeout=0.5)
+        assert [t.status for t in session.tasks()] == ["failed", "queued"]
+
+    def test_retryable_model_error_is_retried(self, make_runtime: MakeRuntime) -> None:
+        """A transient model error is recorded as model/retry and the call is made again."""
+        model = nb.ScriptedModel([nb.ModelError("429", retryable=True), "ok"])
+        session = make_runtime(model).session("s1")
+        assert session.run("x", timeout=WAIT).output == "ok"
+        assert len(events_of(session, "model/retry")) == 1
+        assert len(events_of(session, "model/dispatch")) == 2
+
+    def test_tool_exception_becomes_an_error_result(self, make_runtime: MakeRuntime) -> None:
+        """A tool that raises gives the model an error result; the turn goes on."""
+
+        @nb.tool
+        def broken(x: int) -> str:
+            """Always fails."""
+            raise ValueError("no such record")
+
+        model = nb.ScriptedModel([nb.ToolCall("broken", {"x": 1}), "recovered"])
+        session = make_runtime(model, [broken]).session("s1")
+        assert session.run("go", timeout=WAIT).output == "recovered"
+        result = events_of(session, "tool/result")[0].payload
+        assert result["status"] == "error"
+        assert "no such record" in result["output"]
+        assert "no such record" in model.requests[1][-1].text
+
+    def test_invalid_arguments_become_an_error_result(self, make_runtime: MakeRuntime) -> None:
+        """Arguments that do not fit the tool never run it; the model sees what was wrong."""
+        model = nb.ScriptedModel(
+            [
+                nb.ToolCall("lookup_price", {"plan": 5, "extra": 1}),
+                nb.ToolCall("no_such_tool", {}),
+                "ok",
+            ]
+        )
+        session = make_runtime(model, [lookup_price]).session("s1")
+        assert session.run("go", timeout=WAIT).status == "completed"
+        results = [e.payload for e in events_of(session, "tool/result")]
+        assert [r["status"] for r in results] == ["error", "error"]
+        assert "no_such_tool" in results[1]["output"]
+        assert events_of(session, "tool/dispatch") == []
+
+    def test_step_limit_fails_the_turn(self, make_runtime: MakeRuntime) -> None:
+        """A model that never stops calling tools is failed after max_steps with the reason."""
+        model = nb.ScriptedModel(lambda messages: nb.ToolCall("lookup_price", {"plan": "pro"}))
+        session = make_runtime(model, [lookup_price], max_steps=3).session("s1")
+        outcome = session.run("loop", timeout=WAIT)
+        assert outcome.status == "failed"
+        assert "max_steps=3" in (outcome.error or "")
+        assert model.calls == 3
+
+    def test_script_that_runs_out_fails_clearly(self, make_runtime: MakeRuntime) -> None:
+        """A scripted model without replies left fails the turn with a clear error."""
+        session = make_runtime(nb.ScriptedModel([])).session("s1")
+        outcome = session.run("x", timeout=WAIT)
+        assert outcome.status == "failed"
+        assert "ran out" in (outcome.error or "")
+
+
+class TestCommitRules:
+    def test_model_and_tool_dispatch_commit_before_the_side_effect(
+        self, make_runtime: MakeRuntime
+    ) -> None:
+        """When a tool body runs, its tool/dispatch (and the model/dispatch) are committed."""
+        seen: list[list[str]] = []
+        holder: dict[str, nb.Session] = {}
+
+        @nb.tool
+        def probe(x: int) -> str:
+            """Look at the log from inside the tool."""
+            seen.append(event_types(holder["s"]))
+            return "ok"
+
+        model = nb.ScriptedModel([nb.ToolCall("probe", {"x": 1}), "done"])
+        session = make_runtime(model, [probe]).session("s1")
+        holder["s"] = session
+        session.run("go", timeout=WAIT)
+        assert seen and seen[0][-1] == "action/start"
+        assert "tool/dispatch" in seen[0]
+        assert "model/dispatch" in seen[0]
+
+    def test_tool_context_records_and_progress(self, make_runtime: MakeRuntime) -> None:
+        """ctx.record() writes an application event and ctx.progress() a tool/chunk."""
+
+        @nb.tool
+        def review(doc: str, ctx: nb.ToolContext) -> str:
+            """Review a document."""
+            ctx.progress({"done": 50})
+            ctx.record("acme/review_note", {"doc": doc, "call": ctx.call_id})
+            return "reviewed"
+
+        model = nb.ScriptedModel([nb.ToolCall("review", {"doc": "d1"}), "ok"])
+        session = make_runtime(model, [review]).session("s1")
+        session.run("go", timeout=WAIT)
+        types = event_types(session)
+        assert (
+            types.index("tool/chunk") < types.index("acme/review_note") < types.index("tool/result")
+        )
+        note = events_of(session, "acme/review_note")[0]
+        assert note.payload["doc"] == "d1"
+        assert note.required is False
+
+    def test_live_events_show_chunks_before_commit(self, make_runtime: MakeRuntime) -> None:
+        """events() streams model chunks of this process as they arrive."""
+        session = make_runtime(nb.ScriptedModel(["x" * 64], chunk_size=8)).session("s1")
+        sub = session.events()
+        chunks: list[str] = []
+        done = threading.Event()
+
+        def reader() -> None:
+            for item in sub:
+                if isinstance(item, LiveEvent) and item.kind == "model/chunk":
+                    chunks.append(item.data["text"])
+                if (
+                    isinstance(item, LiveEvent)
+                    and item.kind == "status"
+                    and item.data.get("status") == "completed"
+                ):
+                    done.set()
+                    return
+
+        thread = threading.Thread(target=reader)
+        thread.start()
+        session.run("go", timeout=WAIT)
+        assert done.wait(WAIT)
+        sub.close()
+        thread.join(WAIT)
+        assert "".join(chunks) == "x" * 64
+        assert len(chunks) == 8
