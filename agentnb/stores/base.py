@@ -30,8 +30,9 @@ each of them):
     raises ``IdempotencyConflict`` if it differs.
 ``acquire_lease / renew_lease / release_lease``
     At most one live lease per session. A live lease cannot be taken by another owner
-    (``LeaseHeld``); once expired it can, with ``epoch + 1``. Renew and release with a stale
-    epoch, another owner, or after expiry raise ``Fenced``.
+    (``LeaseHeld``); once expired it can, with ``epoch + 1``. Renew with a stale epoch,
+    another owner, or after expiry raises ``Fenced``; so does release once another holder
+    took the lease. Releasing twice, or after expiry while nobody took over, is harmless.
 ``advance_watermark``
     Monotonic: moving backwards is a no-op that returns the current value.
 ``wait_for_head / wait_for_inbox``

@@ -1,0 +1,1058 @@
+"""The store contract suite: the promises of ``SessionStore`` as tests every backend must pass.
+
+Subclass ``StoreContract`` in a test module and implement ``make_store``::
+
+    class TestMyStore(StoreContract):
+        def make_store(self, tmp_path: Path, *, clock: Clock | None = None) -> SessionStore:
+            return MyStore(..., clock=clock)
+
+The class has no ``Test`` prefix, so pytest collects it only through such subclasses. Each
+test's docstring names the promise it proves (see ``agentnb.stores.base``); the stores are
+built with a ``FakeClock`` so lease expiry is exact, and wait-based tests use generous
+timeouts only as failure guards, never as speed thresholds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentnb.errors import (
+    AppendConflict,
+    Corrupt,
+    Fenced,
+    IdempotencyConflict,
+    InboxChanged,
+    InvalidInput,
+    LeaseHeld,
+    SessionNotFound,
+)
+from agentnb.events import (
+    BLOB_THRESHOLD,
+    Event,
+    FrozenDict,
+    _unregister_event_type,
+    register_event_type,
+)
+from agentnb.ids import Clock, FakeClock, SessionKey
+from agentnb.log import Inbox, SessionLog
+from agentnb.stores.base import MAX_BATCH, MAX_READ_LIMIT, SCAN_PAGE, Lease, SessionStore
+
+__all__ = ["StoreContract"]
+
+_GUARD = 30.0
+"""Seconds a wait-based test allows before it declares a hang (a failure guard only)."""
+
+
+def session_key(
+    session_id: str = "s1",
+    *,
+    namespace: str = "default",
+    user_id: str = "alice",
+    agent_id: str = "agent",
+) -> SessionKey:
+    """A session key with test defaults."""
+    return SessionKey(namespace, user_id, agent_id, session_id)
+
+
+def step(i: int = 1) -> Event:
+    """A small, valid execution event."""
+    return Event.create("step/start", {"step_id": f"step_{i}", "iteration": i})
+
+
+def command(text: str = "hello") -> Event:
+    """A small, valid inbox event."""
+    return Event.create(
+        "inbox/accepted",
+        {"command_id": f"cmd_{text}", "kind": "submit", "input": text},
+    )
+
+
+def run_threads(targets: list[Callable[[], None]], timeout: float = _GUARD) -> None:
+    """Run each target in its own thread; re-raise the first failure in the caller."""
+    errors: list[BaseException] = []
+    start = threading.Barrier(len(targets))
+
+    def wrap(target: Callable[[], None]) -> Callable[[], None]:
+        def run() -> None:
+            try:
+                start.wait(timeout)
+                target()
+            except BaseException as exc:  # noqa: BLE001 - handed to the test thread below
+                errors.append(exc)
+
+        return run
+
+    threads = [threading.Thread(target=wrap(t), daemon=True) for t in targets]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout)
+    assert not any(t.is_alive() for t in threads), "a worker thread hung"
+    if errors:
+        raise errors[0]
+
+
+class StoreContract:
+    """Tests every ``SessionStore`` backend must pass; subclasses provide ``make_store``."""
+
+    # -- fixtures -------------------------------------------------------------------------------
+
+    def make_store(self, tmp_path: Path, *, clock: Clock | None = None) -> SessionStore:
+        """A new, empty store of the backend under test that uses ``clock``."""
+        raise NotImplementedError("subclasses of StoreContract implement make_store()")
+
+    @pytest.fixture
+    def clock(self) -> FakeClock:
+        return FakeClock()
+
+    @pytest.fixture
+    def store(self, tmp_path: Path, clock: FakeClock) -> Iterator[SessionStore]:
+        store = self.make_store(tmp_path, clock=clock)
+        try:
+            yield store
+        finally:
+            store.close()
+
+    @pytest.fixture
+    def key(self, store: SessionStore) -> SessionKey:
+        key = session_key()
+        store.create_session(key)
+        return key
+
+    @staticmethod
+    def fill(store: SessionStore, key: SessionKey, n: int, *, batch: int = 500) -> list[Event]:
+        """Append ``n`` step events in batches after the current head."""
+        out: list[Event] = []
+        head = store.head(key)
+        while len(out) < n:
+            size = min(batch, n - len(out))
+            events = [step(head + i + 1) for i in range(size)]
+            out += store.append(key, events, expected_seq=head, batch_id=f"fill-{head}")
+            head += size
+        return out
+
+    # -- catalogue ------------------------------------------------------------------------------
+
+    def test_create_session_is_get_or_create(self, store: SessionStore, clock: FakeClock) -> None:
+        """Creating an existing session returns the original record and changes nothing."""
+        key = session_key()
+        first = store.create_session(key)
+        clock.advance(5)
+        again = store.create_session(key)
+        assert again == first
+        assert again.key == key
+        assert len(store.list_sessions()) == 1
+
+    def test_get_session_never_creates(self, store: SessionStore) -> None:
+        """get_session of an unknown key returns None and leaves the catalogue empty."""
+        assert store.get_session(session_key("nope")) is None
+        assert store.list_sessions() == []
+        created = store.create_session(session_key("yes"))
+        assert store.get_session(session_key("yes")) == created
+
+    def test_list_sessions_filters_by_namespace_user_and_agent(self, store: SessionStore) -> None:
+        """list_sessions returns sessions matching every filter given, oldest first."""
+        keys = [
+            session_key("a", namespace="n1", user_id="alice", agent_id="x"),
+            session_key("b", namespace="n1", user_id="bob", agent_id="x"),
+            session_key("c", namespace="n2", user_id="alice", agent_id="y"),
+            session_key("d", namespace="n1", user_id="alice", agent_id="y"),
+        ]
+        for k in keys:
+            store.create_session(k)
+
+        def ids(**filters: str) -> list[str]:
+            return [r.key.session_id for r in store.list_sessions(**filters)]
+
+        assert ids() == ["a", "b", "c", "d"]
+        assert ids(namespace="n1") == ["a", "b", "d"]
+        assert ids(user_id="alice") == ["a", "c", "d"]
+        assert ids(agent_id="y") == ["c", "d"]
+        assert ids(namespace="n1", user_id="alice", agent_id="y") == ["d"]
+        assert ids(user_id="carol") == []
+
+    def test_list_sessions_rejects_bad_filters(self, store: SessionStore) -> None:
+        """A filter that is not an identifier string raises InvalidInput."""
+        with pytest.raises(InvalidInput):
+            store.list_sessions(user_id=5)  # type: ignore[arg-type]
+        with pytest.raises(InvalidInput):
+            store.list_sessions(namespace="")
+
+    def test_unknown_session_raises_session_not_found(self, store: SessionStore) -> None:
+        """Every per-session operation on an unknown session raises SessionNotFound."""
+        key = session_key("ghost")
+        calls: list[Callable[[], object]] = [
+            lambda: store.head(key),
+            lambda: store.append(key, [step()], expected_seq=0, batch_id="b"),
+            lambda: store.read_after(key, 0, 10),
+            lambda: list(store.scan(key)),
+            lambda: store.inbox_append(key, command()),
+            lambda: store.inbox_head(key),
+            lambda: store.inbox_read_after(key, 0, 10),
+            lambda: store.acquire_lease(key, "owner"),
+            lambda: store.current_lease(key),
+            lambda: store.watermark(key, "sink"),
+            lambda: store.wait_for_head(key, 0, 0.01),
+        ]
+        for call in calls:
+            with pytest.raises(SessionNotFound):
+                call()
+        assert store.get_session(key) is None
+
+    def test_non_key_arguments_are_invalid_input(self, store: SessionStore) -> None:
+        """Passing something other than a SessionKey raises InvalidInput."""
+        with pytest.raises(InvalidInput):
+            store.create_session("default/alice/agent/s1")  # type: ignore[arg-type]
+        with pytest.raises(InvalidInput):
+            store.head(("a", "b", "c", "d"))  # type: ignore[arg-type]
+
+    # -- append -------------------------------------------------------------------------------
+
+    def test_append_assigns_gapless_seqs_from_one(
+        self, store: SessionStore, key: SessionKey
+    ) -> None:
+        """Events get seqs expected_seq + 1, ... and the returned events carry them."""
+        first = [step(1), step(2), step(3)]
+        committed = store.append(key, first, expected_seq=0, batch_id="b1")
+        assert [e.seq for e in committed] == [1, 2, 3]
+        assert [e.event_id for e in committed] == [e.event_id for e in first]
+        more = store.append(key, [step(4), step(5)], expected_seq=3, batch_id="b2")
+        assert [e.seq for e in more] == [4, 5]
+        assert store.head(key) == 5
+        assert store.read_after(key, 0, 100) == committed + more
+
+    def test_empty_session_head_is_zero(self, store: SessionStore, key: SessionKey) -> None:
+        """A new session has head 0 and reads return nothing."""
+        assert store.head(key) == 0
+        assert store.read_after(key, 0, 10) == []
+        assert list(store.scan(key)) == []
+
+    def test_append_accepts_correct_preset_seqs(self, store: SessionStore, key: SessionKey) -> None:
+        """Events that already carry the seqs they will get are accepted unchanged."""
+        events = [step(1).with_seq(1), step(2).with_seq(2)]
+        assert store.append(key, events, expected_seq=0, batch_id="b") == events
+
+    def test_retried_batch_is_a_no_op(self, store: SessionStore, key: SessionKey) -> None:
+        """A batch retried with the same id and content returns the same events, writes nothing."""
+        events = [step(1), step(2)]
+        committed = store.append(key, events, expected_seq=0, batch_id="b1")
+        again = store.append(key, events, expected_seq=0, batch_id="b1")
+        assert again == committed
+        assert store.head(key) == 2
+        store.append(key, [step(3)], expected_seq=2, batch_id="b2")
+        # A late retry of the first batch (its acknowledgement was lost) is still recognised.
+        assert store.append(key, events, expected_seq=0, batch_id="b1") == committed
+        assert store.head(key) == 3
+
+    def test_reused_batch_id_with_other_content_conflicts(
+        self, store: SessionStore, key: SessionKey
+    ) -> None:
+        """The same batch id with other events raises IdempotencyConflict and writes nothing."""
+        store.append(key, [step(1)], expected_seq=0, batch_id="b1")
+        with pytest.raises(IdempotencyConflict):
+            store.append(key, [step(2)], expected_seq=1, batch_id="b1")
+        assert store.head(key) == 1
+
+    def test_stale_expected_seq_raises_append_conflict(
+        self, store: SessionStore, key: SessionKey
+    ) -> None:
+        """An expected_seq that is not the head raises AppendConflict and writes nothing."""
+        store.append(key, [step(1), step(2)], expected_seq=0, batch_id="b1")
+        with pytest.raises(AppendConflict):
+            store.append(key, [step(3)], expected_seq=1, batch_id="b2")
+        with pytest.raises(AppendConflict):
+            store.append(key, [step(3)], expected_seq=5, batch_id="b3")
+        assert store.head(key) == 2
+        # The refused batch ids stay free for a correct retry.
+        assert [e.seq for e in store.append(key, [step(3)], expected_seq=2, batch_id="b2")] == [3]
+
+    @pytest.mark.parametrize(
+        "bad",
+        [
+            "empty",
+            "not_a_list",
+            "non_event",
+            "inbox_type",
+            "duplicate_id",
+            "wrong_seq",
+            "unknown_required_type",
+            "too_many",
+        ],
+    )
+    def test_invalid_batch_raises_invalid_input_and_writes_nothing(
+        self, store: SessionStore, key: SessionKey, bad: str
+    ) -> None:
+        """A batch with any invalid item raises InvalidInput and no event of it is written."""
+        store.append(key, [step(1)], expected_seq=0, batch_id="seed")
+        good = step(2)
+        batches: dict[str, Any] = {
+            "empty": [],
+            "not_a_list": good,
+            "non_event": [good, {"type": "step/start"}],
+            "inbox_type": [good, command()],
+            "duplicate_id": [good, good],
+            "wrong_seq": [good, step(3).with_seq(7)],
+            "unknown_required_type": [
+                good,
+                Event.model_construct(**{**step(3).__dict__, "type": "acme/unknown"}),
+            ],
+            "too_many": [good] * (MAX_BATCH + 1),
+        }
+        with pytest.raises(InvalidInput):
+            store.append(key, batches[bad], expected_seq=1, batch_id="bad")
+        assert store.head(key) == 1
+        assert [e.seq for e in store.read_after(key, 0, 10)] == [1]
+        # Nothing about the refused batch was remembered: its id is still free.
+        assert [e.seq for e in store.append(key, [good], expected_seq=1, batch_id="bad")] == [2]
+
+    @pytest.mark.parametrize(
+        ("expected_seq", "batch_id", "fence"),
+        [
+            (-1, "b", None),
+            (True, "b", None),
+            ("0", "b", None),
+            (0, "", None),
+            (0, 7, None),
+            (0, "b", "lease"),
+        ],
+    )
+    def test_bad_append_arguments_raise_invalid_input(
+        self, store: SessionStore, key: SessionKey, expected_seq: Any, batch_id: Any, fence: Any
+    ) -> None:
+        """Bad expected_seq, batch_id or fence arguments raise InvalidInput, writing nothing."""
+        with pytest.raises(InvalidInput):
+            store.append(key, [step()], expected_seq=expected_seq, batch_id=batch_id, fence=fence)
+        assert store.head(key) == 0
+
+    def test_expected_inbox_conditions_the_commit(
+        self, store: SessionStore, key: SessionKey
+    ) -> None:
+        """With expected_inbox a batch commits only if the inbox head is still that seq."""
+        store.append(key, [step(1)], expected_seq=0, batch_id="b1", expected_inbox=0)
+        store.inbox_append(key, command("new"))
+        with pytest.raises(InboxChanged):
+            store.append(key, [step(2)], expected_seq=1, batch_id="b2", expected_inbox=0)
+        assert store.head(key) == 1
+        store.append(key, [step(2)], expected_seq=1, batch_id="b2", expected_inbox=1)
+        assert store.head(key) == 2
+        with pytest.raises(InvalidInput):
+            store.append(key, [step(3)], expected_seq=2, batch_id="b3", expected_inbox=-1)
+        assert store.head(key) == 2
+
+    def test_concurrent_appenders_never_interleave_batches(
+        self, store: SessionStore, key: SessionKey
+    ) -> None:
+        """Writers racing on one session each commit whole batches, contiguous and gapless."""
+        writers, batches, size = 6, 10, 3
+
+        def writer(w: int) -> Callable[[], None]:
+            def run() -> None:
+                for b in range(batches):
+                    events = [step(i) for i in range(size)]
+                    while True:
+                        head = store.head(key)
+                        try:
+                            store.append(key, events, expected_seq=head, batch_id=f"w{w}-{b}")
+                            break
+                        except AppendConflict:
+                            continue
+
+            return run
+
+        run_threads([writer(w) for w in range(writers)])
+        events = list(store.scan(key))
+        assert [e.seq for e in events] == list(range(1, writers * batches * size + 1))
+        assert len({e.event_id for e in events}) == len(events)
+        for i in range(0, len(events), size):
+            assert [e.data.iteration for e in events[i : i + size]] == [0, 1, 2]  # type: ignore[union-attr]
+
+    # -- leases -------------------------------------------------------------------------------
+
+    def test_live_lease_cannot_be_taken_by_another_owner(
+        self, store: SessionStore, key: SessionKey
+    ) -> None:
+        """While a lease is live, another owner's acquire raises LeaseHeld."""
+        lease = store.acquire_lease(key, "a", ttl=10)
+        assert lease.epoch == 1
+        with pytest.raises(LeaseHeld):
+            store.acquire_lease(key, "b", ttl=10)
+        assert store.current_lease(key) == lease
+
+    def test_same_owner_reacquire_keeps_epoch(
+        self, store: SessionStore, key: SessionKey, clock: FakeClock
+    ) -> None:
+        """The holder re-acquiring its live lease keeps the epoch and extends the expiry."""
+        first = store.acquire_lease(key, "a", ttl=10)
+        clock.advance(5)
+        again = store.acquire_lease(key, "a", ttl=10)
+        assert again.epoch == first.epoch
+        assert again.expires_at > first.expires_at
+
+    def test_expired_lease_passes_to_another_owner_with_next_epoch(
+        self, store: SessionStore, key: SessionKey, clock: FakeClock
+    ) -> None:
+        """Once a lease expires another owner takes it with epoch + 1."""
+        old = store.acquire_lease(key, "a", ttl=10)
+        clock.advance(10.001)
+        assert store.current_lease(key) is None
+        new = store.acquire_lease(key, "b", ttl=10)
+        assert (new.owner, new.epoch) == ("b", old.epoch + 1)
+        assert store.current_lease(key) == new
+
+    def test_stale_epoch_cannot_commit_or_renew(
+        self, store: SessionStore, key: SessionKey, clock: FakeClock
+    ) -> None:
+        """A paused old holder's fenced append and renew raise Fenced and write nothing."""
+        old = store.acquire_lease(key, "a", ttl=10)
+        store.append(key, [step(1)], expected_seq=0, batch_id="b1", fence=old)
+        clock.advance(11)
+        new = store.acquire_lease(key, "b", ttl=10)
+        with pytest.raises(Fenced):
+            store.append(key, [step(2)], expected_seq=1, batch_id="b2", fence=old)
+        with pytest.raises(Fenced):
+            store.renew_lease(old)
+        assert store.head(key) == 1
+        assert store.current_lease(key) == new
+        store.append(key, [step(2)], expected_seq=1, batch_id="b2", fence=new)
+        assert store.head(key) == 2
+
+    def test_expired_lease_cannot_commit_even_if_nobody_took_it(
+        self, store: SessionStore, key: SessionKey, clock: FakeClock
+    ) -> None:
+        """A fenced append or renew after the lease expired raises Fenced."""
+        lease = store.acquire_lease(key, "a", ttl=10)
+        clock.advance(10)
+        with pytest.raises(Fenced):
+            store.append(key, [step(1)], expected_seq=0, batch_id="b1", fence=lease)
+        with pytest.raises(Fenced):
+            store.renew_lease(lease)
+        assert store.head(key) == 0
+
+    def test_renew_extends_a_live_lease(
+        self, store: SessionStore, key: SessionKey, clock: FakeClock
+    ) -> None:
+        """Renewing a live lease keeps its epoch and moves its expiry to now + ttl."""
+        lease = store.acquire_lease(key, "a", ttl=10)
+        clock.advance(8)
+        renewed = store.renew_lease(lease, ttl=10)
+        assert renewed.epoch == lease.epoch
+        assert renewed.expires_at == clock.now() + 10
+        clock.advance(8)  # past the first expiry, within the renewed one
+        store.append(key, [step(1)], expected_seq=0, batch_id="b", fence=renewed)
+        with pytest.raises(LeaseHeld):
+            store.acquire_lease(key, "b")
+
+    def test_renew_by_another_owner_is_fenced(self, store: SessionStore, key: SessionKey) -> None:
+        """A lease record naming another owner cannot renew the live lease."""
+        lease = store.acquire_lease(key, "a", ttl=10)
+        forged = Lease(key, "b", lease.epoch, lease.expires_at)
+        with pytest.raises(Fenced):
+            store.renew_lease(forged)
+        with pytest.raises(Fenced):
+            store.append(key, [step()], expected_seq=0, batch_id="b", fence=forged)
+
+    def test_release_lets_another_owner_acquire_at_once(
+        self, store: SessionStore, key: SessionKey
+    ) -> None:
+        """After release another owner acquires immediately, with the next epoch."""
+        lease = store.acquire_lease(key, "a", ttl=10)
+        store.release_lease(lease)
+        assert store.current_lease(key) is None
+        other = store.acquire_lease(key, "b", ttl=10)
+        assert other.epoch == lease.epoch + 1
+        with pytest.raises(Fenced):
+            store.append(key, [step()], expected_seq=0, batch_id="b", fence=lease)
+
+    def test_double_release_is_harmless(self, store: SessionStore, key: SessionKey) -> None:
+        """Releasing the same lease twice does not raise and leaves no lease."""
+        lease = store.acquire_lease(key, "a", ttl=10)
+        store.release_lease(lease)
+        store.release_lease(lease)
+        assert store.current_lease(key) is None
+
+    def test_release_by_stale_epoch_is_fenced(
+        self, store: SessionStore, key: SessionKey, clock: FakeClock
+    ) -> None:
+        """Releasing an old epoch after another holder took over raises Fenced and keeps theirs."""
+        old = store.acquire_lease(key, "a", ttl=10)
+        clock.advance(11)
+        new = store.acquire_lease(key, "b", ttl=10)
+        with pytest.raises(Fenced):
+            store.release_lease(old)
+        assert store.current_lease(key) == new
+
+    def test_unfenced_append_refused_while_lease_is_live(
+        self, store: SessionStore, key: SessionKey, clock: FakeClock
+    ) -> None:
+        """An append without a fence raises LeaseHeld while someone holds a live lease."""
+        store.acquire_lease(key, "a", ttl=10)
+        with pytest.raises(LeaseHeld):
+            store.append(key, [step()], expected_seq=0, batch_id="b")
+        assert store.head(key) == 0
+        clock.advance(10)
+        store.append(key, [step()], expected_seq=0, batch_id="b")
+        assert store.head(key) == 1
+
+    def test_fence_of_another_session_is_invalid_input(
+        self, store: SessionStore, key: SessionKey
+    ) -> None:
+        """A lease of session A used to fence an append to session B raises InvalidInput."""
+        other = session_key("other")
+        store.create_session(other)
+        lease = store.acquire_lease(other, "a", ttl=10)
+        with pytest.raises(InvalidInput):
+            store.append(key, [step()], expected_seq=0, batch_id="b", fence=lease)
+        assert store.head(key) == 0
+
+    @pytest.mark.parametrize("ttl", [0, -1, True, "10", 86_401])
+    def test_bad_ttl_is_invalid_input(self, store: SessionStore, key: SessionKey, ttl: Any) -> None:
+        """A ttl that is not a positive number of seconds (at most a day) raises InvalidInput."""
+        with pytest.raises(InvalidInput):
+            store.acquire_lease(key, "a", ttl=ttl)
+        assert store.current_lease(key) is None
+
+    def test_leases_are_per_session(self, store: SessionStore, key: SessionKey) -> None:
+        """A lease on one session does not block another session."""
+        other = session_key("other")
+        store.create_session(other)
+        store.acquire_lease(key, "a")
+        assert store.acquire_lease(other, "b").epoch == 1
+        store.append(
+            other, [step()], expected_seq=0, batch_id="b", fence=store.current_lease(other)
+        )
+
+    # -- reads --------------------------------------------------------------------------------
+
+    def test_read_after_and_scan_bounds(self, store: SessionStore, key: SessionKey) -> None:
+        """read_after returns at most limit events after seq; scan returns (after, through]."""
+        self.fill(store, key, 10)
+        assert [e.seq for e in store.read_after(key, 0, 3)] == [1, 2, 3]
+        assert [e.seq for e in store.read_after(key, 8, 100)] == [9, 10]
+        assert store.read_after(key, 10, 5) == []
+        assert store.read_after(key, 50, 5) == []
+        assert [e.seq for e in store.read_after(key, 9, MAX_READ_LIMIT)] == [10]
+        assert [e.seq for e in store.scan(key)] == list(range(1, 11))
+        assert [e.seq for e in store.scan(key, 3, 6)] == [4, 5, 6]
+        assert [e.seq for e in store.scan(key, after=7)] == [8, 9, 10]
+        assert list(store.scan(key, 10)) == []
+        assert list(store.scan(key, 6, 6)) == []
+
+    def test_scan_through_past_head_is_invalid_input(
+        self, store: SessionStore, key: SessionKey
+    ) -> None:
+        """scan with through beyond the head raises InvalidInput (not a false Corrupt)."""
+        self.fill(store, key, 3)
+        with pytest.raises(InvalidInput):
+            list(store.scan(key, 0, 4))
+
+    @pytest.mark.parametrize("limit", [0, -1, MAX_READ_LIMIT + 1, 1.5, "10", None, True])
+    def test_bad_limit_is_invalid_input(
+        self, store: SessionStore, key: SessionKey, limit: Any
+    ) -> None:
+        """A limit outside 1..MAX_READ_LIMIT, or not an int, raises InvalidInput."""
+        with pytest.raises(InvalidInput):
+            store.read_after(key, 0, limit)
+        with pytest.raises(InvalidInput):
+            store.inbox_read_after(key, 0, limit)
+
+    @pytest.mark.parametrize("after", [-1, True, 1.0, "0"])
+    def test_bad_after_is_invalid_input(
+        self, store: SessionStore, key: SessionKey, after: Any
+    ) -> None:
+        """An after position that is not a non-negative int raises InvalidInput."""
+        with pytest.raises(InvalidInput):
+            store.read_after(key, after, 10)
+        with pytest.raises(InvalidInput):
+            list(store.scan(key, after))
+        with pytest.raises(InvalidInput):
+            store.inbox_read_after(key, after, 10)
+
+    def test_committed_events_round_trip(self, store: SessionStore, key: SessionKey) -> None:
+        """A read returns exactly the envelope and payload that were committed."""
+        event = Event.create(
+            "message/user",
+            {"message": {"id": "m1", "role": "user", "text": "héllo ✓", "turn_id": "turn_1"}},
+            turn_id="turn_1",
+            run_id="run_1",
+        )
+        (committed,) = store.append(key, [event], expected_seq=0, batch_id="b")
+        (read,) = store.read_after(key, 0, 1)
+        assert read == committed
+        assert read.occurred_at == event.occurred_at
+        assert read.data.message.text == "héllo ✓"  # type: ignore[union-attr]
+
+    def test_prefix_reads_are_stable_while_another_thread_appends(
+        self, store: SessionStore, key: SessionKey
+    ) -> None:
+        """A committed prefix reads the same while a writer keeps appending."""
+        snapshot = self.fill(store, key, 50)
+        done = threading.Event()
+
+        def writer() -> None:
+            try:
+                for b in range(40):
+                    head = store.head(key)
+                    store.append(
+                        key, [step(i) for i in range(5)], expected_seq=head, batch_id=f"w{b}"
+                    )
+            finally:
+                done.set()
+
+        def reader() -> None:
+            while not done.is_set():
+                assert store.read_after(key, 0, 50) == snapshot
+                assert list(store.scan(key, 0, 50)) == snapshot
+                seen = [e.seq for e in store.scan(key)]
+                assert seen == list(range(1, len(seen) + 1))
+
+        run_threads([writer, reader])
+        assert store.head(key) == 250
+        assert store.read_after(key, 0, 50) == snapshot
+
+    def test_scan_pages_across_many_events(self, store: SessionStore, key: SessionKey) -> None:
+        """scan yields every event across more than one internal page, in order."""
+        n = SCAN_PAGE * 2 + 345
+        self.fill(store, key, n, batch=1000)
+        assert [e.seq for e in store.scan(key)] == list(range(1, n + 1))
+        assert [e.seq for e in store.scan(key, SCAN_PAGE - 1, SCAN_PAGE * 2 + 1)] == list(
+            range(SCAN_PAGE, SCAN_PAGE * 2 + 2)
+        )
+
+    # -- inbox --------------------------------------------------------------------------------
+
+    def test_inbox_seq_is_gapless(self, store: SessionStore, key: SessionKey) -> None:
+        """Inbox events get their own gapless sequence from 1, separate from the log."""
+        records = [store.inbox_append(key, command(f"c{i}")) for i in range(5)]
+        assert [(r.seq, created) for r, created in records] == [(i, True) for i in range(1, 6)]
+        assert store.inbox_head(key) == 5
+        assert store.head(key) == 0
+        assert [e.seq for e in store.inbox_read_after(key, 2, 2)] == [3, 4]
+        assert store.inbox_read_after(key, 0, 10) == [r for r, _ in records]
+
+    def test_inbox_dedupe_key_returns_the_original(
+        self, store: SessionStore, key: SessionKey
+    ) -> None:
+        """A re-send under the same dedupe key and fingerprint returns the original record."""
+        first, created = store.inbox_append(key, command("a"), dedupe_key="k1", fingerprint="f")
+        assert created
+        again, created = store.inbox_append(key, command("a"), dedupe_key="k1", fingerprint="f")
+        assert not created
+        assert again == first
+        assert store.inbox_head(key) == 1
+
+    def test_inbox_dedupe_without_fingerprint_uses_the_event(
+        self, store: SessionStore, key: SessionKey
+    ) -> None:
+        """Without a fingerprint, re-sending the identical event is recognised."""
+        event = command("a")
+        first, _ = store.inbox_append(key, event, dedupe_key="k1")
+        again, created = store.inbox_append(key, event, dedupe_key="k1")
+        assert (again, created) == (first, False)
+        with pytest.raises(IdempotencyConflict):
+            store.inbox_append(key, command("a"), dedupe_key="k1")
+
+    def test_inbox_dedupe_key_with_other_content_conflicts(
+        self, store: SessionStore, key: SessionKey
+    ) -> None:
+        """The same dedupe key with other content raises IdempotencyConflict, writes nothing."""
+        store.inbox_append(key, command("a"), dedupe_key="k1", fingerprint="f1")
+        with pytest.raises(IdempotencyConflict):
+            store.inbox_append(key, command("b"), dedupe_key="k1", fingerprint="f2")
+        assert store.inbox_head(key) == 1
+
+    def test_inbox_accepts_concurrent_writers_exactly_once(
+        self, store: SessionStore, key: SessionKey
+    ) -> None:
+        """8 threads x 50 commands (each sent twice) are all accepted, each exactly once."""
+        threads, per_thread = 8, 50
+        created_count = [0] * threads
+
+        def writer(t: int) -> Callable[[], None]:
+            def run() -> None:
+                for i in range(per_thread):
+                    for _ in range(2):
+                        _, created = store.inbox_append(
+                            key, command(f"t{t}-{i}"), dedupe_key=f"t{t}-{i}", fingerprint="same"
+                        )
+                        created_count[t] += created
+
+            return run
+
+        run_threads([writer(t) for t in range(threads)])
+        records = store.inbox_read_after(key, 0, MAX_READ_LIMIT)
+        assert created_count == [per_thread] * threads
+        assert [r.seq for r in records] == list(range(1, threads * per_thread + 1))
+        inputs = sorted(r.payload["input"] for r in records)
+        assert inputs == sorted(f"t{t}-{i}" for t in range(threads) for i in range(per_thread))
+
+    def test_inbox_refuses_execution_types(self, store: SessionStore, key: SessionKey) -> None:
+        """Execution-log events and pre-stamped events are refused by the inbox."""
+        with pytest.raises(InvalidInput):
+            store.inbox_append(key, step())
+        with pytest.raises(InvalidInput):
+            store.inbox_append(key, command().with_seq(1))
+        with pytest.raises(InvalidInput):
+            store.inbox_append(key, "command")  # type: ignore[arg-type]
+        with pytest.raises(InvalidInput):
+            store.inbox_append(key, command(), dedupe_key="")
+        assert store.inbox_head(key) == 0
+
+    def test_inbox_class_accept_is_idempotent_by_key(
+        self, store: SessionStore, key: SessionKey
+    ) -> None:
+        """Inbox.accept with a key returns the original on a same-meaning retry, else conflicts."""
+        inbox = Inbox(store, key)
+        first, created = inbox.accept("submit", key="k", turn_id="turn_1", input="hi")
+        assert created
+        # A retried submit allocates a new turn id; the meaning (kind, input) is the same.
+        again, created = inbox.accept("submit", key="k", turn_id="turn_2", input="hi")
+        assert (again, created) == (first, False)
+        with pytest.raises(IdempotencyConflict):
+            inbox.accept("submit", key="k", turn_id="turn_3", input="other")
+        handled = inbox.record("inbox/handled", {"command_id": first.payload["command_id"]})
+        assert handled.seq == 2
+        assert [e.type for e in inbox.scan()] == ["inbox/accepted", "inbox/handled"]
+        assert inbox.head() == 2
+
+    # -- watermarks ---------------------------------------------------------------------------
+
+    def test_watermark_starts_at_zero(self, store: SessionStore, key: SessionKey) -> None:
+        """A sink that never advanced has watermark 0."""
+        assert store.watermark(key, "parquet") == 0
+
+    def test_watermark_is_monotonic(self, store: SessionStore, key: SessionKey) -> None:
+        """Advancing backwards is a no-op that returns the current value."""
+        self.fill(store, key, 5)
+        assert store.advance_watermark(key, "sink", 3) == 3
+        assert store.advance_watermark(key, "sink", 1) == 3
+        assert store.watermark(key, "sink") == 3
+        assert store.advance_watermark(key, "sink", 5) == 5
+        assert store.advance_watermark(key, "sink", 5) == 5
+
+    def test_watermark_past_head_is_invalid_input(
+        self, store: SessionStore, key: SessionKey
+    ) -> None:
+        """A watermark beyond the committed head (or negative) raises InvalidInput."""
+        self.fill(store, key, 2)
+        with pytest.raises(InvalidInput):
+            store.advance_watermark(key, "sink", 3)
+        with pytest.raises(InvalidInput):
+            store.advance_watermark(key, "sink", -1)
+        assert store.watermark(key, "sink") == 0
+
+    def test_watermarks_are_per_sink_and_session(
+        self, store: SessionStore, key: SessionKey
+    ) -> None:
+        """Each (session, sink name) pair has its own watermark."""
+        other = session_key("other")
+        store.create_session(other)
+        self.fill(store, key, 4)
+        self.fill(store, other, 4)
+        store.advance_watermark(key, "a", 4)
+        store.advance_watermark(key, "b", 2)
+        assert store.watermark(key, "a") == 4
+        assert store.watermark(key, "b") == 2
+        assert store.watermark(other, "a") == 0
+
+    # -- blobs --------------------------------------------------------------------------------
+
+    def test_large_payload_round_trips(self, store: SessionStore, key: SessionKey) -> None:
+        """A payload larger than BLOB_THRESHOLD is stored and read back unchanged."""
+        text = "x" * (BLOB_THRESHOLD + 1000) + "é"
+        event = Event.create("acme/big", {"text": text})
+        store.append(key, [step(1), event, step(3)], expected_seq=0, batch_id="b")
+        read = store.read_after(key, 0, 10)
+        assert read[1].payload["text"] == text
+        assert read[1].event_id == event.event_id
+        big_command = Event.create(
+            "inbox/accepted", {"command_id": "c", "kind": "inject", "input": text}
+        )
+        store.inbox_append(key, big_command)
+        assert store.inbox_read_after(key, 0, 1)[0].payload["input"] == text
+
+    def test_put_blob_is_idempotent(self, store: SessionStore) -> None:
+        """put_blob returns the SHA-256 digest and storing the same bytes twice is harmless."""
+        data = b"\x00binary\xff" * 100
+        digest = store.put_blob(data)
+        assert store.put_blob(data) == digest
+        assert len(digest) == 64
+        assert store.get_blob(digest) == data
+
+    def test_get_blob_of_unknown_digest_is_corrupt(self, store: SessionStore) -> None:
+        """Asking for a blob that was never stored raises Corrupt."""
+        with pytest.raises(Corrupt):
+            store.get_blob("0" * 64)
+
+    # -- payloads and event types ----------------------------------------------------------------
+
+    def test_committed_payloads_are_frozen(self, store: SessionStore, key: SessionKey) -> None:
+        """Payloads of committed and read events refuse mutation."""
+        event = Event.create("acme/note", {"tags": ["a"], "inner": {"k": 1}})
+        (committed,) = store.append(key, [event], expected_seq=0, batch_id="b")
+        (read,) = store.read_after(key, 0, 1)
+        for e in (event, committed, read):
+            assert isinstance(e.payload, FrozenDict)
+            with pytest.raises(TypeError):
+                e.payload["tags"] = ()
+            with pytest.raises(TypeError):
+                e.payload["inner"]["k"] = 2
+            with pytest.raises(AttributeError):
+                e.payload["tags"].append("b")
+
+    def test_unfrozen_payload_is_frozen_on_append(
+        self, store: SessionStore, key: SessionKey
+    ) -> None:
+        """An event built around a plain dict gets a frozen copy of its payload on commit."""
+        raw: dict[str, Any] = {"n": 1}
+        event = Event.model_construct(**{**Event.create("acme/raw").__dict__, "payload": raw})
+        (committed,) = store.append(key, [event], expected_seq=0, batch_id="b")
+        raw["n"] = 2
+        assert committed.payload == {"n": 1}
+        assert store.read_after(key, 0, 1)[0].payload == {"n": 1}
+
+    def test_optional_unknown_application_type_passes_through(
+        self, store: SessionStore, key: SessionKey
+    ) -> None:
+        """An unregistered optional application type is stored and read back as raw JSON."""
+        event = Event.create("acme/unregistered", {"anything": [1, "two"]})
+        assert event.required is False
+        store.append(key, [event], expected_seq=0, batch_id="b")
+        (read,) = store.read_after(key, 0, 1)
+        assert read.data == {"anything": (1, "two")}
+
+    def test_registered_required_type_round_trips(
+        self, store: SessionStore, key: SessionKey
+    ) -> None:
+        """A registered required application type validates, commits and reads back."""
+        register_event_type("acme/review_note", validate=_require_text, required=True)
+        try:
+            with pytest.raises(InvalidInput):
+                Event.create("acme/review_note", {"text": 5})
+            event = Event.create("acme/review_note", {"text": "ok"})
+            assert event.required is True
+            store.append(key, [event], expected_seq=0, batch_id="b")
+            assert store.read_after(key, 0, 1)[0].payload == {"text": "ok"}
+        finally:
+            _unregister_event_type("acme/review_note")
+
+    # -- waiting and following -------------------------------------------------------------------
+
+    def test_wait_for_head_wakes_on_commit(self, store: SessionStore, key: SessionKey) -> None:
+        """wait_for_head returns the new head once another thread commits."""
+        waiting = threading.Event()
+        result: list[int] = []
+
+        def waiter() -> None:
+            waiting.set()
+            result.append(store.wait_for_head(key, 0, _GUARD))
+
+        def writer() -> None:
+            waiting.wait(_GUARD)
+            time.sleep(0.05)
+            store.append(key, [step()], expected_seq=0, batch_id="b")
+
+        started = time.monotonic()
+        run_threads([waiter, writer])
+        assert result == [1]
+        assert time.monotonic() - started < _GUARD, "the waiter slept through the commit"
+
+    def test_wait_for_head_returns_on_timeout(self, store: SessionStore, key: SessionKey) -> None:
+        """With no commit, wait_for_head returns the unchanged head after the timeout."""
+        self.fill(store, key, 2)
+        assert store.wait_for_head(key, 2, 0.05) == 2
+        assert store.wait_for_head(key, 0, 0.05) == 2
+
+    def test_wait_for_inbox_wakes_on_command(self, store: SessionStore, key: SessionKey) -> None:
+        """wait_for_inbox returns the new inbox head once a command is accepted."""
+        result: list[int] = []
+
+        def waiter() -> None:
+            result.append(store.wait_for_inbox(key, 0, _GUARD))
+
+        def writer() -> None:
+            time.sleep(0.05)
+            store.inbox_append(key, command())
+
+        run_threads([waiter, writer])
+        assert result == [1]
+        assert store.wait_for_inbox(key, 1, 0.05) == 1
+
+    def test_close_wakes_waiters(self, store: SessionStore, key: SessionKey) -> None:
+        """Closing the store wakes a thread blocked in wait_for_head without raising."""
+        result: list[int] = []
+
+        def waiter() -> None:
+            result.append(store.wait_for_head(key, 0, _GUARD))
+
+        def closer() -> None:
+            time.sleep(0.05)
+            store.close()
+
+        started = time.monotonic()
+        run_threads([waiter, closer])
+        assert result == [0]
+        assert time.monotonic() - started < _GUARD
+
+    def test_follow_yields_every_event_once_in_order(
+        self, store: SessionStore, key: SessionKey
+    ) -> None:
+        """SessionLog.follow yields each committed event exactly once, in seq order."""
+        log = SessionLog(store, key)
+        total = 300
+        got: list[Event] = []
+
+        def writer() -> None:
+            written = 0
+            while written < total:
+                size = min(1 + written % 7, total - written)
+                log.append([step(i) for i in range(size)], expected_seq=written)
+                written += size
+                if written % 50 < 7:
+                    time.sleep(0.005)
+
+        def follower() -> None:
+            for event in log.follow(0, idle_timeout=_GUARD):
+                got.append(event)
+                if event.seq == total:
+                    break
+
+        run_threads([writer, follower])
+        assert [e.seq for e in got] == list(range(1, total + 1))
+        assert got == list(log.scan())
+        assert list(log.follow(total, idle_timeout=0.05)) == []
+
+    def test_follow_starts_after_the_given_position(
+        self, store: SessionStore, key: SessionKey
+    ) -> None:
+        """follow(after) yields only events with seq > after and stops when idle."""
+        log = SessionLog(store, key)
+        self.fill(store, key, 10)
+        follow = log.follow(7, idle_timeout=0.05)
+        assert [e.seq for e in follow] == [8, 9, 10]
+        assert follow.position == 10
+
+    def test_async_follow_yields_every_event_once_in_order(
+        self, store: SessionStore, key: SessionKey
+    ) -> None:
+        """async for over SessionLog.follow yields each committed event once, in order."""
+        log = SessionLog(store, key)
+        total = 120
+
+        def writer() -> None:
+            for i in range(total // 4):
+                log.append([step(j) for j in range(4)], expected_seq=i * 4)
+                if i % 5 == 0:
+                    time.sleep(0.01)
+
+        async def follow() -> list[Event]:
+            got: list[Event] = []
+            async for event in log.follow(0, idle_timeout=_GUARD):
+                got.append(event)
+                if event.seq == total:
+                    break
+            return got
+
+        thread = threading.Thread(target=writer, daemon=True)
+        thread.start()
+        got = asyncio.run(follow())
+        thread.join(_GUARD)
+        assert [e.seq for e in got] == list(range(1, total + 1))
+
+        async def idle() -> list[Event]:
+            return [e async for e in log.follow(total, idle_timeout=0.1)]
+
+        assert asyncio.run(idle()) == []
+
+    def test_follow_close_stops_it(self, store: SessionStore, key: SessionKey) -> None:
+        """Follow.close() ends a follow that is waiting with no idle timeout."""
+        log = SessionLog(store, key)
+        follow = log.follow(0)
+        got: list[int] = []
+        first = threading.Event()
+
+        def follower() -> None:
+            for event in follow:
+                got.append(event.seq)
+                first.set()
+
+        def driver() -> None:
+            log.append([step()], expected_seq=0)
+            assert first.wait(_GUARD)
+            follow.close()
+
+        run_threads([follower, driver])
+        assert got == [1]
+
+    def test_async_follow_close_stops_it(self, store: SessionStore, key: SessionKey) -> None:
+        """Follow.close() ends an async follow that is waiting with no idle timeout."""
+        log = SessionLog(store, key)
+        log.append([step()], expected_seq=0)
+        follow = log.follow(0)
+
+        async def run() -> list[int]:
+            got: list[int] = []
+            async for event in follow:
+                got.append(event.seq)
+                follow.close()
+            return got
+
+        assert asyncio.run(asyncio.wait_for(run(), _GUARD)) == [1]
+
+    def test_follow_stops_when_the_store_closes(self, store: SessionStore, key: SessionKey) -> None:
+        """A follow with no idle timeout ends (without raising) when the store is closed."""
+        log = SessionLog(store, key)
+        got: list[int] = []
+
+        def follower() -> None:
+            got.extend(e.seq for e in log.follow(0))
+
+        def closer() -> None:
+            log.append([step()], expected_seq=0)
+            time.sleep(0.1)
+            store.close()
+
+        run_threads([follower, closer])
+        assert got == [1]
+
+    def test_async_follow_stops_when_the_store_closes(
+        self, store: SessionStore, key: SessionKey
+    ) -> None:
+        """An async follow with no idle timeout ends (without raising) when the store closes."""
+        log = SessionLog(store, key)
+        log.append([step()], expected_seq=0)
+
+        async def run() -> list[int]:
+            got: list[int] = []
+            async for event in log.follow(0):
+                got.append(event.seq)
+                store.close()
+            return got
+
+        assert asyncio.run(asyncio.wait_for(run(), _GUARD)) == [1]
+
+    def test_log_follow_rejects_negative_after(self, store: SessionStore, key: SessionKey) -> None:
+        """SessionLog.follow with a negative position raises InvalidInput."""
+        with pytest.raises(InvalidInput):
+            SessionLog(store, key).follow(-1)
+
+    # -- secret -------------------------------------------------------------------------------
+
+    def test_secret_is_32_stable_bytes(self, store: SessionStore) -> None:
+        """secret() is 32 bytes and the same on every call."""
+        secret = store.secret()
+        assert isinstance(secret, bytes)
+        assert len(secret) == 32
+        assert store.secret() == secret
+
+
+def _require_text(data: Any) -> Any:
+    if not isinstance(data.get("text"), str):
+        raise ValueError("text must be a string")
+    return data

@@ -1,0 +1,325 @@
+"""The SQLite store passes the store contract, plus what is special to one file on disk."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from agentnb.errors import Corrupt, InvalidInput, UnknownRequiredEvent
+from agentnb.events import BLOB_THRESHOLD, Event
+from agentnb.ids import Clock, FakeClock, SessionKey
+from agentnb.log import SessionLog
+from agentnb.stores import SessionStore, open_store
+from agentnb.stores._rows import COLUMNS, encode
+from agentnb.stores.sqlite import SQLiteStore
+from agentnb.testing.store_contract import StoreContract, command, session_key, step
+
+
+class TestSQLiteStore(StoreContract):
+    def make_store(self, tmp_path: Path, *, clock: Clock | None = None) -> SessionStore:
+        return SQLiteStore(tmp_path / "agentnb.sqlite", clock=clock)
+
+
+@pytest.fixture
+def path(tmp_path: Path) -> Path:
+    return tmp_path / "agentnb.sqlite"
+
+
+@pytest.fixture
+def store(path: Path) -> Iterator[SQLiteStore]:
+    store = SQLiteStore(path)
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+@pytest.fixture
+def key(store: SQLiteStore) -> SessionKey:
+    key = session_key()
+    store.create_session(key)
+    return key
+
+
+def _raw(path: Path) -> sqlite3.Connection:
+    """A plain sqlite3 connection, for tampering the way someone outside agentnb would."""
+    return sqlite3.connect(path, isolation_level=None)
+
+
+def _sid(conn: sqlite3.Connection, key: SessionKey) -> int:
+    row = conn.execute("SELECT id FROM sessions WHERE session_id=?", (key.session_id,)).fetchone()
+    return int(row[0])
+
+
+class TestReopen:
+    def test_reopen_keeps_everything(self, path: Path) -> None:
+        """Closing and reopening the file keeps log, inbox, leases, watermarks, blobs, secret."""
+        clock = FakeClock()
+        key = session_key()
+        first = SQLiteStore(path, clock=clock)
+        record = first.create_session(key)
+        big = Event.create("acme/big", {"text": "y" * (BLOB_THRESHOLD + 10)})
+        batch = [step(1), big]
+        events = first.append(key, batch, expected_seq=0, batch_id="b1")
+        accepted, _ = first.inbox_append(key, command("a"), dedupe_key="k", fingerprint="f")
+        lease = first.acquire_lease(key, "owner-a", ttl=60)
+        first.advance_watermark(key, "sink", 2)
+        blob = first.put_blob(b"bytes")
+        secret = first.secret()
+        first.close()
+
+        again = SQLiteStore(path, clock=clock)
+        try:
+            assert again.get_session(key) == record
+            assert again.read_after(key, 0, 10) == events
+            assert again.head(key) == 2
+            # The batch id is remembered: a retried batch is still recognised after reopening.
+            assert again.append(key, batch, expected_seq=0, batch_id="b1", fence=lease) == events
+            assert again.inbox_read_after(key, 0, 10) == [accepted]
+            assert again.inbox_append(key, command("a"), dedupe_key="k", fingerprint="f") == (
+                accepted,
+                False,
+            )
+            assert again.current_lease(key) == lease
+            assert again.watermark(key, "sink") == 2
+            assert again.get_blob(blob) == b"bytes"
+            assert again.secret() == secret
+        finally:
+            again.close()
+
+    def test_head_of_a_long_session_opens_without_scanning(self, path: Path) -> None:
+        """head() of a reopened session with thousands of events is answered directly."""
+        key = session_key()
+        with SQLiteStore(path) as store:
+            store.create_session(key)
+            StoreContract.fill(store, key, 5000, batch=2500)
+        with SQLiteStore(path) as store:
+            assert store.head(key) == 5000
+            assert SessionLog(store, key).head() == 5000
+            assert [e.seq for e in store.read_after(key, 4998, 10)] == [4999, 5000]
+
+
+class TestFiles:
+    def test_files_are_owner_only(self, store: SQLiteStore, key: SessionKey, path: Path) -> None:
+        """The database and its -wal and -shm files are readable and writable by the owner only."""
+        store.append(key, [step()], expected_seq=0, batch_id="b")
+        for name in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
+            assert name.exists(), name
+            assert stat.S_IMODE(name.stat().st_mode) == 0o600, name
+
+    def test_missing_parent_folders_are_created(self, tmp_path: Path) -> None:
+        """A path under folders that do not exist yet gets them created."""
+        with SQLiteStore(tmp_path / "a" / "b" / "db.sqlite") as store:
+            store.create_session(session_key())
+        assert (tmp_path / "a" / "b" / "db.sqlite").is_file()
+
+    def test_directory_path_is_invalid_input(self, tmp_path: Path) -> None:
+        """A path that is a directory raises InvalidInput."""
+        with pytest.raises(InvalidInput):
+            SQLiteStore(tmp_path)
+
+    def test_other_sqlite_database_is_corrupt(self, path: Path) -> None:
+        """An SQLite file that agentnb did not create raises Corrupt and is left untouched."""
+        conn = _raw(path)
+        conn.execute("CREATE TABLE customers (id INTEGER PRIMARY KEY, name TEXT)")
+        conn.close()
+        with pytest.raises(Corrupt, match="did not create"):
+            SQLiteStore(path)
+        conn = _raw(path)
+        tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")]
+        conn.close()
+        assert tables == ["customers"]
+
+    def test_random_bytes_file_is_corrupt(self, path: Path) -> None:
+        """A file that is not an SQLite database raises Corrupt."""
+        path.write_bytes(os.urandom(8192))
+        with pytest.raises(Corrupt):
+            SQLiteStore(path)
+
+    def test_bad_synchronous_is_invalid_input(self, path: Path) -> None:
+        """An unknown synchronous level raises InvalidInput."""
+        with pytest.raises(InvalidInput):
+            SQLiteStore(path, synchronous="SOMETIMES")
+
+
+class TestFailClosed:
+    def test_changed_payload_fails_its_checksum(
+        self, store: SQLiteStore, key: SessionKey, path: Path
+    ) -> None:
+        """A payload edited outside agentnb raises Corrupt naming the session and seq."""
+        store.append(key, [step(1), step(2), step(3)], expected_seq=0, batch_id="b")
+        conn = _raw(path)
+        conn.execute(
+            "UPDATE events SET payload=replace(payload, 'step_2', 'step_X') "
+            "WHERE seq=2 AND session=?",
+            (_sid(conn, key),),
+        )
+        conn.close()
+        with pytest.raises(Corrupt, match=r"seq 2") as info:
+            store.read_after(key, 0, 10)
+        assert str(key) in str(info.value)
+        with pytest.raises(Corrupt):
+            list(store.scan(key))
+        assert [e.seq for e in store.read_after(key, 0, 1)] == [1]
+
+    def test_changed_envelope_fails_its_checksum(
+        self, store: SQLiteStore, key: SessionKey, path: Path
+    ) -> None:
+        """An envelope column edited outside agentnb (here: the type) raises Corrupt."""
+        store.append(key, [step(1)], expected_seq=0, batch_id="b")
+        conn = _raw(path)
+        conn.execute("UPDATE events SET type='step/end' WHERE seq=1")
+        conn.close()
+        with pytest.raises(Corrupt, match=r"seq 1"):
+            store.read_after(key, 0, 10)
+
+    def test_deleted_middle_row_is_a_gap(
+        self, store: SQLiteStore, key: SessionKey, path: Path
+    ) -> None:
+        """A row deleted from the middle of the log raises Corrupt on read and scan."""
+        store.append(key, [step(i) for i in range(1, 6)], expected_seq=0, batch_id="b")
+        conn = _raw(path)
+        conn.execute("DELETE FROM events WHERE seq=3 AND session=?", (_sid(conn, key),))
+        conn.close()
+        with pytest.raises(Corrupt, match="gap"):
+            store.read_after(key, 0, 10)
+        with pytest.raises(Corrupt):
+            list(store.scan(key))
+        with pytest.raises(Corrupt):
+            list(SessionLog(store, key).follow(0, idle_timeout=0.01))
+        assert [e.seq for e in store.read_after(key, 3, 10)] == [4, 5]
+
+    def test_deleted_inbox_row_is_a_gap(
+        self, store: SQLiteStore, key: SessionKey, path: Path
+    ) -> None:
+        """A command deleted from the middle of the inbox raises Corrupt."""
+        for i in range(3):
+            store.inbox_append(key, command(f"c{i}"))
+        conn = _raw(path)
+        conn.execute("DELETE FROM inbox WHERE seq=2")
+        conn.close()
+        with pytest.raises(Corrupt):
+            store.inbox_read_after(key, 0, 10)
+
+    def test_missing_blob_is_corrupt(self, store: SQLiteStore, key: SessionKey, path: Path) -> None:
+        """An event whose payload blob was removed raises Corrupt on read."""
+        big = Event.create("acme/big", {"text": "z" * (BLOB_THRESHOLD + 1)})
+        store.append(key, [big], expected_seq=0, batch_id="b")
+        conn = _raw(path)
+        assert conn.execute("SELECT blob IS NOT NULL FROM events WHERE seq=1").fetchone() == (1,)
+        conn.execute("DELETE FROM blobs")
+        conn.close()
+        with pytest.raises(Corrupt):
+            store.read_after(key, 0, 1)
+
+    def test_unknown_required_type_fails_closed(
+        self, store: SQLiteStore, key: SessionKey, path: Path
+    ) -> None:
+        """A well-formed row of a required type this reader does not know raises
+        UnknownRequiredEvent; an optional one passes."""
+        store.append(key, [step(1)], expected_seq=0, batch_id="b")
+        template = step(2)
+        unknown = Event.model_construct(
+            **{**template.__dict__, "type": "acme/from_the_future", "required": True}
+        )
+        optional = Event.model_construct(
+            **{
+                **step(3).__dict__,
+                "type": "acme/from_the_future_optional",
+                "required": False,
+            }
+        )
+
+        def no_blobs(data: bytes) -> str:
+            raise AssertionError("small payloads never go to blobs")
+
+        conn = _raw(path)
+        sid = _sid(conn, key)
+        for seq, event in ((2, unknown), (3, optional)):
+            conn.execute(
+                f"INSERT INTO events (session, {COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                (sid, *encode(event, seq, no_blobs)),
+            )
+        conn.close()
+        assert [e.seq for e in store.read_after(key, 2, 10)] == [3]
+        with pytest.raises(UnknownRequiredEvent, match="acme/from_the_future"):
+            store.read_after(key, 0, 10)
+        with pytest.raises(UnknownRequiredEvent):
+            list(store.scan(key))
+
+
+class TestOpenStore:
+    def test_relative_url(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        """sqlite:///rel/path.db opens a file relative to the working directory."""
+        monkeypatch.chdir(tmp_path)
+        store = open_store("sqlite:///data/rel.sqlite")
+        try:
+            assert isinstance(store, SQLiteStore)
+            store.create_session(session_key())
+        finally:
+            store.close()
+        assert (tmp_path / "data" / "rel.sqlite").is_file()
+
+    def test_absolute_url(self, tmp_path: Path) -> None:
+        """sqlite:////abs/path.db opens the file at that absolute path."""
+        target = tmp_path / "abs.sqlite"
+        store = open_store(f"sqlite:///{target}")
+        try:
+            assert isinstance(store, SQLiteStore)
+            assert store.path == target
+            assert store.synchronous == "FULL"
+        finally:
+            store.close()
+        assert target.is_file()
+
+    def test_synchronous_option(self, tmp_path: Path) -> None:
+        """?synchronous=NORMAL is passed to the store."""
+        store = open_store(f"sqlite:///{tmp_path / 'n.sqlite'}?synchronous=NORMAL")
+        try:
+            assert isinstance(store, SQLiteStore)
+            assert store.synchronous == "NORMAL"
+        finally:
+            store.close()
+
+    def test_clock_is_passed_on(self, tmp_path: Path) -> None:
+        """open_store gives the store the clock it was handed."""
+        clock = FakeClock()
+        store = open_store(f"sqlite:///{tmp_path / 'c.sqlite'}", clock=clock)
+        try:
+            assert store.clock is clock
+        finally:
+            store.close()
+
+    def test_store_instance_is_returned_as_is(self, store: SQLiteStore) -> None:
+        """A SessionStore passed to open_store is returned unchanged."""
+        assert open_store(store) is store
+
+    @pytest.mark.parametrize(
+        "url",
+        [
+            "sqlite:///x.sqlite?cache=shared",
+            "sqlite:///x.sqlite?synchronous=SOMETIMES",
+            "sqlite://host/x.sqlite",
+            "sqlite://",
+            "mysql://localhost/db",
+            "x.sqlite",
+        ],
+    )
+    def test_bad_urls_are_invalid_input(
+        self, url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Unknown options, a host, no file, and unsupported schemes raise InvalidInput."""
+        monkeypatch.chdir(tmp_path)
+        with pytest.raises(InvalidInput):
+            open_store(url)
+        assert not (tmp_path / "x.sqlite").exists()
+
+    def test_non_string_url_is_invalid_input(self) -> None:
+        """A store argument that is neither a URL nor a SessionStore raises InvalidInput."""
+        with pytest.raises(InvalidInput):
+            open_store(42)  # type: ignore[arg-type]

@@ -1,0 +1,353 @@
+"""Events: ids, the envelope, payload freezing and validation, application types."""
+
+from __future__ import annotations
+
+import math
+import pickle
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from pydantic import BaseModel, ValidationError
+
+from agentnb.errors import InvalidInput, UnknownRequiredEvent
+from agentnb.events import (
+    BUILTIN_TYPES,
+    INBOX_TYPES,
+    PAYLOADS,
+    Event,
+    FrozenDict,
+    StepStart,
+    _unregister_event_type,
+    canonical_json,
+    check_readable,
+    event_digest,
+    freeze_json,
+    register_event_type,
+)
+from agentnb.ids import FakeClock, SequentialIds, SessionKey, UUID7Ids, check_id, new_id
+
+
+@pytest.fixture
+def registered() -> Iterator[list[str]]:
+    """Names registered by a test; unregistered afterwards so tests stay independent."""
+    names: list[str] = []
+    yield names
+    for name in names:
+        _unregister_event_type(name)
+
+
+def _nested(depth: int) -> Any:
+    value: Any = []
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+class Note(BaseModel):
+    text: str
+    score: int = 0
+
+
+class TestIds:
+    def test_uuid7_ids_sort_in_creation_order(self) -> None:
+        """Ids made one after another sort in the order they were made, within a millisecond too."""
+        factory = UUID7Ids()
+        ids = [factory.new("evt") for _ in range(5000)]
+        assert ids == sorted(ids)
+        assert len(set(ids)) == len(ids)
+
+    def test_new_id_has_prefix_and_uuid7_shape(self) -> None:
+        """new_id returns '<prefix>_<32 hex digits>' with the UUID version 7 nibble."""
+        value = new_id("turn")
+        prefix, hex_part = value.split("_")
+        assert prefix == "turn"
+        assert len(hex_part) == 32
+        int(hex_part, 16)
+        assert hex_part[12] == "7"
+
+    def test_sequential_ids_are_deterministic_per_prefix(self) -> None:
+        """SequentialIds counts from 1 separately for each prefix."""
+        ids = SequentialIds()
+        assert [ids.new("evt"), ids.new("evt"), ids.new("run"), ids.new("evt")] == [
+            "evt_000001",
+            "evt_000002",
+            "run_000001",
+            "evt_000003",
+        ]
+
+    def test_fake_clock_moves_only_when_told(self) -> None:
+        """FakeClock.now() changes only through advance()."""
+        clock = FakeClock(100.0)
+        assert clock.now() == clock.now() == 100.0
+        clock.advance(2.5)
+        assert clock.now() == 102.5
+
+    @pytest.mark.parametrize("value", ["", "x" * 257, "a\nb", "tab\there", 5, None])
+    def test_check_id_refuses_unusable_ids(self, value: Any) -> None:
+        """Empty, overlong, control-character and non-string ids raise InvalidInput."""
+        with pytest.raises(InvalidInput):
+            check_id(value, "id")
+
+    def test_session_key_validates_and_prints(self) -> None:
+        """SessionKey checks each part and prints as namespace/user/agent/session."""
+        key = SessionKey("ns", "alice", "agent", "s1")
+        assert str(key) == "ns/alice/agent/s1"
+        with pytest.raises(InvalidInput):
+            SessionKey("ns", "", "agent", "s1")
+
+
+class TestEnvelope:
+    def test_create_fills_the_envelope(self) -> None:
+        """Event.create assigns an evt_ id, seq 0, a UTC time and the built-in required flag."""
+        event = Event.create(
+            "step/start", {"step_id": "s", "iteration": 1}, turn_id="t", run_id="r"
+        )
+        assert event.event_id.startswith("evt_")
+        assert event.seq == 0
+        assert event.occurred_at.utcoffset() is not None
+        assert (event.type, event.turn_id, event.run_id, event.required) == (
+            "step/start",
+            "t",
+            "r",
+            True,
+        )
+        assert (
+            Event.create("model/chunk", {"model_call_id": "m", "index": 0, "text": "x"}).required
+            is False
+        )
+
+    def test_envelope_is_frozen(self) -> None:
+        """Envelope fields cannot be reassigned."""
+        event = Event.create("step/start", {"step_id": "s", "iteration": 1})
+        with pytest.raises(ValidationError):
+            event.seq = 5  # type: ignore[misc]
+
+    def test_with_seq_copies(self) -> None:
+        """with_seq returns a committed copy and leaves the original at seq 0."""
+        event = Event.create("step/start", {"step_id": "s", "iteration": 1})
+        committed = event.with_seq(4)
+        assert (committed.seq, event.seq) == (4, 0)
+        assert committed.event_id == event.event_id
+        assert committed.payload == event.payload
+
+    def test_data_decodes_typed_payloads(self) -> None:
+        """Event.data returns the payload model for built-in types and the mapping otherwise."""
+        event = Event.create("step/start", {"step_id": "s", "iteration": 3})
+        data = event.data
+        assert isinstance(data, StepStart)
+        assert data.iteration == 3
+        app = Event.create("acme/thing", {"k": [1]})
+        assert app.data == {"k": (1,)}
+
+    def test_payload_model_instances_are_accepted(self) -> None:
+        """A payload given as its model is stored as the model's JSON."""
+        event = Event.create("step/start", StepStart(step_id="s", iteration=2))
+        assert event.payload == {"step_id": "s", "iteration": 2}
+
+    def test_every_builtin_type_has_a_payload_model(self) -> None:
+        """PAYLOADS covers every built-in type, including the inbox types."""
+        assert frozenset(PAYLOADS) == BUILTIN_TYPES
+        assert INBOX_TYPES <= BUILTIN_TYPES
+
+    @pytest.mark.parametrize(
+        ("type_", "payload"),
+        [
+            ("step/start", {"step_id": "s"}),  # missing field
+            ("step/start", {"step_id": "s", "iteration": 1, "extra": True}),  # unknown field
+            ("step/start", {"step_id": "s", "iteration": "one"}),  # wrong type
+            ("step/start", ["not", "an", "object"]),
+            ("step/bogus", {}),  # built-in prefix, unknown name
+            ("NotAType", {}),
+            ("acme/", {}),
+        ],
+    )
+    def test_invalid_payloads_and_types_are_invalid_input(self, type_: str, payload: Any) -> None:
+        """Payloads that do not fit their type, and unknown types, raise InvalidInput."""
+        with pytest.raises(InvalidInput):
+            Event.create(type_, payload)
+
+    @pytest.mark.parametrize("kwargs", [{"turn_id": ""}, {"run_id": 5}, {"event_id": "a\x00b"}])
+    def test_bad_envelope_ids_are_invalid_input(self, kwargs: dict[str, Any]) -> None:
+        """Envelope ids that are not usable identifiers raise InvalidInput."""
+        with pytest.raises(InvalidInput):
+            Event.create("acme/x", {}, **kwargs)
+
+    def test_non_string_type_is_invalid_input(self) -> None:
+        """An event type that is not a string raises InvalidInput."""
+        with pytest.raises(InvalidInput):
+            Event.create(42, {})  # type: ignore[arg-type]
+
+
+class TestDigest:
+    def test_content_digest_is_stable(self) -> None:
+        """The same events always give the same digest, whatever their seq or key order."""
+        event = Event.create("acme/x", {"b": 1, "a": [1, {"d": 2, "c": 3}]})
+        rebuilt = Event.create(
+            "acme/x",
+            {"a": [1, {"c": 3, "d": 2}], "b": 1},
+            event_id=event.event_id,
+            occurred_at=event.occurred_at,
+        )
+        assert event_digest([event]) == event_digest([rebuilt]) == event_digest([event.with_seq(9)])
+        assert event.content_json() == rebuilt.content_json()
+        assert len(event_digest([event])) == 64
+
+    def test_content_digest_changes_with_content(self) -> None:
+        """Any change of payload, type, ids, order or flags changes the digest."""
+        a = Event.create("acme/x", {"n": 1})
+        b = Event.create("acme/x", {"n": 1})
+        variants = [
+            [a],
+            [b],  # another event id
+            [a, b],
+            [b, a],
+            [Event.create("acme/x", {"n": 2}, event_id=a.event_id, occurred_at=a.occurred_at)],
+            [Event.create("acme/y", {"n": 1}, event_id=a.event_id, occurred_at=a.occurred_at)],
+            [
+                Event.create(
+                    "acme/x", {"n": 1}, event_id=a.event_id, occurred_at=a.occurred_at, turn_id="t"
+                )
+            ],
+        ]
+        digests = [event_digest(v) for v in variants]
+        assert len(set(digests)) == len(digests)
+
+    def test_canonical_json_is_compact_and_sorted(self) -> None:
+        """canonical_json sorts keys, has no spaces and keeps non-ASCII text."""
+        assert canonical_json({"b": 1, "a": "é"}) == '{"a":"é","b":1}'
+        assert canonical_json(freeze_json({"b": [1, 2], "a": None})) == '{"a":null,"b":[1,2]}'
+
+
+class TestFreezing:
+    def test_payload_mutation_raises_type_error(self) -> None:
+        """Every mutating operation on a payload, at any depth, raises TypeError."""
+        event = Event.create("acme/x", {"a": {"b": 1}, "list": [1]})
+        payload = event.payload
+        with pytest.raises(TypeError):
+            payload["a"] = 2
+        with pytest.raises(TypeError):
+            del payload["a"]
+        with pytest.raises(TypeError):
+            payload.update({"c": 1})
+        with pytest.raises(TypeError):
+            payload.pop("a")
+        with pytest.raises(TypeError):
+            payload.setdefault("z", 1)
+        with pytest.raises(TypeError):
+            payload.clear()
+        with pytest.raises(TypeError):
+            payload["a"]["b"] = 2
+        assert isinstance(payload["list"], tuple)
+
+    def test_caller_dict_is_copied(self) -> None:
+        """Changing the dict passed to Event.create does not change the event."""
+        raw: dict[str, Any] = {"items": [1, 2]}
+        event = Event.create("acme/x", raw)
+        raw["items"].append(3)
+        raw["new"] = True
+        assert event.payload == {"items": (1, 2)}
+
+    @pytest.mark.parametrize(
+        "payload",
+        [
+            {"s": {1, 2}},
+            {"n": math.nan},
+            {"n": math.inf},
+            {"o": object()},
+            {1: "non-string key"},
+            {"b": b"bytes"},
+            {"deep": _nested(70)},
+        ],
+    )
+    def test_non_json_payloads_are_invalid_input(self, payload: Any) -> None:
+        """Payloads JSON cannot carry exactly raise InvalidInput from Event.create."""
+        with pytest.raises(InvalidInput):
+            Event.create("acme/x", payload)
+
+    def test_frozen_dict_hashes_and_pickles(self) -> None:
+        """Frozen payloads hash by content and survive pickling still frozen."""
+        a = freeze_json({"x": [1, {"y": 2}]})
+        b = freeze_json({"x": [1, {"y": 2}]})
+        assert hash(a) == hash(b)
+        copy = pickle.loads(pickle.dumps(a))
+        assert copy == a
+        assert isinstance(copy, FrozenDict)
+        with pytest.raises(TypeError):
+            copy["x"] = 1
+
+
+class TestApplicationTypes:
+    def test_unknown_required_application_type_is_refused(self) -> None:
+        """A required application type without a registered codec raises InvalidInput."""
+        with pytest.raises(InvalidInput, match="register_event_type"):
+            Event.create("acme/x", {"a": 1}, required=True)
+
+    def test_optional_unknown_application_type_passes(self) -> None:
+        """An unregistered application type is accepted as optional raw JSON."""
+        event = Event.create("acme/x", {"a": 1})
+        assert event.required is False
+        assert event.payload == {"a": 1}
+
+    def test_registered_model_validates_payloads(self, registered: list[str]) -> None:
+        """A type registered with a model validates (and normalises) its payloads."""
+        register_event_type("acme/note", model=Note, required=True)
+        registered.append("acme/note")
+        event = Event.create("acme/note", {"text": "hi"})
+        assert event.payload == {"text": "hi", "score": 0}
+        assert event.required is True
+        assert Event.create("acme/note", {"text": "hi"}, required=False).required is False
+        with pytest.raises(InvalidInput):
+            Event.create("acme/note", {"text": 5})
+        with pytest.raises(InvalidInput):
+            Event.create("acme/note", {})
+
+    def test_registered_validate_function_checks_payloads(self, registered: list[str]) -> None:
+        """A type registered with validate= runs it and keeps what it returns."""
+
+        def validate(data: Any) -> Any:
+            if "id" not in data:
+                raise ValueError("id is required")
+            return {"id": str(data["id"]).upper()}
+
+        register_event_type("acme/ref", validate=validate)
+        registered.append("acme/ref")
+        assert Event.create("acme/ref", {"id": "ab"}).payload == {"id": "AB"}
+        with pytest.raises(InvalidInput, match="id is required"):
+            Event.create("acme/ref", {})
+
+    @pytest.mark.parametrize("name", ["tool/custom", "message/extra", "inbox/mine", "run/x"])
+    def test_register_refuses_builtin_prefixes(self, name: str) -> None:
+        """Names under a built-in prefix raise InvalidInput."""
+        with pytest.raises(InvalidInput):
+            register_event_type(name)
+
+    @pytest.mark.parametrize(
+        "name", ["noslash", "Acme/Note", "acme/", "/note", "acme/note/extra", "acme note/x", 5]
+    )
+    def test_register_refuses_malformed_names(self, name: Any) -> None:
+        """Names that are not 'vendor/name' in lowercase raise InvalidInput."""
+        with pytest.raises(InvalidInput):
+            register_event_type(name)
+
+    def test_register_refuses_duplicates(self, registered: list[str]) -> None:
+        """Registering the same name twice raises InvalidInput."""
+        register_event_type("acme/once")
+        registered.append("acme/once")
+        with pytest.raises(InvalidInput):
+            register_event_type("acme/once")
+
+    def test_register_refuses_model_and_validate_together(self) -> None:
+        """Passing both model= and validate= raises InvalidInput."""
+        with pytest.raises(InvalidInput):
+            register_event_type("acme/both", model=Note, validate=lambda d: d)
+
+    def test_check_readable_fails_closed_on_unknown_required(self, registered: list[str]) -> None:
+        """An unknown required type raises UnknownRequiredEvent for a reader; optional passes."""
+        check_readable("acme/later", False, session="s", seq=1)
+        check_readable("step/start", True, session="s", seq=1)
+        with pytest.raises(UnknownRequiredEvent, match="seq 7"):
+            check_readable("acme/later", True, session="s", seq=7)
+        register_event_type("acme/later", required=True)
+        registered.append("acme/later")
+        check_readable("acme/later", True, session="s", seq=7)
