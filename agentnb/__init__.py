@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from agentnb.agent import Agent
+from agentnb.answers import Answer, ToolOutcome
 from agentnb.errors import (
     AgentnbError,
     AppendConflict,
@@ -14,6 +15,7 @@ from agentnb.errors import (
     HistoryError,
     HistoryTooLarge,
     IdempotencyConflict,
+    InboxChanged,
     InvalidAnswer,
     InvalidCursor,
     InvalidInput,
@@ -51,6 +53,7 @@ __version__ = "0.1.0"
 __all__ = [
     "Agent",
     "AgentnbError",
+    "Answer",
     "AppendConflict",
     "CannotResume",
     "Corrupt",
@@ -62,6 +65,7 @@ __all__ = [
     "HistoryTooLarge",
     "IdempotencyConflict",
     "Inbox",
+    "InboxChanged",
     "InputReceipt",
     "Inspection",
     "Interaction",
@@ -92,6 +96,7 @@ __all__ = [
     "ToolCall",
     "ToolCallRef",
     "ToolContext",
+    "ToolOutcome",
     "Transcript",
     "UncertainToolCalls",
     "UnknownRequiredEvent",

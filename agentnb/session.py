@@ -6,17 +6,29 @@ the call returns); the runtime's loop executes them. Reads fold the committed lo
 
 from __future__ import annotations
 
+import hashlib
 import threading
 import time
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from agentnb.errors import InvalidInput, NotRunning
+from agentnb.answers import ToolOutcome
+from agentnb.errors import InvalidAnswer, InvalidInput, NotRunning
+from agentnb.events import Message, canonical_json
 from agentnb.ids import SessionKey, check_id, new_id
 from agentnb.log import Inbox, SessionLog
+from agentnb.projections.decisions import (
+    check_cancel,
+    check_reconcile,
+    check_respond,
+    check_resume,
+    effective_status,
+)
 from agentnb.projections.state import InboxState, SessionState
 from agentnb.records import (
     InputReceipt,
     Inspection,
+    Interaction,
     Outcome,
     Receipt,
     Task,
@@ -32,6 +44,7 @@ if TYPE_CHECKING:
 __all__ = ["Session"]
 
 MAX_INPUT_CHARS = 1_000_000
+_MISSING: Any = object()
 _ENDED_RUN = frozenset({"completed", "suspended", "interrupted", "failed", "cancelled"})
 
 
@@ -77,6 +90,7 @@ class Session:
         """One task per turn, in submission order, with its status and runs."""
         with self._lock:
             state, inbox = self._refresh()
+            executing = self._executing()
             out: list[Task] = []
             for command in inbox.commands.values():
                 if command.kind != "submit" or command.turn_id is None:
@@ -100,7 +114,7 @@ class Session:
                 out.append(
                     Task(
                         turn.turn_id,
-                        turn.status,
+                        effective_status(state, turn, executing=executing),
                         turn.input,
                         tuple(turn.run_ids),
                         command.accepted_at,
@@ -137,7 +151,13 @@ class Session:
                 for c in state.uncertain_calls()
             )
             latest = state.latest_turn
-            interrupted = latest.turn_id if latest and latest.status == "interrupted" else None
+            executing = self._executing()
+            interrupted = (
+                latest.turn_id
+                if latest is not None
+                and effective_status(state, latest, executing=executing) == "interrupted"
+                else None
+            )
             context = list(state.context)
             # Material injected or steering accepted but not yet applied joins the next call.
             waiting = [c for c in inbox.injects() if c.command_id not in state.received_inputs]
@@ -147,15 +167,13 @@ class Session:
                     for c in inbox.steers_for(latest.turn_id)
                     if c.command_id not in state.received_inputs
                 ]
-            from agentnb.events import Message
-
             context += [
                 Message(
                     id=f"msg_{c.command_id}", role="user", text=c.input or "", turn_id=c.turn_id
                 )
                 for c in sorted(waiting, key=lambda c: c.seq)
             ]
-            active = (state.active_run,) if state.active_run else ()
+            active = (state.active_run,) if state.active_run and executing else ()
             return Inspection(
                 state.seq,
                 uncertain,
@@ -265,6 +283,169 @@ class Session:
         event, _ = self.inbox.accept("inject", input=text)
         return InputReceipt(event.payload["command_id"], None)
 
+    # -- people in the loop, interrupts, recovery ------------------------------------------
+
+    def _executing(self) -> bool:
+        """Whether some runtime (here or elsewhere) holds the lease and executes now."""
+        return (
+            self.runtime.active(self.key) or self.runtime.store.current_lease(self.key) is not None
+        )
+
+    def _tool(self, name: str) -> Any:
+        return self.runtime.agent.tool_named(name)
+
+    def pending(self) -> dict[str, Interaction]:
+        """Open requests for a person: approvals, external results, questions."""
+        with self._lock:
+            state, _ = self._refresh()
+            return {
+                rid: Interaction(
+                    rid,
+                    r["kind"],
+                    r["turn_id"],
+                    r.get("call_id"),
+                    r.get("tool_name"),
+                    dict(r.get("arguments") or {}),
+                    r.get("prompt"),
+                )
+                for rid, r in state.pending.items()
+            }
+
+    def respond(self, request_id: str | Mapping[str, object], answer: object = _MISSING) -> Receipt:
+        """Answer pending requests and continue their turn in a new run.
+
+        ``respond(request_id, answer)`` or ``respond({request_id: answer, ...})``. Nothing is
+        written when an answer does not fit (``InvalidAnswer``); re-sending the same answers
+        before they are applied returns the same receipt.
+        """
+        if isinstance(request_id, Mapping):
+            if answer is not _MISSING:
+                raise InvalidAnswer(
+                    "pass either respond(request_id, answer) or "
+                    "respond({request_id: answer}), not both"
+                )
+            answers = dict(request_id)
+        else:
+            if answer is _MISSING:
+                raise InvalidAnswer("respond(request_id, answer) needs the answer")
+            answers = {request_id: answer}
+        self.runtime._check_open()
+        with self._lock:
+            state, _ = self._refresh()
+            turn_id, checked = check_respond(state, answers, tool=self._tool)
+            key = "respond:" + hashlib.sha256(canonical_json(checked).encode()).hexdigest()[:40]
+            event, _ = self.inbox.accept(
+                "respond", key=key, turn_id=turn_id, data={"answers": checked}
+            )
+        self.start()
+        return Receipt(event.payload["command_id"], turn_id, None, "queued", None, self)
+
+    def interrupt(self, run_id: str | None = None) -> bool:
+        """Ask the running run to stop at its next chunk or step boundary.
+
+        False when nothing runs; with ``run_id``, ``NotRunning`` if that run is not active.
+        """
+        if run_id is not None:
+            check_id(run_id, "run_id")
+        with self._lock:
+            state, _ = self._refresh()
+            active = state.active_run if self._executing() else None
+            if run_id is not None and run_id != active:
+                raise NotRunning(
+                    f"run {run_id} is not running (the page may be stale); "
+                    f"running now: {active or 'nothing'}"
+                )
+            if active is None:
+                return False
+            turn_id = state.runs[active].turn_id
+            self.inbox.accept("interrupt", turn_id=turn_id, run_id=active)
+            return True
+
+    def resume(self, turn_id: str) -> Receipt:
+        """Continue the latest unfinished turn in a new run (same turn id)."""
+        check_id(turn_id, "turn_id")
+        self.runtime._check_open()
+        with self._lock:
+            state, _ = self._refresh()
+            check_resume(state, turn_id, executing=self._executing(), tool=self._tool)
+            event, _ = self.inbox.accept("resume", turn_id=turn_id)
+        self.start()
+        return Receipt(event.payload["command_id"], turn_id, None, "queued", None, self)
+
+    def cancel(self, turn_id: str, timeout: float = 30.0) -> None:
+        """End a queued, suspended or interrupted turn; idempotent.
+
+        Pending requests of the turn are closed and its unapplied steering is discarded.
+        Returns once the cancellation is committed.
+        """
+        check_id(turn_id, "turn_id")
+        with self._lock:
+            state, inbox = self._refresh()
+            how = check_cancel(state, inbox, turn_id, executing=self._executing())
+            if how == "done":
+                return
+            if how == "queued":
+                submit = next(
+                    c
+                    for c in inbox.commands.values()
+                    if c.kind == "submit" and c.turn_id == turn_id
+                )
+                self.inbox.record(
+                    "inbox/rejected",
+                    {"command_id": submit.command_id, "reason": "cancelled by the user"},
+                    turn_id=turn_id,
+                )
+                # A runtime that picked the turn before this commits its start only if the
+                # inbox did not move; if it did start first, say so.
+                state, _ = self._refresh()
+                if turn_id in state.turns:
+                    raise NotRunning(
+                        f"turn {turn_id} started before the cancel arrived; "
+                        "interrupt() it, then cancel it"
+                    )
+                return
+            self.runtime._check_open()
+            event, _ = self.inbox.accept("cancel", turn_id=turn_id)
+        self.start()
+        self._await_handled(event.payload["command_id"], timeout)
+
+    def reconcile(
+        self, outcomes: Mapping[str, ToolOutcome], reason: str, timeout: float = 30.0
+    ) -> None:
+        """Record verified outcomes of uncertain tool calls without running them again.
+
+        ``outcomes`` must cover exactly the uncertain calls (``inspect()``); ``reason`` says
+        who checked what. Returns once recorded; then ``resume`` can continue the turn.
+        """
+        self.runtime._check_open()
+        with self._lock:
+            state, _ = self._refresh()
+            checked = check_reconcile(state, outcomes, reason)
+            turn_id = next(iter(checked.values()))["turn_id"]
+            event, _ = self.inbox.accept(
+                "reconcile", turn_id=turn_id, data={"outcomes": checked, "reason": reason}
+            )
+        self.start()
+        self._await_handled(event.payload["command_id"], timeout)
+
+    def _await_handled(self, command_id: str, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            with self._lock:
+                state, inbox = self._refresh()
+                if command_id in inbox.rejected:
+                    raise InvalidInput(f"the runtime refused it: {inbox.rejected[command_id]}")
+                if command_id in state.handled:
+                    return
+                seq = state.seq
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError(
+                    f"command {command_id} was accepted but not carried out "
+                    f"within {timeout}s; is a runtime executing this session?"
+                )
+            self.runtime.store.wait_for_head(self.key, seq, min(0.5, remaining))
+
     def start(self) -> None:
         """Dispatch accepted queued work (needed after a restart; submit calls it)."""
         self.runtime._check_open()
@@ -280,7 +461,9 @@ class Session:
                 return None
             run = state.runs[turn.run_ids[-1]]
         else:
-            if receipt.command_id in inbox.rejected and turn is None:
+            if receipt.command_id in inbox.rejected and (
+                turn is None or receipt.command_id not in state.run_of_command
+            ):
                 return Outcome(
                     "cancelled", receipt.turn_id, None, None, inbox.rejected[receipt.command_id]
                 )

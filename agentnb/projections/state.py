@@ -94,6 +94,12 @@ class SessionState:
         self.received_inputs: dict[str, dict[str, Any]] = {}
         self.tool_calls: dict[str, ToolCallState] = {}
         self.pending: dict[str, dict[str, Any]] = {}
+        """Open requests for a person: request_id -> interaction/requested payload + turn_id."""
+        self.interactions: dict[str, dict[str, Any]] = {}
+        """Every request ever made, resolved or not."""
+        self.resolved: dict[str, dict[str, Any]] = {}
+        """request_id -> interaction/resolved payload."""
+        self.discarded_inputs: set[str] = set()
         self.last_checkpoint_seq = 0
         self.requested_messages = 0
         """How many context messages the last model request already carried."""
@@ -115,9 +121,29 @@ class SessionState:
                 return turn
         return None
 
-    def uncertain_calls(self) -> list[ToolCallState]:
-        """Dispatched tool calls that have no result."""
-        return [c for c in self.tool_calls.values() if c.dispatched and c.result is None]
+    def uncertain_calls(self, turn_id: str | None = None) -> list[ToolCallState]:
+        """Dispatched tool calls that have no result (of ``turn_id`` if given)."""
+        return [
+            c
+            for c in self.tool_calls.values()
+            if c.dispatched and c.result is None and (turn_id is None or c.turn_id == turn_id)
+        ]
+
+    def open_calls(self, turn_id: str) -> list[ToolCallState]:
+        """Tool calls of the turn's last assistant message that have no result yet."""
+        for message in reversed(self.context):
+            if message.role == "assistant" and message.turn_id == turn_id:
+                return [
+                    self.tool_calls[c.call_id]
+                    for c in message.tool_calls
+                    if c.call_id in self.tool_calls and self.tool_calls[c.call_id].result is None
+                ]
+            if message.turn_id != turn_id:
+                break
+        return []
+
+    def pending_of(self, turn_id: str) -> list[dict[str, Any]]:
+        return [r for r in self.pending.values() if r["turn_id"] == turn_id]
 
     # -- the fold ----------------------------------------------------------------------------
 
@@ -228,10 +254,25 @@ class SessionState:
         self.last_checkpoint_seq = event.seq
 
     def _on_interaction_requested(self, event: Event, p: Any) -> None:
-        self.pending[p["request_id"]] = dict(p, turn_id=event.turn_id)
+        request = dict(p, turn_id=event.turn_id)
+        self.interactions[p["request_id"]] = request
+        if p["request_id"] not in self.resolved:
+            self.pending[p["request_id"]] = request
 
     def _on_interaction_resolved(self, event: Event, p: Any) -> None:
         self.pending.pop(p["request_id"], None)
+        self.resolved[p["request_id"]] = dict(p)
+
+    def _on_input_discarded(self, event: Event, p: Any) -> None:
+        self.discarded_inputs.update(p["input_ids"])
+
+    def _on_recovery(self, event: Event, p: Any) -> None:
+        for run_id in p.get("interrupted_runs", ()):
+            run = self.runs.get(run_id)
+            if run is not None and run.status == "running":
+                run.status = "interrupted"
+            if self.active_run == run_id:
+                self.active_run = None
 
 
 _HANDLERS = {
@@ -259,6 +300,8 @@ _HANDLERS = {
     "state/checkpoint": SessionState._on_checkpoint,
     "interaction/requested": SessionState._on_interaction_requested,
     "interaction/resolved": SessionState._on_interaction_resolved,
+    "input/discarded": SessionState._on_input_discarded,
+    "recovery/applied": SessionState._on_recovery,
 }
 
 

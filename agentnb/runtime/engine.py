@@ -15,15 +15,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from agentnb.errors import (
     AppendConflict,
+    CannotResume,
     Fenced,
     IdempotencyConflict,
     InboxChanged,
+    InvalidAnswer,
     InvalidInput,
     LeaseHeld,
     SessionNotFound,
@@ -32,6 +35,7 @@ from agentnb.errors import (
 from agentnb.events import Event, Message, ToolCallData
 from agentnb.ids import SessionKey, new_id
 from agentnb.log import Inbox
+from agentnb.projections.decisions import check_cancel, check_respond, check_resume
 from agentnb.projections.state import Command, InboxState, SessionState, next_command
 from agentnb.runtime.live import LiveEvent
 from agentnb.runtime.models.base import (
@@ -156,6 +160,14 @@ def build_context(instructions: str, context: list[Message]) -> list[Message]:
     return messages + list(context)
 
 
+class _Stop(Exception):
+    """The run was asked to stop (interrupt) at a chunk or step boundary."""
+
+
+class _Cancelled(Exception):
+    """The turn was cancelled after it was picked, before its first commit."""
+
+
 class _ChunkGroup:
     """Streamed pieces grouped into ``model/chunk`` events (by time and by count)."""
 
@@ -223,6 +235,11 @@ class SessionDriver:
         self.writer = LogWriter(self.store, key, self.state)
         self._renewer: asyncio.Task[None] | None = None
         self._bad_arguments: dict[str, str] = {}
+        self._stop = asyncio.Event()
+        self._guard: tuple[str, int] | None = None
+        self._tool_task: asyncio.Future[str] | None = None
+        self._tool_is_async = False
+        self._inbox_lock = threading.Lock()
         """Tool calls of the last model reply whose arguments were not a JSON object."""
         self.stopping = False
 
@@ -260,7 +277,8 @@ class SessionDriver:
 
     async def _has_work(self) -> bool:
         await asyncio.to_thread(self._refresh)
-        return next_command(self.inbox, self.state) is not None
+        # A run without an end that nobody executes was cut off by a crash: recover it.
+        return next_command(self.inbox, self.state) is not None or self.state.active_run is not None
 
     def _refresh(self) -> None:
         """Bring both folds up to the committed heads."""
@@ -298,6 +316,8 @@ class SessionDriver:
             await asyncio.to_thread(self._refresh)  # another process may have written
             self.writer.lease = lease
             self._renewer = asyncio.create_task(self._renew(lease))
+            if self.state.active_run is not None:
+                await self._recover()
             return lease
         return None
 
@@ -358,16 +378,292 @@ class SessionDriver:
             await asyncio.to_thread(self._refresh)
 
     async def _execute(self, command: Command) -> None:
-        if command.kind == "submit":
-            await self._start_turn(command)
-        else:  # resume/respond/cancel/reconcile arrive with the HITL and recovery work
-            self.inbox_log.record(
-                "inbox/rejected",
-                {
-                    "command_id": command.command_id,
-                    "reason": f"{command.kind} is not supported by this runtime version",
-                },
+        handler = {
+            "submit": self._start_turn,
+            "resume": self._resume,
+            "respond": self._respond,
+            "cancel": self._cancel,
+            "reconcile": self._reconcile,
+        }.get(command.kind)
+        if handler is None:
+            await self._reject(command, f"{command.kind} commands are not dispatched")
+            return
+        try:
+            await handler(command)
+        except (CannotResume, InvalidAnswer, InvalidInput) as exc:
+            # The state moved since the caller checked: refuse it, in the inbox, with why.
+            self.writer.pending.clear()
+            await asyncio.to_thread(self._reload)
+            await self._reject(command, str(exc))
+
+    async def _reject(self, command: Command, reason: str) -> None:
+        await asyncio.to_thread(
+            self.inbox_log.record,
+            "inbox/rejected",
+            {"command_id": command.command_id, "reason": reason},
+            turn_id=command.turn_id,
+        )
+        await asyncio.to_thread(self._refresh_inbox)
+
+    def _tool(self, name: str) -> Any:
+        return self.agent.tool_named(name)
+
+    # -- recovery, resume, respond, cancel, reconcile ---------------------------------------
+
+    async def _recover(self) -> None:
+        """Close a run that a crashed process left open (we hold the lease now)."""
+        run = self.state.runs[self.state.active_run or ""]
+        w = self.writer
+        w.add(
+            "recovery/applied",
+            {"reason": "crash", "interrupted_runs": [run.run_id], "source_seq": self.state.seq},
+            turn_id=run.turn_id,
+            run_id=run.run_id,
+        )
+        w.add(
+            "turn/interrupted",
+            {"reason": "the process executing it stopped"},
+            turn_id=run.turn_id,
+            run_id=run.run_id,
+        )
+        w.add(
+            "run/end",
+            {"status": "interrupted", "reason": "crash", "inbox_seq": self.inbox.seq},
+            turn_id=run.turn_id,
+            run_id=run.run_id,
+        )
+        await w.flush()
+        self._publish("status", run.turn_id, run.run_id, status="interrupted")
+        if self.runtime.auto_resume:
+            try:
+                check_resume(self.state, run.turn_id, executing=False, tool=self._tool)
+            except CannotResume as exc:
+                log.warning(
+                    "session %s: turn %s waits for a person: %s", self.key, run.turn_id, exc
+                )
+                return
+            await asyncio.to_thread(
+                self.inbox_log.accept,
+                "resume",
+                turn_id=run.turn_id,
+                key=f"auto-resume:{run.run_id}",
             )
+            await asyncio.to_thread(self._refresh_inbox)
+
+    def _begin_run(self, command: Command, turn_id: str, reason: str) -> str:
+        run_id = new_id("run")
+        w = self.writer
+        w.add(
+            "inbox/started",
+            {"command_id": command.command_id, "kind": command.kind},
+            turn_id=turn_id,
+            run_id=run_id,
+        )
+        w.add(
+            "turn/resumed",
+            {"command_id": command.command_id, "reason": reason},
+            turn_id=turn_id,
+            run_id=run_id,
+        )
+        w.add(
+            "run/start",
+            {"reason": reason, "command_id": command.command_id},
+            turn_id=turn_id,
+            run_id=run_id,
+        )
+        return run_id
+
+    async def _resume(self, command: Command) -> None:
+        turn = check_resume(self.state, command.turn_id or "", executing=False, tool=self._tool)
+        run_id = self._begin_run(command, turn.turn_id, "resume")
+        await self._continue(turn.turn_id, run_id)
+
+    async def _respond(self, command: Command) -> None:
+        answers = command.data.get("answers", {})
+        turn_id, checked = check_respond(self.state, answers, tool=self._tool, normalized=True)
+        w = self.writer
+        if self.state.pending_of(turn_id) and all(
+            r["request_id"] in checked for r in self.state.pending_of(turn_id)
+        ):
+            run_id = self._begin_run(command, turn_id, "respond")
+        else:
+            run_id = None  # more answers are needed before the turn can go on
+            w.add(
+                "inbox/started",
+                {"command_id": command.command_id, "kind": "respond"},
+                turn_id=turn_id,
+            )
+        for request_id, answer in checked.items():
+            kind = self.state.interactions[request_id]["kind"]
+            w.add(
+                "interaction/resolved",
+                {
+                    "request_id": request_id,
+                    "kind": kind,
+                    "status": "answered",
+                    "answer": answer,
+                    "command_id": command.command_id,
+                },
+                turn_id=turn_id,
+                run_id=run_id,
+            )
+        if run_id is None:
+            await w.flush()
+            return
+        await self._continue(turn_id, run_id)
+
+    async def _continue(self, turn_id: str, run_id: str) -> None:
+        """Finish the turn's open tool calls (answered, re-runnable, not yet run), then go on."""
+        self._stop.clear()
+        watcher = asyncio.create_task(self._watch(turn_id, run_id))
+        try:
+            for call in self.state.open_calls(turn_id):
+                data = ToolCallData(call_id=call.call_id, name=call.name, arguments=call.arguments)
+                resolved = self.state.resolved.get(call.call_id)
+                if resolved is not None:
+                    await self._answered_call(turn_id, run_id, data, resolved["answer"])
+                elif call.dispatched:  # uncertain, and check_resume allowed it: idempotent
+                    await self._run_tool(turn_id, run_id, data, attempt=2)
+                elif call.call_id not in self.state.pending:
+                    await self._tool_call(turn_id, run_id, data)
+                if self._stop.is_set():
+                    raise _Stop
+            if self.state.pending_of(turn_id):
+                await self._finish(turn_id, run_id, "suspended", [])
+                return
+        except _Stop:
+            await self._finish(turn_id, run_id, "interrupted", [], error=None)
+            return
+        finally:
+            watcher.cancel()
+        await self._run(turn_id, run_id, [])
+
+    async def _answered_call(
+        self, turn_id: str, run_id: str, call: ToolCallData, answer: Mapping[str, Any]
+    ) -> None:
+        w = self.writer
+        if "output" in answer:  # external execution or a question: the person's answer
+            w.add(
+                "tool/result",
+                {
+                    "call_id": call.call_id,
+                    "name": call.name,
+                    "status": "success",
+                    "output": answer["output"],
+                },
+                turn_id=turn_id,
+                run_id=run_id,
+            )
+        elif answer.get("approved"):
+            arguments = dict(answer.get("edited_args") or call.arguments)
+            await self._run_tool(
+                turn_id,
+                run_id,
+                ToolCallData(call_id=call.call_id, name=call.name, arguments=arguments),
+            )
+        else:
+            reason = answer.get("reason") or "rejected by the user"
+            w.add(
+                "tool/result",
+                {
+                    "call_id": call.call_id,
+                    "name": call.name,
+                    "status": "denied",
+                    "output": f"The user rejected this call: {reason}",
+                },
+                turn_id=turn_id,
+                run_id=run_id,
+            )
+
+    async def _cancel(self, command: Command) -> None:
+        turn_id = command.turn_id or ""
+        how = check_cancel(self.state, self.inbox, turn_id, executing=False)
+        w = self.writer
+        if how != "parked":
+            await asyncio.to_thread(
+                self.inbox_log.record,
+                "inbox/handled",
+                {"command_id": command.command_id},
+                turn_id=turn_id,
+            )
+            w.add("inbox/applied", {"command_ids": [command.command_id]}, turn_id=turn_id)
+            await w.flush()
+            return
+        w.add(
+            "inbox/started", {"command_id": command.command_id, "kind": "cancel"}, turn_id=turn_id
+        )
+        for request in self.state.pending_of(turn_id):
+            w.add(
+                "interaction/resolved",
+                {
+                    "request_id": request["request_id"],
+                    "kind": request["kind"],
+                    "status": "cancelled",
+                    "command_id": command.command_id,
+                },
+                turn_id=turn_id,
+            )
+        for call in self.state.open_calls(turn_id):
+            status = "unknown" if call.dispatched else "cancelled"
+            w.add(
+                "tool/result",
+                {
+                    "call_id": call.call_id,
+                    "name": call.name,
+                    "status": status,
+                    "synthetic": True,
+                    "output": "The task was cancelled before this call "
+                    + ("finished." if call.dispatched else "ran."),
+                },
+                turn_id=turn_id,
+            )
+        unapplied = [
+            c.command_id
+            for c in self.inbox.steers_for(turn_id)
+            if c.command_id not in self.state.received_inputs
+        ]
+        if unapplied:
+            w.add(
+                "input/discarded",
+                {"input_ids": unapplied, "reason": "turn cancelled"},
+                turn_id=turn_id,
+            )
+        w.add("turn/cancelled", {"reason": "cancelled by the user"}, turn_id=turn_id)
+        await w.flush()
+
+    async def _reconcile(self, command: Command) -> None:
+        outcomes = command.data.get("outcomes", {})
+        reason = command.data.get("reason", "")
+        current = {c.call_id for c in self.state.uncertain_calls()}
+        if set(outcomes) != current:
+            raise InvalidInput(
+                f"the uncertain calls changed to {sorted(current)}; "
+                "reconcile again with exactly those"
+            )
+        w = self.writer
+        w.add(
+            "inbox/started",
+            {"command_id": command.command_id, "kind": "reconcile"},
+            turn_id=command.turn_id,
+        )
+        for call_id, outcome in outcomes.items():
+            w.add(
+                "tool/result",
+                {
+                    "call_id": call_id,
+                    "name": outcome["name"],
+                    "status": outcome["status"],
+                    "output": outcome["output"],
+                    "reconciled": True,
+                },
+                turn_id=outcome.get("turn_id"),
+            )
+        w.add(
+            "recovery/applied",
+            {"reason": reason, "resolved_call_ids": list(outcomes), "outcomes": outcomes},
+            turn_id=command.turn_id,
+        )
+        await w.flush()
 
     # -- one run -----------------------------------------------------------------------------
 
@@ -415,7 +711,15 @@ class SessionDriver:
             turn_id=turn_id,
             run_id=run_id,
         )
-        await self._run(turn_id, run_id, applied=[command.command_id])
+        # The turn starts only if nobody cancelled it since we picked it: the first commit
+        # of the run is conditioned on the inbox head we decided from.
+        self._guard = (turn_id, self.inbox.seq)
+        self._stop.clear()
+        try:
+            await self._run(turn_id, run_id, applied=[command.command_id])
+        except _Cancelled:
+            self.writer.pending.clear()
+            await asyncio.to_thread(self._reload)
 
     def _publish(self, kind: str, turn_id: str, run_id: str, **data: Any) -> None:
         self.runtime.hub.publish(LiveEvent(kind, turn_id, run_id, data))
@@ -424,48 +728,114 @@ class SessionDriver:
         return Event.create(type_, payload, turn_id=turn_id, run_id=run_id)
 
     async def _run(self, turn_id: str, run_id: str, applied: list[str]) -> None:
-        """Steps until the turn completes, fails, or needs a person."""
+        """Steps until the turn completes, fails, needs a person, or is interrupted."""
         w = self.writer
         self._publish("status", turn_id, run_id, status="running")
+        watcher = asyncio.create_task(self._watch(turn_id, run_id))
         step = 0
+        step_id: str | None = None
+        try:
+            while True:
+                if self._stop.is_set():
+                    raise _Stop
+                if step >= self.agent.max_steps:
+                    error = (
+                        f"stopped after max_steps={self.agent.max_steps} steps without "
+                        "a final answer"
+                    )
+                    await self._finish(turn_id, run_id, "failed", applied, error=error)
+                    return
+                step += 1
+                step_id = new_id("step")
+                w.add(
+                    "step/start",
+                    {"step_id": step_id, "iteration": step},
+                    turn_id=turn_id,
+                    run_id=run_id,
+                )
+                applied.extend(await self._take_inputs(turn_id, run_id))
+                try:
+                    _, calls = await self._model_call(turn_id, run_id)
+                except ModelError as exc:
+                    await self._finish(
+                        turn_id, run_id, "failed", applied, error=str(exc), step_id=step_id
+                    )
+                    return
+                if calls:
+                    if await self._tool_calls(turn_id, run_id, calls):
+                        await self._finish(turn_id, run_id, "suspended", applied, step_id=step_id)
+                        return
+                elif await self._complete(turn_id, run_id, step_id, applied):
+                    return
+                # Tool results to reason about, or steering that arrived during the final
+                # model call: either way, one more step in this run.
+                for event in self._checkpoint(turn_id, run_id, applied):
+                    w.add_event(event)
+                w.add(
+                    "step/end",
+                    {"step_id": step_id, "status": "continued"},
+                    turn_id=turn_id,
+                    run_id=run_id,
+                )
+                applied = []
+                step_id = None
+        except _Stop:
+            await self._finish(turn_id, run_id, "interrupted", applied, step_id=step_id, error=None)
+        finally:
+            watcher.cancel()
+
+    async def _watch(self, turn_id: str, run_id: str) -> None:
+        """Notice interrupt commands for this run (from any process) while it runs."""
+        pos = self.inbox.seq
         while True:
-            if step >= self.agent.max_steps:
-                error = (
-                    f"stopped after max_steps={self.agent.max_steps} steps without a final answer"
-                )
-                await self._finish(turn_id, run_id, "failed", applied, error=error)
-                return
-            step += 1
-            step_id = new_id("step")
-            w.add(
-                "step/start",
-                {"step_id": step_id, "iteration": step},
-                turn_id=turn_id,
-                run_id=run_id,
-            )
-            applied.extend(await self._take_inputs(turn_id, run_id))
+            head = await asyncio.to_thread(self.store.wait_for_inbox, self.key, pos, 0.5)
+            if head <= pos:
+                continue
+            await asyncio.to_thread(self._refresh_inbox)
+            pos = self.inbox.seq
+            for c in list(self.inbox.commands.values()):
+                if (
+                    c.kind == "interrupt"
+                    and c.run_id == run_id
+                    and not self._stop.is_set()
+                    and c.command_id not in self.state.handled
+                ):
+                    self.writer.add(
+                        "inbox/started",
+                        {"command_id": c.command_id, "kind": "interrupt"},
+                        turn_id=turn_id,
+                        run_id=run_id,
+                    )
+                    self.writer.add(
+                        "run/stop_requested",
+                        {"command_id": c.command_id},
+                        turn_id=turn_id,
+                        run_id=run_id,
+                    )
+                    self._stop.set()
+                    task = self._tool_task
+                    if task is not None and not task.done() and self._tool_is_async:
+                        task.cancel()  # async tools stop now; sync tools finish first
+
+    async def _flush_before_side_effect(self, turn_id: str) -> None:
+        """Commit before a side effect; the first commit of a new turn is guarded."""
+        guard = self._guard
+        if guard is None or guard[0] != turn_id:
+            await self.writer.flush()
+            return
+        seen = guard[1]
+        while True:
             try:
-                _, calls = await self._model_call(turn_id, run_id)
-            except ModelError as exc:
-                await self._finish(
-                    turn_id, run_id, "failed", applied, error=str(exc), step_id=step_id
-                )
-                return
-            if calls:
-                await self._tool_calls(turn_id, run_id, calls)
-            elif await self._complete(turn_id, run_id, step_id, applied):
-                return
-            # Tool results to reason about, or steering that arrived during the final model
-            # call: either way, one more step in this run.
-            for event in self._checkpoint(turn_id, run_id, applied):
-                w.add_event(event)
-            w.add(
-                "step/end",
-                {"step_id": step_id, "status": "continued"},
-                turn_id=turn_id,
-                run_id=run_id,
-            )
-            applied = []
+                await self.writer.flush(expected_inbox=seen)
+            except InboxChanged:
+                await asyncio.to_thread(self._refresh_inbox)
+                submit = self.state.turns[turn_id].command_id
+                if submit is not None and submit in self.inbox.rejected:
+                    raise _Cancelled from None
+                seen = self.inbox.seq
+                continue
+            self._guard = None
+            return
 
     async def _complete(self, turn_id: str, run_id: str, step_id: str, applied: list[str]) -> bool:
         """Commit the turn's completion, unless steering for it is waiting (then False).
@@ -500,9 +870,10 @@ class SessionDriver:
             return True
 
     def _refresh_inbox(self) -> None:
-        while batch := self.store.inbox_read_after(self.key, self.inbox.seq, 1000):
-            for event in batch:
-                self.inbox.apply(event)
+        with self._inbox_lock:  # the run and its interrupt watcher both read the inbox
+            while batch := self.store.inbox_read_after(self.key, self.inbox.seq, 1000):
+                for event in batch:
+                    self.inbox.apply(event)
 
     async def _take_inputs(self, turn_id: str, run_id: str) -> list[str]:
         """Steering for this turn and injected material not yet in the context."""
@@ -617,7 +988,7 @@ class SessionDriver:
                 turn_id=turn_id,
                 run_id=run_id,
             )
-            await w.flush()  # commit before side effect
+            await self._flush_before_side_effect(turn_id)
             try:
                 return await self._stream(call_id, request, turn_id, run_id)
             except ModelError as exc:
@@ -657,23 +1028,42 @@ class SessionDriver:
         collector = StreamCollector()
         group = _ChunkGroup(w, call_id, turn_id, run_id)
         last_commit = started
+        stream = self.agent.model.stream(request)
         try:
-            async for item in self.agent.model.stream(request):
+            async for item in stream:
                 collector.add(item)
                 if isinstance(item, TextDelta | ToolCallDelta):
                     piece = group.add(item)
                     self._publish("model/chunk", turn_id, run_id, model_call_id=call_id, **piece)
+                if self._stop.is_set():
+                    group.close()
+                    w.add(
+                        "model/end",
+                        {
+                            "model_call_id": call_id,
+                            "status": "cancelled",
+                            "model": self.agent.model.name,
+                            "latency_ms": round((time.monotonic() - started) * 1000, 3),
+                        },
+                        turn_id=turn_id,
+                        run_id=run_id,
+                    )
+                    raise _Stop
                 now = time.monotonic()
                 group.close_if_due(now)
                 if now - last_commit >= CHUNK_COMMIT_INTERVAL and w.pending:
                     await w.flush()
                     last_commit = time.monotonic()
-        except ModelError:
+        except (ModelError, _Stop):
             group.close()
             raise
         except Exception as exc:
             group.close()
             raise ModelError(f"{type(exc).__name__}: {exc}") from exc
+        finally:
+            close = getattr(stream, "aclose", None)
+            if close is not None:
+                await close()
         group.close()
         self._bad_arguments = {}
         tool_calls = collector.tool_calls(problems=self._bad_arguments)
@@ -709,17 +1099,21 @@ class SessionDriver:
 
     # -- tool calls --------------------------------------------------------------------------
 
-    async def _tool_calls(self, turn_id: str, run_id: str, calls: list[ToolCallData]) -> None:
-        w = self.writer
+    async def _tool_calls(self, turn_id: str, run_id: str, calls: list[ToolCallData]) -> bool:
+        """Run (or ask about) the calls of one reply; True if the turn must wait for a person."""
         for call in calls:
-            w.add(
+            self.writer.add(
                 "tool/requested",
                 {"call_id": call.call_id, "name": call.name, "arguments": call.arguments},
                 turn_id=turn_id,
                 run_id=run_id,
             )
+        waiting = False
         for call in calls:
-            await self._tool_call(turn_id, run_id, call)
+            waiting = await self._tool_call(turn_id, run_id, call) or waiting
+            if self._stop.is_set():
+                raise _Stop
+        return waiting
 
     def _problem(self, call: ToolCallData) -> str | None:
         """Why this call cannot run (unknown tool, arguments that do not fit), or None."""
@@ -735,7 +1129,8 @@ class SessionDriver:
             return str(exc)
         return None
 
-    async def _tool_call(self, turn_id: str, run_id: str, call: ToolCallData) -> None:
+    async def _tool_call(self, turn_id: str, run_id: str, call: ToolCallData) -> bool:
+        """Decide one call: refuse it, ask a person about it (True), or run it."""
         w = self.writer
         tool = self.agent.tool_named(call.name)
         problem = self._problem(call)
@@ -758,14 +1153,46 @@ class SessionDriver:
                 turn_id=turn_id,
                 run_id=run_id,
             )
-            return
-        arguments = dict(call.arguments)
+            return False
+        kind = _interaction_kind(tool)
+        if kind is not None:
+            w.add(
+                "tool/decision",
+                {"call_id": call.call_id, "decision": "suspended", "reason": kind},
+                turn_id=turn_id,
+                run_id=run_id,
+            )
+            w.add(
+                "interaction/requested",
+                {
+                    "request_id": call.call_id,
+                    "kind": kind,
+                    "call_id": call.call_id,
+                    "tool_name": tool.name,
+                    "arguments": dict(call.arguments),
+                    "prompt": _prompt(kind, tool.name, call.arguments),
+                },
+                turn_id=turn_id,
+                run_id=run_id,
+            )
+            return True
         w.add(
             "tool/decision",
             {"call_id": call.call_id, "decision": "allowed"},
             turn_id=turn_id,
             run_id=run_id,
         )
+        await self._run_tool(turn_id, run_id, call)
+        return False
+
+    async def _run_tool(
+        self, turn_id: str, run_id: str, call: ToolCallData, attempt: int = 1
+    ) -> None:
+        """Dispatch (durably first), run, and record one tool call."""
+        w = self.writer
+        tool = self.agent.tool_named(call.name)
+        assert tool is not None
+        arguments = dict(call.arguments)
         w.add(
             "tool/dispatch",
             {
@@ -773,6 +1200,7 @@ class SessionDriver:
                 "name": tool.name,
                 "arguments": arguments,
                 "idempotent": tool.idempotent,
+                "attempt": attempt,
             },
             turn_id=turn_id,
             run_id=run_id,
@@ -783,15 +1211,31 @@ class SessionDriver:
             turn_id=turn_id,
             run_id=run_id,
         )
-        await w.flush()  # commit before side effect
+        await self._flush_before_side_effect(turn_id)
         ctx = self._tool_context(turn_id, run_id, call.call_id)
         started = time.monotonic()
+        task = asyncio.ensure_future(tool.invoke(arguments, ctx))
+        self._tool_task, self._tool_is_async = task, tool.is_async
         try:
-            output = await tool.invoke(arguments, ctx)
+            output = await task
             status, action = "success", "returned"
+        except asyncio.CancelledError:
+            if not self._stop.is_set():
+                raise
+            # Interrupted mid-call: what it did is unknown, so no result is recorded and
+            # the call stays uncertain until it is reconciled (or re-run, if idempotent).
+            w.add(
+                "action/end",
+                {"call_id": call.call_id, "name": tool.name, "status": "interrupted"},
+                turn_id=turn_id,
+                run_id=run_id,
+            )
+            raise _Stop from None
         except Exception as exc:  # noqa: BLE001 - the model sees the error and can react
             output = f"Error: {type(exc).__name__}: {exc}"
             status, action = "error", "failed"
+        finally:
+            self._tool_task = None
         await asyncio.sleep(0)  # let records/progress handed over from a worker thread land
         w.add(
             "action/end",
@@ -843,3 +1287,23 @@ class SessionDriver:
             on_loop(event)
 
         return ToolContext(self.key, turn_id, run_id, call_id, record, progress)
+
+
+def _interaction_kind(tool: Any) -> str | None:
+    """Which person-facing request a call of ``tool`` needs before it can go on, if any."""
+    if tool.interaction == "ask_user":
+        return "ask_user"
+    if tool.external:
+        return "external_execution"
+    if tool.confirm:
+        return "confirmation"
+    return None
+
+
+def _prompt(kind: str, name: str, arguments: Mapping[str, Any]) -> str:
+    if kind == "ask_user":
+        return str(arguments.get("question", ""))
+    shown = ", ".join(f"{k}={v!r}" for k, v in arguments.items())
+    if kind == "external_execution":
+        return f"Run {name}({shown}) outside and respond with its result."
+    return f"Allow {name}({shown})?"

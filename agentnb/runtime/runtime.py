@@ -63,6 +63,11 @@ class Runtime:
         self._lock = threading.Lock()
         self._closed = False
         self._loop = asyncio.new_event_loop()
+        # Store calls run in worker threads; each running session also keeps one waiting for
+        # interrupts, so the default pool of min(32, cpus + 4) threads is too small.
+        self._loop.set_default_executor(
+            concurrent.futures.ThreadPoolExecutor(max_workers=64, thread_name_prefix="agentnb")
+        )
         self._thread = threading.Thread(
             target=self._loop.run_forever, daemon=True, name=f"agentnb-runtime-{agent.agent_id}"
         )

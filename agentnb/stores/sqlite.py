@@ -7,6 +7,7 @@ import os
 import sqlite3
 import stat
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -145,7 +146,7 @@ class SQLiteStore(SessionStore):
                     timeout=self._busy_ms / 1000,
                 )
                 conn.execute(f"PRAGMA busy_timeout={self._busy_ms}")
-                mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()
+                mode = _enable_wal(conn, self._busy_ms / 1000)
                 if mode is None or str(mode[0]).lower() != "wal":
                     raise Corrupt(f"{self.path}: cannot switch to WAL mode ({mode})")
                 conn.execute(f"PRAGMA synchronous={self.synchronous}")
@@ -154,6 +155,8 @@ class SQLiteStore(SessionStore):
                     conn.close()
                 if isinstance(exc, Corrupt):
                     raise
+                if isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc):
+                    raise _translate(exc, self.path) from None
                 raise Corrupt(
                     f"{self.path} is not an agentnb store ({exc}); point the store at a new file"
                 ) from None
@@ -454,6 +457,21 @@ class SQLiteStore(SessionStore):
     def _secret(self) -> bytes:
         row = self._conn().execute("SELECT value FROM agentnb_meta WHERE key='secret'").fetchone()
         return bytes(row[0])
+
+
+def _enable_wal(conn: sqlite3.Connection, timeout: float) -> tuple[object, ...] | None:
+    # Switching a new file to WAL needs an exclusive lock, and SQLite reports "locked" at once
+    # instead of calling the busy handler; processes opening a new store together wait here.
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            row: tuple[object, ...] | None = conn.execute("PRAGMA journal_mode=WAL").fetchone()
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.01)
+        else:
+            return row
 
 
 def _translate(exc: sqlite3.Error, path: Path) -> StorageError:

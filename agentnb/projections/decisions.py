@@ -1,0 +1,208 @@
+"""Whether a resume, respond, cancel or reconcile may happen: pure functions of the state.
+
+The Session facade calls them before accepting a command (so the caller gets a typed error
+and nothing is written), and the runtime calls them again when it dispatches the command
+(the state may have moved in between); both make the same decision from the same fold.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from agentnb.answers import ToolOutcome, answer_payload
+from agentnb.errors import CannotResume, InvalidAnswer, InvalidInput, UncertainToolCalls
+from agentnb.projections.state import InboxState, SessionState, TurnState
+from agentnb.records import ToolCallRef
+
+__all__ = [
+    "check_cancel",
+    "check_reconcile",
+    "check_respond",
+    "check_resume",
+    "effective_status",
+    "latest_unfinished",
+]
+
+ToolLookup = Callable[[str], Any]
+"""name -> Tool (or None): what the agent offers."""
+
+_UNFINISHED = frozenset({"running", "suspended", "interrupted", "failed"})
+
+
+def effective_status(state: SessionState, turn: TurnState, *, executing: bool) -> str:
+    """The turn's status, counting a run cut off by a crash as ``interrupted``.
+
+    ``executing`` says whether some runtime holds the session's lease right now.
+    """
+    if turn.status == "running" and not executing:
+        return "interrupted"
+    return turn.status
+
+
+def latest_unfinished(state: SessionState) -> TurnState | None:
+    latest = state.latest_turn
+    return latest if latest is not None and latest.status in _UNFINISHED else None
+
+
+def _refs(
+    state: SessionState, turn_id: str, blocking_only: bool, idempotent: Callable[[str], bool]
+) -> list[ToolCallRef]:
+    return [
+        ToolCallRef(c.call_id, c.name, dict(c.arguments), c.turn_id, c.run_id)
+        for c in state.uncertain_calls(turn_id)
+        if not (blocking_only and idempotent(c.name))
+    ]
+
+
+def check_resume(
+    state: SessionState, turn_id: str, *, executing: bool, tool: ToolLookup
+) -> TurnState:
+    """The turn to resume, or ``CannotResume`` / ``UncertainToolCalls`` saying why not."""
+    turn = state.turns.get(turn_id)
+    if turn is None:
+        raise CannotResume(
+            f"turn {turn_id} has not started (or does not exist); a queued "
+            "task runs when its turn comes - call start()"
+        )
+    status = effective_status(state, turn, executing=executing)
+    if status in {"completed", "cancelled"}:
+        raise CannotResume(f"turn {turn_id} is {status}; submit a new task instead")
+    if status == "running":
+        raise CannotResume(f"turn {turn_id} is running; interrupt() it first if you must")
+    latest = latest_unfinished(state)
+    if latest is None or latest.turn_id != turn_id:
+        raise CannotResume(
+            f"turn {turn_id} is not the latest unfinished turn; only "
+            f"{latest.turn_id if latest else 'none'} can be resumed"
+        )
+    pending = state.pending_of(turn_id)
+    if pending:
+        ids = ", ".join(r["request_id"] for r in pending)
+        raise CannotResume(
+            f"turn {turn_id} waits for answers ({ids}); answer them with "
+            "respond() - that continues the turn"
+        )
+
+    def idempotent(name: str) -> bool:
+        t = tool(name)
+        return bool(t is not None and t.idempotent)
+
+    blocking = _refs(state, turn_id, True, idempotent)
+    if blocking:
+        names = ", ".join(f"{r.tool_name} ({r.call_id})" for r in blocking)
+        raise UncertainToolCalls(
+            f"turn {turn_id} has tool calls whose outcome is unknown: {names}. Check what "
+            "happened, then record it with reconcile({call_id: nb.ToolOutcome...}, reason) "
+            "before resuming",
+            blocking,
+        )
+    return turn
+
+
+def check_respond(
+    state: SessionState,
+    answers: Mapping[str, object],
+    *,
+    tool: ToolLookup,
+    normalized: bool = False,
+) -> tuple[str, dict[str, dict[str, Any]]]:
+    """(turn_id, JSON answers by request id), or ``InvalidAnswer`` saying what is wrong.
+
+    ``normalized`` answers are already in their JSON form (as stored in the inbox).
+    """
+    if not isinstance(answers, Mapping) or not answers:
+        raise InvalidAnswer(
+            "respond() needs at least one answer: respond(request_id, answer) "
+            "or respond({request_id: answer, ...})"
+        )
+    turns: set[str] = set()
+    out: dict[str, dict[str, Any]] = {}
+    for request_id, answer in answers.items():
+        if not isinstance(request_id, str):
+            raise InvalidAnswer(f"request ids are strings, got {type(request_id).__name__}")
+        request = state.interactions.get(request_id)
+        if request is None:
+            raise InvalidAnswer(f"there is no request {request_id!r}; see session.pending()")
+        if request_id in state.resolved:
+            raise InvalidAnswer(f"request {request_id} was already answered or closed")
+        if normalized and isinstance(answer, Mapping):
+            payload = dict(answer)
+        else:
+            payload = answer_payload(request_id, request["kind"], answer)
+        edited = payload.get("edited_args")
+        if edited is not None:
+            t = tool(request["tool_name"])
+            try:
+                if t is not None:
+                    t.validate(edited)
+            except InvalidInput as exc:
+                raise InvalidAnswer(
+                    f"edited arguments for {request_id} do not fit {request['tool_name']}: {exc}"
+                ) from None
+            payload["edited_args"] = dict(edited)
+        turns.add(request["turn_id"])
+        out[request_id] = payload
+    if len(turns) > 1:
+        raise InvalidAnswer(
+            f"the answers belong to different turns ({', '.join(sorted(turns))}); "
+            "answer one turn at a time"
+        )
+    return turns.pop(), out
+
+
+def check_cancel(state: SessionState, inbox: InboxState, turn_id: str, *, executing: bool) -> str:
+    """How to cancel: ``queued`` (inbox only), ``parked`` (runtime closes it) or ``done``."""
+    turn = state.turns.get(turn_id)
+    if turn is None:
+        submit = next(
+            (c for c in inbox.commands.values() if c.kind == "submit" and c.turn_id == turn_id),
+            None,
+        )
+        if submit is None:
+            raise InvalidInput(f"there is no turn {turn_id!r} in session; see session.tasks()")
+        return "done" if submit.command_id in inbox.rejected else "queued"
+    status = effective_status(state, turn, executing=executing)
+    if status == "cancelled":
+        return "done"
+    if status == "completed":
+        raise InvalidInput(f"turn {turn_id} already completed; there is nothing to cancel")
+    if status == "running":
+        raise InvalidInput(f"turn {turn_id} is running; interrupt() it first, then cancel it")
+    return "parked"
+
+
+def check_reconcile(
+    state: SessionState, outcomes: Mapping[str, object], reason: object
+) -> dict[str, dict[str, Any]]:
+    """The outcomes as JSON, or ``InvalidInput`` unless they cover exactly the uncertain set."""
+    if not isinstance(reason, str) or not reason.strip():
+        raise InvalidInput(
+            "reconcile needs a reason (who checked what), e.g. "
+            "reason='checked the order system: order 42 exists'"
+        )
+    if not isinstance(outcomes, Mapping):
+        raise InvalidInput("outcomes must be a mapping {call_id: nb.ToolOutcome...}")
+    uncertain = {c.call_id: c for c in state.uncertain_calls()}
+    if set(outcomes) != set(uncertain):
+        missing = sorted(set(uncertain) - set(outcomes))
+        extra = sorted(set(outcomes) - set(uncertain))
+        raise InvalidInput(
+            f"reconcile must cover exactly the uncertain calls "
+            f"{sorted(uncertain)}; missing {missing}, not uncertain {extra}"
+        )
+    out: dict[str, dict[str, Any]] = {}
+    for call_id, outcome in outcomes.items():
+        if not isinstance(outcome, ToolOutcome):
+            raise InvalidInput(
+                f"outcome for {call_id} must be nb.ToolOutcome.success(...), "
+                ".error(...) or .unknown()"
+            )
+        call = uncertain[call_id]
+        out[call_id] = {
+            "status": outcome.status,
+            "output": outcome.text,
+            "name": call.name,
+            "turn_id": call.turn_id,
+        }
+    return out
