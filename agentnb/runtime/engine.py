@@ -236,6 +236,7 @@ class SessionDriver:
         self._renewer: asyncio.Task[None] | None = None
         self._bad_arguments: dict[str, str] = {}
         self._stop = asyncio.Event()
+        self._stop_command: str | None = None
         self._guard: tuple[str, int] | None = None
         self._tool_task: asyncio.Future[str] | None = None
         self._tool_is_async = False
@@ -515,6 +516,7 @@ class SessionDriver:
     async def _continue(self, turn_id: str, run_id: str) -> None:
         """Finish the turn's open tool calls (answered, re-runnable, not yet run), then go on."""
         self._stop.clear()
+        self._stop_command = None
         watcher = asyncio.create_task(self._watch(turn_id, run_id))
         try:
             for call in self.state.open_calls(turn_id):
@@ -715,6 +717,7 @@ class SessionDriver:
         # of the run is conditioned on the inbox head we decided from.
         self._guard = (turn_id, self.inbox.seq)
         self._stop.clear()
+        self._stop_command = None
         try:
             await self._run(turn_id, run_id, applied=[command.command_id])
         except _Cancelled:
@@ -793,29 +796,26 @@ class SessionDriver:
                 continue
             await asyncio.to_thread(self._refresh_inbox)
             pos = self.inbox.seq
-            for c in list(self.inbox.commands.values()):
-                if (
-                    c.kind == "interrupt"
-                    and c.run_id == run_id
-                    and not self._stop.is_set()
-                    and c.command_id not in self.state.handled
-                ):
-                    self.writer.add(
-                        "inbox/started",
-                        {"command_id": c.command_id, "kind": "interrupt"},
-                        turn_id=turn_id,
-                        run_id=run_id,
-                    )
-                    self.writer.add(
-                        "run/stop_requested",
-                        {"command_id": c.command_id},
-                        turn_id=turn_id,
-                        run_id=run_id,
-                    )
-                    self._stop.set()
-                    task = self._tool_task
-                    if task is not None and not task.done() and self._tool_is_async:
-                        task.cancel()  # async tools stop now; sync tools finish first
+            if self._stop_command is None and self._interrupt_for(run_id) is not None:
+                self._request_stop(run_id)
+
+    def _interrupt_for(self, run_id: str) -> str | None:
+        """An interrupt command for this run that nobody handled yet."""
+        for c in self.inbox.commands.values():
+            if (
+                c.kind == "interrupt"
+                and c.run_id == run_id
+                and c.command_id not in self.state.handled
+            ):
+                return c.command_id
+        return None
+
+    def _request_stop(self, run_id: str) -> None:
+        self._stop_command = self._interrupt_for(run_id)
+        self._stop.set()
+        task = self._tool_task
+        if task is not None and not task.done() and self._tool_is_async:
+            task.cancel()  # async tools stop now; sync tools finish first
 
     async def _flush_before_side_effect(self, turn_id: str) -> None:
         """Commit before a side effect; the first commit of a new turn is guarded."""
@@ -847,6 +847,10 @@ class SessionDriver:
         while True:
             await asyncio.to_thread(self._refresh_inbox)
             seen = self.inbox.seq
+            if self._interrupt_for(run_id) is not None:
+                # Accepted before we could commit the completion: honour it.
+                self._request_stop(run_id)
+                raise _Stop
             if any(
                 c.command_id not in self.state.received_inputs
                 for c in self.inbox.steers_for(turn_id)
@@ -936,6 +940,19 @@ class SessionDriver:
     ) -> None:
         """End the run (failed, suspended, interrupted) in one commit."""
         w = self.writer
+        if status == "interrupted" and self._stop_command is not None:
+            w.add(
+                "inbox/started",
+                {"command_id": self._stop_command, "kind": "interrupt"},
+                turn_id=turn_id,
+                run_id=run_id,
+            )
+            w.add(
+                "run/stop_requested",
+                {"command_id": self._stop_command},
+                turn_id=turn_id,
+                run_id=run_id,
+            )
         for event in self._checkpoint(turn_id, run_id, applied):
             w.add_event(event)
         if step_id is not None:

@@ -7,7 +7,7 @@ import threading
 from dataclasses import dataclass, field
 
 from agentnb.errors import IdempotencyConflict, SessionNotFound
-from agentnb.events import Event
+from agentnb.events import Event, check_readable
 from agentnb.ids import Clock, SessionKey
 from agentnb.stores._rows import blob_digest, check_blob
 from agentnb.stores.base import (
@@ -100,7 +100,10 @@ class MemoryStore(SessionStore):
 
     def _read(self, key: SessionKey, after: int, through: int) -> list[Event]:
         with self._lock:
-            return self._get(key).events[after:through]
+            events = self._get(key).events[after:through]
+        for event in events:  # a codec may have been unregistered since the write
+            check_readable(event.type, event.required, session=key, seq=event.seq)
+        return events
 
     def _inbox_append(
         self, key: SessionKey, event: Event, dedupe_key: str | None, digest: str, now: float

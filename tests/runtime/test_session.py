@@ -127,7 +127,8 @@ class TestQueue:
         tasks = session.tasks()
         assert [t.turn_id for t in tasks] == [first.turn_id, second.turn_id]
         assert [t.status for t in tasks] == ["completed", "completed"]
-        assert tasks[0].ended_at is not None and tasks[1].started_at is not None
+        assert tasks[0].ended_at is not None
+        assert tasks[1].started_at is not None
         assert tasks[0].ended_at <= tasks[1].started_at
         starts = [e.turn_id for e in events_of(session, "turn/start")]
         assert starts == [first.turn_id, second.turn_id]
@@ -137,7 +138,9 @@ class TestQueue:
         session = make_runtime(nb.ScriptedModel(["a", "b"])).session("s1")
         a = session.run("one", timeout=WAIT)
         b = session.run("two", timeout=WAIT)
-        assert a.run_id and b.run_id and a.run_id != b.run_id
+        assert a.run_id
+        assert b.run_id
+        assert a.run_id != b.run_id
 
 
 class TestIdempotency:
@@ -441,7 +444,8 @@ class TestCommitRules:
         session = make_runtime(model, [probe]).session("s1")
         holder["s"] = session
         session.run("go", timeout=WAIT)
-        assert seen and seen[0][-1] == "action/start"
+        assert seen
+        assert seen[0][-1] == "action/start"
         assert "tool/dispatch" in seen[0]
         assert "model/dispatch" in seen[0]
 
