@@ -10,11 +10,20 @@ import hashlib
 import threading
 import time
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from agentnb.answers import ToolOutcome
-from agentnb.errors import InvalidAnswer, InvalidInput, NotRunning
-from agentnb.events import Message, canonical_json
+from agentnb.errors import (
+    AppendConflict,
+    IdempotencyConflict,
+    InvalidAnswer,
+    InvalidInput,
+    LeaseHeld,
+    NotRunning,
+)
+from agentnb.events import Event, Message, canonical_json
+from agentnb.folds import Folds
 from agentnb.ids import SessionKey, check_id, new_id
 from agentnb.log import Inbox, SessionLog
 from agentnb.projections.decisions import (
@@ -24,7 +33,7 @@ from agentnb.projections.decisions import (
     check_resume,
     effective_status,
 )
-from agentnb.projections.state import InboxState, SessionState
+from agentnb.projections.state import PROJECTOR_VERSION, InboxState, SessionState
 from agentnb.records import (
     InputReceipt,
     Inspection,
@@ -70,21 +79,14 @@ class Session:
         self.log = SessionLog(runtime.store, key)
         self.inbox = Inbox(runtime.store, key)
         self._lock = threading.RLock()
-        self._state = SessionState()
-        self._inbox_state = InboxState()
+        self._folds = Folds(runtime.store, key)
 
     # -- reading -----------------------------------------------------------------------------
 
     def _refresh(self) -> tuple[SessionState, InboxState]:
         """Fold whatever was committed since the last read (both logs)."""
         with self._lock:
-            store = self.runtime.store
-            while batch := store.inbox_read_after(self.key, self._inbox_state.seq, 1000):
-                for event in batch:
-                    self._inbox_state.apply(event)
-            for event in store.scan(self.key, self._state.seq):
-                self._state.apply(event)
-            return self._state, self._inbox_state
+            return self._folds.refresh()
 
     def tasks(self) -> list[Task]:
         """One task per turn, in submission order, with its status and runs."""
@@ -446,6 +448,71 @@ class Session:
                 )
             self.runtime.store.wait_for_head(self.key, seq, min(0.5, remaining))
 
+    # -- moving state between sessions ------------------------------------------------------
+
+    def export_state(self) -> dict[str, Any]:
+        """The conversation state at a quiescent point (no run, request or uncertain call).
+
+        Returns JSON-ready data for ``import_baseline``; history is not included.
+        """
+        with self._lock:
+            state, _ = self._refresh()
+            problems = []
+            if state.active_run is not None:
+                problems.append("a run is active")
+            if state.pending:
+                problems.append(f"{len(state.pending)} request(s) wait for answers")
+            if state.uncertain_calls():
+                problems.append("tool calls have unknown outcomes (reconcile them)")
+            if problems:
+                raise InvalidInput(f"session {self.key} is not quiescent: {'; '.join(problems)}")
+            messages = [m.model_dump(mode="json") for m in state.context]
+            return {"messages": messages, "source": str(self.key), "source_seq": state.seq}
+
+    def import_baseline(self, state: Mapping[str, Any]) -> None:
+        """Start this (empty) session from ``state`` with one ``migration/baseline`` event.
+
+        Importing the same state again is a no-op; an existing history raises ``InvalidInput``.
+        """
+        if not isinstance(state, Mapping) or not isinstance(state.get("messages"), list):
+            raise InvalidInput(
+                "state must be what export_state() returned (a mapping with a 'messages' list)"
+            )
+        for m in state["messages"]:
+            Message.model_validate(m)
+        text = canonical_json(dict(state))
+        digest = hashlib.sha256(text.encode()).hexdigest()
+        event = Event.create(
+            "migration/baseline",
+            {
+                "state": dict(state),
+                "source": state.get("source"),
+                "source_version": PROJECTOR_VERSION,
+                "source_hash": digest,
+            },
+            event_id=f"evt_baseline_{digest[:32]}",
+            occurred_at=datetime.fromtimestamp(0, UTC),
+        )
+        not_empty = InvalidInput(
+            f"session {self.key} is not empty; import a baseline only into a new session"
+        )
+        if self.log.head() > 0:
+            first = self.log.read_after(0, 1)[0]
+            if first.event_id == event.event_id:
+                return  # the same baseline was imported already
+            raise not_empty
+        try:
+            self.log.append([event], expected_seq=0, batch_id=f"baseline-{digest[:40]}")
+        except (AppendConflict, IdempotencyConflict, LeaseHeld):
+            raise not_empty from None
+
+    def fork(self, new_session_id: str) -> Session:
+        """A new session continuing from this one's current state; history is not copied."""
+        state = self.export_state()
+        target = self.runtime.session(new_session_id, user_id=self.key.user_id)
+        target.import_baseline(state)
+        return target  # type: ignore[no-any-return]
+
     def start(self) -> None:
         """Dispatch accepted queued work (needed after a restart; submit calls it)."""
         self.runtime._check_open()
@@ -484,7 +551,7 @@ class Session:
         while True:
             with self._lock:
                 outcome = self._outcome(receipt)
-                seq = self._state.seq
+                seq = self._folds.state.seq
             if outcome is not None:
                 return outcome
             remaining = None if deadline is None else deadline - time.monotonic()

@@ -7,6 +7,7 @@ for steering). ``next_command`` decides which accepted command runs next. No I/O
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -24,6 +25,9 @@ __all__ = [
     "next_command",
     "tool_message",
 ]
+
+PROJECTOR_VERSION = 1
+"""Bumped whenever the fold changes: older snapshots are then ignored and rebuilt."""
 
 TERMINAL_TURN = frozenset({"completed", "cancelled"})
 """Turn statuses after which nothing more can happen to the turn."""
@@ -71,6 +75,21 @@ class ToolCallState:
     result: dict[str, Any] | None = None
 
 
+def _dc(value: Any) -> dict[str, Any]:
+    out = dataclasses.asdict(value)
+    for k, v in out.items():
+        if isinstance(v, datetime):
+            out[k] = v.isoformat()
+    return out
+
+
+def _dates(data: dict[str, Any]) -> dict[str, Any]:
+    return {
+        k: datetime.fromisoformat(v) if k.endswith("_at") and isinstance(v, str) else v
+        for k, v in data.items()
+    }
+
+
 def tool_message(call_id: str, name: str, output: str, turn_id: str | None) -> Message:
     """The context message a tool result becomes."""
     return Message(
@@ -109,6 +128,54 @@ class SessionState:
         state = cls()
         for event in events:
             state.apply(event)
+        return state
+
+    # -- snapshots (a cache of the fold, so reopening a long session need not replay it) --
+
+    def dump(self) -> dict[str, Any]:
+        """The whole fold as JSON-ready data; ``load`` gives an equal state back."""
+        return {
+            "version": PROJECTOR_VERSION,
+            "seq": self.seq,
+            "turns": [_dc(t) for t in self.turns.values()],
+            "runs": [_dc(r) for r in self.runs.values()],
+            "run_of_command": self.run_of_command,
+            "active_run": self.active_run,
+            "context": [m.model_dump(mode="json") for m in self.context],
+            "handled": sorted(self.handled),
+            "applied_inputs": sorted(self.applied_inputs),
+            "received_inputs": self.received_inputs,
+            "tool_calls": [_dc(c) for c in self.tool_calls.values()],
+            "pending": self.pending,
+            "interactions": self.interactions,
+            "resolved": self.resolved,
+            "discarded_inputs": sorted(self.discarded_inputs),
+            "last_checkpoint_seq": self.last_checkpoint_seq,
+            "requested_messages": self.requested_messages,
+        }
+
+    @classmethod
+    def load(cls, data: dict[str, Any]) -> SessionState:
+        """The state ``dump`` described; ``ValueError`` if it comes from another version."""
+        if data.get("version") != PROJECTOR_VERSION:
+            raise ValueError(f"snapshot version {data.get('version')} is not {PROJECTOR_VERSION}")
+        state = cls()
+        state.seq = data["seq"]
+        state.turns = {t["turn_id"]: TurnState(**_dates(t)) for t in data["turns"]}
+        state.runs = {r["run_id"]: RunState(**_dates(r)) for r in data["runs"]}
+        state.run_of_command = dict(data["run_of_command"])
+        state.active_run = data["active_run"]
+        state.context = [Message.model_validate(m) for m in data["context"]]
+        state.handled = set(data["handled"])
+        state.applied_inputs = set(data["applied_inputs"])
+        state.received_inputs = dict(data["received_inputs"])
+        state.tool_calls = {c["call_id"]: ToolCallState(**c) for c in data["tool_calls"]}
+        state.pending = dict(data["pending"])
+        state.interactions = dict(data["interactions"])
+        state.resolved = dict(data["resolved"])
+        state.discarded_inputs = set(data["discarded_inputs"])
+        state.last_checkpoint_seq = data["last_checkpoint_seq"]
+        state.requested_messages = data["requested_messages"]
         return state
 
     # -- queries -----------------------------------------------------------------------------
@@ -263,6 +330,9 @@ class SessionState:
         self.pending.pop(p["request_id"], None)
         self.resolved[p["request_id"]] = dict(p)
 
+    def _on_baseline(self, event: Event, p: Any) -> None:
+        self.context = [Message.model_validate(m) for m in p["state"].get("messages", ())]
+
     def _on_input_discarded(self, event: Event, p: Any) -> None:
         self.discarded_inputs.update(p["input_ids"])
 
@@ -302,6 +372,7 @@ _HANDLERS = {
     "interaction/resolved": SessionState._on_interaction_resolved,
     "input/discarded": SessionState._on_input_discarded,
     "recovery/applied": SessionState._on_recovery,
+    "migration/baseline": SessionState._on_baseline,
 }
 
 
@@ -330,6 +401,26 @@ class InboxState:
         self.seq = 0
         self.commands: dict[str, Command] = {}
         self.rejected: dict[str, str] = {}
+
+    def dump(self) -> dict[str, Any]:
+        return {
+            "version": PROJECTOR_VERSION,
+            "seq": self.seq,
+            "rejected": self.rejected,
+            "commands": [
+                dict(_dc(c), accepted_at=c.accepted_at.isoformat()) for c in self.commands.values()
+            ],
+        }
+
+    @classmethod
+    def load(cls, data: dict[str, Any]) -> InboxState:
+        if data.get("version") != PROJECTOR_VERSION:
+            raise ValueError(f"snapshot version {data.get('version')} is not {PROJECTOR_VERSION}")
+        state = cls()
+        state.seq = data["seq"]
+        state.rejected = dict(data["rejected"])
+        state.commands = {c["command_id"]: Command(**_dates(c)) for c in data["commands"]}
+        return state
 
     def apply(self, event: Event) -> None:
         self.seq = event.seq

@@ -33,6 +33,7 @@ from agentnb.errors import (
     StorageError,
 )
 from agentnb.events import Event, Message, ToolCallData
+from agentnb.folds import Folds
 from agentnb.ids import SessionKey, new_id
 from agentnb.log import Inbox
 from agentnb.projections.decisions import check_cancel, check_respond, check_resume
@@ -230,18 +231,17 @@ class SessionDriver:
         self.inbox_log = Inbox(self.store, key)
         self.wake = asyncio.Event()
         self.task: asyncio.Task[None] | None = None
-        self.state = SessionState()
-        self.inbox = InboxState()
+        self.folds = Folds(self.store, key)
         self.writer = LogWriter(self.store, key, self.state)
         self._renewer: asyncio.Task[None] | None = None
         self._bad_arguments: dict[str, str] = {}
+        """Tool calls of the last model reply whose arguments were not a JSON object."""
         self._stop = asyncio.Event()
         self._stop_command: str | None = None
         self._guard: tuple[str, int] | None = None
         self._tool_task: asyncio.Future[str] | None = None
         self._tool_is_async = False
         self._inbox_lock = threading.Lock()
-        """Tool calls of the last model reply whose arguments were not a JSON object."""
         self.stopping = False
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -281,20 +281,26 @@ class SessionDriver:
         # A run without an end that nobody executes was cut off by a crash: recover it.
         return next_command(self.inbox, self.state) is not None or self.state.active_run is not None
 
+    @property
+    def state(self) -> SessionState:
+        return self.folds.state
+
+    @property
+    def inbox(self) -> InboxState:
+        return self.folds.inbox
+
     def _refresh(self) -> None:
-        """Bring both folds up to the committed heads."""
+        """Bring both folds up to the committed heads (from a snapshot the first time)."""
         if self.writer.pending:
             raise RuntimeError("refresh with uncommitted events")
-        for event in self.store.scan(self.key, self.state.seq):
-            self.state.apply(event)
+        with self._inbox_lock:
+            self.folds.refresh()
+        self.writer.state = self.state
         self.writer.head = self.state.seq
-        while batch := self.store.inbox_read_after(self.key, self.inbox.seq, 1000):
-            for event in batch:
-                self.inbox.apply(event)
 
     def _reload(self) -> None:
         """Throw away the in-memory folds (after a failed commit) and refold from the log."""
-        self.state = SessionState()
+        self.folds = Folds(self.store, self.key)
         self.writer = LogWriter(self.store, self.key, self.state)
         self.writer.on_commit = self.runtime._committed(self.key)
         self._refresh()

@@ -72,6 +72,9 @@ class Runtime:
             target=self._loop.run_forever, daemon=True, name=f"agentnb-runtime-{agent.agent_id}"
         )
         self._thread.start()
+        from agentnb.export.live import LiveExporter
+
+        self.exporter = LiveExporter.for_runtime(self)  # drains export_to in the background
 
     # -- sessions ----------------------------------------------------------------------------
 
@@ -195,6 +198,8 @@ class Runtime:
             self._thread.join(timeout=5)
             if not self._loop.is_running():
                 self._loop.close()
+            if self.exporter is not None:
+                self.exporter.close()
             if self._owns_store:
                 self.store.close()
 

@@ -416,6 +416,28 @@ class SessionStore(ABC):
 
     # -- misc --------------------------------------------------------------------------------
 
+    def put_snapshot(self, key: SessionKey, name: str, seq: int, data: bytes) -> None:
+        """Cache a projection of the log through ``seq`` under ``name``.
+
+        A snapshot is a cache, never the truth: readers fold the log after ``seq`` on top of
+        it, and may ignore it. An older ``seq`` than the stored one is a no-op.
+        """
+        key = _key(key)
+        check_id(name, "name")
+        _check_seq(seq, "seq")
+        if not isinstance(data, bytes):
+            raise InvalidInput(f"snapshot data must be bytes, got {type(data).__name__}")
+        head = self._head(key)
+        if seq > head:
+            raise InvalidInput(f"session {key}: snapshot seq {seq} is past the head {head}")
+        self._put_snapshot(key, name, seq, data)
+
+    def get_snapshot(self, key: SessionKey, name: str) -> tuple[int, bytes] | None:
+        """The newest snapshot ``name`` as (seq, data), or None."""
+        key = _key(key)
+        check_id(name, "name")
+        return self._get_snapshot(key, name)
+
     def secret(self) -> bytes:
         """A random per-store secret (created once) for signing cursors."""
         return self._secret()
@@ -538,6 +560,12 @@ class SessionStore(ABC):
 
     @abstractmethod
     def _secret(self) -> bytes: ...
+
+    @abstractmethod
+    def _put_snapshot(self, key: SessionKey, name: str, seq: int, data: bytes) -> None: ...
+
+    @abstractmethod
+    def _get_snapshot(self, key: SessionKey, name: str) -> tuple[int, bytes] | None: ...
 
 
 # --------------------------------------------------------------------------------------------

@@ -32,6 +32,7 @@ class _Session:
     dedupe: dict[str, tuple[str, int]] = field(default_factory=dict)
     lease: _LeaseRow | None = None
     watermarks: dict[str, int] = field(default_factory=dict)
+    snapshots: dict[str, tuple[int, bytes]] = field(default_factory=dict)
 
 
 class MemoryStore(SessionStore):
@@ -176,6 +177,16 @@ class MemoryStore(SessionStore):
     def get_blob(self, digest: str) -> bytes:
         with self._lock:
             return check_blob(digest, self._blobs.get(digest))
+
+    def _put_snapshot(self, key: SessionKey, name: str, seq: int, data: bytes) -> None:
+        with self._lock:
+            snaps = self._get(key).snapshots
+            if name not in snaps or snaps[name][0] < seq:
+                snaps[name] = (seq, bytes(data))
+
+    def _get_snapshot(self, key: SessionKey, name: str) -> tuple[int, bytes] | None:
+        with self._lock:
+            return self._get(key).snapshots.get(name)
 
     def _secret(self) -> bytes:
         return self._secret_bytes

@@ -67,6 +67,10 @@ CREATE TABLE IF NOT EXISTS watermarks (
     PRIMARY KEY (session, sink)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS blobs (digest TEXT PRIMARY KEY, data BLOB NOT NULL);
+CREATE TABLE IF NOT EXISTS snapshots (
+    session INTEGER NOT NULL, name TEXT NOT NULL, seq INTEGER NOT NULL, data BLOB NOT NULL,
+    PRIMARY KEY (session, name)
+);
 """
 
 _INSERT_EVENT = f"INSERT INTO events (session, {_rows.COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)"
@@ -453,6 +457,23 @@ class SQLiteStore(SessionStore):
     def get_blob(self, digest: str) -> bytes:
         row = self._conn().execute("SELECT data FROM blobs WHERE digest=?", (digest,)).fetchone()
         return _rows.check_blob(digest, bytes(row[0]) if row else None)
+
+    def _put_snapshot(self, key: SessionKey, name: str, seq: int, data: bytes) -> None:
+        sid = self._sid(key)
+        with self._write() as c:
+            c.execute(
+                "INSERT INTO snapshots VALUES (?,?,?,?) ON CONFLICT (session, name) DO "
+                "UPDATE SET seq=excluded.seq, data=excluded.data WHERE excluded.seq > seq",
+                (sid, name, seq, data),
+            )
+
+    def _get_snapshot(self, key: SessionKey, name: str) -> tuple[int, bytes] | None:
+        conn = self._conn()
+        row = conn.execute(
+            "SELECT seq, data FROM snapshots WHERE session=? AND name=?",
+            (self._sid(key, conn), name),
+        ).fetchone()
+        return (int(row[0]), bytes(row[1])) if row else None
 
     def _secret(self) -> bytes:
         row = self._conn().execute("SELECT value FROM agentnb_meta WHERE key='secret'").fetchone()

@@ -440,3 +440,71 @@ class TestAutoResume:
         runs = events_of(session, "recovery/applied")[0].payload["interrupted_runs"]
         assert list(runs) == ["run_dead"]
         assert session.transcript().messages[-1].text == "finished after the crash"
+
+
+class TestFork:
+    def test_fork_continues_with_the_same_context_and_leaves_the_source(
+        self, make_runtime: MakeRuntime
+    ) -> None:
+        """A fork starts from a baseline with the source's context; the source is unchanged."""
+        model = nb.ScriptedModel(["Pro costs $10.", "In the fork: yes."])
+        runtime = make_runtime(model)
+        source = runtime.session("s1")
+        source.run("How much is pro?", timeout=WAIT)
+        head, transcript = source.log.head(), source.transcript().messages
+        fork = source.fork("s1-fork")
+        assert [e.type for e in fork.log.scan()] == ["migration/baseline"]
+        assert fork.transcript().messages == transcript
+        assert fork.run("Is that monthly?", timeout=WAIT).output == "In the fork: yes."
+        assert [m.text for m in model.requests[-1]][1:] == [
+            "How much is pro?",
+            "Pro costs $10.",
+            "Is that monthly?",
+        ]
+        assert source.log.head() == head
+        assert source.transcript().messages == transcript
+        assert sorted(k.session_id for k in runtime.sessions()) == ["s1", "s1-fork"]
+
+    def test_export_refuses_a_busy_session_and_import_refuses_a_used_one(
+        self, make_runtime: MakeRuntime
+    ) -> None:
+        """export_state needs a quiescent session; import_baseline needs an empty one."""
+        _, session, _ = _suspended_order(make_runtime)
+        with pytest.raises(nb.InvalidInput, match="not quiescent"):
+            session.export_state()
+        with pytest.raises(nb.InvalidInput, match="not empty"):
+            session.import_baseline({"messages": []})
+        with pytest.raises(nb.InvalidInput):
+            session.import_baseline({"nope": 1})
+
+    def test_importing_the_same_baseline_twice_is_a_no_op(self, make_runtime: MakeRuntime) -> None:
+        """A retried import of the same state writes nothing new."""
+        runtime = make_runtime(nb.ScriptedModel(["a"]))
+        source = runtime.session("s1")
+        source.run("x", timeout=WAIT)
+        state = source.export_state()
+        target = runtime.session("t1")
+        target.import_baseline(state)
+        target.import_baseline(state)
+        assert target.log.head() == 1
+
+
+class TestSnapshots:
+    def test_reopen_from_a_snapshot_gives_the_same_state(self, make_runtime: MakeRuntime) -> None:
+        """Folds saved as a snapshot and reloaded equal a fold of the whole log."""
+        from agentnb.folds import Folds
+        from agentnb.projections.state import SessionState
+
+        model = nb.ScriptedModel([nb.ToolCall("create_order", {"item": "a", "qty": 1}), "x"])
+        runtime = make_runtime(model, [create_order])
+        session = runtime.session("s1")
+        session.run("order", timeout=WAIT)
+        folds = Folds(runtime.store, session.key)
+        folds.refresh()
+        folds.save_if_due(every=1)
+        full = SessionState.fold(session.log.scan())
+        again = Folds(runtime.store, session.key)
+        state, _ = again.refresh()
+        assert runtime.store.get_snapshot(session.key, "session-state") is not None
+        assert state.dump() == full.dump()
+        assert again._saved_seq == full.seq  # loaded from the snapshot, not replayed

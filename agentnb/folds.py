@@ -1,0 +1,105 @@
+"""The two folds of a session kept current against its store, with snapshot caching.
+
+Reopening a long session must not replay its whole log: the folds are saved now and then as
+store snapshots (a cache, never the truth), and a reader loads the newest snapshot and folds
+only the events after it. A snapshot that is missing, from another projector version, or
+ahead of the log is ignored and rebuilt.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import zlib
+from typing import Any
+
+from agentnb.errors import AgentnbError
+from agentnb.ids import SessionKey
+from agentnb.projections.state import InboxState, SessionState
+from agentnb.stores.base import SessionStore
+
+__all__ = ["SNAPSHOT_EVERY", "Folds"]
+
+log = logging.getLogger("agentnb.folds")
+
+SNAPSHOT_EVERY = 5_000
+"""Events folded since the last snapshot after which a new one is saved."""
+_STATE, _INBOX = "session-state", "inbox-state"
+
+
+def _encode(data: dict[str, Any]) -> bytes:
+    return zlib.compress(json.dumps(data, separators=(",", ":")).encode(), 1)
+
+
+def _decode(blob: bytes) -> dict[str, Any]:
+    value = json.loads(zlib.decompress(blob))
+    if not isinstance(value, dict):
+        raise ValueError("snapshot is not a JSON object")
+    return value
+
+
+class Folds:
+    """``SessionState`` and ``InboxState`` of one session, brought up to date on ``refresh``."""
+
+    def __init__(self, store: SessionStore, key: SessionKey) -> None:
+        self.store = store
+        self.key = key
+        self.state = SessionState()
+        self.inbox = InboxState()
+        self._loaded = False
+        self._saved_seq = 0
+        self._saved_inbox = 0
+
+    def _load(self) -> None:
+        self._loaded = True
+        head = self.store.head(self.key)
+        inbox_head = self.store.inbox_head(self.key)
+        for name, limit in ((_STATE, head), (_INBOX, inbox_head)):
+            found = self.store.get_snapshot(self.key, name)
+            if found is None or found[0] > limit:
+                continue
+            try:
+                data = _decode(found[1])
+                if name == _STATE:
+                    self.state = SessionState.load(data)
+                    self._saved_seq = self.state.seq
+                else:
+                    self.inbox = InboxState.load(data)
+                    self._saved_inbox = self.inbox.seq
+            except (ValueError, KeyError, TypeError, zlib.error) as exc:
+                log.info("session %s: ignoring snapshot %s (%s)", self.key, name, exc)
+
+    def refresh(self) -> tuple[SessionState, InboxState]:
+        """Fold whatever was committed since the last call (both logs)."""
+        if not self._loaded:
+            self._load()
+        # Inbox first: a command seen there may have started by the time the log is read,
+        # never the other way round.
+        while batch := self.store.inbox_read_after(self.key, self.inbox.seq, 1000):
+            for event in batch:
+                self.inbox.apply(event)
+        for event in self.store.scan(self.key, self.state.seq):
+            self.state.apply(event)
+        self.save_if_due()
+        return self.state, self.inbox
+
+    def save_if_due(self, every: int = SNAPSHOT_EVERY) -> None:
+        """Save snapshots when enough was folded since the last one (best effort)."""
+        try:
+            if self.state.seq - self._saved_seq >= every:
+                self.store.put_snapshot(
+                    self.key, _STATE, self.state.seq, _encode(self.state.dump())
+                )
+                self._saved_seq = self.state.seq
+            if self.inbox.seq - self._saved_inbox >= every:
+                # The inbox has its own sequence; stamp it with the execution head instead,
+                # which the store checks, and keep the inbox seq inside the data.
+                self.store.put_snapshot(
+                    self.key,
+                    _INBOX,
+                    min(self.inbox.seq, self.state.seq),
+                    _encode(self.inbox.dump()),
+                )
+                self._saved_inbox = self.inbox.seq
+        except AgentnbError as exc:  # a cache that cannot be written is only slower
+            log.info("session %s: snapshot not saved: %s", self.key, exc)
