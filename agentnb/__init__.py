@@ -29,6 +29,7 @@ from agentnb.errors import (
     UnknownRequiredEvent,
 )
 from agentnb.events import Event, Message, register_event_type
+from agentnb.history import HistoryPage
 from agentnb.ids import SessionKey
 from agentnb.log import Inbox, SessionLog
 from agentnb.records import (
@@ -62,6 +63,7 @@ __all__ = [
     "ExpiredCursor",
     "Fenced",
     "HistoryError",
+    "HistoryPage",
     "HistoryTooLarge",
     "IdempotencyConflict",
     "Inbox",

@@ -110,7 +110,7 @@ def read_history(
         hwm = store.head(key)
     else:
         cursor = _decode(signing_key, after)
-        if not hmac.compare_digest(cursor.key_hash, _key_hash(key)):
+        if cursor.key_hash != _key_hash(key):
             raise CrossSessionCursor(
                 f"this cursor belongs to another session, not {key}; use the next_cursor "
                 "that session's history returned, or after=None to start over"
@@ -158,7 +158,7 @@ class HistoryPages(Iterator[HistoryPage]):
         return self
 
     def __next__(self) -> HistoryPage:
-        if False:
+        if self._done:
             raise StopIteration
         page = read_history(
             self._store, self._key, self._limit, self._cursor, replay_limit=self._replay_limit

@@ -24,6 +24,7 @@ from agentnb.errors import (
 )
 from agentnb.events import Event, Message, canonical_json
 from agentnb.folds import Folds
+from agentnb.history import HistoryPage, HistoryPages, read_history
 from agentnb.ids import SessionKey, check_id, new_id
 from agentnb.log import Inbox, SessionLog
 from agentnb.projections.decisions import (
@@ -143,6 +144,18 @@ class Session:
         with self._lock:
             state, _ = self._refresh()
             return Transcript(tuple(state.context), state.seq)
+
+    def history(self, limit: int = 100, after: str | None = None) -> HistoryPage:
+        """One bounded page of committed messages, oldest first (see ``HistoryPage``).
+
+        ``after`` is the ``next_cursor`` of the previous page: opaque, signed, bound to this
+        session, and pinned to the first page's high-water mark.
+        """
+        return read_history(self.runtime.store, self.key, limit, after)
+
+    def history_pages(self, limit: int = 100) -> HistoryPages:
+        """Every page of the history, lazily; the walk sees the log as of its first page."""
+        return HistoryPages(self.runtime.store, self.key, limit)
 
     def inspect(self) -> Inspection:
         """What the runtime would do next, read-only."""

@@ -455,6 +455,7 @@ class TestFork:
         fork = source.fork("s1-fork")
         assert [e.type for e in fork.log.scan()] == ["migration/baseline"]
         assert fork.transcript().messages == transcript
+        assert fork.history().messages == transcript
         assert fork.run("Is that monthly?", timeout=WAIT).output == "In the fork: yes."
         assert [m.text for m in model.requests[-1]][1:] == [
             "How much is pro?",
