@@ -33,6 +33,9 @@ lint: $(STAMP)
 
 bench: $(BENCH_STAMP)
 	$(BIN)/python benchmarks/bench_store.py
+	$(BIN)/python benchmarks/bench_export.py
+	$(BIN)/python benchmarks/bench_runtime.py
+	$(BIN)/python benchmarks/bench_recovery.py
 
 clean:
 	rm -rf $(VENV) .agentnb .pytest_cache .mypy_cache .ruff_cache

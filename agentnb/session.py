@@ -524,7 +524,7 @@ class Session:
         state = self.export_state()
         target = self.runtime.session(new_session_id, user_id=self.key.user_id)
         target.import_baseline(state)
-        return target  # type: ignore[no-any-return]
+        return target
 
     def start(self) -> None:
         """Dispatch accepted queued work (needed after a restart; submit calls it)."""

@@ -37,3 +37,23 @@ class TestBenchStore:
             for field in ("value", "baseline", "ratio"):
                 assert isinstance(record[field], int | float)
                 assert record[field] > 0
+
+
+class TestBenchExport:
+    def test_quick_run_prints_one_json_line_per_metric(self) -> None:
+        """`bench_export.py --quick` (fewer events) prints JSON with value, baseline, ratio."""
+        bench = BENCH.with_name("bench_export.py")
+        done = subprocess.run(
+            [sys.executable, str(bench), "--quick", "--events", "20000", "--rounds", "1"],
+            capture_output=True,
+            text=True,
+            timeout=240,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        records = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+        assert {r["metric"] for r in records} == {"export_parquet", "turns_view"}
+        for record in records:
+            for field in ("value", "baseline", "ratio"):
+                assert isinstance(record[field], int | float)
+                assert record[field] > 0

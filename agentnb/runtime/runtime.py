@@ -12,7 +12,7 @@ import os
 import socket
 import threading
 from collections.abc import Callable, Coroutine, Iterable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from agentnb.agent import Agent
 from agentnb.errors import InvalidInput, SessionNotFound, StorageError
@@ -21,6 +21,9 @@ from agentnb.ids import SessionKey, check_id, new_id
 from agentnb.runtime.engine import SessionDriver
 from agentnb.runtime.live import LiveEvent, LiveHub
 from agentnb.stores import SessionStore, open_store
+
+if TYPE_CHECKING:
+    from agentnb.session import Session
 
 __all__ = ["Runtime"]
 
@@ -59,7 +62,7 @@ class Runtime:
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{new_id('rt')}"
         self.hub = LiveHub()
         self._drivers: dict[SessionKey, SessionDriver] = {}
-        self._sessions: dict[SessionKey, Any] = {}
+        self._sessions: dict[SessionKey, Session] = {}
         self._lock = threading.Lock()
         self._closed = False
         self._loop = asyncio.new_event_loop()
@@ -86,14 +89,14 @@ class Runtime:
             check_id(session_id, "session_id"),
         )
 
-    def session(self, session_id: str, user_id: str = "default") -> Any:
+    def session(self, session_id: str, user_id: str = "default") -> Session:
         """Get or create a session; starts nothing (call ``start()`` after a restart)."""
         self._check_open()
         key = self._key(session_id, user_id)
         self.store.create_session(key)
         return self._session(key)
 
-    def open(self, session_id: str, user_id: str = "default") -> Any:
+    def open(self, session_id: str, user_id: str = "default") -> Session:
         """An existing session; ``SessionNotFound`` if it was never created."""
         self._check_open()
         key = self._key(session_id, user_id)
@@ -112,7 +115,7 @@ class Runtime:
         )
         return [r.key for r in records]
 
-    def _session(self, key: SessionKey) -> Any:
+    def _session(self, key: SessionKey) -> Session:
         from agentnb.session import Session
 
         with self._lock:

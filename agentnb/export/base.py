@@ -1,0 +1,200 @@
+"""The export seam: ``ExportSink`` (where events go) and ``Exporter`` (what moves them).
+
+Delivery is **at least once**: the exporter hands a batch to ``sink.accept`` and advances the
+store's watermark for (session, ``sink.name``) only after ``accept`` returned. A crash between
+the two re-delivers that batch on the next drain, so sinks must ignore duplicates by
+``event_id`` (the built-in sinks do, and also skip events they already hold by seq).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any, Protocol, runtime_checkable
+
+from agentnb.errors import InvalidInput
+from agentnb.events import Event
+from agentnb.export.columns import Batch
+from agentnb.ids import SessionKey, check_id
+from agentnb.log import SessionLog
+from agentnb.stores.base import MAX_READ_LIMIT, SessionStore
+
+__all__ = ["ExportSink", "Exporter", "SinkMismatch", "sink_name"]
+
+PROGRESS_THRESHOLD = 20_000
+"""Drains of at least this many events show a progress bar (``progress=None``)."""
+
+
+class SinkMismatch(InvalidInput):
+    """The sink name's watermark says events were delivered that this destination lacks.
+
+    Raised when a sink name is reused for another destination (or the destination lost
+    data): the watermark cannot move back, so draining would silently skip events.
+    """
+
+
+@runtime_checkable
+class ExportSink(Protocol):
+    """Where committed events are exported to.
+
+    ``name``
+        Stable and unique per destination: the store keeps one watermark per
+        (session, name), so two destinations must never share a name.
+    ``accept(events)``
+        ``events`` maps each ``SessionKey`` to committed events of that session in seq
+        order. Returns only once the sink holds them durably (a crash after it returns loses
+        nothing); raises if it could not, and then nothing is acknowledged. Receiving an
+        event it already holds (same ``event_id``) must be harmless: delivery is at least
+        once.
+
+    A sink may also offer ``position(key) -> int``: the highest seq ``s`` such that it holds
+    every event of the session with seq ``1..s``. The exporter then skips what the sink already
+    holds after a crash, and refuses to drain (``SinkMismatch``) when the store's watermark is
+    ahead of what the sink holds.
+    """
+
+    name: str
+
+    def accept(self, events: Batch) -> None: ...
+
+
+def sink_name(prefix: str, destination: str) -> str:
+    """A default sink name for a destination: ``prefix:destination`` (shortened if long)."""
+    name = f"{prefix}:{destination}"
+    if len(name) > 200:
+        import hashlib
+
+        digest = hashlib.sha256(destination.encode()).hexdigest()[:16]
+        name = f"{prefix}:...{destination[-150:]}#{digest}"
+    return re.sub(r"[\x00-\x1f]", "?", name)
+
+
+class Exporter:
+    """Drains committed events of one session (a ``SessionLog``) or of every session of a
+    ``SessionStore`` (optionally filtered by namespace, user or agent, or just ``keys``) into
+    ``sink``.
+
+    ``drain()`` is resumable (it starts after the store's watermark for the sink's name) and
+    at least once; it returns the number of events delivered. Long drains show a tqdm
+    progress bar unless ``progress=False``.
+    """
+
+    def __init__(
+        self,
+        source: SessionLog | SessionStore,
+        sink: ExportSink,
+        *,
+        batch_size: int = 10_000,
+        progress: bool | None = None,
+        namespace: str | None = None,
+        user_id: str | None = None,
+        agent_id: str | None = None,
+        keys: Iterable[SessionKey] | None = None,
+    ) -> None:
+        if not isinstance(sink, ExportSink):
+            raise InvalidInput(
+                f"sink must have a name and an accept(events) method, got {type(sink).__name__}"
+            )
+        check_id(sink.name, "sink.name")
+        if not isinstance(batch_size, int) or not 1 <= batch_size <= MAX_READ_LIMIT:
+            raise InvalidInput(f"batch_size must be an int in 1..{MAX_READ_LIMIT}")
+        if isinstance(source, SessionLog):
+            self.store = source.store
+            self._keys: list[SessionKey] | None = [source.key]
+        elif isinstance(source, SessionStore):
+            self.store = source
+            self._keys = None if keys is None else list(keys)
+        else:
+            raise InvalidInput(
+                f"source must be a SessionLog or a SessionStore, got {type(source).__name__}"
+            )
+        self.sink = sink
+        self.batch_size = batch_size
+        self.progress = progress
+        self._filters = {"namespace": namespace, "user_id": user_id, "agent_id": agent_id}
+
+    def keys(self) -> list[SessionKey]:
+        """The sessions this exporter drains."""
+        if self._keys is not None:
+            return list(self._keys)
+        return [r.key for r in self.store.list_sessions(**self._filters)]
+
+    def lag(self) -> int:
+        """Committed events not yet acknowledged by the sink (over all sessions drained)."""
+        name = self.sink.name
+        return sum(max(0, self.store.head(k) - self.store.watermark(k, name)) for k in self.keys())
+
+    def drain(self) -> int:
+        """Deliver every committed event past the watermark; returns how many were delivered."""
+        name = self.sink.name
+        todo: list[tuple[SessionKey, int, int]] = []
+        for key in self.keys():
+            start = self._start(key)
+            head = self.store.head(key)
+            if head > start:
+                todo.append((key, start, head))
+        total = sum(head - start for _, start, head in todo)
+        bar = self._bar(total)
+        delivered = 0
+        try:
+            for batch in self._batches(todo):
+                self.sink.accept(batch)
+                for key, events in batch.items():
+                    self.store.advance_watermark(key, name, events[-1].seq)
+                n = sum(len(events) for events in batch.values())
+                delivered += n
+                if bar is not None:
+                    bar.update(n)
+        finally:
+            if bar is not None:
+                bar.close()
+        return delivered
+
+    def _start(self, key: SessionKey) -> int:
+        """Where to resume: the watermark, moved up to what the sink already holds."""
+        name = self.sink.name
+        mark = self.store.watermark(key, name)
+        position = getattr(self.sink, "position", None)
+        if position is None:
+            return mark
+        held = int(position(key))
+        if held < mark:
+            raise SinkMismatch(
+                f"sink {name!r} has delivered session {key} up to seq {mark}, but this "
+                f"destination holds only up to seq {held}: the name is used by another "
+                "destination (or this one lost data). Give this sink its own name=..."
+            )
+        if held > mark:
+            # Acknowledged by the sink but not recorded (a crash in between): skip ahead.
+            mark = self.store.advance_watermark(key, name, min(held, self.store.head(key)))
+        return mark
+
+    def _batches(self, todo: Sequence[tuple[SessionKey, int, int]]) -> Iterator[Batch]:
+        """Batches of at most ``batch_size`` events; small sessions share a batch."""
+        batch: dict[SessionKey, list[Event]] = {}
+        size = 0
+        for key, start, head in todo:
+            pos = start
+            while pos < head:
+                room = self.batch_size - size
+                events = self.store.read_after(key, pos, min(room, head - pos))
+                if not events:
+                    break
+                batch.setdefault(key, []).extend(events)
+                size += len(events)
+                pos = events[-1].seq
+                if size >= self.batch_size:
+                    yield batch
+                    batch, size = {}, 0
+        if batch:
+            yield batch
+
+    def _bar(self, total: int) -> Any:
+        show = self.progress if self.progress is not None else total >= PROGRESS_THRESHOLD
+        if not show or total == 0:
+            return None
+        try:
+            from tqdm.auto import tqdm
+        except ImportError:
+            return None
+        return tqdm(total=total, unit="ev", desc=f"export to {self.sink.name}", leave=False)

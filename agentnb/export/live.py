@@ -1,0 +1,254 @@
+"""``LiveExporter``: drains committed events into sinks on a background thread.
+
+``Runtime(agent, export_to=[sink])`` starts one. It wakes after commits, lingers a moment so
+that several commits share one ``accept`` (fewer, larger files), and drains with an
+``Exporter`` per sink, so the watermark rules (at least once, resumable) are the same as for a
+manual drain. It never runs on the runtime's loop: a slow or failing sink cannot slow or
+block the agent. A failing sink is retried with exponential backoff (with jitter); its error
+and lag are shown by ``status()``; nothing is lost, since the watermark only moves after a
+successful ``accept``.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from agentnb.errors import InvalidInput
+from agentnb.export.base import Exporter, ExportSink
+from agentnb.ids import SessionKey
+from agentnb.stores.base import SessionStore
+
+if TYPE_CHECKING:
+    from agentnb.runtime.runtime import Runtime
+
+__all__ = ["ExportStatus", "LiveExporter"]
+
+log = logging.getLogger("agentnb.export")
+
+
+@dataclass(frozen=True, slots=True)
+class ExportStatus:
+    """How one sink keeps up: ``lag`` events behind; the last error while it is failing."""
+
+    sink: str
+    lag: int
+    delivered: int
+    failures: int
+    """Consecutive failed drains (0 when the last drain succeeded)."""
+    last_error: str | None
+    """The error of the last failed drain, None once a drain succeeded again."""
+    retry_in: float | None
+    """Seconds until the next attempt while backing off, else None."""
+
+
+@dataclass
+class _SinkState:
+    sink: ExportSink
+    delivered: int = 0
+    failures: int = 0
+    last_error: str | None = None
+    retry_at: float = 0.0
+
+
+class LiveExporter:
+    """Keeps ``sinks`` up to date with the sessions ``keys()`` names (every session if None)."""
+
+    def __init__(
+        self,
+        store: SessionStore,
+        sinks: Sequence[ExportSink],
+        *,
+        keys: Callable[[], Iterable[SessionKey]] | None = None,
+        linger: float = 0.05,
+        poll_interval: float = 0.25,
+        retry_initial: float = 0.5,
+        retry_max: float = 30.0,
+        batch_size: int = 10_000,
+    ) -> None:
+        for sink in sinks:
+            if not isinstance(sink, ExportSink):
+                raise InvalidInput(
+                    f"export_to takes sinks (a name and accept(events)), got {type(sink).__name__}"
+                )
+        names = [s.name for s in sinks]
+        if len(set(names)) != len(names):
+            raise InvalidInput(f"two export sinks share a name: {names}; give each its own")
+        self.store = store
+        self._states = [_SinkState(s) for s in sinks]
+        self._keys = keys
+        self.linger = linger
+        self.poll_interval = poll_interval
+        self.retry_initial = retry_initial
+        self.retry_max = retry_max
+        self.batch_size = batch_size
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._idle = threading.Condition()
+        self._passes = 0
+        self._thread: threading.Thread | None = None
+
+    @classmethod
+    def for_runtime(cls, runtime: Runtime) -> LiveExporter | None:
+        """The exporter a runtime starts for its ``export_to`` sinks (None when there are none)."""
+        if not runtime.export_to:
+            return None
+        exporter = cls(runtime.store, list(runtime.export_to), keys=lambda: list(runtime._sessions))
+        exporter.start()
+        return exporter
+
+    # -- control -----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._loop, daemon=True, name="agentnb-export")
+            self._thread.start()
+
+    def notify(self) -> None:
+        """Something was committed: drain soon (optional; commits are also noticed by polling)."""
+        self._wake.set()
+
+    def flush(self, timeout: float = 10.0) -> bool:
+        """Wait until every sink has caught up with the heads now; False on timeout or failure."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if all(s.lag == 0 for s in self.status()):
+                return True
+            with self._idle:
+                seen = self._passes
+                self._wake.set()
+                self._idle.wait_for(
+                    lambda seen=seen: self._passes > seen or self._stop.is_set(),  # type: ignore[misc]
+                    max(0.0, min(0.5, deadline - time.monotonic())),
+                )
+        return all(s.lag == 0 for s in self.status())
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Stop after one last drain (bounded by ``timeout``); undelivered events stay undelivered
+        and are exported by the next drain (their watermark did not move)."""
+        if self._thread is None:
+            return
+        self._stop.set()
+        self._wake.set()
+        self._thread.join(timeout)
+        self._thread = None
+
+    def status(self, key: SessionKey | None = None) -> tuple[ExportStatus, ...]:
+        """One ``ExportStatus`` per sink; ``lag`` for ``key`` only when given."""
+        now = time.monotonic()
+        out = []
+        for state in self._states:
+            try:
+                lag = self._exporter(state.sink, key).lag()
+            except Exception:  # noqa: BLE001 - status must not raise for a closed store
+                lag = -1
+            out.append(
+                ExportStatus(
+                    state.sink.name,
+                    lag,
+                    state.delivered,
+                    state.failures,
+                    state.last_error,
+                    round(state.retry_at - now, 3) if state.retry_at > now else None,
+                )
+            )
+        return tuple(out)
+
+    # -- the thread --------------------------------------------------------------------------
+
+    def _exporter(self, sink: ExportSink, key: SessionKey | None = None) -> Exporter:
+        keys = [key] if key is not None else (list(self._keys()) if self._keys else None)
+        return Exporter(self.store, sink, keys=keys, batch_size=self.batch_size, progress=False)
+
+    def _drain_all(self, *, force: bool = False) -> float:
+        """One pass over the sinks; returns seconds until the next retry is due (or inf)."""
+        next_due = float("inf")
+        for state in self._states:
+            now = time.monotonic()
+            if not force and state.retry_at > now:
+                next_due = min(next_due, state.retry_at - now)
+                continue
+            try:
+                state.delivered += self._exporter(state.sink).drain()
+            except Exception as exc:  # noqa: BLE001 - any sink failure is retried, never raised
+                state.failures += 1
+                state.last_error = f"{type(exc).__name__}: {exc}"
+                backoff = min(self.retry_max, self.retry_initial * 2 ** (state.failures - 1))
+                backoff *= random.uniform(0.8, 1.2)
+                state.retry_at = time.monotonic() + backoff
+                next_due = min(next_due, backoff)
+                log.warning(
+                    "export to %s failed (retry in %.1fs): %s",
+                    state.sink.name,
+                    backoff,
+                    state.last_error,
+                )
+            else:
+                state.failures, state.last_error, state.retry_at = 0, None, 0.0
+        return next_due
+
+    def _heads(self) -> dict[SessionKey, int]:
+        keys = list(self._keys()) if self._keys else [r.key for r in self.store.list_sessions()]
+        return {k: self.store.head(k) for k in keys}
+
+    def _loop(self) -> None:
+        seen: dict[SessionKey, int] = {}
+        while not self._stop.is_set():
+            try:
+                due = self._drain_all()
+                seen = self._heads()
+            except Exception as exc:  # noqa: BLE001 - the store may be closing; look again
+                log.debug("export pass failed: %s", exc)
+                due = self.poll_interval
+            with self._idle:
+                self._passes += 1
+                self._idle.notify_all()
+            self._wait(seen, min(due, self.poll_interval * 4))
+        try:
+            self._drain_all(force=True)  # a last pass so a clean shutdown leaves no lag
+        except Exception as exc:  # noqa: BLE001
+            log.debug("final export pass failed: %s", exc)
+        with self._idle:
+            self._passes += 1
+            self._idle.notify_all()
+
+    def _wait(self, seen: dict[SessionKey, int], limit: float) -> None:
+        """Sleep until a commit (or ``notify``), a retry is due, or ``limit`` seconds passed."""
+        deadline = time.monotonic() + limit
+        while not self._stop.is_set():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or self._wake.is_set():
+                break
+            step = min(remaining, self.poll_interval)
+            if len(seen) == 1:
+                ((key, head),) = seen.items()
+                # Returns at once on a commit in this process (the store's condition).
+                if self.store.wait_for_head(key, head, step) > head:
+                    break
+            elif self._wake.wait(step) or self._moved(seen):
+                break
+        self._wake.clear()
+        if not self._stop.is_set() and self.linger > 0:
+            self._stop.wait(self.linger)  # let a burst of commits share one accept
+
+    def _moved(self, seen: dict[SessionKey, int]) -> bool:
+        try:
+            heads = self._heads()
+        except Exception:  # noqa: BLE001
+            return False
+        return any(head > seen.get(k, 0) for k, head in heads.items())
+
+    def __repr__(self) -> str:
+        return f"LiveExporter(sinks={[s.sink.name for s in self._states]})"
+
+    def __enter__(self) -> LiveExporter:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()

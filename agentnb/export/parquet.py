@@ -1,0 +1,349 @@
+"""``ParquetSink``: a Hive-partitioned Parquet dataset with a manifest (the default analytics sink).
+
+Layout under the root (a local folder or any pyarrow filesystem URI)::
+
+    events/event_date=YYYY-MM-DD/part-<batch>.parquet   data, one file per batch and date
+    _manifest/<batch>.json                               one commit record per batch, written last
+    _staging/<batch>/                                    files being written (never read)
+
+Commit protocol of ``accept``: write each file into ``_staging``, flush it to disk, rename it
+into its partition, then write the manifest record (also staged and renamed) last. A reader
+never sees a half-written file: files appear in ``events/`` whole or not at all. The manifest
+lists the committed files and the seq ranges of each session they hold; the sink skips
+events it already holds, so a re-delivered batch writes no duplicate rows. Rows of a file
+renamed in before a crash cut off its manifest record are outside the manifest: readers that
+go by the manifest (``files()``, ``agentnb.analysis``) ignore them, readers that glob the
+folder drop them with the ``events`` view's dedup, and ``compact()`` folds them in.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import threading
+from collections.abc import Iterator
+from datetime import UTC, date, datetime
+from pathlib import Path
+from typing import Any
+
+from agentnb.errors import InvalidInput
+from agentnb.events import Event
+from agentnb.export.base import sink_name
+from agentnb.export.columns import COLUMNS, Batch, connect, flatten, require_export_deps, to_arrow
+from agentnb.ids import SessionKey, new_id
+
+require_export_deps()
+
+import pyarrow as pa  # noqa: E402 - after the friendly check above
+import pyarrow.fs as pafs  # noqa: E402
+import pyarrow.parquet as pq  # noqa: E402
+
+__all__ = ["ParquetSink"]
+
+EVENTS = "events"
+MANIFEST = "_manifest"
+STAGING = "_staging"
+FILE_COLUMNS = tuple(name for name, _ in COLUMNS if name != "event_date")
+"""Columns stored in each file (``event_date`` is the Hive partition folder)."""
+
+_KeyTuple = tuple[str, str, str, str]
+
+
+def _ranges(seqs: list[int]) -> list[list[int]]:
+    out: list[list[int]] = []
+    for s in sorted(set(seqs)):
+        if out and s == out[-1][1] + 1:
+            out[-1][1] = s
+        else:
+            out.append([s, s])
+    return out
+
+
+def _merge(ranges: list[list[int]], new: list[list[int]]) -> list[list[int]]:
+    out: list[list[int]] = []
+    for a, b in sorted([*ranges, *new]):
+        if out and a <= out[-1][1] + 1:
+            out[-1][1] = max(out[-1][1], b)
+        else:
+            out.append([a, b])
+    return out
+
+
+class ParquetSink:
+    """Exports events to a Parquet dataset under ``root`` (see the module docstring).
+
+    ``root`` is a local folder (created if missing) or a URI any pyarrow filesystem
+    understands (``s3://bucket/prefix``, ``gs://...``, ``file:///...``); or pass
+    ``filesystem=`` with a path on it. ``name`` defaults to ``parquet:<root>``.
+    """
+
+    def __init__(
+        self,
+        root: str | os.PathLike[str],
+        *,
+        name: str | None = None,
+        filesystem: pafs.FileSystem | None = None,
+    ) -> None:
+        text = os.fspath(root)
+        if not isinstance(text, str) or not text:
+            raise InvalidInput(f"ParquetSink root must be a folder path or URI, got {root!r}")
+        if filesystem is not None:
+            self.fs, self.root = filesystem, text.rstrip("/")
+        elif "://" in text:
+            try:
+                self.fs, self.root = pafs.FileSystem.from_uri(text)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, ValueError) as exc:
+                raise InvalidInput(f"cannot open Parquet root {text!r}: {exc}") from None
+            self.root = self.root.rstrip("/")
+        else:
+            self.fs, self.root = pafs.LocalFileSystem(), str(Path(text).expanduser().resolve())
+        self.local = isinstance(self.fs, pafs.LocalFileSystem)
+        info = self.fs.get_file_info(self.root)
+        if info.type == pafs.FileType.File:
+            raise InvalidInput(
+                f"Parquet root {self.root!r} is a file; pass a folder (it is created if missing)"
+            )
+        self.fs.create_dir(self.root, recursive=True)
+        self.name = (
+            name
+            if name is not None
+            else sink_name("parquet", text if not self.local else self.root)
+        )
+        self._mutex = threading.Lock()
+        self._seen: set[str] = set()
+        self._held: dict[_KeyTuple, list[list[int]]] = {}
+        self._added: set[str] = set()
+        self._removed: set[str] = set()
+
+    def __repr__(self) -> str:
+        return f"ParquetSink({self.root!r}, name={self.name!r})"
+
+    # -- the ExportSink protocol ------------------------------------------------------------
+
+    def accept(self, events: Batch) -> None:
+        """Write the events not held yet as new files, then the manifest record (durable)."""
+        with self._mutex, self._locked():
+            self._refresh()
+            fresh: dict[SessionKey, list[Event]] = {}
+            for key, evs in events.items():
+                held = self._held.get(_tuple(key), [])
+                ids: set[str] = set()
+                keep = []
+                for e in evs:
+                    if e.event_id not in ids and not _covered(held, e.seq):
+                        ids.add(e.event_id)
+                        keep.append(e)
+                if keep:
+                    fresh[key] = keep
+            if not fresh:
+                return
+            con = connect()
+            try:
+                table = flatten(con, to_arrow(fresh))
+            finally:
+                con.close()
+            sessions = [
+                {"key": list(_tuple(k)), "ranges": _ranges([e.seq for e in evs])}
+                for k, evs in fresh.items()
+            ]
+            self._commit(table, sessions, removed=[])
+
+    def position(self, key: SessionKey) -> int:
+        """Highest seq ``s`` such that this dataset holds seqs ``1..s`` of the session."""
+        with self._mutex:
+            self._refresh()
+            ranges = self._held.get(_tuple(key), [])
+            return ranges[0][1] if ranges and ranges[0][0] <= 1 else 0
+
+    # -- reading -----------------------------------------------------------------------------
+
+    def files(self) -> list[str]:
+        """Committed data files (full paths on ``self.fs``), per the manifest."""
+        with self._mutex:
+            self._refresh()
+            return sorted(f"{self.root}/{rel}" for rel in self._added - self._removed)
+
+    def read_arrow(self) -> pa.Table:
+        """Every committed row (duplicates from re-deliveries removed are not expected)."""
+        files = self.files()
+        if not files:
+            return _empty_table()
+        tables = [pq.read_table(f, filesystem=self.fs) for f in files]
+        return pa.concat_tables(tables, promote_options="default")
+
+    # -- compaction --------------------------------------------------------------------------
+
+    def compact(self, *, closed_before: date | None = None) -> int:
+        """Merge each closed partition's files into one and drop duplicate rows.
+
+        A partition is closed when its date is before ``closed_before`` (default: today, UTC):
+        no new event can land there. Also folds in rows of files a crash left outside the
+        manifest. Returns the number of files replaced.
+        """
+        limit = closed_before or datetime.now(UTC).date()
+        replaced = 0
+        with self._mutex, self._locked():
+            self._refresh()
+            base = f"{self.root}/{EVENTS}"
+            if self.fs.get_file_info(base).type != pafs.FileType.Directory:
+                return 0
+            selector = pafs.FileSelector(base, recursive=False)
+            for part in self.fs.get_file_info(selector):
+                if part.type != pafs.FileType.Directory or "=" not in part.base_name:
+                    continue
+                try:
+                    day = date.fromisoformat(part.base_name.split("=", 1)[1])
+                except ValueError:
+                    continue
+                if day >= limit:
+                    continue
+                names = [
+                    f.path
+                    for f in self.fs.get_file_info(pafs.FileSelector(part.path))
+                    if f.type == pafs.FileType.File and f.path.endswith(".parquet")
+                ]
+                if len(names) < 2:
+                    continue
+                replaced += self._compact_partition(names)
+        return replaced
+
+    def _compact_partition(self, paths: list[str]) -> int:
+        tables = [pq.read_table(p, filesystem=self.fs) for p in paths]
+        merged = pa.concat_tables(tables, promote_options="default")
+        con = connect()
+        try:
+            con.register("merged", merged)
+            cols = ", ".join(FILE_COLUMNS)
+            table = con.sql(
+                f"SELECT {cols}, CAST(occurred_at AT TIME ZONE 'UTC' AS DATE) AS event_date "
+                "FROM merged QUALIFY row_number() OVER (PARTITION BY event_id ORDER BY seq) = 1 "
+                "ORDER BY namespace, user_id, agent_id, session_id, seq"
+            ).to_arrow_table()
+        finally:
+            con.close()
+        sessions: dict[_KeyTuple, list[int]] = {}
+        for row in table.select(
+            ["namespace", "user_id", "agent_id", "session_id", "seq"]
+        ).to_pylist():
+            k = (row["namespace"], row["user_id"], row["agent_id"], row["session_id"])
+            sessions.setdefault(k, []).append(row["seq"])
+        records = [{"key": list(k), "ranges": _ranges(s)} for k, s in sessions.items()]
+        prefix = f"{self.root}/"
+        removed = [p[len(prefix) :] for p in paths]
+        self._commit(table, records, removed=removed)
+        for p in paths:
+            with contextlib.suppress(FileNotFoundError, OSError):
+                self.fs.delete_file(p)
+        return len(paths)
+
+    # -- the commit protocol -----------------------------------------------------------------
+
+    def _commit(self, table: pa.Table, sessions: list[dict[str, Any]], removed: list[str]) -> None:
+        batch_id = new_id("batch")
+        staging = f"{self.root}/{STAGING}/{batch_id}"
+        self.fs.create_dir(staging, recursive=True)
+        added: list[str] = []
+        dates = table.column("event_date").unique().to_pylist()
+        import pyarrow.compute as pc
+
+        for day in sorted(dates):
+            part = table.filter(pc.equal(table.column("event_date"), pa.scalar(day)))
+            part = part.select(list(FILE_COLUMNS))
+            tmp = f"{staging}/{day}.parquet"
+            pq.write_table(part, tmp, filesystem=self.fs)
+            self._sync(tmp)
+            rel = f"{EVENTS}/event_date={day}/part-{batch_id}.parquet"
+            folder = f"{self.root}/{EVENTS}/event_date={day}"
+            self.fs.create_dir(folder, recursive=True)
+            self.fs.move(tmp, f"{self.root}/{rel}")
+            self._sync_dir(folder)
+            added.append(rel)
+        record = {
+            "version": 1,
+            "batch_id": batch_id,
+            "created_at": datetime.now(UTC).isoformat(),
+            "sink": self.name,
+            "rows": table.num_rows,
+            "added": added,
+            "removed": removed,
+            "sessions": sessions,
+        }
+        tmp = f"{staging}/manifest.json"
+        with self.fs.open_output_stream(tmp) as out:
+            out.write(json.dumps(record, sort_keys=True).encode())
+        self._sync(tmp)
+        self.fs.create_dir(f"{self.root}/{MANIFEST}", recursive=True)
+        self.fs.move(tmp, f"{self.root}/{MANIFEST}/{batch_id}.json")
+        self._sync_dir(f"{self.root}/{MANIFEST}")
+        with contextlib.suppress(OSError):
+            self.fs.delete_dir(staging)
+        self._apply(f"{batch_id}.json", record)
+
+    def _refresh(self) -> None:
+        """Read manifest records written since the last look (by any process)."""
+        folder = f"{self.root}/{MANIFEST}"
+        if self.fs.get_file_info(folder).type != pafs.FileType.Directory:
+            return
+        for info in self.fs.get_file_info(pafs.FileSelector(folder)):
+            name = info.base_name
+            if not name.endswith(".json") or name in self._seen:
+                continue
+            with self.fs.open_input_stream(info.path) as src:
+                record = json.loads(src.read().decode())
+            self._apply(name, record)
+
+    def _apply(self, name: str, record: dict[str, Any]) -> None:
+        self._seen.add(name)
+        self._added.update(record.get("added", []))
+        self._removed.update(record.get("removed", []))
+        for item in record.get("sessions", []):
+            k: _KeyTuple = tuple(item["key"])
+            self._held[k] = _merge(self._held.get(k, []), item["ranges"])
+
+    def _sync(self, path: str) -> None:
+        if self.local:
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+
+    def _sync_dir(self, path: str) -> None:
+        if self.local:
+            self._sync(path)
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        """Serialise writers of other processes on a local root (object stores: see docs)."""
+        if not self.local:
+            yield
+            return
+        import fcntl
+
+        fd = os.open(os.path.join(self.root, "_lock"), os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+
+
+def _tuple(key: SessionKey) -> _KeyTuple:
+    return (key.namespace, key.user_id, key.agent_id, key.session_id)
+
+
+def _covered(ranges: list[list[int]], seq: int) -> bool:
+    return any(a <= seq <= b for a, b in ranges)
+
+
+def _empty_table() -> pa.Table:
+    con = connect()
+    try:
+        cols = ", ".join(
+            f"CAST(NULL AS {kind}) AS {name}" for name, kind in COLUMNS if name != "event_date"
+        )
+        return con.sql(f"SELECT {cols} LIMIT 0").to_arrow_table()
+    finally:
+        con.close()

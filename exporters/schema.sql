@@ -1,0 +1,300 @@
+-- agentnb export schema: analyst views over the raw exported events.
+--
+-- Input: a relation named raw_events with one row per exported event (columns listed in
+-- agentnb/export/columns.py: envelope, session key, flattened payload fields, payload JSON).
+--   * a DuckDB export (agentnb export --to duckdb:FILE) has it as a table, and these views;
+--   * over a Parquet export, create it first: SET VARIABLE parquet_root = 'DIR';
+--     .read exporters/parquet.sql   (then .read exporters/schema.sql)
+--
+-- Column names follow the OpenTelemetry GenAI conventions where one exists:
+--   session_id    = gen_ai.conversation.id        agent_id      = gen_ai.agent.id
+--   request_model = gen_ai.request.model          finish_reason = gen_ai.response.finish_reasons
+--   input_tokens  = gen_ai.usage.input_tokens     output_tokens = gen_ai.usage.output_tokens
+--   tool_name     = gen_ai.tool.name              call_id       = gen_ai.tool.call.id
+--   arguments     = gen_ai.tool.call.arguments    output        = gen_ai.tool.call.result
+-- Times are TIMESTAMPTZ (UTC); durations are BIGINT/DOUBLE milliseconds (suffix _ms).
+-- Exports are at least once: every view reads through `events`, which keeps each event_id once.
+-- Sum tokens over model_calls (or turns/runs, which sum model calls), never over both.
+
+-- events: every committed event exactly once.
+-- (Copies of one event_id are identical, so any one of them will do: DISTINCT ON, no ordering.)
+CREATE OR REPLACE VIEW events AS
+SELECT DISTINCT ON (event_id) * FROM raw_events;
+
+-- turns: one row per turn (a submitted task); status is the latest turn status.
+--   status: running | suspended | interrupted | completed | failed | cancelled
+--   duration_ms: turn start to its final status (completed/failed/cancelled), waits included.
+CREATE OR REPLACE VIEW turns AS
+WITH agg AS (
+  SELECT
+    any_value(namespace) AS namespace, any_value(user_id) AS user_id,
+    any_value(agent_id) AS agent_id, any_value(session_id) AS session_id,
+    turn_id,
+    arg_min(text, seq) FILTER (WHERE type = 'turn/start') AS input,
+    min(occurred_at) FILTER (WHERE type = 'turn/start') AS started_at,
+    arg_max(
+      CASE WHEN type IN ('turn/start', 'turn/resumed') THEN 'running' ELSE split_part(type, '/', 2) END,
+      seq
+    ) FILTER (WHERE type IN ('turn/start', 'turn/resumed', 'turn/completed', 'turn/failed',
+                             'turn/suspended', 'turn/interrupted', 'turn/cancelled')) AS status,
+    arg_max(occurred_at, seq) FILTER (WHERE type IN ('turn/start', 'turn/resumed', 'turn/completed',
+        'turn/failed', 'turn/suspended', 'turn/interrupted', 'turn/cancelled')) AS status_at,
+    arg_max(error, seq) FILTER (WHERE type = 'turn/failed') AS error,
+    arg_max(text, seq) FILTER (WHERE type = 'turn/output') AS output,
+    count(*) FILTER (WHERE type = 'run/start') AS runs,
+    count(*) FILTER (WHERE type = 'step/start') AS steps,
+    count(*) FILTER (WHERE type = 'model/end') AS model_calls,
+    count(*) FILTER (WHERE type = 'tool/requested') AS tool_calls,
+    count(*) FILTER (WHERE type = 'tool/result' AND status = 'error') AS tool_errors,
+    count(*) FILTER (WHERE type = 'input/received' AND kind = 'steer') AS steers,
+    count(*) FILTER (WHERE type = 'interaction/requested') AS interactions,
+    count(*) FILTER (WHERE type = 'turn/interrupted') AS interrupts,
+    CAST(coalesce(sum(input_tokens) FILTER (WHERE type = 'model/end'), 0) AS BIGINT) AS input_tokens,
+    CAST(coalesce(sum(output_tokens) FILTER (WHERE type = 'model/end'), 0) AS BIGINT) AS output_tokens,
+    max(occurred_at) AS last_event_at
+  FROM events
+  WHERE turn_id IS NOT NULL
+    AND type IN ('turn/start', 'turn/resumed', 'turn/completed', 'turn/failed', 'turn/suspended',
+                 'turn/interrupted', 'turn/cancelled', 'turn/output', 'run/start', 'step/start',
+                 'model/end', 'tool/requested', 'tool/result', 'input/received',
+                 'interaction/requested', 'run/end')
+  GROUP BY turn_id
+)
+SELECT
+  namespace, user_id, agent_id, session_id, turn_id, input,
+  coalesce(status, 'running') AS status,
+  started_at,
+  CASE WHEN status IN ('completed', 'failed', 'cancelled') THEN status_at END AS ended_at,
+  CASE WHEN status IN ('completed', 'failed', 'cancelled')
+       THEN epoch_ms(status_at) - epoch_ms(started_at) END AS duration_ms,
+  runs, steps, model_calls, tool_calls, tool_errors, steers, interactions, interrupts,
+  input_tokens, output_tokens, error, output, last_event_at
+FROM agg;
+
+-- runs: one row per run (one execution of a turn; resume and respond start new runs).
+--   reason: submit | resume | respond | recovery | steer (why the run started)
+--   status: completed | suspended | interrupted | failed | cancelled, or running while open
+--   (interrupted when a recovery closed it after a crash without a run/end).
+CREATE OR REPLACE VIEW runs AS
+WITH recovered AS (
+  SELECT DISTINCT unnest(from_json(json_extract(payload, '$.interrupted_runs'), '["VARCHAR"]')) AS run_id
+  FROM events WHERE type = 'recovery/applied'
+), agg AS (
+  SELECT
+    any_value(namespace) AS namespace, any_value(user_id) AS user_id,
+    any_value(agent_id) AS agent_id, any_value(session_id) AS session_id,
+    any_value(turn_id) AS turn_id, run_id,
+    arg_min(reason, seq) FILTER (WHERE type = 'run/start') AS reason,
+    arg_min(command_id, seq) FILTER (WHERE type = 'run/start') AS command_id,
+    min(occurred_at) FILTER (WHERE type = 'run/start') AS started_at,
+    max(occurred_at) FILTER (WHERE type = 'run/end') AS ended_at,
+    arg_max(status, seq) FILTER (WHERE type = 'run/end') AS end_status,
+    arg_max_null(reason, seq) FILTER (WHERE type = 'run/end') AS end_reason,
+    arg_max_null(error, seq) FILTER (WHERE type = 'run/end') AS error,
+    count(*) FILTER (WHERE type = 'run/stop_requested') > 0 AS stop_requested,
+    count(*) FILTER (WHERE type = 'step/start') AS steps,
+    count(*) FILTER (WHERE type = 'model/end') AS model_calls,
+    count(*) FILTER (WHERE type = 'tool/dispatch') AS tool_calls,
+    CAST(coalesce(sum(input_tokens) FILTER (WHERE type = 'model/end'), 0) AS BIGINT) AS input_tokens,
+    CAST(coalesce(sum(output_tokens) FILTER (WHERE type = 'model/end'), 0) AS BIGINT) AS output_tokens
+  FROM events
+  WHERE run_id IS NOT NULL
+    AND type IN ('run/start', 'run/end', 'run/stop_requested', 'step/start', 'model/end',
+                 'tool/dispatch')
+  GROUP BY run_id
+)
+SELECT
+  a.namespace, a.user_id, a.agent_id, a.session_id, a.turn_id, a.run_id,
+  row_number() OVER (PARTITION BY a.turn_id ORDER BY a.started_at, a.run_id) AS run_index,
+  a.reason, a.command_id, a.started_at, a.ended_at,
+  coalesce(a.end_status, CASE WHEN r.run_id IS NOT NULL THEN 'interrupted' ELSE 'running' END) AS status,
+  a.end_reason, a.error, a.stop_requested,
+  epoch_ms(a.ended_at) - epoch_ms(a.started_at) AS duration_ms,
+  a.steps, a.model_calls, a.tool_calls, a.input_tokens, a.output_tokens
+FROM agg AS a LEFT JOIN recovered AS r USING (run_id);
+
+-- steps: one row per reasoning step (build context -> model call -> tool calls -> checkpoint).
+--   status: continued | terminal, or NULL while the step is open.
+CREATE OR REPLACE VIEW steps AS
+WITH tagged AS (
+  SELECT *,
+    last_value(CASE WHEN type = 'step/start' THEN step_id END IGNORE NULLS)
+      OVER (PARTITION BY run_id ORDER BY seq ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)
+      AS in_step
+  FROM events
+  WHERE run_id IS NOT NULL
+    AND type IN ('step/start', 'step/end', 'model/end', 'tool/dispatch', 'input/received')
+)
+SELECT
+  any_value(namespace) AS namespace, any_value(user_id) AS user_id,
+  any_value(agent_id) AS agent_id, any_value(session_id) AS session_id,
+  any_value(turn_id) AS turn_id, any_value(run_id) AS run_id, in_step AS step_id,
+  min(iteration) FILTER (WHERE type = 'step/start') AS iteration,
+  min(occurred_at) FILTER (WHERE type = 'step/start') AS started_at,
+  max(occurred_at) FILTER (WHERE type = 'step/end') AS ended_at,
+  arg_max(status, seq) FILTER (WHERE type = 'step/end') AS status,
+  epoch_ms(max(occurred_at) FILTER (WHERE type = 'step/end'))
+    - epoch_ms(min(occurred_at) FILTER (WHERE type = 'step/start')) AS duration_ms,
+  count(*) FILTER (WHERE type = 'model/end') AS model_calls,
+  count(*) FILTER (WHERE type = 'tool/dispatch') AS tool_calls,
+  count(*) FILTER (WHERE type = 'input/received') AS inputs
+FROM tagged
+WHERE in_step IS NOT NULL
+GROUP BY in_step;
+
+-- model_calls: one row per model call (gen_ai "chat" span); retries are attempts of one call.
+--   status: completed | failed | cancelled, or incomplete when no model/end was committed.
+CREATE OR REPLACE VIEW model_calls AS
+WITH tagged AS (
+  SELECT *,
+    last_value(CASE WHEN type = 'step/start' THEN step_id END IGNORE NULLS)
+      OVER (PARTITION BY run_id ORDER BY seq ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)
+      AS in_step
+  FROM events
+  WHERE run_id IS NOT NULL
+    AND type IN ('step/start', 'request/prepared', 'model/dispatch', 'model/retry', 'model/end')
+)
+SELECT
+  any_value(namespace) AS namespace, any_value(user_id) AS user_id,
+  any_value(agent_id) AS agent_id, any_value(session_id) AS session_id,
+  any_value(turn_id) AS turn_id, any_value(run_id) AS run_id, any_value(in_step) AS step_id,
+  model_call_id,
+  arg_max(model, seq) FILTER (WHERE model IS NOT NULL) AS request_model,
+  min(occurred_at) FILTER (WHERE type = 'model/dispatch') AS started_at,
+  max(occurred_at) FILTER (WHERE type = 'model/end') AS ended_at,
+  count(*) FILTER (WHERE type = 'model/dispatch') AS attempts,
+  count(*) FILTER (WHERE type = 'model/retry') AS retries,
+  coalesce(arg_max(status, seq) FILTER (WHERE type = 'model/end'), 'incomplete') AS status,
+  arg_max(input_tokens, seq) FILTER (WHERE type = 'model/end') AS input_tokens,
+  arg_max(output_tokens, seq) FILTER (WHERE type = 'model/end') AS output_tokens,
+  arg_max(latency_ms, seq) FILTER (WHERE type = 'model/end') AS latency_ms,
+  arg_max(finish_reason, seq) FILTER (WHERE type = 'model/end') AS finish_reason,
+  coalesce(arg_max(error, seq) FILTER (WHERE type = 'model/end'),
+           arg_max(error, seq) FILTER (WHERE type = 'model/retry')) AS error
+FROM tagged
+WHERE model_call_id IS NOT NULL
+GROUP BY model_call_id;
+
+-- interactions: one row per human-in-the-loop request (confirmation, external_execution,
+-- ask_user). status: pending | answered | cancelled. approved/reason come from a confirmation's
+-- answer; answered_by is the session's user (the person who may answer its requests).
+CREATE OR REPLACE VIEW interactions AS
+WITH req AS (
+  SELECT * FROM events WHERE type = 'interaction/requested'
+  QUALIFY row_number() OVER (PARTITION BY request_id ORDER BY seq) = 1
+), res AS (
+  SELECT request_id,
+    arg_max(occurred_at, seq) AS resolved_at, arg_max(status, seq) AS status,
+    arg_max(answer, seq) AS answer, arg_max(command_id, seq) AS command_id
+  FROM events WHERE type = 'interaction/resolved' GROUP BY request_id
+)
+SELECT
+  q.namespace, q.user_id, q.agent_id, q.session_id, q.turn_id, q.run_id,
+  q.request_id, q.kind, q.call_id, q.tool_name, q.arguments, q.prompt,
+  q.occurred_at AS requested_at, s.resolved_at,
+  coalesce(s.status, 'pending') AS status,
+  s.answer,
+  TRY_CAST(json_extract(s.answer, '$.approved') AS BOOLEAN) AS approved,
+  json_extract_string(s.answer, '$.reason') AS reason,
+  json_extract_string(s.answer, '$.output') AS answer_output,
+  CASE WHEN s.resolved_at IS NOT NULL THEN q.user_id END AS answered_by,
+  s.command_id,
+  epoch_ms(s.resolved_at) - epoch_ms(q.occurred_at) AS wait_ms
+FROM req AS q LEFT JOIN res AS s USING (request_id);
+
+-- tool_calls: one row per tool call (gen_ai "execute_tool" span), across runs of its turn.
+--   outcome: the recorded tool/result status: success | error | cancelled | denied | unknown
+--   status:  outcome, or reconciled (a person recorded the outcome of an uncertain call),
+--            unknown (dispatched, then its run ended without a result: a crash),
+--            running (dispatched, run still open), waiting (awaiting approval), requested.
+--   uncertain: the call's outcome was not observed when it ran (unknown at some point).
+CREATE OR REPLACE VIEW tool_calls AS
+WITH ended AS (
+  SELECT DISTINCT run_id FROM events WHERE type = 'run/end'
+), call_turn AS (
+  -- a reconciled result may carry no turn_id: take the turn that requested the call
+  SELECT namespace, user_id, agent_id, session_id, call_id, arg_max(turn_id, seq) AS req_turn
+  FROM events
+  WHERE type IN ('tool/requested', 'tool/dispatch') AND turn_id IS NOT NULL
+  GROUP BY namespace, user_id, agent_id, session_id, call_id
+), tool_events AS (
+  SELECT e.* REPLACE (coalesce(e.turn_id, c.req_turn) AS turn_id)
+  FROM events AS e
+  LEFT JOIN call_turn AS c USING (namespace, user_id, agent_id, session_id, call_id)
+  WHERE e.call_id IS NOT NULL
+    AND e.type IN ('tool/requested', 'tool/decision', 'tool/dispatch', 'tool/result')
+), agg AS (
+  SELECT
+    any_value(namespace) AS namespace, any_value(user_id) AS user_id,
+    any_value(agent_id) AS agent_id, any_value(session_id) AS session_id,
+    turn_id, call_id,
+    arg_min(run_id, seq) AS run_id,
+    arg_min(tool_name, seq) FILTER (WHERE tool_name IS NOT NULL) AS tool_name,
+    arg_min(arguments, seq) FILTER (WHERE type IN ('tool/requested', 'tool/dispatch')) AS arguments,
+    min(occurred_at) AS requested_at,
+    arg_max(decision, seq) FILTER (WHERE type = 'tool/decision') AS decision,
+    arg_max_null(reason, seq) FILTER (WHERE type = 'tool/decision') AS decision_reason,
+    min(occurred_at) FILTER (WHERE type = 'tool/dispatch') AS dispatched_at,
+    arg_max(run_id, seq) FILTER (WHERE type = 'tool/dispatch') AS dispatch_run_id,
+    count(*) FILTER (WHERE type = 'tool/dispatch') AS attempts,
+    coalesce(bool_or(idempotent) FILTER (WHERE type = 'tool/dispatch'), false) AS idempotent,
+    max(occurred_at) FILTER (WHERE type = 'tool/result') AS ended_at,
+    arg_max(status, seq) FILTER (WHERE type = 'tool/result') AS outcome,
+    arg_max_null(output, seq) FILTER (WHERE type = 'tool/result') AS output,
+    arg_max(duration_ms, seq) FILTER (WHERE type = 'tool/result' AND duration_ms IS NOT NULL)
+      AS duration_ms,
+    coalesce(bool_or(synthetic) FILTER (WHERE type = 'tool/result'), false) AS synthetic,
+    coalesce(bool_or(reconciled) FILTER (WHERE type = 'tool/result'), false) AS reconciled,
+    coalesce(bool_or(status = 'unknown') FILTER (WHERE type = 'tool/result'), false) AS was_unknown
+  FROM tool_events
+  WHERE turn_id IS NOT NULL
+  GROUP BY turn_id, call_id
+)
+SELECT
+  a.namespace, a.user_id, a.agent_id, a.session_id, a.turn_id, a.run_id, a.call_id,
+  a.tool_name, a.arguments, a.requested_at, a.decision, a.decision_reason,
+  a.dispatched_at, a.attempts, a.idempotent, a.ended_at,
+  CASE
+    WHEN a.reconciled THEN 'reconciled'
+    WHEN a.outcome IS NOT NULL THEN a.outcome
+    WHEN a.dispatched_at IS NOT NULL AND e.run_id IS NOT NULL THEN 'unknown'
+    WHEN a.dispatched_at IS NOT NULL THEN 'running'
+    WHEN a.decision = 'suspended' THEN 'waiting'
+    ELSE 'requested'
+  END AS status,
+  a.outcome, a.output, a.duration_ms, a.synthetic, a.reconciled,
+  (a.reconciled OR a.was_unknown
+    OR (a.dispatched_at IS NOT NULL AND a.outcome IS NULL AND e.run_id IS NOT NULL)) AS uncertain,
+  i.request_id, i.approved, i.wait_ms AS approval_wait_ms
+FROM agg AS a
+LEFT JOIN ended AS e ON e.run_id = a.dispatch_run_id
+LEFT JOIN interactions AS i ON i.turn_id = a.turn_id AND i.call_id = a.call_id;
+
+-- inputs: one row per input bound for the model: the task (submit), steering, injected
+-- material, answers. status: applied (part of a checkpointed context) | discarded | pending.
+CREATE OR REPLACE VIEW inputs AS
+WITH rec AS (
+  SELECT * FROM events WHERE type = 'input/received'
+  QUALIFY row_number() OVER (PARTITION BY input_id ORDER BY seq) = 1
+), app AS (
+  SELECT input_id, min(occurred_at) AS applied_at, arg_min(run_id, seq) AS applied_run_id
+  FROM (SELECT unnest(input_ids) AS input_id, occurred_at, seq, run_id
+        FROM events WHERE type = 'input/applied')
+  GROUP BY input_id
+), dis AS (
+  SELECT input_id, min(occurred_at) AS discarded_at, arg_min(reason, seq) AS discard_reason
+  FROM (SELECT unnest(input_ids) AS input_id, occurred_at, seq, reason
+        FROM events WHERE type = 'input/discarded')
+  GROUP BY input_id
+)
+SELECT
+  r.namespace, r.user_id, r.agent_id, r.session_id, r.turn_id, r.run_id,
+  r.input_id, r.kind, r.text, r.command_id,
+  r.occurred_at AS received_at, app.applied_at, app.applied_run_id,
+  dis.discarded_at, dis.discard_reason,
+  CASE WHEN app.applied_at IS NOT NULL THEN 'applied'
+       WHEN dis.discarded_at IS NOT NULL THEN 'discarded'
+       ELSE 'pending' END AS status
+FROM rec AS r
+LEFT JOIN app USING (input_id)
+LEFT JOIN dis USING (input_id);

@@ -1,0 +1,55 @@
+"""Child process for the crash tests: drains a store into a sink and stops where told.
+
+``python _export_child.py STORE_URL parquet|duckdb DEST MARKER MODE``
+
+MODE ``after-accept``: after the first ``accept`` returns (the sink holds the batch durably)
+write MARKER and sleep, so the parent can kill -9 before the watermark moves.
+MODE ``writer``: accept many small batches of new events in a loop (for concurrent readers).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from agentnb.events import Event
+from agentnb.export import DuckDBSink, Exporter, ParquetSink
+from agentnb.ids import SessionKey
+from agentnb.stores import open_store
+
+
+class Stopping:
+    def __init__(self, sink: Any, marker: Path) -> None:
+        self.sink, self.marker, self.name = sink, marker, sink.name
+
+    def accept(self, events: Any) -> None:
+        self.sink.accept(events)
+        self.marker.write_text("accepted")
+        time.sleep(60)
+
+    def position(self, key: SessionKey) -> int:
+        return int(self.sink.position(key))
+
+
+def main() -> None:
+    url, kind, dest, marker, mode = sys.argv[1:6]
+    sink: Any = ParquetSink(dest) if kind == "parquet" else DuckDBSink(dest)
+    if mode == "after-accept":
+        store = open_store(url)
+        Exporter(store, Stopping(sink, Path(marker)), batch_size=50).drain()
+        return
+    key = SessionKey("n", "writer", "a", "s")
+    seq = 0
+    Path(marker).write_text("started")
+    for _ in range(int(sys.argv[6])):
+        batch = []
+        for _ in range(200):
+            seq += 1
+            batch.append(Event.create("acme/tick", {"n": seq, "pad": "x" * 200}).with_seq(seq))
+        sink.accept({key: batch})
+
+
+if __name__ == "__main__":
+    main()

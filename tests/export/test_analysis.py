@@ -1,0 +1,290 @@
+"""Dataframes and audit queries over the known scripted session, from every kind of source."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import agentnb as nb
+from agentnb import analysis
+from agentnb.export.sql import list_queries, load_query
+from tests.export.conftest import ALICE, BOB, DIRECT_TOKENS, RUNTIME_TOKENS, Known
+
+ALL_TOKENS = {**RUNTIME_TOKENS, **DIRECT_TOKENS}
+
+
+def _by(frame: Any, column: str) -> dict[Any, Any]:
+    return {row[column]: row for row in frame.to_dict("records")}
+
+
+class TestFrames:
+    def test_events_hold_every_committed_event_once(
+        self, known_source: Any, known_session: Known
+    ) -> None:
+        """events() has one row per committed event of every session, in seq order."""
+        df = analysis.events(known_source)
+        assert len(df) == sum(known_session.head.values())
+        assert df["event_id"].is_unique
+        alice = df[df["session_id"] == ALICE.session_id]
+        assert list(alice["seq"]) == list(range(1, known_session.head[ALICE] + 1))
+
+    def test_turns_have_the_expected_statuses_and_counts(
+        self, known_source: Any, known_session: Known
+    ) -> None:
+        """turns() has one row per turn with its status, runs, steers, interactions, errors."""
+        df = analysis.turns(known_source)
+        rows = _by(df, "turn_id")
+        t = known_session.turns
+        assert set(rows) == set(t.values())
+        expected = {
+            "T1": ("completed", 1), "T2": ("completed", 1), "T3": ("completed", 1),
+            "T4": ("failed", 1), "T5": ("completed", 2), "T6": ("completed", 2),
+            "T7": ("completed", 2), "T8": ("interrupted", 1), "B1": ("completed", 1),
+        }  # fmt: skip
+        for name, (status, runs) in expected.items():
+            assert (rows[t[name]]["status"], rows[t[name]]["runs"]) == (status, runs), name
+        assert rows[t["T1"]]["steers"] == 1
+        assert rows[t["T1"]]["tool_errors"] == 1
+        assert rows[t["T1"]]["input"] == "compare the plans"
+        assert rows[t["T5"]]["interactions"] == 1
+        assert rows[t["T4"]]["error"] == "bad request: context too long"
+        assert rows[t["T8"]]["ended_at"] is None or str(rows[t["T8"]]["ended_at"]) == "NaT"
+
+    def test_turn_tokens_sum_their_model_calls(
+        self, known_source: Any, known_session: Known
+    ) -> None:
+        """Each turn's input/output tokens are the sums of its model calls' usage."""
+        rows = _by(analysis.turns(known_source), "turn_id")
+        for name, usage in ALL_TOKENS.items():
+            row = rows[known_session.turns[name]]
+            assert row["input_tokens"] == sum(u[0] for u in usage), name
+            assert row["output_tokens"] == sum(u[1] for u in usage), name
+
+    def test_runs_record_why_they_started_and_how_they_ended(
+        self, known_source: Any, known_session: Known
+    ) -> None:
+        """runs() shows submit/respond/resume reasons and suspended/interrupted endings."""
+        rows = _by(analysis.runs(known_source), "run_id")
+        r = known_session.runs
+        assert len(rows) == 12
+        assert (rows[r["T5"][0]]["status"], rows[r["T5"][1]]["reason"]) == ("suspended", "respond")
+        assert rows[r["T7"][0]]["status"] == "interrupted"
+        assert bool(rows[r["T7"][0]]["stop_requested"]) is True
+        assert (rows[r["T7"][1]]["reason"], rows[r["T7"][1]]["run_index"]) == ("resume", 2)
+        assert (rows[r["T8"][0]]["status"], rows[r["T8"][0]]["end_reason"]) == (
+            "interrupted",
+            "crash",
+        )
+
+    def test_tool_calls_show_outcomes_approvals_and_reconciliation(
+        self, known_source: Any, known_session: Known
+    ) -> None:
+        """tool_calls() has success, error, denied and reconciled calls with approvals."""
+        df = analysis.tool_calls(known_source)
+        assert len(df) == 6
+        by_tool = _by(df, "tool_name")
+        assert by_tool["lookup_price"]["status"] == "success"
+        assert by_tool["vendor_quote"]["status"] == "error"
+        assert "acme API is down" in by_tool["vendor_quote"]["output"]
+        rows = _by(df, "call_id")
+        assert (rows["call_T5"]["status"], bool(rows["call_T5"]["approved"])) == ("success", True)
+        assert rows["call_T5"]["approval_wait_ms"] == 90_000
+        assert (rows["call_T6"]["status"], bool(rows["call_T6"]["approved"])) == ("denied", False)
+        charge = rows["call_charge"]
+        assert (charge["status"], charge["outcome"]) == ("reconciled", "success")
+        assert bool(charge["uncertain"]) is True
+        assert bool(rows["call_report"]["uncertain"]) is False
+
+    def test_interactions_show_who_answered_and_the_wait(
+        self, known_source: Any, known_session: Known
+    ) -> None:
+        """interactions() has the approved and the rejected confirmation with wait times."""
+        rows = _by(analysis.interactions(known_source), "request_id")
+        approved = rows[known_session.requests["T5"]]
+        rejected = rows[known_session.requests["T6"]]
+        assert (approved["status"], bool(approved["approved"])) == ("answered", True)
+        assert (approved["answered_by"], approved["wait_ms"]) == ("alice", 90_000)
+        assert (bool(rejected["approved"]), rejected["reason"]) == (False, "over budget")
+        assert rejected["wait_ms"] == 30_000
+
+    def test_inputs_show_the_steer_applied(self, known_source: Any, known_session: Known) -> None:
+        """inputs() has every submit and the steer, all applied."""
+        df = analysis.inputs(known_source)
+        assert sorted(df["kind"].value_counts().items()) == [("steer", 1), ("submit", 9)]
+        steer = df[df["kind"] == "steer"].iloc[0]
+        assert (steer["turn_id"], steer["status"]) == (known_session.turns["T1"], "applied")
+        assert steer["text"] == "also check the vendor quote"
+
+    def test_model_calls_count_the_retry(self, known_source: Any, known_session: Known) -> None:
+        """model_calls() has one row per call; the retried call has two attempts."""
+        df = analysis.model_calls(known_source)
+        assert len(df) == 14
+        retried = df[df["retries"] > 0]
+        assert len(retried) == 1
+        assert (retried.iloc[0]["attempts"], retried.iloc[0]["status"]) == (2, "completed")
+        failed = df[df["status"] == "failed"]
+        assert list(failed["turn_id"]) == [known_session.turns["T4"]]
+
+    def test_steps_have_model_and_tool_counts(
+        self, known_source: Any, known_session: Known
+    ) -> None:
+        """steps() attributes model calls and tool dispatches to their step."""
+        df = analysis.steps(known_source)
+        t1 = df[df["turn_id"] == known_session.turns["T1"]].sort_values("iteration")
+        assert list(t1["iteration"]) == [1, 2, 3]
+        assert list(t1["model_calls"]) == [1, 1, 1]
+        assert list(t1["tool_calls"]) == [1, 1, 0]
+        assert list(t1["status"]) == ["continued", "continued", "terminal"]
+
+    def test_filters_narrow_to_one_session(self, known_source: Any) -> None:
+        """A session_id filter keeps that session's rows only."""
+        df = analysis.turns(known_source, session_id=BOB.session_id)
+        assert list(df["user_id"]) == ["bob"]
+
+    def test_a_session_object_is_a_source_of_its_own_events(self, known_session: Known) -> None:
+        """A SessionLog source gives only that session's events."""
+        store = known_session.store()
+        try:
+            df = analysis.events(nb.SessionLog(store, BOB))
+        finally:
+            store.close()
+        assert len(df) == known_session.head[BOB]
+
+
+EXPECTED_ROWS = {
+    "approvals": 2,
+    "failed_turns": 1,
+    "interrupted_runs": 2,
+    "model_retries": 1,
+    "parked_sessions": 1,
+    "session_activity": 2,
+    "slowest_tools": 4,
+    "steering_per_turn": 1,
+    "tokens_per_user_day": 2,
+    "tool_usage": 6,
+    "turn_events": 30,
+    "turn_latency_by_agent": 3,
+    "uncertain_tool_calls": 1,
+}
+
+
+class TestQueries:
+    def test_at_least_ten_documented_queries_ship(self) -> None:
+        """The catalogue has at least 10 queries, each with a question header."""
+        names = list_queries()
+        assert len(names) >= 10
+        assert set(names) == set(EXPECTED_ROWS)
+        for name in names:
+            assert load_query(name).question
+
+    @pytest.mark.parametrize("name", sorted(EXPECTED_ROWS))
+    def test_every_query_returns_the_expected_rows(
+        self, name: str, known_session: Known, known_parquet: Path, known_duckdb: Path
+    ) -> None:
+        """Each query returns the same, expected number of rows from Parquet and DuckDB."""
+        params = {"turn_id": known_session.turns["T5"]} if name == "turn_events" else {}
+        for source in (str(known_parquet), f"duckdb:{known_duckdb}"):
+            assert len(analysis.query(name, source, **params)) == EXPECTED_ROWS[name], source
+
+    def test_approvals_show_decision_who_and_wait(self, known_parquet: Path) -> None:
+        """approvals lists the approved and rejected requests with answerer and wait."""
+        df = analysis.query("approvals", str(known_parquet))
+        got = [(r["decision"], r["answered_by"], r["wait_ms"]) for r in df.to_dict("records")]
+        assert got == [("approved", "alice", 90_000), ("rejected", "alice", 30_000)]
+
+    def test_interrupted_runs_measure_time_to_resume(
+        self, known_parquet: Path, known_session: Known
+    ) -> None:
+        """interrupted_runs gives 120 s to resume for T7 and none yet for T8."""
+        df = analysis.query("interrupted_runs", str(known_parquet))
+        rows = _by(df, "turn_id")
+        assert rows[known_session.turns["T7"]]["time_to_resume_ms"] == 120_000
+        assert str(rows[known_session.turns["T8"]]["resumed_at"]) == "NaT"
+
+    def test_parked_sessions_lists_alice(self, known_parquet: Path) -> None:
+        """parked_sessions shows alice's session, interrupted."""
+        df = analysis.query("parked_sessions", str(known_parquet))
+        assert [(r["user_id"], r["status"]) for r in df.to_dict("records")] == [
+            ("alice", "interrupted")
+        ]
+
+    def test_tokens_per_user_sum_model_usage(self, known_duckdb: Path) -> None:
+        """tokens_per_user_day totals every model call's usage per user."""
+        df = analysis.query("tokens_per_user_day", f"duckdb:{known_duckdb}")
+        totals = df.groupby("user_id")["input_tokens"].sum().to_dict()
+        alice = sum(u[0] for name, v in ALL_TOKENS.items() if name != "B1" for u in v)
+        assert totals == {"alice": alice, "bob": 7}
+
+    def test_parameters_are_bound(self, known_parquet: Path) -> None:
+        """A parameter narrows the result (user_id=bob) and a value with quotes is harmless."""
+        assert len(analysis.query("session_activity", str(known_parquet), user_id="bob")) == 1
+        assert len(analysis.query("session_activity", str(known_parquet), user_id="x' OR 1=1")) == 0
+
+    def test_queries_run_unchanged_as_files_in_duckdb(self, known_duckdb: Path) -> None:
+        """Each query file's text runs as is in DuckDB on the export after SET VARIABLE."""
+        from agentnb.export.duckdb import open_duckdb
+
+        con = open_duckdb(str(known_duckdb), read_only=True)
+        try:
+            con.execute("SET VARIABLE top = 2")
+            for name in list_queries():
+                con.execute(load_query(name).sql).fetchall()
+            assert len(con.execute(load_query("slowest_tools").sql).fetchall()) == 2
+        finally:
+            con.close()
+
+    def test_parquet_sql_opens_an_export_for_the_cli(self, known_parquet: Path) -> None:
+        """exporters/parquet.sql + schema.sql make the views over a Parquet folder."""
+        from agentnb.export.columns import connect
+        from agentnb.export.sql import exporters_dir, schema_sql
+
+        con = connect()
+        try:
+            con.execute("SET VARIABLE parquet_root = ?", [str(known_parquet)])
+            con.execute((exporters_dir() / "parquet.sql").read_text())
+            con.execute(schema_sql())
+            rows = con.execute(load_query("failed_turns").sql).fetchall()
+        finally:
+            con.close()
+        assert len(rows) == 1
+
+
+class TestBadInput:
+    def test_unknown_query_name_lists_the_known_ones(self, known_parquet: Path) -> None:
+        """An unknown query name raises InvalidInput naming the known queries."""
+        with pytest.raises(nb.InvalidInput, match="known queries: approvals"):
+            analysis.query("nope", str(known_parquet))
+
+    def test_missing_required_parameter(self, known_parquet: Path) -> None:
+        """A missing required parameter raises InvalidInput naming it."""
+        with pytest.raises(nb.InvalidInput, match="turn_id"):
+            analysis.query("turn_events", str(known_parquet))
+
+    def test_unknown_parameter(self, known_parquet: Path) -> None:
+        """A parameter the query does not declare raises InvalidInput."""
+        with pytest.raises(nb.InvalidInput, match="no parameter"):
+            analysis.query("approvals", str(known_parquet), colour="red")
+
+    def test_source_that_does_not_exist(self, tmp_path: Path) -> None:
+        """A path with nothing there raises InvalidInput."""
+        with pytest.raises(nb.InvalidInput, match="no export or store"):
+            analysis.turns(str(tmp_path / "missing"))
+
+    def test_parquet_source_that_is_a_file(self, tmp_path: Path) -> None:
+        """parquet:FILE raises InvalidInput saying it is not a folder."""
+        path = tmp_path / "x.txt"
+        path.write_text("hi")
+        with pytest.raises(nb.InvalidInput, match="not a folder"):
+            analysis.turns(f"parquet:{path}")
+
+
+class TestTimeline:
+    def test_timeline_draws_a_row_per_turn(self, known_parquet: Path, tmp_path: Path) -> None:
+        """timeline() returns a figure with one y tick per turn and saves to PNG."""
+        fig = analysis.timeline(str(known_parquet), session_id=ALICE.session_id)
+        ax = fig.axes[0]
+        assert len(ax.get_yticks()) == 8
+        fig.savefig(tmp_path / "timeline.png")
+        assert (tmp_path / "timeline.png").stat().st_size > 1000

@@ -1,0 +1,347 @@
+"""Exporter, ParquetSink and DuckDBSink: at-least-once delivery, exactly-once contents."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from datetime import UTC, date, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+
+import agentnb as nb
+from agentnb.events import Event
+from agentnb.export import DuckDBSink, Exporter, ParquetSink, SinkMismatch, open_sink
+from agentnb.export.duckdb import open_duckdb
+from agentnb.ids import SessionKey
+from tests.export.conftest import ALICE, BOB, Known
+
+CHILD = Path(__file__).with_name("_export_child.py")
+ROOT = Path(__file__).resolve().parents[2]
+KEY = SessionKey("n", "u", "a", "s")
+
+
+def _store_with(
+    events: int, key: SessionKey = KEY, start: datetime | None = None
+) -> nb.MemoryStore:
+    store = nb.MemoryStore()
+    store.create_session(key)
+    _append(store, key, events, start)
+    return store
+
+
+def _append(store: nb.SessionStore, key: SessionKey, n: int, start: datetime | None = None) -> None:
+    head = store.head(key)
+    batch = [
+        Event.create(
+            "acme/tick",
+            {"n": head + i},
+            occurred_at=(start + timedelta(seconds=i)) if start else None,
+        )
+        for i in range(n)
+    ]
+    store.append(key, batch, expected_seq=head, batch_id=f"b{head}")
+
+
+def _parquet_rows(root: Path) -> list[tuple[str, int]]:
+    """Every row of every data file under root (a raw glob: no dedup, no manifest)."""
+    rows = []
+    for path in sorted((root / "events").glob("*/*.parquet")):
+        table = pq.read_table(path, columns=["event_id", "seq"])
+        rows += list(zip(table["event_id"].to_pylist(), table["seq"].to_pylist(), strict=True))
+    return rows
+
+
+def _duckdb_rows(path: Path) -> list[tuple[str, int]]:
+    con = open_duckdb(str(path), read_only=True)
+    try:
+        return [
+            (r[0], r[1]) for r in con.execute("SELECT event_id, seq FROM raw_events").fetchall()
+        ]
+    finally:
+        con.close()
+
+
+def _sink(kind: str, tmp_path: Path, **kw: Any) -> Any:
+    if kind == "parquet":
+        return ParquetSink(tmp_path / "pq", **kw)
+    return DuckDBSink(tmp_path / "x.duckdb", **kw)
+
+
+def _rows(kind: str, tmp_path: Path) -> list[tuple[str, int]]:
+    if kind == "parquet":
+        return _parquet_rows(tmp_path / "pq")
+    return _duckdb_rows(tmp_path / "x.duckdb")
+
+
+class TestExporter:
+    @pytest.mark.parametrize("kind", ["parquet", "duckdb"])
+    def test_drain_delivers_everything_once_and_resumes(self, kind: str, tmp_path: Path) -> None:
+        """drain() returns the events delivered; a second drain delivers only new ones."""
+        store = _store_with(30)
+        sink = _sink(kind, tmp_path)
+        assert Exporter(store, sink, batch_size=7).drain() == 30
+        assert Exporter(store, sink).drain() == 0
+        _append(store, KEY, 5)
+        assert Exporter(nb.SessionLog(store, KEY), sink).drain() == 5
+        rows = _rows(kind, tmp_path)
+        assert sorted(s for _, s in rows) == list(range(1, 36))
+        assert store.watermark(KEY, sink.name) == 35
+
+    def test_drain_of_a_store_covers_every_session(
+        self, known_session: Known, tmp_path: Path
+    ) -> None:
+        """Draining a store exports all its sessions; a SessionLog only its own."""
+        store = known_session.store()
+        try:
+            one = ParquetSink(tmp_path / "one")
+            assert Exporter(nb.SessionLog(store, BOB), one).drain() == known_session.head[BOB]
+            every = ParquetSink(tmp_path / "all")
+            assert Exporter(store, every).drain() == sum(known_session.head.values())
+            assert every.position(ALICE) == known_session.head[ALICE]
+        finally:
+            store.close()
+
+    def test_duplicates_handed_to_a_sink_are_harmless(self, tmp_path: Path) -> None:
+        """accept() of the same events twice leaves each event once in both sinks."""
+        store = _store_with(10)
+        events = list(store.scan(KEY))
+        for kind in ("parquet", "duckdb"):
+            sink = _sink(kind, tmp_path)
+            sink.accept({KEY: events[:6]})
+            sink.accept({KEY: events})
+            sink.accept({KEY: events})
+            assert sorted(s for _, s in _rows(kind, tmp_path)) == list(range(1, 11)), kind
+
+    def test_progress_bar_for_long_drains(self, tmp_path: Path, capsys: Any) -> None:
+        """progress=True shows a tqdm bar naming the sink on stderr."""
+        store = _store_with(50)
+        Exporter(store, ParquetSink(tmp_path / "pq"), progress=True, batch_size=10).drain()
+        assert "export to parquet:" in capsys.readouterr().err
+
+    def test_a_failing_accept_moves_no_watermark(self, tmp_path: Path) -> None:
+        """When accept raises, the watermark stays and the next drain delivers the events."""
+        store = _store_with(10)
+
+        class Broken:
+            name = "broken"
+
+            def accept(self, events: Any) -> None:
+                raise OSError("disk full")
+
+        with pytest.raises(OSError, match="disk full"):
+            Exporter(store, Broken()).drain()
+        assert store.watermark(KEY, "broken") == 0
+
+
+class TestCrashSafety:
+    @pytest.mark.parametrize("kind", ["parquet", "duckdb"])
+    def test_kill_between_accept_and_watermark_then_drain_again(
+        self, kind: str, tmp_path: Path
+    ) -> None:
+        """kill -9 after accept, before the watermark: the next drain leaves each event once."""
+        url = f"sqlite:///{tmp_path / 'store.sqlite'}"
+        store = nb.open_store(url)
+        store.create_session(KEY)
+        _append(store, KEY, 120)
+        dest = tmp_path / ("pq" if kind == "parquet" else "x.duckdb")
+        marker = tmp_path / "marker"
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        child = subprocess.Popen(
+            [sys.executable, str(CHILD), url, kind, str(dest), str(marker), "after-accept"],
+            env=env,
+        )
+        try:
+            deadline = time.monotonic() + 60
+            while not marker.exists():
+                assert child.poll() is None, "the child died before accepting"
+                assert time.monotonic() < deadline, "the child never accepted"
+                time.sleep(0.02)
+            os.kill(child.pid, signal.SIGKILL)
+            child.wait(10)
+        finally:
+            if child.poll() is None:
+                child.kill()
+        assert store.watermark(KEY, _sink(kind, tmp_path).name) == 0  # accepted, not recorded
+        assert Exporter(store, _sink(kind, tmp_path)).drain() == 70
+        rows = _rows(kind, tmp_path)
+        assert len(rows) == 120
+        assert sorted(s for _, s in rows) == list(range(1, 121))
+        store.close()
+
+    def test_a_concurrent_reader_never_sees_a_partial_file(self, tmp_path: Path) -> None:
+        """While another process writes batches, every data file a reader finds reads whole."""
+        root = tmp_path / "pq"
+        ParquetSink(root)
+        marker = tmp_path / "marker"
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        child = subprocess.Popen(
+            [sys.executable, str(CHILD), "memory://", "parquet", str(root), str(marker),
+             "writer", "40"],
+            env=env,
+        )  # fmt: skip
+        reads = 0
+        try:
+            while child.poll() is None or reads == 0:
+                for path in (root / "events").glob("*/*.parquet"):
+                    try:
+                        table = pq.read_table(path)
+                    except FileNotFoundError:
+                        continue
+                    assert table.num_rows == 200
+                    reads += 1
+                if child.poll() is not None and reads == 0 and not marker.exists():
+                    break
+        finally:
+            if child.poll() is None:
+                child.kill()
+        assert child.wait(30) == 0
+        assert reads > 0
+        assert len(_parquet_rows(root)) == 40 * 200
+
+
+class TestParquetSink:
+    def test_files_are_hive_partitioned_by_utc_date_with_a_manifest(self, tmp_path: Path) -> None:
+        """Events of two UTC days land in two event_date= folders, listed by the manifest."""
+        start = datetime(2026, 3, 1, 23, 59, 58, tzinfo=UTC)
+        store = _store_with(4, start=start)
+        sink = ParquetSink(tmp_path / "pq")
+        Exporter(store, sink).drain()
+        folders = sorted(p.name for p in (tmp_path / "pq" / "events").iterdir())
+        assert folders == ["event_date=2026-03-01", "event_date=2026-03-02"]
+        assert len(sink.files()) == 2
+        assert len(list((tmp_path / "pq" / "_manifest").glob("*.json"))) == 1
+        assert not list((tmp_path / "pq" / "_staging").glob("*"))
+
+    def test_typed_columns_and_payload_json(self, tmp_path: Path) -> None:
+        """Files hold typed envelope, key and payload columns plus the payload as JSON."""
+        store = nb.MemoryStore()
+        store.create_session(KEY)
+        store.append(
+            KEY,
+            [Event.create("model/end", {"model_call_id": "mc_1", "status": "completed",
+                                        "model": "m", "input_tokens": 7, "output_tokens": 3,
+                                        "latency_ms": 1.5}, turn_id="turn_1", run_id="run_1")],
+            expected_seq=0,
+            batch_id="b",
+        )  # fmt: skip
+        sink = ParquetSink(tmp_path / "pq")
+        Exporter(store, sink).drain()
+        table = pq.read_table(sink.files()[0])
+        row = table.to_pylist()[0]
+        assert (row["session_id"], row["user_id"], row["seq"], row["type"]) == (
+            "s",
+            "u",
+            1,
+            "model/end",
+        )
+        assert (row["input_tokens"], row["output_tokens"], row["latency_ms"]) == (7, 3, 1.5)
+        assert str(table.schema.field("occurred_at").type) == "timestamp[us, tz=UTC]"
+        assert '"input_tokens":7' in row["payload"]
+
+    def test_compact_merges_closed_partitions_and_drops_duplicates(self, tmp_path: Path) -> None:
+        """compact() leaves one file per closed day holding each event once, orphans included."""
+        start = datetime(2026, 3, 1, 10, tzinfo=UTC)
+        store = _store_with(30, start=start)
+        sink = ParquetSink(tmp_path / "pq")
+        Exporter(store, sink, batch_size=10).drain()
+        # a crash after the rename, before the manifest: a file the manifest does not know
+        day = tmp_path / "pq" / "events" / "event_date=2026-03-01"
+        orphan = sorted(day.glob("*.parquet"))[0]
+        (day / "part-orphan.parquet").write_bytes(orphan.read_bytes())
+        assert len(_parquet_rows(tmp_path / "pq")) == 40
+        assert sink.compact() == 4
+        assert len(list(day.glob("*.parquet"))) == 1
+        rows = _parquet_rows(tmp_path / "pq")
+        assert sorted(s for _, s in rows) == list(range(1, 31))
+        assert len(ParquetSink(tmp_path / "pq").files()) == 1
+        assert Exporter(store, sink).drain() == 0
+
+    def test_compact_leaves_open_partitions_alone(self, tmp_path: Path) -> None:
+        """Today's partition (still open) is not compacted."""
+        store = _store_with(20)
+        sink = ParquetSink(tmp_path / "pq")
+        Exporter(store, sink, batch_size=5).drain()
+        assert sink.compact() == 0
+        assert sink.compact(closed_before=date.today() + timedelta(days=2)) == 4
+
+    def test_a_pyarrow_filesystem_uri_works(self) -> None:
+        """A mock:// pyarrow filesystem root gets the same dataset and manifest."""
+        from agentnb import analysis
+
+        store = _store_with(12)
+        sink = ParquetSink("mock:///exports/agentnb")
+        assert Exporter(store, sink).drain() == 12
+        assert sink.position(KEY) == 12
+        assert sink.read_arrow().num_rows == 12
+        assert len(analysis.events(sink)) == 12
+
+    def test_a_root_that_is_a_file_is_refused(self, tmp_path: Path) -> None:
+        """ParquetSink(file) raises InvalidInput saying it is a file."""
+        path = tmp_path / "f"
+        path.write_text("x")
+        with pytest.raises(nb.InvalidInput, match="is a file"):
+            ParquetSink(path)
+
+
+class TestDuckDBSink:
+    def test_the_file_is_closed_after_each_accept(self, tmp_path: Path) -> None:
+        """After accept returns, another process can open the file for writing at once."""
+        store = _store_with(5)
+        sink = DuckDBSink(tmp_path / "x.duckdb")
+        Exporter(store, sink).drain()
+        code = (
+            "import duckdb, sys; c = duckdb.connect(sys.argv[1]); "
+            "print(c.execute('SELECT count(*) FROM raw_events').fetchone()[0])"
+        )
+        done = subprocess.run(
+            [sys.executable, "-c", code, str(tmp_path / "x.duckdb")],
+            capture_output=True, text=True, timeout=60, check=True,
+        )  # fmt: skip
+        assert done.stdout.strip() == "5"
+
+    def test_views_of_schema_sql_are_in_the_file(self, tmp_path: Path) -> None:
+        """The export file has the analyst views next to raw_events."""
+        Exporter(_store_with(3), DuckDBSink(tmp_path / "x.duckdb")).drain()
+        con = open_duckdb(str(tmp_path / "x.duckdb"), read_only=True)
+        try:
+            names = {r[0] for r in con.execute("SELECT view_name FROM duckdb_views()").fetchall()}
+        finally:
+            con.close()
+        assert {"events", "turns", "runs", "steps", "model_calls", "tool_calls",
+                "interactions", "inputs"} <= names  # fmt: skip
+
+    def test_a_path_that_is_a_folder_is_refused(self, tmp_path: Path) -> None:
+        """DuckDBSink(folder) raises InvalidInput."""
+        with pytest.raises(nb.InvalidInput, match="is a folder"):
+            DuckDBSink(tmp_path)
+
+
+class TestSinkNames:
+    def test_a_name_reused_for_another_destination_is_refused(self, tmp_path: Path) -> None:
+        """Draining with a name whose watermark the destination does not back raises."""
+        store = _store_with(10)
+        Exporter(store, ParquetSink(tmp_path / "a", name="analytics")).drain()
+        with pytest.raises(SinkMismatch, match="used by another destination"):
+            Exporter(store, ParquetSink(tmp_path / "b", name="analytics")).drain()
+        with pytest.raises(SinkMismatch):
+            Exporter(store, DuckDBSink(tmp_path / "c.duckdb", name="analytics")).drain()
+
+    def test_default_names_differ_per_destination(self, tmp_path: Path) -> None:
+        """Two folders get two names, so both receive everything."""
+        store = _store_with(4)
+        a, b = ParquetSink(tmp_path / "a"), ParquetSink(tmp_path / "b")
+        assert a.name != b.name
+        assert Exporter(store, a).drain() == Exporter(store, b).drain() == 4
+
+    def test_open_sink_parses_destinations(self, tmp_path: Path) -> None:
+        """open_sink takes parquet:DIR and duckdb:FILE and refuses anything else."""
+        assert isinstance(open_sink(f"parquet:{tmp_path / 'p'}"), ParquetSink)
+        assert isinstance(open_sink(f"duckdb:{tmp_path / 'd.duckdb'}"), DuckDBSink)
+        with pytest.raises(nb.InvalidInput, match="parquet:DIR or duckdb:FILE"):
+            open_sink("csv:out")
