@@ -13,13 +13,14 @@
 --   tool_name     = gen_ai.tool.name              call_id       = gen_ai.tool.call.id
 --   arguments     = gen_ai.tool.call.arguments    output        = gen_ai.tool.call.result
 -- Times are TIMESTAMPTZ (UTC); durations are BIGINT/DOUBLE milliseconds (suffix _ms).
--- Exports are at least once: every view reads through `events`, which keeps each event_id once.
+-- raw_events must hold each event_id once: the sinks guarantee it (Parquet readers take exactly
+-- the manifest's files; the DuckDB table is keyed by event_id), and parquet.sql, which globs
+-- every file, removes the copies a crash can leave.
 -- Sum tokens over model_calls (or turns/runs, which sum model calls), never over both.
 
 -- events: every committed event exactly once.
--- (Copies of one event_id are identical, so any one of them will do: DISTINCT ON, no ordering.)
 CREATE OR REPLACE VIEW events AS
-SELECT DISTINCT ON (event_id) * FROM raw_events;
+SELECT * FROM raw_events;
 
 -- turns: one row per turn (a submitted task); status is the latest turn status.
 --   status: running | suspended | interrupted | completed | failed | cancelled

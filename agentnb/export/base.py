@@ -17,12 +17,16 @@ from agentnb.events import Event
 from agentnb.export.columns import Batch
 from agentnb.ids import SessionKey, check_id
 from agentnb.log import SessionLog
-from agentnb.stores.base import MAX_READ_LIMIT, SessionStore
+from agentnb.stores.base import MAX_READ_LIMIT, RawEvent, SessionStore
 
 __all__ = ["ExportSink", "Exporter", "SinkMismatch", "sink_name"]
 
 PROGRESS_THRESHOLD = 20_000
 """Drains of at least this many events show a progress bar (``progress=None``)."""
+
+
+MAX_BATCH_EVENTS = 1_000_000
+"""Largest number of events one ``accept`` call receives (reads happen in pages)."""
 
 
 class SinkMismatch(InvalidInput):
@@ -84,7 +88,7 @@ class Exporter:
         source: SessionLog | SessionStore,
         sink: ExportSink,
         *,
-        batch_size: int = 10_000,
+        batch_size: int = 50_000,
         progress: bool | None = None,
         namespace: str | None = None,
         user_id: str | None = None,
@@ -96,8 +100,8 @@ class Exporter:
                 f"sink must have a name and an accept(events) method, got {type(sink).__name__}"
             )
         check_id(sink.name, "sink.name")
-        if not isinstance(batch_size, int) or not 1 <= batch_size <= MAX_READ_LIMIT:
-            raise InvalidInput(f"batch_size must be an int in 1..{MAX_READ_LIMIT}")
+        if not isinstance(batch_size, int) or not 1 <= batch_size <= MAX_BATCH_EVENTS:
+            raise InvalidInput(f"batch_size must be an int in 1..{MAX_BATCH_EVENTS}")
         if isinstance(source, SessionLog):
             self.store = source.store
             self._keys: list[SessionKey] | None = [source.key]
@@ -171,13 +175,13 @@ class Exporter:
 
     def _batches(self, todo: Sequence[tuple[SessionKey, int, int]]) -> Iterator[Batch]:
         """Batches of at most ``batch_size`` events; small sessions share a batch."""
-        batch: dict[SessionKey, list[Event]] = {}
+        batch: dict[SessionKey, list[Event | RawEvent]] = {}
         size = 0
         for key, start, head in todo:
             pos = start
             while pos < head:
                 room = self.batch_size - size
-                events = self.store.read_after(key, pos, min(room, head - pos))
+                events = self.store.read_raw(key, pos, min(room, head - pos, MAX_READ_LIMIT))
                 if not events:
                     break
                 batch.setdefault(key, []).extend(events)

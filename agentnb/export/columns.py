@@ -28,8 +28,9 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from agentnb.events import Event, canonical_json
+from agentnb.events import Event
 from agentnb.ids import SessionKey
+from agentnb.stores.base import RawEvent
 
 if TYPE_CHECKING:
     import duckdb
@@ -46,7 +47,8 @@ __all__ = [
     "to_arrow",
 ]
 
-Batch = Mapping[SessionKey, Sequence[Event]]
+Batch = Mapping[SessionKey, Sequence[Event | RawEvent]]
+"""Events grouped by session: ``Event`` objects, or ``RawEvent`` rows as exporters read them."""
 """What a sink accepts: committed events grouped by session, each group in seq order."""
 
 _INSTALL = 'pip install "agentnb[export]"'
@@ -244,16 +246,22 @@ def to_arrow(batch: Batch) -> pa.Table:
         cols["user_id"] += [key.user_id] * n
         cols["agent_id"] += [key.agent_id] * n
         cols["session_id"] += [key.session_id] * n
-        for e in events:
-            cols["event_id"].append(e.event_id)
-            cols["seq"].append(e.seq)
-            cols["occurred_at"].append(round(e.occurred_at.timestamp() * 1_000_000))
-            cols["type"].append(e.type)
-            cols["turn_id"].append(e.turn_id)
-            cols["run_id"].append(e.run_id)
-            cols["required"].append(e.required)
-            cols["schema_version"].append(e.schema_version)
-            cols["payload"].append(canonical_json(e.payload))
+        raw = [e if isinstance(e, RawEvent) else RawEvent.of(e) for e in events]
+        if not raw:
+            continue
+        # Transpose the rows once (in C) instead of one comprehension per column.
+        seq, event_id, type_, turn_id, run_id, required, occurred, version, payload = zip(
+            *raw, strict=True
+        )
+        cols["event_id"] += event_id
+        cols["seq"] += seq
+        cols["occurred_at"] += occurred
+        cols["type"] += type_
+        cols["turn_id"] += turn_id
+        cols["run_id"] += run_id
+        cols["required"] += required
+        cols["schema_version"] += version
+        cols["payload"] += payload
     schema = _envelope_schema()
     arrays = []
     for field in schema:

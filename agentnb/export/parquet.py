@@ -32,6 +32,7 @@ from agentnb.events import Event
 from agentnb.export.base import sink_name
 from agentnb.export.columns import COLUMNS, Batch, connect, flatten, require_export_deps, to_arrow
 from agentnb.ids import SessionKey, new_id
+from agentnb.stores.base import RawEvent
 
 require_export_deps()
 
@@ -125,7 +126,7 @@ class ParquetSink:
         """Write the events not held yet as new files, then the manifest record (durable)."""
         with self._mutex, self._locked():
             self._refresh()
-            fresh: dict[SessionKey, list[Event]] = {}
+            fresh: dict[SessionKey, list[Event | RawEvent]] = {}
             for key, evs in events.items():
                 held = self._held.get(_tuple(key), [])
                 ids: set[str] = set()

@@ -174,3 +174,23 @@ def check_blob(digest: str, data: bytes | None) -> bytes:
     if blob_digest(data) != digest:
         raise Corrupt(f"blob {digest} does not match its digest")
     return data
+
+
+def decode_raw(
+    key: SessionKey, row: tuple[Any, ...], get_blob: Callable[[str], bytes]
+) -> tuple[Any, ...]:
+    """``row`` as the fields of a ``RawEvent`` (payload left as text), checksum verified."""
+    seq, event_id, type_, turn_id, run_id, required, occurred_us, version, payload, blob, crc = row
+    try:
+        body = payload if payload is not None else get_blob(blob).decode()
+        if _crc(seq, event_id, type_, turn_id, run_id, required, occurred_us, version, body) != crc:
+            raise ValueError("checksum mismatch")
+    except Corrupt:
+        raise
+    except Exception as exc:  # noqa: BLE001 - any failure here means the row is damaged
+        raise Corrupt(
+            f"session {key} seq {seq}: stored event is damaged ({exc}); "
+            "restore the store from a backup or export what precedes it"
+        ) from None
+    check_readable(type_, bool(required), session=key, seq=seq)
+    return (seq, event_id, type_, turn_id, run_id, bool(required), occurred_us, version, body)

@@ -50,11 +50,14 @@ here so every backend makes the same decisions.
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, NamedTuple
 
 from agentnb.errors import (
     AppendConflict,
@@ -70,6 +73,7 @@ from agentnb.events import (
     Event,
     FrozenDict,
     _check_writable,
+    canonical_json,
     event_digest,
     freeze_json,
 )
@@ -79,6 +83,7 @@ __all__ = [
     "MAX_BATCH",
     "MAX_READ_LIMIT",
     "Lease",
+    "RawEvent",
     "SessionRecord",
     "SessionStore",
     "check_fence",
@@ -93,6 +98,47 @@ MAX_READ_LIMIT = 10_000
 MAX_BATCH = 10_000
 """Largest number of events one ``append`` accepts."""
 SCAN_PAGE = 1_000
+
+
+class RawEvent(NamedTuple):
+    """A committed event as stored: the envelope plus the payload's canonical JSON text.
+
+    Exporters read these (``SessionStore.read_raw``) to skip decoding payloads they only
+    copy; ``occurred_at`` and ``payload`` decode on demand.
+    """
+
+    seq: int
+    event_id: str
+    type: str
+    turn_id: str | None
+    run_id: str | None
+    required: bool
+    occurred_us: int
+    """``occurred_at`` as microseconds since the epoch (UTC)."""
+    schema_version: int
+    payload_json: str
+
+    @classmethod
+    def of(cls, event: Event) -> RawEvent:
+        return cls(
+            event.seq,
+            event.event_id,
+            event.type,
+            event.turn_id,
+            event.run_id,
+            event.required,
+            round(event.occurred_at.timestamp() * 1_000_000),
+            event.schema_version,
+            canonical_json(event.payload),
+        )
+
+    @property
+    def occurred_at(self) -> datetime:
+        return datetime.fromtimestamp(self.occurred_us / 1_000_000, UTC)
+
+    @property
+    def payload(self) -> Any:
+        return freeze_json(json.loads(self.payload_json))
 
 
 @dataclass(frozen=True, slots=True)
@@ -309,6 +355,30 @@ class SessionStore(ABC):
         _check_seq(after, "after")
         _check_limit(limit)
         return _checked(key, after, self._read(key, after, after + limit))
+
+    def read_raw(self, key: SessionKey, after: int, limit: int) -> list[RawEvent]:
+        """Like ``read_after``, but events stay in their stored form (for exporters).
+
+        Rows are checked (checksum, gaps, unknown required types) but payloads are not
+        parsed: ``RawEvent.payload_json`` is the canonical JSON text that was committed.
+        """
+        key = _key(key)
+        _check_seq(after, "after")
+        _check_limit(limit)
+        raw = self._read_raw(key, after, after + limit)
+        expected = after + 1
+        for event in raw:
+            if event.seq != expected:
+                raise Corrupt(
+                    f"session {key}: gap in the log, expected seq {expected} but "
+                    f"found {event.seq}; the store was altered outside agentnb"
+                )
+            expected += 1
+        return raw
+
+    def _read_raw(self, key: SessionKey, after: int, through: int) -> list[RawEvent]:
+        """Backends with a cheaper stored form override this."""
+        return [RawEvent.of(e) for e in self._read(key, after, through)]
 
     def scan(self, key: SessionKey, after: int = 0, through: int | None = None) -> Iterator[Event]:
         """Committed events in ``(after, through]`` (through defaults to the head now)."""

@@ -17,6 +17,7 @@ from agentnb.ids import Clock, SessionKey
 from agentnb.stores import _rows
 from agentnb.stores.base import (
     Lease,
+    RawEvent,
     SessionRecord,
     SessionStore,
     _LeaseRow,
@@ -342,6 +343,14 @@ class SQLiteStore(SessionStore):
             (self._sid(key, conn), after, through),
         ).fetchall()
         return [_rows.decode(key, r, self.get_blob) for r in rows]
+
+    def _read_raw(self, key: SessionKey, after: int, through: int) -> list[RawEvent]:
+        conn = self._conn()
+        rows = conn.execute(
+            f"SELECT {_rows.COLUMNS} FROM events WHERE session=? AND seq>? AND seq<=? ORDER BY seq",
+            (self._sid(key, conn), after, through),
+        ).fetchall()
+        return [RawEvent(*_rows.decode_raw(key, r, self.get_blob)) for r in rows]
 
     # -- inbox -------------------------------------------------------------------------------
 
