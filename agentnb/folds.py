@@ -13,16 +13,16 @@ import logging
 import zlib
 from typing import Any
 
-from agentnb.errors import AgentnbError
+from agentnb.errors import AgentnbError, Corrupt
 from agentnb.ids import SessionKey
-from agentnb.projections.state import InboxState, SessionState
-from agentnb.stores.base import SessionStore
+from agentnb.projections.state import FOLDED_TYPES, InboxState, SessionState
+from agentnb.stores.base import MAX_READ_LIMIT, SessionStore
 
 __all__ = ["SNAPSHOT_EVERY", "Folds"]
 
 log = logging.getLogger("agentnb.folds")
 
-SNAPSHOT_EVERY = 5_000
+SNAPSHOT_EVERY = 1_000
 """Events folded since the last snapshot after which a new one is saved."""
 _STATE, _INBOX = "session-state", "inbox-state"
 
@@ -78,28 +78,49 @@ class Folds:
         while batch := self.store.inbox_read_after(self.key, self.inbox.seq, 1000):
             for event in batch:
                 self.inbox.apply(event)
-        for event in self.store.scan(self.key, self.state.seq):
-            self.state.apply(event)
+        self._fold_log()
         self.save_if_due()
         return self.state, self.inbox
 
+    def _fold_log(self) -> None:
+        """Fold the execution log's new events, decoding only the types the fold reads."""
+        head = self.store.head(self.key)
+        pos = self.state.seq
+        while pos < head:
+            page = self.store.read_raw(self.key, pos, min(MAX_READ_LIMIT, head - pos))
+            if not page:
+                raise Corrupt(
+                    f"session {self.key}: events after seq {pos} are missing "
+                    f"(expected up to {head})"
+                )
+            for raw in page:
+                if raw.type in FOLDED_TYPES:
+                    self.state.apply(raw.to_event())
+                else:  # streamed chunks and the like: nothing to decode
+                    self.state.seq = raw.seq
+            pos = page[-1].seq
+
+    def due_snapshots(self, every: int = SNAPSHOT_EVERY) -> list[tuple[str, int, bytes]]:
+        """Encoded snapshots of the folds that are due (the state must be committed)."""
+        due = []
+        if self.state.seq - self._saved_seq >= every:
+            due.append((_STATE, self.state.seq, _encode(self.state.dump())))
+            self._saved_seq = self.state.seq
+        if self.inbox.seq - self._saved_inbox >= every:
+            # The inbox has its own sequence; the store checks snapshot seqs against the
+            # execution head, so stamp it with one that is never past it.
+            due.append((_INBOX, min(self.inbox.seq, self.state.seq), _encode(self.inbox.dump())))
+            self._saved_inbox = self.inbox.seq
+        return due
+
+    def put_snapshots(self, due: list[tuple[str, int, bytes]]) -> None:
+        """Write snapshots (best effort: a cache that cannot be written is only slower)."""
+        for name, seq, data in due:
+            try:
+                self.store.put_snapshot(self.key, name, seq, data)
+            except AgentnbError as exc:
+                log.info("session %s: snapshot %s not saved: %s", self.key, name, exc)
+
     def save_if_due(self, every: int = SNAPSHOT_EVERY) -> None:
-        """Save snapshots when enough was folded since the last one (best effort)."""
-        try:
-            if self.state.seq - self._saved_seq >= every:
-                self.store.put_snapshot(
-                    self.key, _STATE, self.state.seq, _encode(self.state.dump())
-                )
-                self._saved_seq = self.state.seq
-            if self.inbox.seq - self._saved_inbox >= every:
-                # The inbox has its own sequence; stamp it with the execution head instead,
-                # which the store checks, and keep the inbox seq inside the data.
-                self.store.put_snapshot(
-                    self.key,
-                    _INBOX,
-                    min(self.inbox.seq, self.state.seq),
-                    _encode(self.inbox.dump()),
-                )
-                self._saved_inbox = self.inbox.seq
-        except AgentnbError as exc:  # a cache that cannot be written is only slower
-            log.info("session %s: snapshot not saved: %s", self.key, exc)
+        """Save the snapshots that are due."""
+        self.put_snapshots(self.due_snapshots(every))

@@ -16,6 +16,7 @@ from typing import Any
 from agentnb.events import Event, Message
 
 __all__ = [
+    "FOLDED_TYPES",
     "TERMINAL_TURN",
     "Command",
     "InboxState",
@@ -480,3 +481,7 @@ def next_command(inbox: InboxState, state: SessionState) -> Command | None:
         if command.kind in {"resume", "respond", "cancel", "reconcile"}:
             return command
     return None
+
+
+FOLDED_TYPES = frozenset(_HANDLERS)
+"""The event types ``SessionState`` reads; it only advances its seq past any other type."""

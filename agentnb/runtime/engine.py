@@ -233,6 +233,7 @@ class SessionDriver:
         self.task: asyncio.Task[None] | None = None
         self.folds = Folds(self.store, key)
         self.writer = LogWriter(self.store, key, self.state)
+        self.writer.on_commit = self._committed
         self._renewer: asyncio.Task[None] | None = None
         self._bad_arguments: dict[str, str] = {}
         """Tool calls of the last model reply whose arguments were not a JSON object."""
@@ -242,6 +243,7 @@ class SessionDriver:
         self._tool_task: asyncio.Future[str] | None = None
         self._tool_is_async = False
         self._inbox_lock = threading.Lock()
+        self._background: set[asyncio.Future[None]] = set()
         self.stopping = False
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -302,8 +304,19 @@ class SessionDriver:
         """Throw away the in-memory folds (after a failed commit) and refold from the log."""
         self.folds = Folds(self.store, self.key)
         self.writer = LogWriter(self.store, self.key, self.state)
-        self.writer.on_commit = self.runtime._committed(self.key)
+        self.writer.on_commit = self._committed
         self._refresh()
+
+    def _committed(self, events: list[Event]) -> None:
+        """After each commit: tell live observers, and now and then snapshot the folds."""
+        self.runtime._committed(self.key)(events)
+        if self.writer.pending:
+            return  # the state is ahead of the log; snapshot a committed one later
+        due = self.folds.due_snapshots()
+        if due:
+            task = asyncio.get_running_loop().run_in_executor(None, self.folds.put_snapshots, due)
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
 
     async def _acquire(self) -> Lease | None:
         ttl = self.runtime.lease_ttl

@@ -150,7 +150,6 @@ class Runtime:
             driver.wake.set()
             return
         driver = SessionDriver(self, key)
-        driver.writer.on_commit = self._committed(key)
         self._drivers[key] = driver
         driver.task = self._loop.create_task(driver.run(), name=f"agentnb-session-{key}")
 

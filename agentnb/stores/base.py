@@ -140,6 +140,20 @@ class RawEvent(NamedTuple):
     def payload(self) -> Any:
         return freeze_json(json.loads(self.payload_json))
 
+    def to_event(self) -> Event:
+        """The decoded ``Event``."""
+        return Event.model_construct(
+            schema_version=self.schema_version,
+            event_id=self.event_id,
+            seq=self.seq,
+            occurred_at=self.occurred_at,
+            type=self.type,
+            turn_id=self.turn_id,
+            run_id=self.run_id,
+            required=self.required,
+            payload=self.payload,
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class SessionRecord:
