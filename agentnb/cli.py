@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -68,6 +69,139 @@ def _query(args: argparse.Namespace) -> int:
     return 0
 
 
+def _keys(store: Any, session_id: str, user: str | None, agent: str | None) -> Any:
+    import agentnb as nb
+
+    keys = [
+        r.key
+        for r in store.list_sessions(user_id=user, agent_id=agent)
+        if r.key.session_id == session_id
+    ]
+    if not keys:
+        raise nb.SessionNotFound(f"no session {session_id!r} in {store.url}; see agentnb sessions")
+    if len(keys) > 1:
+        raise nb.InvalidInput(
+            f"{len(keys)} sessions are called {session_id!r} "
+            f"({', '.join(map(str, keys))}); narrow with --user/--agent"
+        )
+    return keys[0]
+
+
+def _common(parser: argparse.ArgumentParser, *, session: bool = True) -> None:
+    if session:
+        parser.add_argument("session", help="the session id")
+    parser.add_argument("--store", default=None, help="store URL (default: SQLite in ./.agentnb/)")
+    parser.add_argument("--user", default=None, help="only sessions of this user")
+    parser.add_argument("--agent", default=None, help="only sessions of this agent id")
+
+
+def _sessions(args: argparse.Namespace) -> int:
+    """List sessions with their size and the status of their latest task."""
+    import agentnb as nb
+    from agentnb.folds import Folds
+
+    store = nb.open_store(args.store)
+    try:
+        records = store.list_sessions(user_id=args.user, agent_id=args.agent)
+        print(f"{'session':<28} {'user':<14} {'agent':<20} {'events':>8}  latest task")
+        for record in records:
+            key = record.key
+            state, inbox = Folds(store, key).refresh()
+            latest = state.latest_turn
+            queued = sum(
+                1
+                for c in inbox.commands.values()
+                if c.kind == "submit"
+                and c.turn_id not in state.turns
+                and c.command_id not in inbox.rejected
+            )
+            status = latest.status if latest else "-"
+            if queued:
+                status += f" (+{queued} queued)"
+            print(
+                f"{key.session_id:<28} {key.user_id:<14} {key.agent_id:<20} "
+                f"{state.seq:>8}  {status}"
+            )
+        if not records:
+            print("(no sessions)")
+    finally:
+        store.close()
+    return 0
+
+
+def _show(args: argparse.Namespace) -> int:
+    """Print a session's tasks, open requests and transcript."""
+    import agentnb as nb
+    from agentnb.folds import Folds
+
+    store = nb.open_store(args.store)
+    try:
+        key = _keys(store, args.session, args.user, args.agent)
+        state, _ = Folds(store, key).refresh()
+        print(f"{key}  ({state.seq} events)\n")
+        for turn in state.turns.values():
+            print(
+                f"task {turn.turn_id}  {turn.status:<11} runs={len(turn.run_ids)}  "
+                f"{turn.input[:60]!r}"
+            )
+        for request_id, request in state.pending.items():
+            print(f"waiting: {request['kind']} {request_id}: {request.get('prompt')}")
+        print()
+        for message in state.context:
+            calls = ", ".join(f"{c.name}({c.arguments})" for c in message.tool_calls)
+            text = message.text or (f"-> {calls}" if calls else "")
+            print(f"{message.role:>9}: {text[: args.width]}")
+    finally:
+        store.close()
+    return 0
+
+
+def _tail(args: argparse.Namespace) -> int:
+    """Print committed events of a session, and keep following with --follow."""
+    import agentnb as nb
+
+    store = nb.open_store(args.store)
+    try:
+        key = _keys(store, args.session, args.user, args.agent)
+        log = nb.SessionLog(store, key)
+        start = max(0, log.head() - args.lines)
+        follow = log.follow(after=start, idle_timeout=None if args.follow else 0.0)
+        try:
+            for event in follow:
+                brief = ", ".join(f"{k}={v}" for k, v in list(event.payload.items())[:3])
+                print(
+                    f"{event.seq:>7}  {event.occurred_at:%H:%M:%S.%f}  {event.type:<22} "
+                    f"{brief[:90]}",
+                    flush=True,
+                )
+        except KeyboardInterrupt:
+            follow.close()
+    finally:
+        store.close()
+    return 0
+
+
+def _worker(args: argparse.Namespace) -> int:
+    """Run a headless runtime that executes queued work of every session of the agent."""
+    import importlib
+
+    import agentnb as nb
+
+    module_name, _, attr = args.agent.partition(":")
+    if not module_name or not attr:
+        raise nb.InvalidInput(f"--agent takes module:attribute, got {args.agent!r}")
+    agent = getattr(importlib.import_module(module_name), attr)
+    runtime = nb.Runtime(agent, store=args.store, auto_resume=True, lease_ttl=args.lease)
+    print(f"worker for {agent.agent_id!r} on {runtime.store.url}; Ctrl-C to stop", flush=True)
+    try:
+        runtime.serve(poll=args.poll)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        runtime.close()
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="agentnb", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -117,6 +251,48 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     query.add_argument("--list", action="store_true", help="list the queries and exit")
     query.set_defaults(func=_query)
+
+    sessions = sub.add_parser(
+        "sessions",
+        help="list sessions",
+        description="List sessions. Example: agentnb sessions --user alice",
+    )
+    _common(sessions, session=False)
+    sessions.set_defaults(func=_sessions)
+
+    show = sub.add_parser(
+        "show",
+        help="print a session's tasks and transcript",
+        description="Print a session. Example: agentnb show conversation-001 --user alice",
+    )
+    _common(show)
+    show.add_argument("--width", type=int, default=120, help="characters per message line")
+    show.set_defaults(func=_show)
+
+    tail = sub.add_parser(
+        "tail",
+        help="print a session's latest events (and follow new ones)",
+        description="Print committed events. Example: agentnb tail conversation-001 --follow",
+    )
+    _common(tail)
+    tail.add_argument("-n", "--lines", type=int, default=20, help="events to show first")
+    tail.add_argument("-f", "--follow", action="store_true", help="keep printing new events")
+    tail.set_defaults(func=_tail)
+
+    worker = sub.add_parser(
+        "worker",
+        help="execute queued work of an agent's sessions (headless runtime)",
+        description=(
+            "Run a worker; crashed turns with nothing uncertain are resumed. Example: "
+            "agentnb worker --store sqlite:///.agentnb/agentnb.sqlite "
+            "--agent myproject.agents:cost_agent"
+        ),
+    )
+    worker.add_argument("--store", default=None, help="store URL (default: SQLite in ./.agentnb/)")
+    worker.add_argument("--agent", required=True, help="module:attribute of an nb.Agent")
+    worker.add_argument("--poll", type=float, default=1.0, help="seconds between scans")
+    worker.add_argument("--lease", type=float, default=10.0, help="lease seconds")
+    worker.set_defaults(func=_worker)
 
     args = parser.parse_args(argv)
     from agentnb.errors import AgentnbError

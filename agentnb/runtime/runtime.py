@@ -164,6 +164,18 @@ class Runtime:
 
         return on_commit
 
+    def serve(self, poll: float = 1.0, stop: threading.Event | None = None) -> None:
+        """Execute queued work of every session of this agent until ``stop`` is set.
+
+        What ``agentnb worker`` runs: every ``poll`` seconds each session is offered to a
+        driver, which takes its lease only when it has work (or a crashed run to recover).
+        """
+        stop = stop or threading.Event()
+        while not stop.is_set() and not self._closed:
+            for key in self.sessions():
+                self.kick(key)
+            stop.wait(poll)
+
     def active(self, key: SessionKey) -> bool:
         """Whether this runtime has a driver working on ``key`` now."""
         driver = self._drivers.get(key)
