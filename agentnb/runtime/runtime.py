@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import os
 import socket
 import threading
@@ -204,6 +205,10 @@ class Runtime:
                     task.cancel()
                 if pending:
                     await asyncio.wait(pending, timeout=1.0)
+            # Store calls run in worker threads, and cancelling a task does not stop its
+            # thread: wait for them, so nothing uses the store once close() returns.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._loop.shutdown_default_executor(), timeout)
 
         try:
             asyncio.run_coroutine_threadsafe(stop_all(), self._loop).result(timeout + 2)

@@ -50,6 +50,8 @@ here so every backend makes the same decisions.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
 import threading
 import time
@@ -57,7 +59,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 from agentnb.errors import (
     AppendConflict,
@@ -67,6 +69,7 @@ from agentnb.errors import (
     InboxChanged,
     InvalidInput,
     LeaseHeld,
+    StorageError,
 )
 from agentnb.events import (
     INBOX_TYPES,
@@ -280,6 +283,20 @@ def decide_append(
 # --------------------------------------------------------------------------------------------
 
 
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _guarded(method: _F) -> _F:
+    """Run a public store call as an operation ``close`` waits for."""
+
+    @functools.wraps(method)
+    def wrapper(self: SessionStore, *args: Any, **kwargs: Any) -> Any:
+        with self._operation():
+            return method(self, *args, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
+
+
 class SessionStore(ABC):
     """Durable storage for sessions: catalogue, execution log, inbox, leases, watermarks.
 
@@ -294,17 +311,22 @@ class SessionStore(ABC):
         self.clock: Clock = clock or SystemClock()
         self._cond = threading.Condition()
         self._closed = False
+        self._ops = 0
+        self._ops_done = threading.Condition()
 
     # -- catalogue ---------------------------------------------------------------------------
 
+    @_guarded
     def create_session(self, key: SessionKey) -> SessionRecord:
         """Get or create the catalogue record of ``key``."""
         return self._create_session(_key(key), self.clock.now())
 
+    @_guarded
     def get_session(self, key: SessionKey) -> SessionRecord | None:
         """The catalogue record, or None; never creates anything."""
         return self._get_session(_key(key))
 
+    @_guarded
     def list_sessions(
         self,
         *,
@@ -320,10 +342,12 @@ class SessionStore(ABC):
 
     # -- execution log ----------------------------------------------------------------------
 
+    @_guarded
     def head(self, key: SessionKey) -> int:
         """Last committed seq (0 when empty). ``SessionNotFound`` for unknown sessions."""
         return self._head(_key(key))
 
+    @_guarded
     def append(
         self,
         key: SessionKey,
@@ -363,6 +387,7 @@ class SessionStore(ABC):
         self._notify()
         return batch
 
+    @_guarded
     def read_after(self, key: SessionKey, after: int, limit: int) -> list[Event]:
         """Up to ``limit`` committed events with seq > ``after``."""
         key = _key(key)
@@ -370,6 +395,7 @@ class SessionStore(ABC):
         _check_limit(limit)
         return _checked(key, after, self._read(key, after, after + limit))
 
+    @_guarded
     def read_raw(self, key: SessionKey, after: int, limit: int) -> list[RawEvent]:
         """Like ``read_after``, but events stay in their stored form (for exporters).
 
@@ -398,14 +424,16 @@ class SessionStore(ABC):
         """Committed events in ``(after, through]`` (through defaults to the head now)."""
         key = _key(key)
         _check_seq(after, "after")
-        head = self._head(key)
+        with self._operation():
+            head = self._head(key)
         end = head if through is None else _check_seq(through, "through")
         if end > head:
             # Not a gap: those events were never committed. Saying Corrupt would mislead.
             raise InvalidInput(f"session {key}: through={end} is past the head {head}")
         pos = after
         while pos < end:
-            page = _checked(key, pos, self._read(key, pos, min(end, pos + SCAN_PAGE)))
+            with self._operation():
+                page = _checked(key, pos, self._read(key, pos, min(end, pos + SCAN_PAGE)))
             if not page:
                 raise Corrupt(
                     f"session {key}: events after seq {pos} are missing (expected up to {end})"
@@ -415,6 +443,7 @@ class SessionStore(ABC):
 
     # -- inbox -------------------------------------------------------------------------------
 
+    @_guarded
     def inbox_append(
         self,
         key: SessionKey,
@@ -442,10 +471,12 @@ class SessionStore(ABC):
             self._notify()
         return record
 
+    @_guarded
     def inbox_head(self, key: SessionKey) -> int:
         """Last inbox seq (0 when empty)."""
         return self._inbox_head(_key(key))
 
+    @_guarded
     def inbox_read_after(self, key: SessionKey, after: int, limit: int) -> list[Event]:
         """Up to ``limit`` inbox events with inbox seq > ``after``."""
         key = _key(key)
@@ -455,22 +486,26 @@ class SessionStore(ABC):
 
     # -- leases ------------------------------------------------------------------------------
 
+    @_guarded
     def acquire_lease(self, key: SessionKey, owner: str, ttl: float = 10.0) -> Lease:
         """Take (or extend, for the same owner) the execution lease; ``LeaseHeld`` if taken."""
         key = _key(key)
         check_id(owner, "owner")
         return self._acquire_lease(key, owner, _check_ttl(ttl), self.clock.now())
 
+    @_guarded
     def renew_lease(self, lease: Lease, ttl: float = 10.0) -> Lease:
         """Extend a live lease; ``Fenced`` if it is stale or expired."""
         _check_lease(lease)
         return self._renew_lease(lease, _check_ttl(ttl), self.clock.now())
 
+    @_guarded
     def release_lease(self, lease: Lease) -> None:
         """Give the lease up now so another holder need not wait; ``Fenced`` if stale."""
         _check_lease(lease)
         self._release_lease(lease, self.clock.now())
 
+    @_guarded
     def current_lease(self, key: SessionKey) -> Lease | None:
         """The live lease, or None when nobody holds one."""
         key = _key(key)
@@ -482,12 +517,14 @@ class SessionStore(ABC):
 
     # -- export watermarks -------------------------------------------------------------------
 
+    @_guarded
     def watermark(self, key: SessionKey, sink: str) -> int:
         """Highest seq the sink named ``sink`` holds durably (0 if none)."""
         key = _key(key)
         check_id(sink, "sink")
         return self._watermark(key, sink)
 
+    @_guarded
     def advance_watermark(self, key: SessionKey, sink: str, seq: int) -> int:
         """Move the watermark up to ``seq``; never backwards. Returns the value now stored."""
         key = _key(key)
@@ -500,6 +537,7 @@ class SessionStore(ABC):
 
     # -- misc --------------------------------------------------------------------------------
 
+    @_guarded
     def put_snapshot(self, key: SessionKey, name: str, seq: int, data: bytes) -> None:
         """Cache a projection of the log through ``seq`` under ``name``.
 
@@ -516,30 +554,75 @@ class SessionStore(ABC):
             raise InvalidInput(f"session {key}: snapshot seq {seq} is past the head {head}")
         self._put_snapshot(key, name, seq, data)
 
+    @_guarded
     def get_snapshot(self, key: SessionKey, name: str) -> tuple[int, bytes] | None:
         """The newest snapshot ``name`` as (seq, data), or None."""
         key = _key(key)
         check_id(name, "name")
         return self._get_snapshot(key, name)
 
+    @_guarded
     def secret(self) -> bytes:
         """A random per-store secret (created once) for signing cursors."""
         return self._secret()
 
-    def wait_for_head(self, key: SessionKey, after: int, timeout: float | None) -> int:
-        """Block until the head passes ``after`` or ``timeout`` elapses; returns the head."""
-        key = _key(key)
-        return self._wait(lambda: self._head(key), after, timeout)
+    def wait_for_head(
+        self,
+        key: SessionKey,
+        after: int,
+        timeout: float | None,
+        *,
+        stop: threading.Event | None = None,
+    ) -> int:
+        """Block until the head passes ``after``, ``timeout`` elapses or ``stop`` is set.
 
-    def wait_for_inbox(self, key: SessionKey, after: int, timeout: float | None) -> int:
-        """Block until the inbox head passes ``after`` or ``timeout`` elapses."""
+        Returns the head. Whoever sets ``stop`` calls ``wake_waiters()`` to end the wait now.
+        """
         key = _key(key)
-        return self._wait(lambda: self._inbox_head(key), after, timeout)
+        return self._wait(lambda: self._head(key), after, timeout, stop)
+
+    def wait_for_inbox(
+        self,
+        key: SessionKey,
+        after: int,
+        timeout: float | None,
+        *,
+        stop: threading.Event | None = None,
+    ) -> int:
+        """Block until the inbox head passes ``after``, ``timeout`` elapses or ``stop`` is set."""
+        key = _key(key)
+        return self._wait(lambda: self._inbox_head(key), after, timeout, stop)
+
+    def wake_waiters(self) -> None:
+        """Wake every waiter of this store, so those whose ``stop`` is set return now."""
+        self._notify()
 
     def close(self) -> None:
-        """Release resources; committed data stays. Waiters wake up."""
-        self._closed = True
+        """Release resources; committed data stays. Waiters wake up.
+
+        Calls already running in other threads finish first; later calls raise
+        ``StorageError``. Backends release their resources after this returns.
+        """
+        with self._ops_done:
+            self._closed = True
         self._notify()
+        with self._ops_done:
+            self._ops_done.wait_for(lambda: self._ops == 0, timeout=60)
+
+    @contextlib.contextmanager
+    def _operation(self) -> Iterator[None]:
+        """Count a call in flight, so ``close`` waits for it (and refuses new ones)."""
+        with self._ops_done:
+            if self._closed:
+                raise StorageError(f"store {self.url} is closed; open it again to use it")
+            self._ops += 1
+        try:
+            yield
+        finally:
+            with self._ops_done:
+                self._ops -= 1
+                if not self._ops:
+                    self._ops_done.notify_all()
 
     def __enter__(self) -> SessionStore:
         return self
@@ -553,18 +636,32 @@ class SessionStore(ABC):
         with self._cond:
             self._cond.notify_all()
 
-    def _wait(self, read: Callable[[], int], after: int, timeout: float | None) -> int:
+    def _wait(
+        self,
+        read: Callable[[], int],
+        after: int,
+        timeout: float | None,
+        stop: threading.Event | None = None,
+    ) -> int:
         deadline = None if timeout is None else time.monotonic() + timeout
+        value = after
         while True:
-            value = read()
-            if value > after or self._closed:
+            try:
+                with self._operation():
+                    value = read()
+            except StorageError:
+                if self._closed:
+                    return value  # closed while waiting: the waiter just needs to wake
+                raise
+            if value > after or self._closed or (stop is not None and stop.is_set()):
                 return value
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
                 return value
             step = self.poll_interval if remaining is None else min(remaining, self.poll_interval)
             with self._cond:
-                if not self._closed:  # checked under the lock close() notifies with
+                # Checked under the lock that close() and wake_waiters() notify with.
+                if not self._closed and not (stop is not None and stop.is_set()):
                     self._cond.wait(step)
             if self._closed:
                 # Reading again could fail on a closed backend; the waiter just needs to wake.
