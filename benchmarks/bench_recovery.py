@@ -4,9 +4,9 @@ Both sessions hold the same conversation (same turns, messages and tool calls); 
 streamed far more: every reply and tool reported thousands of chunk and progress events, as
 long generations and busy tools do. Each ends in a crash: a run left open with a tool call
 dispatched and no result. The metric is the time for a fresh runtime to open the session and
-have ``inspect()``, ``tasks()`` and ``transcript()`` ready (what a notebook shows after a
-restart). Recovery starts from the newest snapshot of the folds, not from a full replay, so
-the target is a ratio of at most 2. The full replay of the long log is reported as the
+have ``inspect()``, ``tasks()``, ``transcript()`` and ``snapshot()`` ready (what a notebook
+shows after a restart). Recovery starts from the newest snapshot of the folds, not from a full
+replay, so the target is a ratio of at most 2. The full replay of the long log is reported as the
 baseline it avoids.
 
     python benchmarks/bench_recovery.py [--quick]
@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import agentnb as nb
-from agentnb.folds import SNAPSHOT_EVERY, Folds
+from agentnb.folds import SNAPSHOT_EVERY, ChatFolds, Folds
 from agentnb.projections.state import SessionState
 
 TURNS = 40
@@ -130,6 +130,7 @@ def build(path: Path, events_target: int) -> tuple[str, nb.SessionKey, int]:
     # The runtime that wrote the session snapshots its folds after commits, at most
     # SNAPSHOT_EVERY events apart; replay that, so the crash leaves the same state behind.
     folds = Folds(store, key)
+    chat = ChatFolds(store, key)
     head = 0
     batch: list[nb.Event] = []
 
@@ -139,6 +140,7 @@ def build(path: Path, events_target: int) -> tuple[str, nb.SessionKey, int]:
         head += len(batch)
         batch = []
         folds.refresh()
+        chat.refresh()
 
     for t in range(TURNS):
         inbox.accept("submit", command_id=f"cmd_{t}", turn_id=f"turn_{t}", input=f"question {t}")
@@ -163,6 +165,7 @@ def reopen(url: str, key: nb.SessionKey) -> float:
         inspection = session.inspect()
         tasks = session.tasks()
         transcript = session.transcript()
+        snapshot = session.snapshot()
         elapsed = time.perf_counter() - start
     finally:
         runtime.close()
@@ -170,6 +173,7 @@ def reopen(url: str, key: nb.SessionKey) -> float:
     assert [c.call_id for c in inspection.uncertain_tool_calls] == [f"call_{TURNS - 1}"]
     assert len(tasks) == TURNS
     assert len(transcript.messages) == TURNS * 4 - 2
+    assert snapshot.messages == transcript.messages
     return elapsed
 
 
