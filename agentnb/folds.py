@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import zlib
 from typing import Any
 
@@ -18,7 +19,7 @@ from agentnb.ids import SessionKey
 from agentnb.projections.state import FOLDED_TYPES, InboxState, SessionState
 from agentnb.stores.base import MAX_READ_LIMIT, SessionStore
 
-__all__ = ["SNAPSHOT_EVERY", "Folds"]
+__all__ = ["SNAPSHOT_EVERY", "ChatFolds", "Folds"]
 
 log = logging.getLogger("agentnb.folds")
 
@@ -124,3 +125,68 @@ class Folds:
     def save_if_due(self, every: int = SNAPSHOT_EVERY) -> None:
         """Save the snapshots that are due."""
         self.put_snapshots(self.due_snapshots(every))
+
+
+_CHAT = "chat-state"
+
+
+class ChatFolds:
+    """The chat fold of one session (``Session.snapshot()``), cached like ``Folds``."""
+
+    def __init__(self, store: SessionStore, key: SessionKey) -> None:
+        from agentnb.projections.chat import ChatState
+
+        self.store = store
+        self.key = key
+        self.chat = ChatState()
+        self._loaded = False
+        self._saved_seq = 0
+        self._lock = threading.Lock()
+
+    def _load(self, limit: int) -> None:
+        from agentnb.projections.chat import ChatState
+
+        self._loaded = True
+        found = self.store.get_snapshot(self.key, _CHAT)
+        if found is None or found[0] > limit:
+            return
+        try:
+            self.chat = ChatState.load(_decode(found[1]))
+            self._saved_seq = self.chat.seq
+        except (ValueError, KeyError, TypeError, zlib.error) as exc:
+            log.info("session %s: ignoring snapshot %s (%s)", self.key, _CHAT, exc)
+
+    def snapshot(self, through: int, inbox: InboxState, *, executing: bool) -> Any:
+        """The ``ChatSnapshot`` of exactly ``(0, through]`` (plus queued tasks from ``inbox``)."""
+        with self._lock:
+            return self._refresh(through).snapshot(inbox, executing=executing)
+
+    def copy(self, through: int) -> Any:
+        """A private ``ChatState`` of exactly ``(0, through]`` that the caller may fold on."""
+        from agentnb.projections.chat import ChatState
+
+        with self._lock:
+            return ChatState.load(self._refresh(through).dump())
+
+    def refresh(self, through: int | None = None) -> None:
+        """Fold up to ``through`` (default: the head now), saving a snapshot when due."""
+        with self._lock:
+            self._refresh(self.store.head(self.key) if through is None else through)
+
+    def _refresh(self, head: int) -> Any:
+        """The chat fold of exactly ``(0, head]``; a newer snapshot is saved when due."""
+        if not self._loaded:
+            self._load(head)
+        if self.chat.seq > head:  # asked for an older prefix: fold it from scratch
+            from agentnb.projections.chat import ChatState
+
+            return ChatState.fold(self.store.scan(self.key, 0, head))
+        for event in self.store.scan(self.key, self.chat.seq, head):
+            self.chat.apply(event)
+        if self.chat.seq - self._saved_seq >= SNAPSHOT_EVERY:
+            try:
+                self.store.put_snapshot(self.key, _CHAT, self.chat.seq, _encode(self.chat.dump()))
+                self._saved_seq = self.chat.seq
+            except AgentnbError as exc:
+                log.info("session %s: snapshot %s not saved: %s", self.key, _CHAT, exc)
+        return self.chat

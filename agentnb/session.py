@@ -23,7 +23,7 @@ from agentnb.errors import (
     NotRunning,
 )
 from agentnb.events import Event, Message, canonical_json
-from agentnb.folds import Folds
+from agentnb.folds import ChatFolds, Folds
 from agentnb.history import HistoryPage, HistoryPages, read_history
 from agentnb.ids import SessionKey, check_id, new_id
 from agentnb.log import Inbox, SessionLog
@@ -49,6 +49,7 @@ from agentnb.runtime.engine import build_context
 from agentnb.runtime.live import Subscription
 
 if TYPE_CHECKING:
+    from agentnb.projections.chat import ChatSnapshot
     from agentnb.runtime.runtime import Runtime
 
 __all__ = ["Session"]
@@ -81,6 +82,7 @@ class Session:
         self.inbox = Inbox(runtime.store, key)
         self._lock = threading.RLock()
         self._folds = Folds(runtime.store, key)
+        self._chat = ChatFolds(runtime.store, key)
 
     # -- reading -----------------------------------------------------------------------------
 
@@ -144,6 +146,17 @@ class Session:
         with self._lock:
             state, _ = self._refresh()
             return Transcript(tuple(state.context), state.seq)
+
+    def snapshot(self) -> ChatSnapshot:
+        """One consistent read at one watermark: chat items, messages, pending, tasks, cursor.
+
+        Items include the unfinished text of a reply still streaming and tool cards with
+        their arguments, progress and results; ``cursor`` is the seq they cover.
+        """
+        with self._lock:
+            head = self.log.head()
+            _, inbox = self._refresh()
+            return self._chat.snapshot(head, inbox, executing=self._executing())  # type: ignore[no-any-return]
 
     def history(self, limit: int = 100, after: str | None = None) -> HistoryPage:
         """One bounded page of committed messages, oldest first (see ``HistoryPage``).
@@ -589,3 +602,11 @@ class Session:
 
     def _repr_pretty_(self, p: Any, cycle: bool) -> None:
         p.text(repr(self))
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> Any:
+        """In a notebook a session shows as its live ``SessionView`` (text without ipywidgets)."""
+        try:
+            from agentnb.widgets import SessionView
+        except ImportError:
+            return {"text/plain": repr(self)}
+        return SessionView(self)._repr_mimebundle_(include=include, exclude=exclude)

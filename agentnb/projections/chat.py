@@ -152,6 +152,19 @@ class ChatSnapshot:
         )
 
 
+CHAT_VERSION = 1
+"""Bumped whenever the chat fold changes: older snapshots are then ignored and rebuilt."""
+
+
+def _plain(value: Any) -> Any:
+    """JSON-ready copy of an item field (frozen mappings and tuples become dicts and lists)."""
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
 class _Item:
     """The mutable working copy of one item; ``frozen()`` caches its ``ChatItem``."""
 
@@ -230,6 +243,9 @@ class _Item:
         return self._frozen
 
 
+_ITEM_FIELDS = tuple(name for name in _Item.__slots__ if name != "_frozen")
+
+
 class ChatState:
     """Fold of the execution log into chat items. ``apply`` one event at a time, in seq order.
 
@@ -260,6 +276,52 @@ class ChatState:
         state = cls()
         for event in events:
             state.apply(event)
+        return state
+
+    # -- snapshots (a cache of the fold; see agentnb.folds) ---------------------------------
+
+    def dump(self) -> dict[str, Any]:
+        """The whole fold as JSON-ready data; ``load`` gives an equal fold back."""
+        items = [
+            {name: _plain(getattr(item, name)) for name in _ITEM_FIELDS} | {"key": key}
+            for key, item in self._items.items()
+        ]
+        return {
+            "version": CHAT_VERSION,
+            "seq": self.seq,
+            "session": self.session.dump(),
+            "items": items,
+            "alias": self._alias,
+            "drafts": {mc: {str(i): k for i, k in d.items()} for mc, d in self._drafts.items()},
+            "by_message": self._by_message,
+            "sources": self._sources,
+            "open": sorted(self._open),
+        }
+
+    @classmethod
+    def load(cls, data: dict[str, Any]) -> ChatState:
+        """The fold ``dump`` described; ``ValueError`` if it comes from another version."""
+        if data.get("version") != CHAT_VERSION:
+            raise ValueError(f"chat snapshot version {data.get('version')} is not {CHAT_VERSION}")
+        state = cls()
+        state.seq = data["seq"]
+        state.session = SessionState.load(data["session"])
+        for raw in data["items"]:
+            item = _Item.__new__(_Item)
+            for name in _ITEM_FIELDS:
+                setattr(item, name, raw[name])
+            item.tool_call_ids = tuple(raw["tool_call_ids"])
+            item.progress = list(raw["progress"])
+            for name in ("arguments", "result", "request"):
+                if raw[name] is not None:
+                    setattr(item, name, freeze_json(raw[name]))
+            item._frozen = None
+            state._items[raw["key"]] = item
+        state._alias = dict(data["alias"])
+        state._drafts = {mc: {int(i): k for i, k in d.items()} for mc, d in data["drafts"].items()}
+        state._by_message = dict(data["by_message"])
+        state._sources = dict(data["sources"])
+        state._open = set(data["open"])
         return state
 
     # -- reading -----------------------------------------------------------------------------
@@ -764,11 +826,10 @@ def read_state(session: Session) -> tuple[ChatState, InboxState]:
     queued (accepted, not started) and their acceptance times.
     """
     head = session.log.head()
-    state = ChatState.fold(session.log.scan(0, head))
+    state: ChatState = session._chat.copy(head)  # the cached fold, exactly (0, head]
     return state, read_inbox(session)
 
 
 def snapshot_of(session: Session) -> ChatSnapshot:
     """``Session.snapshot()``: one consistent read at one watermark (see ``read_state``)."""
-    state, inbox = read_state(session)
-    return state.snapshot(inbox, executing=executing(session))
+    return session.snapshot()

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import threading
 import time
@@ -21,6 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from agentnb.errors import (
+    AgentnbError,
     AppendConflict,
     CannotResume,
     Fenced,
@@ -33,7 +35,7 @@ from agentnb.errors import (
     StorageError,
 )
 from agentnb.events import Event, Message, ToolCallData
-from agentnb.folds import Folds
+from agentnb.folds import ChatFolds, Folds
 from agentnb.ids import SessionKey, new_id
 from agentnb.log import Inbox
 from agentnb.projections.decisions import check_cancel, check_respond, check_resume
@@ -232,6 +234,7 @@ class SessionDriver:
         self.wake = asyncio.Event()
         self.task: asyncio.Task[None] | None = None
         self.folds = Folds(self.store, key)
+        self.chat_folds = ChatFolds(self.store, key)
         self.writer = LogWriter(self.store, key, self.state)
         self.writer.on_commit = self._committed
         self._renewer: asyncio.Task[None] | None = None
@@ -307,6 +310,14 @@ class SessionDriver:
         self.writer.on_commit = self._committed
         self._refresh()
 
+    def _save_snapshots(self, due: list[tuple[str, int, bytes]], seq: int) -> None:
+        """In a worker thread: write the due snapshots, and bring the chat fold's along."""
+        self.folds.put_snapshots(due)
+        try:
+            self.chat_folds.refresh(through=seq)
+        except AgentnbError as exc:  # a cache: a failure only makes a later read slower
+            log.info("session %s: chat snapshot not refreshed: %s", self.key, exc)
+
     def _committed(self, events: list[Event]) -> None:
         """After each commit: tell live observers, and now and then snapshot the folds."""
         self.runtime._committed(self.key)(events)
@@ -314,7 +325,9 @@ class SessionDriver:
             return  # the state is ahead of the log; snapshot a committed one later
         due = self.folds.due_snapshots()
         if due:
-            task = asyncio.get_running_loop().run_in_executor(None, self.folds.put_snapshots, due)
+            task = asyncio.get_running_loop().run_in_executor(
+                None, self._save_snapshots, due, self.state.seq
+            )
             self._background.add(task)
             task.add_done_callback(self._background.discard)
 
@@ -536,7 +549,8 @@ class SessionDriver:
         """Finish the turn's open tool calls (answered, re-runnable, not yet run), then go on."""
         self._stop.clear()
         self._stop_command = None
-        watcher = asyncio.create_task(self._watch(turn_id, run_id))
+        watch_stop = threading.Event()
+        watcher = asyncio.create_task(self._watch(turn_id, run_id, watch_stop))
         try:
             for call in self.state.open_calls(turn_id):
                 data = ToolCallData(call_id=call.call_id, name=call.name, arguments=call.arguments)
@@ -557,6 +571,8 @@ class SessionDriver:
             return
         finally:
             watcher.cancel()
+            watch_stop.set()  # and end the watcher's wait in its worker thread now
+            self.store.wake_waiters()
         await self._run(turn_id, run_id, [])
 
     async def _answered_call(
@@ -753,7 +769,8 @@ class SessionDriver:
         """Steps until the turn completes, fails, needs a person, or is interrupted."""
         w = self.writer
         self._publish("status", turn_id, run_id, status="running")
-        watcher = asyncio.create_task(self._watch(turn_id, run_id))
+        watch_stop = threading.Event()
+        watcher = asyncio.create_task(self._watch(turn_id, run_id, watch_stop))
         step = 0
         step_id: str | None = None
         try:
@@ -805,12 +822,16 @@ class SessionDriver:
             await self._finish(turn_id, run_id, "interrupted", applied, step_id=step_id, error=None)
         finally:
             watcher.cancel()
+            watch_stop.set()  # and end the watcher's wait in its worker thread now
+            self.store.wake_waiters()
 
-    async def _watch(self, turn_id: str, run_id: str) -> None:
+    async def _watch(self, turn_id: str, run_id: str, stop: threading.Event) -> None:
         """Notice interrupt commands for this run (from any process) while it runs."""
         pos = self.inbox.seq
         while True:
-            head = await asyncio.to_thread(self.store.wait_for_inbox, self.key, pos, 0.5)
+            head = await asyncio.to_thread(
+                functools.partial(self.store.wait_for_inbox, self.key, pos, 0.5, stop=stop)
+            )
             if head <= pos:
                 continue
             await asyncio.to_thread(self._refresh_inbox)
