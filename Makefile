@@ -36,6 +36,7 @@ bench: $(BENCH_STAMP)
 	$(BIN)/python benchmarks/bench_export.py
 	$(BIN)/python benchmarks/bench_runtime.py
 	$(BIN)/python benchmarks/bench_recovery.py
+	$(BIN)/python benchmarks/bench_widgets.py
 
 clean:
 	rm -rf $(VENV) .agentnb .pytest_cache .mypy_cache .ruff_cache

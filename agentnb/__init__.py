@@ -32,6 +32,7 @@ from agentnb.events import Event, Message, register_event_type
 from agentnb.history import HistoryPage
 from agentnb.ids import SessionKey
 from agentnb.log import Inbox, SessionLog
+from agentnb.projections.chat import ChatItem, ChatSnapshot
 from agentnb.records import (
     InputReceipt,
     Inspection,
@@ -57,6 +58,8 @@ __all__ = [
     "Answer",
     "AppendConflict",
     "CannotResume",
+    "ChatItem",
+    "ChatSnapshot",
     "Corrupt",
     "CrossSessionCursor",
     "Event",

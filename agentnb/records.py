@@ -129,3 +129,5 @@ class Inspection:
     active_runs: tuple[str, ...]
     interrupted_turn: str | None
     next_context: tuple[Message, ...]
+    exports: tuple[Any, ...] = ()
+    """One ``ExportStatus`` per ``export_to`` sink: lag, failures, last error, next retry."""

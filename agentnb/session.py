@@ -202,12 +202,14 @@ class Session:
                 for c in sorted(waiting, key=lambda c: c.seq)
             ]
             active = (state.active_run,) if state.active_run and executing else ()
+            exporter = self.runtime.exporter
             return Inspection(
                 state.seq,
                 uncertain,
                 active,
                 interrupted,
                 tuple(build_context(self.runtime.agent.instructions, context)),
+                exporter.status(self.key) if exporter is not None else (),
             )
 
     # -- commands ----------------------------------------------------------------------------
