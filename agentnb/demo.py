@@ -8,6 +8,8 @@ leaves the machine: the model is a ``ScriptedModel``.
 
 from __future__ import annotations
 
+import os
+import tempfile
 import time
 from collections.abc import Callable
 from typing import Any
@@ -122,6 +124,28 @@ def _timeline(session: nb.Session) -> None:
         )
 
 
+def _export(session: nb.Session, out: Callable[[str], None]) -> None:
+    """Export the session to Parquet and show what an analyst gets back."""
+    try:
+        from agentnb import analysis
+        from agentnb.export import Exporter, ParquetSink
+    except ImportError:
+        out('\n(export skipped: pip install "agentnb[export]" to see it)')
+        return
+    url = session.runtime.store.url
+    root = (
+        os.path.join(os.path.dirname(url.removeprefix("sqlite:///")) or ".", "export")
+        if url.startswith("sqlite:///")
+        else tempfile.mkdtemp(prefix="agentnb-export-")
+    )
+    delivered = Exporter(session.log, ParquetSink(root), progress=False).drain()
+    out(f"\nexported {delivered} new events to {root} (Parquet); the turns dataframe:")
+    turns = analysis.turns(root)
+    turns = turns[turns["session_id"] == session.key.session_id]
+    columns = ["input", "status", "runs", "tool_calls", "steers", "interactions", "interrupts"]
+    out(turns[columns].to_string(index=False))
+
+
 def run_demo(store: str | None = None, out: Callable[[str], None] = print) -> nb.Session:
     """Run the demo on ``store`` (default: SQLite under ./.agentnb/); returns the session."""
     model = nb.ScriptedModel(_script, chunk_size=6, chunk_delay=0.01)
@@ -178,6 +202,7 @@ def run_demo(store: str | None = None, out: Callable[[str], None] = print) -> nb
             f"{[(t.input[:20], t.status, len(t.run_ids)) for t in session.tasks()]}"
         )
         _timeline(session)
+        _export(session, out)
         return session
     finally:
         runtime.close()

@@ -71,3 +71,4 @@ def test_demo_runs_end_to_end(tmp_path: Path) -> None:
     assert "interrupted task 3 while it streamed: interrupted" in out.stdout
     assert "resumed task 3 (same turn, new run): completed" in out.stdout
     assert "approved; task 2 completed" in out.stdout
+    assert "the turns dataframe" in out.stdout
