@@ -842,9 +842,15 @@ class Event(BaseModel):
 
     def with_seq(self, seq: int) -> Event:
         """This event as committed at ``seq``."""
-        # A shallow copy of an already valid event (model_construct would redo field setup).
-        event = self.__copy__()
-        event.__dict__["seq"] = seq
+        # A shallow copy of an already valid, frozen event: what pydantic's __copy__ does,
+        # without its generic machinery (this is on every commit's path).
+        event = object.__new__(Event)
+        fields = dict(self.__dict__)
+        fields["seq"] = seq
+        object.__setattr__(event, "__dict__", fields)
+        object.__setattr__(event, "__pydantic_fields_set__", self.__pydantic_fields_set__)
+        object.__setattr__(event, "__pydantic_extra__", self.__pydantic_extra__)
+        object.__setattr__(event, "__pydantic_private__", self.__pydantic_private__)
         return event
 
     @property
@@ -869,6 +875,14 @@ class Event(BaseModel):
         )
         return f"{envelope[:-1]},{canonical_json(self.payload)}]"
 
+    def content_key(self) -> str:
+        """Everything but ``seq`` as one string, cheaply (ids hold no control characters)."""
+        return (
+            f"{self.schema_version}\x1f{self.event_id}\x1f{_ts(self.occurred_at)}\x1f"
+            f"{self.type}\x1f{self.turn_id or ''}\x1f{self.run_id or ''}\x1f{self.required}\x1f"
+            f"{canonical_json(self.payload)}"
+        )
+
 
 def builtins_type_name(value: object) -> str:
     return type(value).__name__
@@ -881,5 +895,5 @@ def _ts(value: datetime) -> int:
 
 def event_digest(events: Iterable[Event]) -> str:
     """SHA-256 over the canonical content of a batch (batch-id replay detection)."""
-    text = "".join([f"{event.content_json()}\n" for event in events])
+    text = "\x1e".join([event.content_key() for event in events])
     return hashlib.sha256(text.encode()).hexdigest()

@@ -50,7 +50,9 @@ def _three_step_script(messages: list[nb.Message]) -> Any:
 
 def _batches(db: Path) -> int:
     with sqlite3.connect(db) as conn:
-        return int(conn.execute("SELECT count(*) FROM batches").fetchone()[0])
+        # Each committed batch marks its first event with the batch id.
+        row = conn.execute("SELECT count(*) FROM events WHERE batch_id IS NOT NULL").fetchone()
+        return int(row[0])
 
 
 def run_agentnb(turns: int, workdir: Path) -> dict[str, float]:

@@ -621,7 +621,7 @@ class SessionStore(ABC):
         finally:
             with self._ops_done:
                 self._ops -= 1
-                if not self._ops:
+                if not self._ops and self._closed:
                     self._ops_done.notify_all()
 
     def __enter__(self) -> SessionStore:

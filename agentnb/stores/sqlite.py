@@ -46,13 +46,11 @@ CREATE TABLE IF NOT EXISTS events (
     type TEXT NOT NULL, turn_id TEXT, run_id TEXT, required INTEGER NOT NULL,
     occurred_us INTEGER NOT NULL, schema_version INTEGER NOT NULL,
     payload TEXT, blob TEXT, crc INTEGER NOT NULL,
+    batch_id TEXT, digest TEXT,
     PRIMARY KEY (session, seq)
 );
-CREATE TABLE IF NOT EXISTS batches (
-    session INTEGER NOT NULL, batch_id TEXT NOT NULL, digest TEXT NOT NULL,
-    first_seq INTEGER NOT NULL,
-    PRIMARY KEY (session, batch_id)
-) WITHOUT ROWID;
+CREATE UNIQUE INDEX IF NOT EXISTS events_batch ON events (session, batch_id)
+    WHERE batch_id IS NOT NULL;
 CREATE TABLE IF NOT EXISTS inbox (
     session INTEGER NOT NULL, seq INTEGER NOT NULL, event_id TEXT NOT NULL,
     type TEXT NOT NULL, turn_id TEXT, run_id TEXT, required INTEGER NOT NULL,
@@ -75,12 +73,20 @@ CREATE TABLE IF NOT EXISTS snapshots (
 """
 
 _INSERT_EVENT = f"INSERT INTO events (session, {_rows.COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)"
-# Everything an append decides on, in one statement: lease, head, and an earlier batch that
-# used the same id.
+# The first event of a batch carries the batch id and digest (lost-ack replay detection), and
+# is inserted only if the head and the lease are what the caller expects: the common append
+# is one guarded statement. When it inserts nothing, _APPEND_STATE says why.
+_INSERT_FIRST = (
+    f"INSERT INTO events (session, {_rows.COLUMNS}, batch_id, digest) "
+    "SELECT ?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14 FROM sessions AS s WHERE s.id=?1 "
+    "AND (SELECT coalesce(max(seq), 0) FROM events WHERE session=?1) = ?15 "
+    "AND CASE WHEN ?16 IS NULL THEN s.lease_owner IS NULL OR s.lease_expires <= ?18 "
+    "ELSE s.lease_owner = ?16 AND s.lease_epoch = ?17 AND s.lease_expires > ?18 END"
+)
 _APPEND_STATE = (
     "SELECT s.lease_owner, s.lease_epoch, s.lease_expires, "
-    "(SELECT max(seq) FROM events WHERE session=s.id), b.digest, b.first_seq "
-    "FROM sessions AS s LEFT JOIN batches AS b ON b.session=s.id AND b.batch_id=?2 "
+    "(SELECT max(seq) FROM events WHERE session=s.id), b.digest, b.seq "
+    "FROM sessions AS s LEFT JOIN events AS b ON b.session=s.id AND b.batch_id=?2 "
     "WHERE s.id=?1"
 )
 _INSERT_INBOX = (
@@ -318,23 +324,30 @@ class SQLiteStore(SessionStore):
     ) -> None:
         sid = self._sid(key)
         with self._write() as c:
-            owner, epoch, expires, head, old_digest, old_first = c.execute(
-                _APPEND_STATE, (sid, batch_id)
-            ).fetchone()
-            check_fence(key, _LeaseRow(owner, int(epoch), float(expires)), fence, now)
-            old = None if old_digest is None else (old_digest, int(old_first))
-            if not decide_append(key, int(head or 0), expected_seq, old, digest):
-                return
-            if expected_inbox is not None:
-                check_inbox(key, self._max_seq(c, "inbox", sid), expected_inbox)
 
             def put_blob(data: bytes) -> str:
                 return self._put_blob(c, data)
 
-            c.executemany(_INSERT_EVENT, [(sid, *_rows.encode(e, e.seq, put_blob)) for e in batch])
-            c.execute(
-                "INSERT INTO batches VALUES (?,?,?,?)", (sid, batch_id, digest, expected_seq + 1)
-            )
+            first, *rest = [_rows.encode(e, e.seq, put_blob) for e in batch]
+            owner, epoch = (fence.owner, fence.epoch) if fence is not None else (None, None)
+            try:
+                inserted = c.execute(
+                    _INSERT_FIRST, (sid, *first, batch_id, digest, expected_seq, owner, epoch, now)
+                ).rowcount
+            except sqlite3.IntegrityError:
+                inserted = 0  # the batch id was used before: a replay, or a reuse
+            if not inserted:
+                state = c.execute(_APPEND_STATE, (sid, batch_id)).fetchone()
+                owner_, epoch_, expires, head, old_digest, old_first = state
+                check_fence(key, _LeaseRow(owner_, int(epoch_), float(expires)), fence, now)
+                old = None if old_digest is None else (old_digest, int(old_first))
+                if not decide_append(key, int(head or 0), expected_seq, old, digest):
+                    return
+                raise StorageError(f"session {key}: append refused for no known reason")
+            if expected_inbox is not None:
+                check_inbox(key, self._max_seq(c, "inbox", sid), expected_inbox)
+            if rest:
+                c.executemany(_INSERT_EVENT, [(sid, *row) for row in rest])
 
     def _read(self, key: SessionKey, after: int, through: int) -> list[Event]:
         conn = self._conn()
