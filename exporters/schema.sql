@@ -209,6 +209,10 @@ FROM req AS q LEFT JOIN res AS s USING (request_id);
 --            unknown (dispatched, then its run ended without a result: a crash),
 --            running (dispatched, run still open), waiting (awaiting approval), requested.
 --   uncertain: the call's outcome was not observed when it ran (unknown at some point).
+--   decision: allowed | denied, once a person answered the call's confirmation (the runtime
+--             records the answer as interaction/resolved, not as a second tool/decision);
+--             otherwise the runtime's tool/decision: allowed | suspended | denied.
+--   decision_reason: the person's reason when they rejected it, else tool/decision's reason.
 CREATE OR REPLACE VIEW tool_calls AS
 WITH ended AS (
   SELECT DISTINCT run_id FROM events WHERE type = 'run/end'
@@ -253,7 +257,10 @@ WITH ended AS (
 )
 SELECT
   a.namespace, a.user_id, a.agent_id, a.session_id, a.turn_id, a.run_id, a.call_id,
-  a.tool_name, a.arguments, a.requested_at, a.decision, a.decision_reason,
+  a.tool_name, a.arguments, a.requested_at,
+  CASE WHEN i.approved THEN 'allowed' WHEN NOT i.approved THEN 'denied' ELSE a.decision END
+    AS decision,
+  CASE WHEN i.approved IS NOT NULL THEN i.reason ELSE a.decision_reason END AS decision_reason,
   a.dispatched_at, a.attempts, a.idempotent, a.ended_at,
   CASE
     WHEN a.reconciled THEN 'reconciled'

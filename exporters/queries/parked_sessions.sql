@@ -1,8 +1,8 @@
--- Question: Which sessions are parked right now (latest turn suspended or interrupted), since when, and waiting on what?
+-- Question: Which sessions are parked right now (latest turn suspended, interrupted or failed), since when, and waiting on what?
 -- Parameters:
 --   user_id  optional  VARCHAR  only this user's sessions
 -- A parked session runs nothing until someone answers its pending requests, resumes or
--- cancels the turn.
+-- cancels the turn; a failed latest turn parks it too (new tasks wait behind it).
 WITH latest AS (
   SELECT * FROM turns
   QUALIFY row_number() OVER (
@@ -17,6 +17,6 @@ SELECT
   (SELECT count(*) FROM tool_calls AS t WHERE t.turn_id = l.turn_id AND t.status = 'unknown')
     AS unknown_tool_calls
 FROM latest AS l
-WHERE l.status IN ('suspended', 'interrupted')
+WHERE l.status IN ('suspended', 'interrupted', 'failed')
   AND (getvariable('user_id') IS NULL OR l.user_id = CAST(getvariable('user_id') AS VARCHAR))
 ORDER BY parked_since, l.session_id;

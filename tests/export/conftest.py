@@ -1,34 +1,40 @@
 """The known scripted session every export/analysis test checks, and its exports.
 
-``known_session`` builds one SQLite store holding:
+``known_session`` drives one ``nb.Runtime`` over one SQLite store; nothing is written around
+it. Session ``audit-001`` of user ``alice``:
 
-* through the real runtime (session ``audit-001``, user ``alice``): T1 with a tool call, a
-  steer while its first model call runs and a tool that raises; T2 submitted while T1 runs
-  (queued); T3 whose model call is retried once; T4 whose model call fails the turn;
-* written directly with ``Event.create`` + ``store.append``, following the payload models of
-  ``agentnb/events.py``: T5 approved confirmation (90 s wait), T6 rejected confirmation
-  (30 s wait), T7 interrupted then resumed (120 s later), T8 a tool call cut off by a crash,
-  reconciled, and left interrupted (so the session is parked); and a second session
-  ``audit-002`` of user ``bob`` with one completed turn.
+* T1: a tool call, steering while its first model call is held, then a tool that raises;
+* T2: submitted while T1 runs (queued), answered at once;
+* T3: its model call is retried once (retryable error), then answers;
+* T5: a ``confirm=True`` tool call, approved with ``respond(id, True)``;
+* T6: the same tool, rejected with ``respond(id, nb.Answer.reject("over budget"))``;
+* T7: interrupted while an async tool runs that, asked to stop, returns what it has (so its
+  call has a result and is not uncertain); then resumed;
+* T8: interrupted while an async tool runs that is cancelled, leaving its call dispatched
+  without a result (uncertain); reconciled as a success, and left interrupted (parked).
 
-TODO(hitl): switch T5-T8 to the real runtime (respond / interrupt / resume / reconcile) once
-human-in-the-loop, interrupt/resume and crash recovery land in the engine; the expected rows
-in the tests must not change.
+Session ``audit-002`` of user ``bob``: B1 completes; B2's model call fails the turn. A failed
+turn parks its session (the runtime runs no new task until it is resumed or cancelled), so
+the failed turn is the last turn of a session: bob's (alice has no T4).
+
+The runtime stamps events with the wall clock, so waits (approval, time to resume) are
+recorded in ``Known`` as measured from the committed events, for the tests to check the views
+against.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 import agentnb as nb
-from agentnb.events import Event
-from agentnb.ids import SessionKey, new_id
+from agentnb.ids import SessionKey
 from tests.runtime.helpers import WAIT, Gate, gated_script
 
 AGENT_ID = "cost-assistant"
@@ -36,14 +42,18 @@ ALICE = SessionKey("default", "alice", AGENT_ID, "audit-001")
 BOB = SessionKey("default", "bob", AGENT_ID, "audit-002")
 
 # model usage (input, output) of every model/end that carries tokens, per turn
-RUNTIME_TOKENS = {"T1": [(10, 5), (20, 5), (30, 8)], "T2": [(12, 4)], "T3": [(5, 2)], "T4": []}
-DIRECT_TOKENS = {
+TOKENS = {
+    "T1": [(10, 5), (20, 5), (30, 8)],
+    "T2": [(12, 4)],
+    "T3": [(5, 2)],
     "T5": [(100, 10), (120, 12)],
     "T6": [(100, 10), (110, 11)],
     "T7": [(50, 5), (60, 6)],
     "T8": [(40, 4)],
     "B1": [(7, 3)],
+    "B2": [],
 }
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 @nb.tool
@@ -66,9 +76,20 @@ def vendor_quote(vendor: str) -> str:
     raise RuntimeError(f"{vendor} API is down")
 
 
+@nb.tool(confirm=True)
+def create_order(item: str, qty: int) -> str:
+    """Place a purchase order (a person confirms each one).
+
+    Args:
+        item: what to buy
+        qty: how many
+    """
+    return f"order of {qty} x {item} placed"
+
+
 @dataclass
 class Known:
-    """What the known session holds: the store URL and the ids the tests look up."""
+    """What the known session holds: the store URL and the ids and waits the tests check."""
 
     url: str
     path: Path
@@ -77,326 +98,59 @@ class Known:
     calls: dict[str, str] = field(default_factory=dict)
     requests: dict[str, str] = field(default_factory=dict)
     head: dict[SessionKey, int] = field(default_factory=dict)
+    wait_ms: dict[str, int] = field(default_factory=dict)
+    """Per approval turn: ms from interaction/requested to interaction/resolved."""
+    resume_ms: int = 0
+    """T7: ms from its first run's run/end to its second run's run/start."""
+    token_days: set[tuple[str, date]] = field(default_factory=set)
+    """(user, UTC day) of every model call: a run across midnight spans two days."""
 
     def store(self) -> nb.SessionStore:
         return nb.open_store(self.url)
 
 
-class _Writer:
-    """Appends the events the HITL/recovery runtime will emit, at chosen times."""
-
-    def __init__(self, store: nb.SessionStore, key: SessionKey, start: datetime) -> None:
-        self.store, self.key, self.t = store, key, start
-        self.batch: list[Event] = []
-
-    def at(self, seconds: float) -> _Writer:
-        self.t += timedelta(seconds=seconds)
-        return self
-
-    def ev(self, type_: str, payload: dict[str, Any], turn: str | None, run: str | None) -> Event:
-        self.t += timedelta(milliseconds=1)
-        event = Event.create(type_, payload, turn_id=turn, run_id=run, occurred_at=self.t)
-        self.batch.append(event)
-        return event
-
-    def commit(self) -> None:
-        head = self.store.head(self.key)
-        self.store.append(self.key, self.batch, expected_seq=head, batch_id=new_id("batch"))
-        self.batch = []
-
-    def model_call(
-        self,
-        turn: str,
-        run: str,
-        tokens: tuple[int, int],
-        text: str,
-        calls: list[dict[str, Any]] | None = None,
-    ) -> None:
-        mc = new_id("mc")
-        self.ev("model/dispatch", {"model_call_id": mc, "attempt": 1}, turn, run)
-        self.t += timedelta(milliseconds=200)
-        self.ev(
-            "model/end",
-            {
-                "model_call_id": mc,
-                "status": "completed",
-                "model": "scripted",
-                "input_tokens": tokens[0],
-                "output_tokens": tokens[1],
-                "latency_ms": 200.0,
-                "finish_reason": "tool_calls" if calls else "stop",
-            },
-            turn,
-            run,
-        )
-        message = {
-            "id": f"msg_{mc}",
-            "role": "assistant",
-            "text": text,
-            "turn_id": turn,
-            "tool_calls": calls or [],
-        }
-        self.ev("message/assistant", {"message": message, "model_call_id": mc}, turn, run)
-
-    def start_turn(self, turn: str, run: str, text: str) -> str:
-        cmd = new_id("cmd")
-        self.ev("turn/start", {"input": text, "command_id": cmd}, turn, run)
-        self.ev("run/start", {"reason": "submit", "command_id": cmd}, turn, run)
-        self.ev(
-            "input/received",
-            {"input_id": cmd, "kind": "submit", "text": text, "command_id": cmd},
-            turn,
-            run,
-        )
-        self.ev(
-            "message/user",
-            {"message": {"id": f"msg_{cmd}", "role": "user", "text": text, "turn_id": turn}},
-            turn,
-            run,
-        )
-        return cmd
-
-    def step(self, run: str, turn: str, iteration: int) -> str:
-        step = new_id("step")
-        self.ev("step/start", {"step_id": step, "iteration": iteration}, turn, run)
-        return step
-
-    def finish(self, turn: str, run: str, step: str, text: str, status: str = "completed") -> None:
-        self.ev(
-            "turn/output",
-            {"message": {"id": new_id("msg"), "role": "assistant", "text": text, "turn_id": turn}},
-            turn,
-            run,
-        )
-        self.ev("state/checkpoint", {"reason": "step", "state": {"turn_id": turn}}, turn, run)
-        self.ev("step/end", {"step_id": step, "status": "terminal"}, turn, run)
-        self.ev(f"turn/{status}", {}, turn, run)
-        self.ev("run/end", {"status": status}, turn, run)
+def _ms(at: datetime) -> int:
+    """Epoch milliseconds as DuckDB's epoch_ms() gives them: microseconds rounded half up."""
+    return ((at - _EPOCH) // timedelta(microseconds=1) + 500) // 1000
 
 
-def _approval_turn(
-    w: _Writer,
-    known: Known,
-    name: str,
-    args: dict[str, Any],
-    approved: bool,
-    wait_s: float,
-    tokens: list[tuple[int, int]],
-) -> None:
-    turn, run1, run2 = new_id("turn"), new_id("run"), new_id("run")
-    call, request = f"call_{name}", new_id("req")
-    known.turns[name], known.runs[name] = turn, [run1, run2]
-    known.calls[name], known.requests[name] = call, request
-    w.at(5)
-    w.start_turn(turn, run1, f"order {args['item']}")
-    step = w.step(run1, turn, 1)
-    w.model_call(
-        turn, run1, tokens[0], "", [{"call_id": call, "name": "create_order", "arguments": args}]
-    )
-    w.ev("tool/requested", {"call_id": call, "name": "create_order", "arguments": args}, turn, run1)
-    w.ev(
-        "tool/decision",
-        {"call_id": call, "decision": "suspended", "reason": "needs confirmation"},
-        turn,
-        run1,
-    )
-    asked = w.ev(
-        "interaction/requested",
-        {
-            "request_id": request,
-            "kind": "confirmation",
-            "call_id": call,
-            "tool_name": "create_order",
-            "arguments": args,
-            "prompt": f"Order {args['item']}?",
-        },
-        turn,
-        run1,
-    )
-    w.ev("state/checkpoint", {"reason": "suspend", "state": {"turn_id": turn}}, turn, run1)
-    w.ev("step/end", {"step_id": step, "status": "terminal"}, turn, run1)
-    w.ev("turn/suspended", {"reason": "waiting for confirmation"}, turn, run1)
-    w.ev("run/end", {"status": "suspended", "reason": "waiting for confirmation"}, turn, run1)
-    w.commit()
-    w.t = asked.occurred_at + timedelta(seconds=wait_s) - timedelta(milliseconds=1)
-    cmd = new_id("cmd")
-    answer = {"approved": True} if approved else {"approved": False, "reason": "over budget"}
-    w.ev(
-        "interaction/resolved",
-        {
-            "request_id": request,
-            "kind": "confirmation",
-            "status": "answered",
-            "answer": answer,
-            "command_id": cmd,
-        },
-        turn,
-        None,
-    )
-    w.ev("turn/resumed", {"command_id": cmd, "reason": "respond"}, turn, run2)
-    w.ev("run/start", {"reason": "respond", "command_id": cmd}, turn, run2)
-    step = w.step(run2, turn, 1)
-    if approved:
-        w.ev("tool/decision", {"call_id": call, "decision": "allowed"}, turn, run2)
-        w.ev(
-            "tool/dispatch",
-            {"call_id": call, "name": "create_order", "arguments": args},
-            turn,
-            run2,
-        )
-        w.t += timedelta(milliseconds=1500)
-        w.ev(
-            "tool/result",
-            {
-                "call_id": call,
-                "name": "create_order",
-                "status": "success",
-                "output": "order 42 placed",
-                "duration_ms": 1500.0,
-            },
-            turn,
-            run2,
-        )
-    else:
-        w.ev(
-            "tool/decision",
-            {"call_id": call, "decision": "denied", "reason": "over budget"},
-            turn,
-            run2,
-        )
-        w.ev(
-            "tool/result",
-            {
-                "call_id": call,
-                "name": "create_order",
-                "status": "denied",
-                "output": "The user rejected this call: over budget",
-                "synthetic": True,
-            },
-            turn,
-            run2,
-        )
-    w.model_call(turn, run2, tokens[1], "done")
-    w.finish(turn, run2, step, "Order placed." if approved else "Not ordered.")
-    w.commit()
+def _only(items: dict[str, Any]) -> str:
+    (key,) = items
+    return key
 
 
-def _interrupt_turn(w: _Writer, known: Known) -> None:
-    turn, run1, run2 = new_id("turn"), new_id("run"), new_id("run")
-    call = "call_report"
-    known.turns["T7"], known.runs["T7"], known.calls["T7"] = turn, [run1, run2], call
-    w.at(5)
-    w.start_turn(turn, run1, "write the cost report")
-    step = w.step(run1, turn, 1)
-    args = {"quarter": "Q3"}
-    w.model_call(
-        turn,
-        run1,
-        DIRECT_TOKENS["T7"][0],
-        "",
-        [{"call_id": call, "name": "slow_report", "arguments": args}],
-    )
-    w.ev("tool/requested", {"call_id": call, "name": "slow_report", "arguments": args}, turn, run1)
-    w.ev("tool/decision", {"call_id": call, "decision": "allowed"}, turn, run1)
-    w.ev("tool/dispatch", {"call_id": call, "name": "slow_report", "arguments": args}, turn, run1)
-    w.commit()
-    w.ev(
-        "run/stop_requested", {"command_id": new_id("cmd"), "reason": "user interrupt"}, turn, run1
-    )
-    w.t += timedelta(milliseconds=4000)
-    w.ev(
-        "tool/result",
-        {
-            "call_id": call,
-            "name": "slow_report",
-            "status": "success",
-            "output": "report drafted",
-            "duration_ms": 4000.0,
-        },
-        turn,
-        run1,
-    )
-    w.ev("state/checkpoint", {"reason": "interrupt", "state": {"turn_id": turn}}, turn, run1)
-    w.ev("step/end", {"step_id": step, "status": "terminal"}, turn, run1)
-    w.ev("turn/interrupted", {"reason": "user interrupt"}, turn, run1)
-    w.ev("run/end", {"status": "interrupted", "reason": "user interrupt"}, turn, run1)
-    w.commit()
-    interrupted_at = w.t
-    w.t = interrupted_at + timedelta(seconds=120) - timedelta(milliseconds=2)
-    cmd = new_id("cmd")
-    w.ev("turn/resumed", {"command_id": cmd, "reason": "resume"}, turn, run2)
-    w.ev("run/start", {"reason": "resume", "command_id": cmd}, turn, run2)  # at +120 s exactly
-    step = w.step(run2, turn, 1)
-    w.model_call(turn, run2, DIRECT_TOKENS["T7"][1], "Report done.")
-    w.finish(turn, run2, step, "Report done.")
-    w.commit()
+def _drive(url: str, known: Known) -> None:
+    """Everything the sessions hold, through nb.Runtime operations only."""
+    gate, report_started, charge_started = Gate(), Gate(), Gate()
 
+    @nb.tool
+    async def slow_report(quarter: str) -> str:
+        """Draft the cost report.
 
-def _crash_turn(w: _Writer, known: Known) -> None:
-    turn, run1 = new_id("turn"), new_id("run")
-    call = "call_charge"
-    known.turns["T8"], known.runs["T8"], known.calls["T8"] = turn, [run1], call
-    w.at(5)
-    w.start_turn(turn, run1, "pay the invoice")
-    w.step(run1, turn, 1)
-    args = {"amount": 20}
-    w.model_call(
-        turn,
-        run1,
-        DIRECT_TOKENS["T8"][0],
-        "",
-        [{"call_id": call, "name": "charge_card", "arguments": args}],
-    )
-    w.ev("tool/requested", {"call_id": call, "name": "charge_card", "arguments": args}, turn, run1)
-    w.ev("tool/decision", {"call_id": call, "decision": "allowed"}, turn, run1)
-    w.ev("tool/dispatch", {"call_id": call, "name": "charge_card", "arguments": args}, turn, run1)
-    w.commit()
-    # the process died here; a new runtime recovers the session
-    w.at(30)
-    w.ev("recovery/applied", {"reason": "crash", "interrupted_runs": [run1]}, turn, run1)
-    w.ev("turn/interrupted", {"reason": "crash"}, turn, run1)
-    w.ev("run/end", {"status": "interrupted", "reason": "crash"}, turn, run1)
-    w.commit()
-    w.at(60)
-    w.ev(
-        "recovery/applied",
-        {
-            "reason": "checked with the bank",
-            "resolved_call_ids": [call],
-            "outcomes": {call: {"status": "success"}},
-        },
-        turn,
-        None,
-    )
-    w.ev(
-        "tool/result",
-        {
-            "call_id": call,
-            "name": "charge_card",
-            "status": "success",
-            "output": "charged $20 (verified)",
-            "reconciled": True,
-        },
-        None,  # the engine writes a reconciled result without turn_id when it has none
-        None,
-    )
-    w.commit()
+        Args:
+            quarter: which quarter
+        """
+        report_started.arrived.set()
+        try:
+            await asyncio.sleep(WAIT)  # a failure guard: only the interrupt ends this wait
+        except asyncio.CancelledError:
+            # Asked to stop, this tool hands back its draft instead of losing it. The runtime
+            # cancels an async tool only once it has decided to stop the run, so the run
+            # always ends interrupted at the step boundary, with this call's result recorded.
+            return "report drafted"
+        return "report timed out"
 
+    @nb.tool
+    async def charge_card(amount: int) -> str:
+        """Charge the customer's card.
 
-def _bob(store: nb.SessionStore, known: Known, start: datetime) -> None:
-    store.create_session(BOB)
-    w = _Writer(store, BOB, start)
-    turn, run = new_id("turn"), new_id("run")
-    known.turns["B1"], known.runs["B1"] = turn, [run]
-    w.start_turn(turn, run, "hello")
-    step = w.step(run, turn, 1)
-    w.model_call(turn, run, DIRECT_TOKENS["B1"][0], "hi")
-    w.finish(turn, run, step, "hi")
-    w.commit()
+        Args:
+            amount: dollars to charge
+        """
+        charge_started.arrived.set()
+        await asyncio.sleep(WAIT)  # a failure guard: the interrupt cancels the call here
+        return "charge timed out"
 
-
-def _runtime_part(url: str, known: Known) -> None:
-    gate = Gate()
     replies: list[Any] = [
         nb.Reply(tool_calls=[nb.ToolCall("lookup_price", {"plan": "pro"})], usage=(10, 5)),
         nb.Reply(tool_calls=[nb.ToolCall("vendor_quote", {"vendor": "acme"})], usage=(20, 5)),
@@ -404,29 +158,109 @@ def _runtime_part(url: str, known: Known) -> None:
         nb.Reply(text="Basic is $5.", usage=(12, 4)),
         nb.Reply(error=nb.ModelError("rate limited", retryable=True)),
         nb.Reply(text="Fine after a retry.", usage=(5, 2)),
+        nb.Reply(
+            tool_calls=[nb.ToolCall("create_order", {"item": "laptop", "qty": 2})],
+            usage=(100, 10),
+        ),
+        nb.Reply(text="Order placed.", usage=(120, 12)),
+        nb.Reply(
+            tool_calls=[nb.ToolCall("create_order", {"item": "yacht", "qty": 1})],
+            usage=(100, 10),
+        ),
+        nb.Reply(text="Not ordered.", usage=(110, 11)),
+        nb.Reply(tool_calls=[nb.ToolCall("slow_report", {"quarter": "Q3"})], usage=(50, 5)),
+        nb.Reply(text="Report done.", usage=(60, 6)),
+        nb.Reply(tool_calls=[nb.ToolCall("charge_card", {"amount": 20})], usage=(40, 4)),
+        nb.Reply(text="hi", usage=(7, 3)),
         nb.Reply(error=nb.ModelError("bad request: context too long")),
     ]
     agent = nb.Agent(
         name="Cost Assistant",
         agent_id=AGENT_ID,
         model=nb.ScriptedModel(gated_script(replies, {0: gate})),
-        tools=[lookup_price, vendor_quote],
+        tools=[lookup_price, vendor_quote, create_order, slow_report, charge_card],
         instructions="Be brief.",
     )
+    t = known.turns
     with nb.Runtime(agent, store=url) as runtime:
-        session = runtime.session(ALICE.session_id, user_id=ALICE.user_id)
-        t1 = session.submit("compare the plans")
+        alice = runtime.session(ALICE.session_id, user_id=ALICE.user_id)
+        t1 = alice.submit("compare the plans")
         gate.wait_arrived()
-        t2 = session.submit("and the basic plan?")
-        session.steer("also check the vendor quote")
+        t2 = alice.submit("and the basic plan?")
+        alice.steer("also check the vendor quote")
         gate.release()
         assert t1.wait(timeout=WAIT).status == "completed"
         assert t2.wait(timeout=WAIT).status == "completed"
-        t3 = session.run("retry please", timeout=WAIT)
+        t3 = alice.run("retry please", timeout=WAIT)
         assert t3.status == "completed"
-        t4 = session.run("too long", timeout=WAIT)
-        assert t4.status == "failed"
-        known.turns.update(T1=t1.turn_id, T2=t2.turn_id, T3=t3.turn_id, T4=t4.turn_id)
+        t.update(T1=t1.turn_id, T2=t2.turn_id, T3=t3.turn_id)
+
+        for name, text, answer in [
+            ("T5", "order two laptops", True),
+            ("T6", "order a yacht", nb.Answer.reject("over budget")),
+        ]:
+            asked = alice.run(text, timeout=WAIT)
+            assert asked.status == "suspended"
+            pending = alice.pending()
+            request = _only(pending)
+            t[name], known.requests[name] = asked.turn_id, request
+            known.calls[name] = pending[request].call_id or ""
+            assert alice.respond(request, answer).wait(timeout=WAIT).status == "completed"
+
+        t7 = alice.submit("write the cost report")
+        report_started.wait_arrived()
+        assert alice.interrupt() is True
+        stopped = t7.wait(timeout=WAIT)
+        assert stopped.status == "interrupted"
+        assert alice.resume(stopped.turn_id).wait(timeout=WAIT).status == "completed"
+        t["T7"] = t7.turn_id
+
+        t8 = alice.submit("pay the invoice")
+        charge_started.wait_arrived()
+        assert alice.interrupt() is True
+        assert t8.wait(timeout=WAIT).status == "interrupted"
+        (uncertain,) = alice.inspect().uncertain_tool_calls
+        alice.reconcile(
+            {uncertain.call_id: nb.ToolOutcome.success("charged $20 (verified)")},
+            reason="checked with the bank",
+        )
+        t["T8"], known.calls["T8"] = t8.turn_id, uncertain.call_id
+
+        bob = runtime.session(BOB.session_id, user_id=BOB.user_id)
+        b1 = bob.run("hello", timeout=WAIT)
+        assert b1.status == "completed"
+        b2 = bob.run("too long", timeout=WAIT)
+        assert b2.status == "failed"
+        t.update(B1=b1.turn_id, B2=b2.turn_id)
+
+        for session in (alice, bob):
+            for task in session.tasks():
+                name = next(n for n, turn in t.items() if turn == task.turn_id)
+                known.runs[name] = list(task.run_ids)
+
+
+def _measure(store: nb.SessionStore, known: Known) -> None:
+    """Record the heads, the T7 call and the waits as the committed events have them."""
+    known.head = {ALICE: store.head(ALICE), BOB: store.head(BOB)}
+    at: dict[tuple[str, str], datetime] = {}
+    for key in (ALICE, BOB):
+        for e in store.scan(key):
+            p = e.payload
+            if e.type == "model/dispatch" and p.get("attempt") == 1:
+                known.token_days.add((key.user_id, e.occurred_at.astimezone(UTC).date()))
+            elif e.type == "tool/requested" and e.turn_id == known.turns["T7"]:
+                known.calls["T7"] = p["call_id"]
+            elif e.type in {"interaction/requested", "interaction/resolved"}:
+                at[(e.type, p["request_id"])] = e.occurred_at
+            elif e.type in {"run/start", "run/end"}:
+                at[(e.type, e.run_id or "")] = e.occurred_at
+    for name in ("T5", "T6"):
+        request = known.requests[name]
+        known.wait_ms[name] = _ms(at[("interaction/resolved", request)]) - _ms(
+            at[("interaction/requested", request)]
+        )
+    first, second = known.runs["T7"]
+    known.resume_ms = _ms(at[("run/start", second)]) - _ms(at[("run/end", first)])
 
 
 @pytest.fixture(scope="session")
@@ -434,18 +268,10 @@ def known_session(tmp_path_factory: pytest.TempPathFactory) -> Known:
     """The scripted session (see the module docstring), built once per test run."""
     path = tmp_path_factory.mktemp("known") / "agentnb.sqlite"
     known = Known(url=f"sqlite:///{path}", path=path)
-    _runtime_part(known.url, known)
+    _drive(known.url, known)
     store = nb.open_store(known.url)
     try:
-        last = list(store.scan(ALICE))[-1].occurred_at
-        start = last.replace(microsecond=0) + timedelta(seconds=10)
-        w = _Writer(store, ALICE, start)
-        _approval_turn(w, known, "T5", {"item": "laptop", "qty": 2}, True, 90, DIRECT_TOKENS["T5"])
-        _approval_turn(w, known, "T6", {"item": "yacht", "qty": 1}, False, 30, DIRECT_TOKENS["T6"])
-        _interrupt_turn(w, known)
-        _crash_turn(w, known)
-        _bob(store, known, w.t + timedelta(seconds=1))
-        known.head = {ALICE: store.head(ALICE), BOB: store.head(BOB)}
+        _measure(store, known)
     finally:
         store.close()
     return known
@@ -492,7 +318,3 @@ def known_source(
         store = known_session.store()
         yield store
         store.close()
-
-
-def utc(dt: datetime) -> datetime:
-    return dt.astimezone(UTC)

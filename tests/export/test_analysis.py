@@ -10,13 +10,20 @@ import pytest
 import agentnb as nb
 from agentnb import analysis
 from agentnb.export.sql import list_queries, load_query
-from tests.export.conftest import ALICE, BOB, DIRECT_TOKENS, RUNTIME_TOKENS, Known
-
-ALL_TOKENS = {**RUNTIME_TOKENS, **DIRECT_TOKENS}
+from tests.export.conftest import ALICE, BOB, TOKENS, Known
 
 
 def _by(frame: Any, column: str) -> dict[Any, Any]:
     return {row[column]: row for row in frame.to_dict("records")}
+
+
+def _events_of_turn(known: Known, turn_id: str) -> list[nb.Event]:
+    """The committed events of one turn, read from the store itself."""
+    store = known.store()
+    try:
+        return [e for e in store.scan(ALICE) if e.turn_id == turn_id]
+    finally:
+        store.close()
 
 
 class TestFrames:
@@ -40,8 +47,8 @@ class TestFrames:
         assert set(rows) == set(t.values())
         expected = {
             "T1": ("completed", 1), "T2": ("completed", 1), "T3": ("completed", 1),
-            "T4": ("failed", 1), "T5": ("completed", 2), "T6": ("completed", 2),
-            "T7": ("completed", 2), "T8": ("interrupted", 1), "B1": ("completed", 1),
+            "T5": ("completed", 2), "T6": ("completed", 2), "T7": ("completed", 2),
+            "T8": ("interrupted", 1), "B1": ("completed", 1), "B2": ("failed", 1),
         }  # fmt: skip
         for name, (status, runs) in expected.items():
             assert (rows[t[name]]["status"], rows[t[name]]["runs"]) == (status, runs), name
@@ -49,7 +56,8 @@ class TestFrames:
         assert rows[t["T1"]]["tool_errors"] == 1
         assert rows[t["T1"]]["input"] == "compare the plans"
         assert rows[t["T5"]]["interactions"] == 1
-        assert rows[t["T4"]]["error"] == "bad request: context too long"
+        assert (rows[t["T7"]]["interrupts"], rows[t["T8"]]["interrupts"]) == (1, 1)
+        assert rows[t["B2"]]["error"] == "bad request: context too long"
         assert rows[t["T8"]]["ended_at"] is None or str(rows[t["T8"]]["ended_at"]) == "NaT"
 
     def test_turn_tokens_sum_their_model_calls(
@@ -57,7 +65,7 @@ class TestFrames:
     ) -> None:
         """Each turn's input/output tokens are the sums of its model calls' usage."""
         rows = _by(analysis.turns(known_source), "turn_id")
-        for name, usage in ALL_TOKENS.items():
+        for name, usage in TOKENS.items():
             row = rows[known_session.turns[name]]
             assert row["input_tokens"] == sum(u[0] for u in usage), name
             assert row["output_tokens"] == sum(u[1] for u in usage), name
@@ -73,10 +81,10 @@ class TestFrames:
         assert rows[r["T7"][0]]["status"] == "interrupted"
         assert bool(rows[r["T7"][0]]["stop_requested"]) is True
         assert (rows[r["T7"][1]]["reason"], rows[r["T7"][1]]["run_index"]) == ("resume", 2)
-        assert (rows[r["T8"][0]]["status"], rows[r["T8"][0]]["end_reason"]) == (
-            "interrupted",
-            "crash",
-        )
+        # reconcile records outcomes without starting a run: T8 keeps its one interrupted run
+        assert len(r["T8"]) == 1
+        assert rows[r["T8"][0]]["status"] == "interrupted"
+        assert bool(rows[r["T8"][0]]["stop_requested"]) is True
 
     def test_tool_calls_show_outcomes_approvals_and_reconciliation(
         self, known_source: Any, known_session: Known
@@ -84,30 +92,48 @@ class TestFrames:
         """tool_calls() has success, error, denied and reconciled calls with approvals."""
         df = analysis.tool_calls(known_source)
         assert len(df) == 6
+        assert sorted(df["tool_name"]) == [
+            "charge_card", "create_order", "create_order", "lookup_price", "slow_report",
+            "vendor_quote",
+        ]  # fmt: skip
         by_tool = _by(df, "tool_name")
         assert by_tool["lookup_price"]["status"] == "success"
         assert by_tool["vendor_quote"]["status"] == "error"
         assert "acme API is down" in by_tool["vendor_quote"]["output"]
         rows = _by(df, "call_id")
-        assert (rows["call_T5"]["status"], bool(rows["call_T5"]["approved"])) == ("success", True)
-        assert rows["call_T5"]["approval_wait_ms"] == 90_000
-        assert (rows["call_T6"]["status"], bool(rows["call_T6"]["approved"])) == ("denied", False)
-        charge = rows["call_charge"]
+        c = known_session.calls
+        approved, rejected = rows[c["T5"]], rows[c["T6"]]
+        assert (approved["status"], bool(approved["approved"])) == ("success", True)
+        assert approved["decision"] == "allowed"
+        assert approved["approval_wait_ms"] == known_session.wait_ms["T5"]
+        assert (rejected["status"], bool(rejected["approved"])) == ("denied", False)
+        assert (rejected["decision"], rejected["decision_reason"]) == ("denied", "over budget")
+        assert rejected["approval_wait_ms"] == known_session.wait_ms["T6"]
+        charge = rows[c["T8"]]
         assert (charge["status"], charge["outcome"]) == ("reconciled", "success")
+        assert charge["output"] == "charged $20 (verified)"
         assert bool(charge["uncertain"]) is True
-        assert bool(rows["call_report"]["uncertain"]) is False
+        report = rows[c["T7"]]
+        assert (report["status"], report["output"]) == ("success", "report drafted")
+        assert bool(report["uncertain"]) is False
 
     def test_interactions_show_who_answered_and_the_wait(
         self, known_source: Any, known_session: Known
     ) -> None:
         """interactions() has the approved and the rejected confirmation with wait times."""
         rows = _by(analysis.interactions(known_source), "request_id")
+        assert len(rows) == 2
         approved = rows[known_session.requests["T5"]]
         rejected = rows[known_session.requests["T6"]]
         assert (approved["status"], bool(approved["approved"])) == ("answered", True)
-        assert (approved["answered_by"], approved["wait_ms"]) == ("alice", 90_000)
+        assert (approved["kind"], approved["tool_name"]) == ("confirmation", "create_order")
+        assert (approved["answered_by"], approved["wait_ms"]) == (
+            "alice",
+            known_session.wait_ms["T5"],
+        )
         assert (bool(rejected["approved"]), rejected["reason"]) == (False, "over budget")
-        assert rejected["wait_ms"] == 30_000
+        assert (rejected["status"], rejected["answered_by"]) == ("answered", "alice")
+        assert rejected["wait_ms"] == known_session.wait_ms["T6"]
 
     def test_inputs_show_the_steer_applied(self, known_source: Any, known_session: Known) -> None:
         """inputs() has every submit and the steer, all applied."""
@@ -125,7 +151,7 @@ class TestFrames:
         assert len(retried) == 1
         assert (retried.iloc[0]["attempts"], retried.iloc[0]["status"]) == (2, "completed")
         failed = df[df["status"] == "failed"]
-        assert list(failed["turn_id"]) == [known_session.turns["T4"]]
+        assert list(failed["turn_id"]) == [known_session.turns["B2"]]
 
     def test_steps_have_model_and_tool_counts(
         self, known_source: Any, known_session: Known
@@ -141,7 +167,7 @@ class TestFrames:
     def test_filters_narrow_to_one_session(self, known_source: Any) -> None:
         """A session_id filter keeps that session's rows only."""
         df = analysis.turns(known_source, session_id=BOB.session_id)
-        assert list(df["user_id"]) == ["bob"]
+        assert list(df["user_id"]) == ["bob", "bob"]
 
     def test_a_session_object_is_a_source_of_its_own_events(self, known_session: Known) -> None:
         """A SessionLog source gives only that session's events."""
@@ -153,18 +179,18 @@ class TestFrames:
         assert len(df) == known_session.head[BOB]
 
 
-EXPECTED_ROWS = {
+EXPECTED_ROWS: dict[str, int | None] = {
     "approvals": 2,
     "failed_turns": 1,
     "interrupted_runs": 2,
     "model_retries": 1,
-    "parked_sessions": 1,
+    "parked_sessions": 2,
     "session_activity": 2,
     "slowest_tools": 4,
     "steering_per_turn": 1,
-    "tokens_per_user_day": 2,
+    "tokens_per_user_day": None,  # one row per (user, UTC day): counted from the store
     "tool_usage": 6,
-    "turn_events": 30,
+    "turn_events": None,  # T5's committed events: counted from the store
     "turn_latency_by_agent": 3,
     "uncertain_tool_calls": 1,
 }
@@ -185,36 +211,96 @@ class TestQueries:
     ) -> None:
         """Each query returns the same, expected number of rows from Parquet and DuckDB."""
         params = {"turn_id": known_session.turns["T5"]} if name == "turn_events" else {}
+        expected = EXPECTED_ROWS[name]
+        if name == "turn_events":
+            expected = len(_events_of_turn(known_session, known_session.turns["T5"]))
+        elif name == "tokens_per_user_day":
+            expected = len(known_session.token_days)
         for source in (str(known_parquet), f"duckdb:{known_duckdb}"):
-            assert len(analysis.query(name, source, **params)) == EXPECTED_ROWS[name], source
+            assert len(analysis.query(name, source, **params)) == expected, source
 
-    def test_approvals_show_decision_who_and_wait(self, known_parquet: Path) -> None:
+    def test_turn_events_lists_the_turn_in_seq_order(
+        self, known_parquet: Path, known_session: Known
+    ) -> None:
+        """turn_events gives exactly the turn's committed events, both runs, in seq order."""
+        turn = known_session.turns["T5"]
+        df = analysis.query("turn_events", str(known_parquet), turn_id=turn)
+        events = _events_of_turn(known_session, turn)
+        assert list(df["seq"]) == [e.seq for e in events]
+        assert list(df["type"]) == [e.type for e in events]
+        assert set(df["run_id"].dropna()) == set(known_session.runs["T5"])
+
+    def test_approvals_show_decision_who_and_wait(
+        self, known_parquet: Path, known_session: Known
+    ) -> None:
         """approvals lists the approved and rejected requests with answerer and wait."""
         df = analysis.query("approvals", str(known_parquet))
-        got = [(r["decision"], r["answered_by"], r["wait_ms"]) for r in df.to_dict("records")]
-        assert got == [("approved", "alice", 90_000), ("rejected", "alice", 30_000)]
+        got = [
+            (r["decision"], r["tool_name"], r["answered_by"], r["wait_ms"])
+            for r in df.to_dict("records")
+        ]
+        waits = known_session.wait_ms
+        assert got == [
+            ("approved", "create_order", "alice", waits["T5"]),
+            ("rejected", "create_order", "alice", waits["T6"]),
+        ]
+        assert list(df["reason"].isna()) == [True, False]
+        assert df["reason"].iloc[1] == "over budget"
 
     def test_interrupted_runs_measure_time_to_resume(
         self, known_parquet: Path, known_session: Known
     ) -> None:
-        """interrupted_runs gives 120 s to resume for T7 and none yet for T8."""
+        """interrupted_runs gives T7's time to resume by its next run, and none yet for T8."""
         df = analysis.query("interrupted_runs", str(known_parquet))
         rows = _by(df, "turn_id")
-        assert rows[known_session.turns["T7"]]["time_to_resume_ms"] == 120_000
-        assert str(rows[known_session.turns["T8"]]["resumed_at"]) == "NaT"
+        t7, t8 = rows[known_session.turns["T7"]], rows[known_session.turns["T8"]]
+        runs = known_session.runs
+        assert (t7["run_id"], t7["resumed_by_run"]) == tuple(runs["T7"])
+        assert (t7["resume_reason"], t7["time_to_resume_ms"]) == ("resume", known_session.resume_ms)
+        assert bool(t7["stop_requested"]) is True
+        assert t8["run_id"] == runs["T8"][0]
+        assert str(t8["resumed_at"]) == "NaT"
 
-    def test_parked_sessions_lists_alice(self, known_parquet: Path) -> None:
-        """parked_sessions shows alice's session, interrupted."""
+    def test_parked_sessions_lists_alice_and_bob(
+        self, known_parquet: Path, known_session: Known
+    ) -> None:
+        """parked_sessions shows alice's session interrupted and bob's failed, nothing owed."""
         df = analysis.query("parked_sessions", str(known_parquet))
-        assert [(r["user_id"], r["status"]) for r in df.to_dict("records")] == [
-            ("alice", "interrupted")
+        got = [
+            (
+                r["user_id"],
+                r["turn_id"],
+                r["status"],
+                r["pending_requests"],
+                r["unknown_tool_calls"],
+            )
+            for r in df.to_dict("records")
         ]
+        t = known_session.turns
+        assert got == [
+            ("alice", t["T8"], "interrupted", 0, 0),
+            ("bob", t["B2"], "failed", 0, 0),
+        ]
+
+    def test_uncertain_tool_calls_show_the_reconciled_charge(
+        self, known_parquet: Path, known_session: Known
+    ) -> None:
+        """uncertain_tool_calls lists the interrupted charge, reconciled as a success."""
+        df = analysis.query("uncertain_tool_calls", str(known_parquet))
+        (row,) = df.to_dict("records")
+        assert (row["call_id"], row["tool_name"]) == (known_session.calls["T8"], "charge_card")
+        assert (row["status"], row["outcome"], bool(row["reconciled"])) == (
+            "reconciled",
+            "success",
+            True,
+        )
+        assert row["attempts"] == 1
 
     def test_tokens_per_user_sum_model_usage(self, known_duckdb: Path) -> None:
         """tokens_per_user_day totals every model call's usage per user."""
         df = analysis.query("tokens_per_user_day", f"duckdb:{known_duckdb}")
         totals = df.groupby("user_id")["input_tokens"].sum().to_dict()
-        alice = sum(u[0] for name, v in ALL_TOKENS.items() if name != "B1" for u in v)
+        alice = sum(u[0] for name, v in TOKENS.items() if name.startswith("T") for u in v)
         assert totals == {"alice": alice, "bob": 7}
 
     def test_parameters_are_bound(self, known_parquet: Path) -> None:
@@ -285,6 +371,6 @@ class TestTimeline:
         """timeline() returns a figure with one y tick per turn and saves to PNG."""
         fig = analysis.timeline(str(known_parquet), session_id=ALICE.session_id)
         ax = fig.axes[0]
-        assert len(ax.get_yticks()) == 8
+        assert len(ax.get_yticks()) == 7
         fig.savefig(tmp_path / "timeline.png")
         assert (tmp_path / "timeline.png").stat().st_size > 1000

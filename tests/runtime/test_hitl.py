@@ -95,6 +95,15 @@ class TestApproval:
         assert "over budget" in model.requests[-1][-1].text
         assert events_of(session, "tool/result")[-1].payload["status"] == "denied"
 
+    def test_rejected_call_result_is_marked_synthetic(self, make_runtime: MakeRuntime) -> None:
+        """A rejected call never ran, so its made-up result says synthetic (ToolResult doc)."""
+        _, session, _ = _suspended_order(make_runtime, "No order then.")
+        request_id = next(iter(session.pending()))
+        session.respond(request_id, nb.Answer.reject("over budget")).wait(timeout=WAIT)
+        result = events_of(session, "tool/result")[-1].payload
+        assert result["status"] == "denied"
+        assert result["synthetic"] is True
+
     def test_approve_with_edited_arguments_runs_them(self, make_runtime: MakeRuntime) -> None:
         """Answer.approve(edited_args=...) runs the tool with the corrected arguments."""
         _, session, _ = _suspended_order(make_runtime, "ok")
