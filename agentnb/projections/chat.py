@@ -152,6 +152,9 @@ class ChatSnapshot:
         )
 
 
+PROGRESS_KEEP = 100
+"""Progress reports a tool card keeps (the newest ones)."""
+
 CHAT_VERSION = 1
 """Bumped whenever the chat fold changes: older snapshots are then ignored and rebuilt."""
 
@@ -594,7 +597,9 @@ class ChatState:
         if key is None:
             return
         card = self._items[key]
-        self._set(key, card, progress=[*card.progress, p.get("data")])
+        # A card keeps its latest PROGRESS_KEEP reports: what a view shows, and a bound on
+        # the fold's size however chatty a tool is (every report stays in the log).
+        self._set(key, card, progress=[*card.progress[-(PROGRESS_KEEP - 1) :], p.get("data")])
 
     def _on_action_end(self, event: Event, p: Any) -> None:
         key = self._key_of_call(p["call_id"])

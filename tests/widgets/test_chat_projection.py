@@ -454,3 +454,30 @@ class TestChatSnapshotCache:
         assert scanned == [head]  # nothing before the snapshot was read again
         assert snap.cursor == head
         assert snap.items == ChatState.fold(session.log.scan(0, head)).items
+
+
+class TestProgressBound:
+    def test_a_chatty_tool_keeps_only_its_latest_progress(self) -> None:
+        """A tool card keeps the newest PROGRESS_KEEP reports, so the fold stays small."""
+        from agentnb.projections.chat import PROGRESS_KEEP
+
+        events = [
+            nb.Event.create(
+                "tool/requested",
+                {"call_id": "c1", "name": "t", "arguments": {}},
+                turn_id="t1",
+                run_id="r1",
+            ),
+            *[
+                nb.Event.create(
+                    "tool/chunk",
+                    {"call_id": "c1", "index": i, "data": i},
+                    turn_id="t1",
+                    run_id="r1",
+                )
+                for i in range(PROGRESS_KEEP * 3)
+            ],
+        ]
+        fold = ChatState.fold(e.with_seq(n) for n, e in enumerate(events, start=1))
+        (card,) = fold.items
+        assert list(card.progress) == list(range(PROGRESS_KEEP * 2, PROGRESS_KEEP * 3))
