@@ -27,6 +27,7 @@ from agentnb.folds import ChatFolds, Folds
 from agentnb.history import HistoryPage, HistoryPages, read_history
 from agentnb.ids import SessionKey, check_id, new_id
 from agentnb.log import Inbox, SessionLog
+from agentnb.projections.chat import interactions_of, tasks_of
 from agentnb.projections.decisions import (
     check_cancel,
     check_reconcile,
@@ -95,40 +96,7 @@ class Session:
         """One task per turn, in submission order, with its status and runs."""
         with self._lock:
             state, inbox = self._refresh()
-            executing = self._executing()
-            out: list[Task] = []
-            for command in inbox.commands.values():
-                if command.kind != "submit" or command.turn_id is None:
-                    continue
-                turn = state.turns.get(command.turn_id)
-                if turn is None:
-                    status = "cancelled" if command.command_id in inbox.rejected else "queued"
-                    out.append(
-                        Task(
-                            command.turn_id,
-                            status,
-                            command.input or "",
-                            (),
-                            command.accepted_at,
-                            None,
-                            None,
-                            None,
-                        )
-                    )
-                    continue
-                out.append(
-                    Task(
-                        turn.turn_id,
-                        effective_status(state, turn, executing=executing),
-                        turn.input,
-                        tuple(turn.run_ids),
-                        command.accepted_at,
-                        turn.started_at,
-                        turn.ended_at,
-                        turn.error,
-                    )
-                )
-            return out
+            return tasks_of(state, inbox, executing=self._executing())
 
     def task(self, command_id: str) -> Task:
         """The task a submit's ``command_id`` (or a turn id) created."""
@@ -328,18 +296,7 @@ class Session:
         """Open requests for a person: approvals, external results, questions."""
         with self._lock:
             state, _ = self._refresh()
-            return {
-                rid: Interaction(
-                    rid,
-                    r["kind"],
-                    r["turn_id"],
-                    r.get("call_id"),
-                    r.get("tool_name"),
-                    dict(r.get("arguments") or {}),
-                    r.get("prompt"),
-                )
-                for rid, r in state.pending.items()
-            }
+            return interactions_of(state)
 
     def respond(self, request_id: str | Mapping[str, object], answer: object = _MISSING) -> Receipt:
         """Answer pending requests and continue their turn in a new run.
