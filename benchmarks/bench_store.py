@@ -27,8 +27,10 @@ Both sides of a comparison run the same loop shape over pre-built inputs (events
 store, the encoded rows for raw sqlite3), after a warm-up, in interleaved rounds so that disk
 and CPU drift hit both sides alike. Rates are medians over the rounds; a commit ratio is the
 median of the per-round ratios (store over raw, measured back to back). The raw side gets rows
-already encoded, so the store's own work (stamping, batch digest, JSON and checksum encoding,
-the lease/head/batch-id check and the batch-id row) is exactly what the ratio charges it for.
+already encoded, batch id and digest on each batch's first row as the store writes them (so
+both maintain the same replay index), and the store's own work (validation and stamping,
+batch digest, JSON and checksum encoding, the guarded lease/head check) is exactly what the
+ratio charges it for.
 """
 
 from __future__ import annotations
@@ -46,11 +48,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from agentnb.events import Event
+from agentnb.events import Event, event_digest
 from agentnb.ids import SessionKey, new_id
 from agentnb.stores import _rows
 from agentnb.stores.base import MAX_BATCH
-from agentnb.stores.sqlite import _INSERT_EVENT, _SCHEMA, SQLiteStore
+from agentnb.stores.sqlite import _SCHEMA, SQLiteStore
 
 KEY = SessionKey("bench", "user", "agent", "session")
 READ_LIMIT = 100
@@ -173,13 +175,34 @@ def _no_blob(data: bytes) -> str:
     raise AssertionError("benchmark payloads are small; no blobs expected")
 
 
-def encoded_rows(events: Sequence[Event], first_seq: int, sid: int) -> list[tuple[object, ...]]:
-    """The rows the store writes for ``events`` at ``first_seq...`` (its own encoder)."""
-    return [(sid, *_rows.encode(e, first_seq + i, _no_blob)) for i, e in enumerate(events)]
+def encoded_rows(
+    events: Sequence[Event], first_seq: int, sid: int, batch_id: str
+) -> list[tuple[object, ...]]:
+    """The rows the store writes for ``events`` at ``first_seq...`` (its own encoder).
+
+    Like the store, the batch's first row carries the batch id and digest (the replay index
+    entry); the others carry none.
+    """
+    digest = event_digest(events)
+    return [
+        (
+            sid,
+            *_rows.encode(e, first_seq + i, _no_blob),
+            batch_id if i == 0 else None,
+            digest if i == 0 else None,
+        )
+        for i, e in enumerate(events)
+    ]
 
 
 # --------------------------------------------------------------------------------------------
 # The two sides
+
+
+_INSERT_ROW = (
+    f"INSERT INTO events (session, {_rows.COLUMNS}, batch_id, digest) "
+    "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
+)
 
 
 class RawSide:
@@ -194,10 +217,9 @@ class RawSide:
     def commit(self, rows: Sequence[tuple[object, ...]]) -> None:
         conn = self.conn
         conn.execute("BEGIN IMMEDIATE")
-        if len(rows) == 1:
-            conn.execute(_INSERT_EVENT, rows[0])
-        else:
-            conn.executemany(_INSERT_EVENT, rows)
+        conn.execute(_INSERT_ROW, rows[0])
+        if len(rows) > 1:
+            conn.executemany(_INSERT_ROW, rows[1:])
         conn.execute("COMMIT")
 
     def close(self) -> None:
@@ -248,8 +270,9 @@ def compare_commits(
         raw_items: list[object] = []
         for _ in range(n):
             events = make_events(batch_size)
-            store_items.append((events, new_id("batch")))
-            raw_items.append(encoded_rows(events, raw_seq, 1))
+            batch_id = new_id("batch")
+            store_items.append((events, batch_id))
+            raw_items.append(encoded_rows(events, raw_seq, 1, batch_id))
             raw_seq += batch_size
         return store_items, raw_items
 

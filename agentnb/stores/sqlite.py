@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import sqlite3
 import stat
@@ -97,6 +98,8 @@ _INSERT_INBOX = (
 
 class SQLiteStore(SessionStore):
     """A ``SessionStore`` in one SQLite file (``synchronous=FULL`` unless told otherwise)."""
+
+    _digests_rows = True
 
     def __init__(
         self,
@@ -328,7 +331,9 @@ class SQLiteStore(SessionStore):
             def put_blob(data: bytes) -> str:
                 return self._put_blob(c, data)
 
-            first, *rest = [_rows.encode(e, e.seq, put_blob) for e in batch]
+            hasher = hashlib.sha256()
+            first, *rest = [_rows.encode(e, e.seq, put_blob, hasher) for e in batch]
+            digest = hasher.hexdigest()
             owner, epoch = (fence.owner, fence.epoch) if fence is not None else (None, None)
             try:
                 inserted = c.execute(
