@@ -324,6 +324,8 @@ class SessionStore(ABC):
     def __init__(self, *, clock: Clock | None = None) -> None:
         self.clock: Clock = clock or SystemClock()
         self._cond = threading.Condition()
+        self._waiting = 0
+        self._generation = 0
         self._closed = False
         self._ops = 0
         self._ops_done = threading.Condition()
@@ -647,8 +649,12 @@ class SessionStore(ABC):
     # -- helpers for backends ----------------------------------------------------------------
 
     def _notify(self) -> None:
-        with self._cond:
-            self._cond.notify_all()
+        # Every commit calls this: skip the lock when nobody waits (a waiter counts itself
+        # before it reads, and the generation tells it a commit slipped in before it slept).
+        if self._waiting:
+            with self._cond:
+                self._generation += 1
+                self._cond.notify_all()
 
     def _wait(
         self,
@@ -657,9 +663,25 @@ class SessionStore(ABC):
         timeout: float | None,
         stop: threading.Event | None = None,
     ) -> int:
+        with self._cond:
+            self._waiting += 1
+        try:
+            return self._wait_loop(read, after, timeout, stop)
+        finally:
+            with self._cond:
+                self._waiting -= 1
+
+    def _wait_loop(
+        self,
+        read: Callable[[], int],
+        after: int,
+        timeout: float | None,
+        stop: threading.Event | None,
+    ) -> int:
         deadline = None if timeout is None else time.monotonic() + timeout
         value = after
         while True:
+            generation = self._generation
             try:
                 with self._operation():
                     value = read()
@@ -675,7 +697,11 @@ class SessionStore(ABC):
             step = self.poll_interval if remaining is None else min(remaining, self.poll_interval)
             with self._cond:
                 # Checked under the lock that close() and wake_waiters() notify with.
-                if not self._closed and not (stop is not None and stop.is_set()):
+                if (
+                    not self._closed
+                    and not (stop is not None and stop.is_set())
+                    and generation == self._generation
+                ):
                     self._cond.wait(step)
             if self._closed:
                 # Reading again could fail on a closed backend; the waiter just needs to wake.

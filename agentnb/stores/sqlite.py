@@ -326,19 +326,24 @@ class SQLiteStore(SessionStore):
         expected_inbox: int | None = None,
     ) -> None:
         sid = self._sid(key)
+        # Encode before taking the write lock: other writers wait less.
+        blobs: list[tuple[str, bytes]] = []
+
+        def put_blob(data: bytes) -> str:
+            digest = _rows.blob_digest(data)
+            blobs.append((digest, data))
+            return digest
+
+        hasher = hashlib.sha256()
+        first, *rest = [_rows.encode(e, e.seq, put_blob, hasher) for e in batch]
+        owner, epoch = (fence.owner, fence.epoch) if fence is not None else (None, None)
+        digest = hasher.hexdigest()
+        params = (sid, *first, batch_id, digest, expected_seq, owner, epoch, now)
         with self._write() as c:
-
-            def put_blob(data: bytes) -> str:
-                return self._put_blob(c, data)
-
-            hasher = hashlib.sha256()
-            first, *rest = [_rows.encode(e, e.seq, put_blob, hasher) for e in batch]
-            digest = hasher.hexdigest()
-            owner, epoch = (fence.owner, fence.epoch) if fence is not None else (None, None)
+            for blob in blobs:
+                c.execute("INSERT OR IGNORE INTO blobs VALUES (?, ?)", blob)
             try:
-                inserted = c.execute(
-                    _INSERT_FIRST, (sid, *first, batch_id, digest, expected_seq, owner, epoch, now)
-                ).rowcount
+                inserted = c.execute(_INSERT_FIRST, params).rowcount
             except sqlite3.IntegrityError:
                 inserted = 0  # the batch id was used before: a replay, or a reuse
             if not inserted:
