@@ -22,7 +22,7 @@ import contextlib
 import json
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any
@@ -129,6 +129,9 @@ class ParquetSink:
             fresh: dict[SessionKey, list[Event | RawEvent]] = {}
             for key, evs in events.items():
                 held = self._held.get(_tuple(key), [])
+                if evs and _is_run(evs) and not _overlaps(held, evs[0].seq, evs[-1].seq):
+                    fresh[key] = list(evs)  # the common case: a new, gapless stretch
+                    continue
                 ids: set[str] = set()
                 keep = []
                 for e in evs:
@@ -337,6 +340,18 @@ def _tuple(key: SessionKey) -> _KeyTuple:
 
 def _covered(ranges: list[list[int]], seq: int) -> bool:
     return any(a <= seq <= b for a, b in ranges)
+
+
+def _overlaps(ranges: list[list[int]], low: int, high: int) -> bool:
+    return any(a <= high and low <= b for a, b in ranges)
+
+
+def _is_run(events: Sequence[Event | RawEvent]) -> bool:
+    """Whether the events are one increasing stretch of seqs with no repeats."""
+    first = events[0].seq
+    return events[-1].seq - first == len(events) - 1 and all(
+        e.seq == first + i for i, e in enumerate(events)
+    )
 
 
 def _empty_table() -> pa.Table:
