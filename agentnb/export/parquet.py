@@ -112,6 +112,7 @@ class ParquetSink:
             else sink_name("parquet", text if not self.local else self.root)
         )
         self._mutex = threading.Lock()
+        self._con: Any = None
         self._seen: set[str] = set()
         self._held: dict[_KeyTuple, list[list[int]]] = {}
         self._added: set[str] = set()
@@ -142,11 +143,9 @@ class ParquetSink:
                     fresh[key] = keep
             if not fresh:
                 return
-            con = connect()
-            try:
-                table = flatten(con, to_arrow(fresh))
-            finally:
-                con.close()
+            if self._con is None:  # one in-memory DuckDB per sink, used under the mutex
+                self._con = connect()
+            table = flatten(self._con, to_arrow(fresh))
             sessions = [
                 {"key": list(_tuple(k)), "ranges": _ranges([e.seq for e in evs])}
                 for k, evs in fresh.items()
@@ -349,9 +348,7 @@ def _overlaps(ranges: list[list[int]], low: int, high: int) -> bool:
 def _is_run(events: Sequence[Event | RawEvent]) -> bool:
     """Whether the events are one increasing stretch of seqs with no repeats."""
     first = events[0].seq
-    return events[-1].seq - first == len(events) - 1 and all(
-        e.seq == first + i for i, e in enumerate(events)
-    )
+    return [e.seq for e in events] == list(range(first, first + len(events)))
 
 
 def _empty_table() -> pa.Table:

@@ -421,16 +421,7 @@ class SessionStore(ABC):
         key = _key(key)
         _check_seq(after, "after")
         _check_limit(limit)
-        raw = self._read_raw(key, after, after + limit)
-        expected = after + 1
-        for event in raw:
-            if event.seq != expected:
-                raise Corrupt(
-                    f"session {key}: gap in the log, expected seq {expected} but "
-                    f"found {event.seq}; the store was altered outside agentnb"
-                )
-            expected += 1
-        return raw
+        return _checked(key, after, self._read_raw(key, after, after + limit))
 
     def _read_raw(self, key: SessionKey, after: int, through: int) -> list[RawEvent]:
         """Backends with a cheaper stored form override this."""
@@ -870,13 +861,20 @@ def _frozen(event: Event) -> Event:
     return copy
 
 
-def _checked(key: SessionKey, after: int, events: list[Event]) -> list[Event]:
+_E = TypeVar("_E", Event, RawEvent)
+
+
+def _checked(key: SessionKey, after: int, events: list[_E]) -> list[_E]:
+    """``events`` if their seqs run gaplessly from ``after + 1``; else ``Corrupt``."""
+    seqs = [event.seq for event in events]
+    if seqs == list(range(after + 1, after + 1 + len(seqs))):
+        return events
     expected = after + 1
-    for event in events:
-        if event.seq != expected:
-            raise Corrupt(
-                f"session {key}: gap in the log, expected seq {expected} but found "
-                f"{event.seq}; the store was altered outside agentnb"
-            )
+    for seq in seqs:
+        if seq != expected:
+            break
         expected += 1
-    return events
+    raise Corrupt(
+        f"session {key}: gap in the log, expected seq {expected} but found {seq}; the store "
+        "was altered outside agentnb"
+    )
