@@ -1,3 +1,5 @@
+"""Shared fixtures: runtimes on every store backend, closed after each test."""
+
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
@@ -11,7 +13,7 @@ import agentnb as nb
 
 @pytest.fixture(params=["memory", "sqlite"])
 def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """Every runtime scenario runs on each backend."""
+    """Every runtime, chat and widget scenario runs on each backend."""
     if request.param == "memory":
         return "memory://"
     return f"sqlite:///{tmp_path / 'agentnb.sqlite'}"
