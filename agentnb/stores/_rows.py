@@ -34,7 +34,7 @@ class Row(NamedTuple):
     crc: int
 
 
-def _crc(
+def _text(
     seq: int,
     event_id: str,
     type_: str,
@@ -44,12 +44,19 @@ def _crc(
     occurred_us: int,
     schema_version: int,
     body: str,
-) -> int:
-    text = (
+) -> bytes:
+    """What a row's checksum (and the batch digest) covers."""
+    return (
         f"{seq}\x1f{event_id}\x1f{type_}\x1f{turn_id}\x1f{run_id}\x1f{required}"
         f"\x1f{occurred_us}\x1f{schema_version}\x1f{body}"
+    ).encode()
+
+
+def _damaged(key: SessionKey, seq: object, exc: Exception) -> Corrupt:
+    return Corrupt(
+        f"session {key} seq {seq}: stored event is damaged ({exc}); "
+        "restore the store from a backup or export what precedes it"
     )
-    return zlib.crc32(text.encode())
 
 
 def encode(event: Event, seq: int, put_blob: Callable[[bytes], str], digest: Any = None) -> Row:
@@ -61,10 +68,17 @@ def encode(event: Event, seq: int, put_blob: Callable[[bytes], str], digest: Any
     body = canonical_json(event.payload)
     occurred_us = round(event.occurred_at.timestamp() * 1_000_000)
     required = int(event.required)
-    text = (
-        f"{seq}\x1f{event.event_id}\x1f{event.type}\x1f{event.turn_id}\x1f{event.run_id}"
-        f"\x1f{required}\x1f{occurred_us}\x1f{event.schema_version}\x1f{body}"
-    ).encode()
+    text = _text(
+        seq,
+        event.event_id,
+        event.type,
+        event.turn_id,
+        event.run_id,
+        required,
+        occurred_us,
+        event.schema_version,
+        body,
+    )
     crc = zlib.crc32(text)
     if digest is not None:
         digest.update(text)
@@ -115,52 +129,26 @@ _DECODER = json.JSONDecoder(
 )
 
 
-def decode(key: SessionKey, row: tuple[object, ...], get_blob: Callable[[str], bytes]) -> Event:
+def decode(key: SessionKey, row: tuple[Any, ...], get_blob: Callable[[str], bytes]) -> Event:
     """The event stored in ``row``; ``Corrupt`` (naming session and seq) if it is damaged."""
+    seq, event_id, type_, turn_id, run_id, required, occurred_us, version, body = decode_raw(
+        key, row, get_blob
+    )
     try:
-        r = Row(*row)  # type: ignore[arg-type]
-        if r.payload is not None:
-            body = r.payload
-        elif r.blob is not None:
-            body = get_blob(r.blob).decode()
-        else:
-            raise ValueError("row has neither payload nor blob")
-        if (
-            _crc(
-                r.seq,
-                r.event_id,
-                r.type,
-                r.turn_id,
-                r.run_id,
-                r.required,
-                r.occurred_us,
-                r.schema_version,
-                body,
-            )
-            != r.crc
-        ):
-            raise ValueError("checksum mismatch")
         payload = _DECODER.decode(body)
         if not isinstance(payload, dict):
             raise ValueError("payload is not a JSON object")
-    except Corrupt:
-        raise
     except Exception as exc:  # noqa: BLE001 - any decode failure means the row is damaged
-        seq = row[0] if row else "?"
-        raise Corrupt(
-            f"session {key} seq {seq}: stored event is damaged ({exc}); "
-            "restore the store from a backup or export what precedes it"
-        ) from None
-    check_readable(r.type, bool(r.required), session=key, seq=r.seq)
+        raise _damaged(key, seq, exc) from None
     return Event.model_construct(
-        schema_version=r.schema_version,
-        event_id=r.event_id,
-        seq=r.seq,
-        occurred_at=datetime.fromtimestamp(r.occurred_us / 1_000_000, UTC),
-        type=r.type,
-        turn_id=r.turn_id,
-        run_id=r.run_id,
-        required=bool(r.required),
+        schema_version=version,
+        event_id=event_id,
+        seq=seq,
+        occurred_at=datetime.fromtimestamp(occurred_us / 1_000_000, UTC),
+        type=type_,
+        turn_id=turn_id,
+        run_id=run_id,
+        required=required,
         payload=payload,
     )
 
@@ -181,17 +169,39 @@ def decode_raw(
     key: SessionKey, row: tuple[Any, ...], get_blob: Callable[[str], bytes]
 ) -> tuple[Any, ...]:
     """``row`` as the fields of a ``RawEvent`` (payload left as text), checksum verified."""
-    seq, event_id, type_, turn_id, run_id, required, occurred_us, version, payload, blob, crc = row
     try:
-        body = payload if payload is not None else get_blob(blob).decode()
-        if _crc(seq, event_id, type_, turn_id, run_id, required, occurred_us, version, body) != crc:
+        (
+            seq,
+            event_id,
+            type_,
+            turn_id,
+            run_id,
+            required,
+            occurred_us,
+            version,
+            payload,
+            blob,
+            crc,
+        ) = row
+    except (TypeError, ValueError) as exc:
+        raise _damaged(key, row[0] if row else "?", exc) from None
+    try:
+        if payload is not None:
+            body = payload
+        elif blob is not None:
+            body = get_blob(blob).decode()
+        else:
+            raise ValueError("row has neither payload nor blob")
+        if (
+            zlib.crc32(
+                _text(seq, event_id, type_, turn_id, run_id, required, occurred_us, version, body)
+            )
+            != crc
+        ):
             raise ValueError("checksum mismatch")
     except Corrupt:
         raise
     except Exception as exc:  # noqa: BLE001 - any failure here means the row is damaged
-        raise Corrupt(
-            f"session {key} seq {seq}: stored event is damaged ({exc}); "
-            "restore the store from a backup or export what precedes it"
-        ) from None
+        raise _damaged(key, seq, exc) from None
     check_readable(type_, bool(required), session=key, seq=seq)
     return (seq, event_id, type_, turn_id, run_id, bool(required), occurred_us, version, body)

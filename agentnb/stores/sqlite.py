@@ -11,6 +11,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from agentnb.errors import Corrupt, IdempotencyConflict, InvalidInput, SessionNotFound, StorageError
 from agentnb.events import Event
@@ -359,21 +360,21 @@ class SQLiteStore(SessionStore):
             if rest:
                 c.executemany(_INSERT_EVENT, [(sid, *row) for row in rest])
 
-    def _read(self, key: SessionKey, after: int, through: int) -> list[Event]:
+    def _rows(self, key: SessionKey, after: int, through: int) -> list[tuple[Any, ...]]:
         conn = self._conn()
-        rows = conn.execute(
+        return conn.execute(
             f"SELECT {_rows.COLUMNS} FROM events WHERE session=? AND seq>? AND seq<=? ORDER BY seq",
             (self._sid(key, conn), after, through),
         ).fetchall()
-        return [_rows.decode(key, r, self.get_blob) for r in rows]
+
+    def _read(self, key: SessionKey, after: int, through: int) -> list[Event]:
+        return [_rows.decode(key, r, self.get_blob) for r in self._rows(key, after, through)]
 
     def _read_raw(self, key: SessionKey, after: int, through: int) -> list[RawEvent]:
-        conn = self._conn()
-        rows = conn.execute(
-            f"SELECT {_rows.COLUMNS} FROM events WHERE session=? AND seq>? AND seq<=? ORDER BY seq",
-            (self._sid(key, conn), after, through),
-        ).fetchall()
-        return [RawEvent(*_rows.decode_raw(key, r, self.get_blob)) for r in rows]
+        return [
+            RawEvent(*_rows.decode_raw(key, r, self.get_blob))
+            for r in self._rows(key, after, through)
+        ]
 
     # -- inbox -------------------------------------------------------------------------------
 
