@@ -859,22 +859,6 @@ class Event(BaseModel):
         model = PAYLOADS.get(self.type)
         return model.model_validate(self.payload) if model is not None else self.payload
 
-    def content_json(self) -> str:
-        """Canonical JSON of everything but ``seq``: what a retried batch must repeat."""
-        # The same text as encoding the whole list at once, reusing the payload's cached JSON.
-        envelope = _ENCODER.encode(
-            [
-                self.schema_version,
-                self.event_id,
-                _ts(self.occurred_at),
-                self.type,
-                self.turn_id,
-                self.run_id,
-                self.required,
-            ]
-        )
-        return f"{envelope[:-1]},{canonical_json(self.payload)}]"
-
     def content_key(self) -> str:
         """Everything but ``seq`` as one string, cheaply (ids hold no control characters)."""
         return (

@@ -441,15 +441,12 @@ class InboxState:
         elif event.type == "inbox/rejected":
             self.rejected[p["command_id"]] = p["reason"]
 
-    def steers_for(self, turn_id: str, before: int | None = None) -> list[Command]:
-        """Steering commands bound to ``turn_id`` (accepted before inbox seq ``before``)."""
+    def steers_for(self, turn_id: str) -> list[Command]:
+        """Steering commands bound to ``turn_id`` that were not refused."""
         return [
             c
             for c in self.commands.values()
-            if c.kind == "steer"
-            and c.turn_id == turn_id
-            and c.command_id not in self.rejected
-            and (before is None or c.seq < before)
+            if c.kind == "steer" and c.turn_id == turn_id and c.command_id not in self.rejected
         ]
 
     def injects(self) -> list[Command]:

@@ -85,7 +85,6 @@ class LogWriter:
         self.lease: Lease | None = None
         self.head = state.seq
         self.pending: list[Event] = []
-        self.commits = 0
         self.on_commit: Callable[[list[Event]], None] | None = None
 
     def add(
@@ -106,10 +105,6 @@ class LogWriter:
         self.pending.append(event)
         self.state.apply(event)
         return event
-
-    @property
-    def next_seq(self) -> int:
-        return self.head + len(self.pending) + 1
 
     async def flush(self, *, tail: Sequence[Event] = (), expected_inbox: int | None = None) -> None:
         """Commit everything buffered (plus ``tail``) as one atomic batch.
@@ -150,7 +145,6 @@ class LogWriter:
         self.head = batch[-1].seq
         for i, event in enumerate(self.pending):
             self.pending[i] = event.with_seq(self.head + i + 1)
-        self.commits += 1
         if self.on_commit is not None:
             self.on_commit(batch)
 

@@ -12,7 +12,7 @@ import contextlib
 import os
 import socket
 import threading
-from collections.abc import Callable, Coroutine, Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from agentnb.agent import Agent
@@ -126,18 +126,6 @@ class Runtime:
             return session
 
     # -- the loop ----------------------------------------------------------------------------
-
-    def call(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
-        """Run ``coro`` on the runtime's loop and wait for its result (from any thread)."""
-        if threading.current_thread() is self._thread:
-            coro.close()
-            raise RuntimeError("Runtime.call() from the runtime's own thread would deadlock")
-        future = asyncio.run_coroutine_threadsafe(coro, self._loop)
-        try:
-            return future.result(timeout)
-        except concurrent.futures.TimeoutError:
-            future.cancel()
-            raise TimeoutError(f"runtime call did not finish within {timeout}s") from None
 
     def kick(self, key: SessionKey) -> None:
         """Make sure a driver dispatches the session's accepted work (non-blocking)."""

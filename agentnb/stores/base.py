@@ -179,9 +179,6 @@ class Lease:
     epoch: int
     expires_at: float
 
-    def live(self, now: float) -> bool:
-        return self.expires_at > now
-
 
 @dataclass(frozen=True, slots=True)
 class _LeaseRow:

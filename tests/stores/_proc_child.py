@@ -84,7 +84,7 @@ def wait_for(word: str) -> list[str]:
 def digest(events: Sequence[Event]) -> str:
     h = hashlib.sha256()
     for event in events:
-        h.update(f"{event.seq}:{event.content_json()}\n".encode())
+        h.update(f"{event.seq}:{event.content_key()}\n".encode())
     return h.hexdigest()
 
 
