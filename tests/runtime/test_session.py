@@ -497,3 +497,64 @@ class TestCommitRules:
         thread.join(WAIT)
         assert "".join(chunks) == "x" * 64
         assert len(chunks) == 8
+
+
+class TestBadInputs:
+    def test_agent_refuses_what_cannot_run(self) -> None:
+        """Agent rejects a non-Model, duplicate tool names and a bad max_steps."""
+        model = nb.ScriptedModel(["x"])
+        with pytest.raises(nb.InvalidInput):
+            nb.Agent(name="A", agent_id="a", model="gpt")  # type: ignore[arg-type]
+        with pytest.raises(nb.InvalidInput, match="unique"):
+            nb.Agent(name="A", agent_id="a", model=model, tools=[lookup_price, lookup_price])
+        for bad in (0, -1, True, 2.5):
+            with pytest.raises(nb.InvalidInput):
+                nb.Agent(name="A", agent_id="a", model=model, max_steps=bad)  # type: ignore[arg-type]
+        with pytest.raises(nb.InvalidInput):
+            nb.Agent(name="", agent_id="a", model=model)
+
+    def test_runtime_refuses_bad_arguments(self, tmp_path: Any) -> None:
+        """Runtime rejects a non-Agent, an out-of-range lease and an unknown store URL."""
+        agent = nb.Agent(name="A", agent_id="a", model=nb.ScriptedModel([]))
+        with pytest.raises(nb.InvalidInput):
+            nb.Runtime("agent", store="memory://")  # type: ignore[arg-type]
+        for ttl in (0, 0.1, 10_000):
+            with pytest.raises(nb.InvalidInput):
+                nb.Runtime(agent, store="memory://", lease_ttl=ttl)
+        with pytest.raises(nb.InvalidInput):
+            nb.Runtime(agent, store="redis://localhost")
+        with pytest.raises(nb.InvalidInput):
+            nb.Runtime(agent, store=f"sqlite:///{tmp_path}")  # a directory, not a file
+
+    def test_session_ids_and_operation_arguments_are_checked(
+        self, make_runtime: MakeRuntime
+    ) -> None:
+        """Ids that are not strings and unknown command ids raise InvalidInput, writing nothing."""
+        runtime = make_runtime(nb.ScriptedModel(["ok"]))
+        with pytest.raises(nb.InvalidInput):
+            runtime.session(42)  # type: ignore[arg-type]
+        with pytest.raises(nb.InvalidInput):
+            runtime.session("s1", user_id="")
+        session = runtime.session("s1")
+        with pytest.raises(nb.InvalidInput):
+            session.submit("x", key=7)  # type: ignore[arg-type]
+        with pytest.raises(nb.InvalidInput):
+            session.steer("x", task=7)  # type: ignore[arg-type]
+        with pytest.raises(nb.InvalidInput):
+            session.interrupt(run_id=7)  # type: ignore[arg-type]
+        with pytest.raises(nb.InvalidInput):
+            session.wait("receipt")  # type: ignore[arg-type]
+        with pytest.raises(nb.InvalidInput):
+            session.task("cmd_unknown")
+        assert session.inbox.head() == 0
+        assert session.log.head() == 0
+
+    def test_task_is_found_by_command_id_or_turn_id(self, make_runtime: MakeRuntime) -> None:
+        """task() returns the task a submit created, by its command id or its turn id."""
+        session = make_runtime(nb.ScriptedModel(["ok"])).session("s1")
+        receipt = session.submit("hello")
+        receipt.wait(timeout=WAIT)
+        by_command = session.task(receipt.command_id)
+        assert by_command.turn_id == receipt.turn_id
+        assert by_command.status == "completed"
+        assert session.task(receipt.turn_id) == by_command
