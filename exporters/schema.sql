@@ -116,15 +116,21 @@ FROM agg AS a LEFT JOIN recovered AS r USING (run_id);
 
 -- steps: one row per reasoning step (build context -> model call -> tool calls -> checkpoint).
 --   status: continued | terminal, or NULL while the step is open.
+CREATE OR REPLACE VIEW stepped_events AS
+-- The run events that steps and model_calls count, each tagged with the step it falls in.
+SELECT *,
+  last_value(CASE WHEN type = 'step/start' THEN step_id END IGNORE NULLS)
+    OVER (PARTITION BY run_id ORDER BY seq ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)
+    AS in_step
+FROM events
+WHERE run_id IS NOT NULL
+  AND type IN ('step/start', 'step/end', 'model/end', 'tool/dispatch', 'input/received',
+               'request/prepared', 'model/dispatch', 'model/retry');
+
 CREATE OR REPLACE VIEW steps AS
 WITH tagged AS (
-  SELECT *,
-    last_value(CASE WHEN type = 'step/start' THEN step_id END IGNORE NULLS)
-      OVER (PARTITION BY run_id ORDER BY seq ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)
-      AS in_step
-  FROM events
-  WHERE run_id IS NOT NULL
-    AND type IN ('step/start', 'step/end', 'model/end', 'tool/dispatch', 'input/received')
+  SELECT * FROM stepped_events
+  WHERE type IN ('step/start', 'step/end', 'model/end', 'tool/dispatch', 'input/received')
 )
 SELECT
   any_value(namespace) AS namespace, any_value(user_id) AS user_id,
@@ -147,13 +153,8 @@ GROUP BY in_step;
 --   status: completed | failed | cancelled, or incomplete when no model/end was committed.
 CREATE OR REPLACE VIEW model_calls AS
 WITH tagged AS (
-  SELECT *,
-    last_value(CASE WHEN type = 'step/start' THEN step_id END IGNORE NULLS)
-      OVER (PARTITION BY run_id ORDER BY seq ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)
-      AS in_step
-  FROM events
-  WHERE run_id IS NOT NULL
-    AND type IN ('step/start', 'request/prepared', 'model/dispatch', 'model/retry', 'model/end')
+  SELECT * FROM stepped_events
+  WHERE type IN ('step/start', 'request/prepared', 'model/dispatch', 'model/retry', 'model/end')
 )
 SELECT
   any_value(namespace) AS namespace, any_value(user_id) AS user_id,
