@@ -70,15 +70,20 @@ class Folds:
             except (ValueError, KeyError, TypeError, zlib.error) as exc:
                 log.info("session %s: ignoring snapshot %s (%s)", self.key, name, exc)
 
-    def refresh(self) -> tuple[SessionState, InboxState]:
-        """Fold whatever was committed since the last call (both logs)."""
+    def refresh_inbox(self) -> InboxState:
+        """Fold the inbox commands accepted since the last call."""
         if not self._loaded:
             self._load()
-        # Inbox first: a command seen there may have started by the time the log is read,
-        # never the other way round.
         while batch := self.store.inbox_read_after(self.key, self.inbox.seq, 1000):
             for event in batch:
                 self.inbox.apply(event)
+        return self.inbox
+
+    def refresh(self) -> tuple[SessionState, InboxState]:
+        """Fold whatever was committed since the last call (both logs)."""
+        # Inbox first: a command seen there may have started by the time the log is read,
+        # never the other way round.
+        self.refresh_inbox()
         self._fold_log()
         self.save_if_due()
         return self.state, self.inbox

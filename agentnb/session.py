@@ -123,7 +123,7 @@ class Session:
         """
         with self._lock:
             head = self.log.head()
-            _, inbox = self._refresh()
+            inbox = self._folds.refresh_inbox()  # the chat fold reads the log itself
             return self._chat.snapshot(head, inbox, executing=self._executing())  # type: ignore[no-any-return]
 
     def history(self, limit: int = 100, after: str | None = None) -> HistoryPage:

@@ -910,9 +910,7 @@ class SessionDriver:
 
     def _refresh_inbox(self) -> None:
         with self._inbox_lock:  # the run and its interrupt watcher both read the inbox
-            while batch := self.store.inbox_read_after(self.key, self.inbox.seq, 1000):
-                for event in batch:
-                    self.inbox.apply(event)
+            self.folds.refresh_inbox()
 
     async def _take_inputs(self, turn_id: str, run_id: str) -> list[str]:
         """Steering for this turn and injected material not yet in the context."""
