@@ -13,11 +13,10 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from agentnb.errors import InvalidInput
-from agentnb.events import Event
-from agentnb.export.columns import Batch
+from agentnb.export.columns import Batch, RawColumns
 from agentnb.ids import SessionKey, check_id
 from agentnb.log import SessionLog
-from agentnb.stores.base import MAX_READ_LIMIT, RawEvent, SessionStore
+from agentnb.stores.base import MAX_READ_LIMIT, SessionStore
 
 __all__ = ["ExportSink", "Exporter", "SinkMismatch", "sink_name"]
 
@@ -175,23 +174,23 @@ class Exporter:
 
     def _batches(self, todo: Sequence[tuple[SessionKey, int, int]]) -> Iterator[Batch]:
         """Batches of at most ``batch_size`` events; small sessions share a batch."""
-        batch: dict[SessionKey, list[Event | RawEvent]] = {}
+        parts: dict[SessionKey, list[Any]] = {}
         size = 0
         for key, start, head in todo:
             pos = start
             while pos < head:
                 room = self.batch_size - size
-                events = self.store.read_raw(key, pos, min(room, head - pos, MAX_READ_LIMIT))
-                if not events:
+                table = self.store.read_arrow(key, pos, min(room, head - pos, MAX_READ_LIMIT))
+                if not table.num_rows:
                     break
-                batch.setdefault(key, []).extend(events)
-                size += len(events)
-                pos = events[-1].seq
+                parts.setdefault(key, []).append(table)
+                size += table.num_rows
+                pos += table.num_rows
                 if size >= self.batch_size:
-                    yield batch
-                    batch, size = {}, 0
-        if batch:
-            yield batch
+                    yield {k: RawColumns.concat(v) for k, v in parts.items()}
+                    parts, size = {}, 0
+        if parts:
+            yield {k: RawColumns.concat(v) for k, v in parts.items()}
 
     def _bar(self, total: int) -> Any:
         show = self.progress if self.progress is not None else total >= PROGRESS_THRESHOLD

@@ -25,8 +25,8 @@ batch, so every sink and every reader derives the columns the same way.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, overload
 
 from agentnb.events import Event
 from agentnb.ids import SessionKey
@@ -40,6 +40,7 @@ __all__ = [
     "COLUMNS",
     "FLATTEN_SQL",
     "Batch",
+    "RawColumns",
     "connect",
     "create_table_sql",
     "flatten",
@@ -48,8 +49,10 @@ __all__ = [
 ]
 
 Batch = Mapping[SessionKey, Sequence[Event | RawEvent]]
-"""Events grouped by session: ``Event`` objects, or ``RawEvent`` rows as exporters read them."""
-"""What a sink accepts: committed events grouped by session, each group in seq order."""
+"""What a sink accepts: committed events grouped by session, each group in seq order.
+
+A group is a sequence of ``Event`` or ``RawEvent``; the exporter passes ``RawColumns`` (a
+sequence of ``RawEvent`` backed by Arrow columns)."""
 
 _INSTALL = 'pip install "agentnb[export]"'
 
@@ -211,65 +214,100 @@ def create_table_sql(table: str) -> str:
     return f"CREATE TABLE IF NOT EXISTS {table} (\n  {cols}\n)"
 
 
-def _envelope_schema() -> pa.Schema:
-    import pyarrow as pa
+class RawColumns(Sequence[RawEvent]):
+    """Committed events of one session held as Arrow columns (``SessionStore.read_arrow``).
 
-    text = pa.string()
-    return pa.schema(
-        [
-            ("event_id", text),
-            ("namespace", text),
-            ("user_id", text),
-            ("agent_id", text),
-            ("session_id", text),
-            ("seq", pa.int64()),
-            ("occurred_at", pa.timestamp("us", tz="UTC")),
-            ("type", text),
-            ("turn_id", text),
-            ("run_id", text),
-            ("required", pa.bool_()),
-            ("schema_version", pa.int32()),
-            ("payload", text),
-        ]
-    )
+    What the exporter hands sinks: a read-only sequence of ``RawEvent`` built on demand, so
+    a sink written against events works unchanged, while the built-in sinks take ``table``
+    as it is and never make a Python object per event.
+    """
+
+    __slots__ = ("table",)
+
+    def __init__(self, table: pa.Table) -> None:
+        self.table = table
+
+    def __len__(self) -> int:
+        return int(self.table.num_rows)
+
+    @overload
+    def __getitem__(self, index: int) -> RawEvent: ...
+    @overload
+    def __getitem__(self, index: slice) -> RawColumns: ...
+    def __getitem__(self, index: int | slice) -> RawEvent | RawColumns:
+        if isinstance(index, slice):
+            start, stop, step = index.indices(len(self))
+            if step != 1:
+                return RawColumns(self.table.take(list(range(start, stop, step))))
+            return RawColumns(self.table.slice(start, stop - start))
+        n = len(self)
+        if not -n <= index < n:
+            raise IndexError(index)
+        return next(self._rows(self.table.slice(index % n, 1)))
+
+    def __iter__(self) -> Iterator[RawEvent]:
+        return self._rows(self.table)
+
+    @staticmethod
+    def _rows(table: pa.Table) -> Iterator[RawEvent]:
+        import pyarrow as pa
+
+        micros = table.column("occurred_at").cast(pa.int64())
+        for batch in table.set_column(6, "occurred_at", micros).to_batches():
+            for row in zip(*(c.to_pylist() for c in batch.columns), strict=True):
+                yield RawEvent(*row)
+
+    def is_run(self) -> bool:
+        """Whether the seqs increase by one from the first to the last."""
+        import pyarrow.compute as pc
+
+        seq = self.table.column("seq")
+        n = len(seq)
+        if n < 2:
+            return True
+        steps = pc.subtract(seq.slice(1), seq.slice(0, n - 1))
+        return bool(pc.all(pc.equal(steps, 1)).as_py())
+
+    @classmethod
+    def concat(cls, parts: Sequence[pa.Table]) -> RawColumns:
+        import pyarrow as pa
+
+        return cls(parts[0] if len(parts) == 1 else pa.concat_tables(parts))
 
 
 def to_arrow(batch: Batch) -> pa.Table:
-    """The envelope columns and payload JSON of ``batch`` as an Arrow table (seq order)."""
+    """The session key, envelope columns and payload JSON of ``batch`` as one Arrow table."""
     require_export_deps()
     import pyarrow as pa
 
-    cols: dict[str, list[Any]] = {name: [] for name in _ENVELOPE}
+    from agentnb.stores._arrow import from_raw
+
+    tables = []
     for key, events in batch.items():
-        n = len(events)
-        cols["namespace"] += [key.namespace] * n
-        cols["user_id"] += [key.user_id] * n
-        cols["agent_id"] += [key.agent_id] * n
-        cols["session_id"] += [key.session_id] * n
-        raw = [e if isinstance(e, RawEvent) else RawEvent.of(e) for e in events]
-        if not raw:
-            continue
-        # Transpose the rows once (in C) instead of one comprehension per column.
-        seq, event_id, type_, turn_id, run_id, required, occurred, version, payload = zip(
-            *raw, strict=True
-        )
-        cols["event_id"] += event_id
-        cols["seq"] += seq
-        cols["occurred_at"] += occurred
-        cols["type"] += type_
-        cols["turn_id"] += turn_id
-        cols["run_id"] += run_id
-        cols["required"] += required
-        cols["schema_version"] += version
-        cols["payload"] += payload
-    schema = _envelope_schema()
-    arrays = []
-    for field in schema:
-        if field.name == "occurred_at":
-            arrays.append(pa.array(cols["occurred_at"], pa.int64()).cast(field.type))
+        if isinstance(events, RawColumns):
+            table = events.table
         else:
-            arrays.append(pa.array(cols[field.name], field.type))
-    return pa.Table.from_arrays(arrays, schema=schema)
+            table = from_raw([e if isinstance(e, RawEvent) else RawEvent.of(e) for e in events])
+        n = table.num_rows
+        if not n:
+            continue
+        for i, name in enumerate(("namespace", "user_id", "agent_id", "session_id")):
+            value = getattr(key, name)
+            table = table.add_column(i, name, pa.repeat(pa.scalar(value, pa.string()), n))
+        tables.append(table)
+    if not tables:
+        return _envelope_schema().empty_table()
+    return pa.concat_tables(tables).select(list(_ENVELOPE))
+
+
+def _envelope_schema() -> pa.Schema:
+    import pyarrow as pa
+
+    from agentnb.stores._arrow import schema
+
+    keys = [pa.field(k, pa.string()) for k in ("namespace", "user_id", "agent_id", "session_id")]
+    fields = [*keys, *schema()]
+    return pa.schema(sorted(fields, key=lambda f: _ENVELOPE.index(f.name)))
 
 
 def connect(database: str = ":memory:", *, read_only: bool = False) -> duckdb.DuckDBPyConnection:

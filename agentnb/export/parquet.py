@@ -30,7 +30,15 @@ from typing import Any
 from agentnb.errors import InvalidInput
 from agentnb.events import Event
 from agentnb.export.base import sink_name
-from agentnb.export.columns import COLUMNS, Batch, connect, flatten, require_export_deps, to_arrow
+from agentnb.export.columns import (
+    COLUMNS,
+    Batch,
+    RawColumns,
+    connect,
+    flatten,
+    require_export_deps,
+    to_arrow,
+)
 from agentnb.ids import SessionKey, new_id
 from agentnb.stores.base import RawEvent
 
@@ -127,12 +135,16 @@ class ParquetSink:
         """Write the events not held yet as new files, then the manifest record (durable)."""
         with self._mutex, self._locked():
             self._refresh()
-            fresh: dict[SessionKey, list[Event | RawEvent]] = {}
+            fresh: dict[SessionKey, Sequence[Event | RawEvent]] = {}
+            sessions = []
             for key, evs in events.items():
                 held = self._held.get(_tuple(key), [])
-                if evs and _is_run(evs) and not _overlaps(held, evs[0].seq, evs[-1].seq):
-                    fresh[key] = list(evs)  # the common case: a new, gapless stretch
-                    continue
+                if evs and _is_run(evs):
+                    first, last = evs[0].seq, evs[-1].seq
+                    if not _overlaps(held, first, last):
+                        fresh[key] = evs  # the common case: a new, gapless stretch
+                        sessions.append({"key": list(_tuple(key)), "ranges": [[first, last]]})
+                        continue
                 ids: set[str] = set()
                 keep = []
                 for e in evs:
@@ -141,15 +153,13 @@ class ParquetSink:
                         keep.append(e)
                 if keep:
                     fresh[key] = keep
+                    ranges = _ranges([e.seq for e in keep])
+                    sessions.append({"key": list(_tuple(key)), "ranges": ranges})
             if not fresh:
                 return
             if self._con is None:  # one in-memory DuckDB per sink, used under the mutex
                 self._con = connect()
             table = flatten(self._con, to_arrow(fresh))
-            sessions = [
-                {"key": list(_tuple(k)), "ranges": _ranges([e.seq for e in evs])}
-                for k, evs in fresh.items()
-            ]
             self._commit(table, sessions, removed=[])
 
     def position(self, key: SessionKey) -> int:
@@ -347,6 +357,8 @@ def _overlaps(ranges: list[list[int]], low: int, high: int) -> bool:
 
 def _is_run(events: Sequence[Event | RawEvent]) -> bool:
     """Whether the events are one increasing stretch of seqs with no repeats."""
+    if isinstance(events, RawColumns):
+        return events.is_run()
     first = events[0].seq
     return [e.seq for e in events] == list(range(first, first + len(events)))
 

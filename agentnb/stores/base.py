@@ -59,7 +59,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from agentnb.errors import (
     AppendConflict,
@@ -81,6 +81,9 @@ from agentnb.events import (
     freeze_json,
 )
 from agentnb.ids import Clock, SessionKey, SystemClock, check_id
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 __all__ = [
     "MAX_BATCH",
@@ -423,6 +426,31 @@ class SessionStore(ABC):
     def _read_raw(self, key: SessionKey, after: int, through: int) -> list[RawEvent]:
         """Backends with a cheaper stored form override this."""
         return [RawEvent.of(e) for e in self._read(key, after, through)]
+
+    @_guarded
+    def read_arrow(self, key: SessionKey, after: int, limit: int) -> pa.Table:
+        """Like ``read_raw``, as one Arrow table (needs pyarrow): the fast path of exporters.
+
+        Columns: ``seq``, ``event_id``, ``type``, ``turn_id``, ``run_id``, ``required``,
+        ``occurred_at`` (UTC microseconds), ``schema_version`` and ``payload`` (the committed
+        canonical JSON text). Checked like ``read_raw``: checksums, gaps, required types.
+        """
+        key = _key(key)
+        _check_seq(after, "after")
+        _check_limit(limit)
+        table = self._read_arrow(key, after, after + limit)
+        n = table.num_rows
+        # Seqs are unique and sorted (the key of the log): n of them in (after, after + n]
+        # with the last one at after + n leaves no room for a gap.
+        if n and (table["seq"][0].as_py() != after + 1 or table["seq"][-1].as_py() != after + n):
+            raise _gap(key, after, table["seq"].to_pylist())
+        return table
+
+    def _read_arrow(self, key: SessionKey, after: int, through: int) -> pa.Table:
+        """Backends that can fetch columns directly override this."""
+        from agentnb.stores._arrow import from_raw
+
+        return from_raw(self._read_raw(key, after, through))
 
     def scan(self, key: SessionKey, after: int = 0, through: int | None = None) -> Iterator[Event]:
         """Committed events in ``(after, through]`` (through defaults to the head now)."""
@@ -864,14 +892,18 @@ _E = TypeVar("_E", Event, RawEvent)
 def _checked(key: SessionKey, after: int, events: list[_E]) -> list[_E]:
     """``events`` if their seqs run gaplessly from ``after + 1``; else ``Corrupt``."""
     seqs = [event.seq for event in events]
-    if seqs == list(range(after + 1, after + 1 + len(seqs))):
-        return events
+    if seqs != list(range(after + 1, after + 1 + len(seqs))):
+        raise _gap(key, after, seqs)
+    return events
+
+
+def _gap(key: SessionKey, after: int, seqs: list[int]) -> Corrupt:
     expected = after + 1
     for seq in seqs:
         if seq != expected:
             break
         expected += 1
-    raise Corrupt(
+    return Corrupt(
         f"session {key}: gap in the log, expected seq {expected} but found {seq}; the store "
         "was altered outside agentnb"
     )

@@ -74,6 +74,9 @@ CREATE TABLE IF NOT EXISTS snapshots (
 );
 """
 
+_SELECT_ROWS = (
+    f"SELECT {_rows.COLUMNS} FROM events WHERE session=? AND seq>? AND seq<=? ORDER BY seq"
+)
 _INSERT_EVENT = f"INSERT INTO events (session, {_rows.COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)"
 # The first event of a batch carries the batch id and digest (lost-ack replay detection), and
 # is inserted only if the head and the lease are what the caller expects: the common append
@@ -121,6 +124,7 @@ class SQLiteStore(SessionStore):
         self._busy_ms = int(busy_timeout * 1000)
         self._local = threading.local()
         self._all: list[sqlite3.Connection] = []
+        self._all_adbc: list[Any] = []
         self._all_lock = threading.Lock()
         self._ids: dict[SessionKey, int] = {}
         self._prepare_file()
@@ -238,6 +242,10 @@ class SQLiteStore(SessionStore):
                 with contextlib.suppress(sqlite3.Error):
                     conn.close()
             self._all.clear()
+            for adbc in self._all_adbc:
+                with contextlib.suppress(Exception):
+                    adbc.close()
+            self._all_adbc.clear()
         self._local = threading.local()
 
     # -- catalogue ---------------------------------------------------------------------------
@@ -362,10 +370,7 @@ class SQLiteStore(SessionStore):
 
     def _rows(self, key: SessionKey, after: int, through: int) -> list[tuple[Any, ...]]:
         conn = self._conn()
-        return conn.execute(
-            f"SELECT {_rows.COLUMNS} FROM events WHERE session=? AND seq>? AND seq<=? ORDER BY seq",
-            (self._sid(key, conn), after, through),
-        ).fetchall()
+        return conn.execute(_SELECT_ROWS, (self._sid(key, conn), after, through)).fetchall()
 
     def _read(self, key: SessionKey, after: int, through: int) -> list[Event]:
         return [_rows.decode(key, r, self.get_blob) for r in self._rows(key, after, through)]
@@ -375,6 +380,52 @@ class SQLiteStore(SessionStore):
             RawEvent(*_rows.decode_raw(key, r, self.get_blob))
             for r in self._rows(key, after, through)
         ]
+
+    def _read_arrow(self, key: SessionKey, after: int, through: int) -> Any:
+        """Rows fetched straight into Arrow by ADBC's SQLite driver when it is installed.
+
+        The driver opens the file read-only on its own connection (autocommit: no snapshot
+        is held between reads). It types columns from the rows it fetched, so one read is one
+        batch; rows whose columns do not have the stored types, or a driver error, fall back
+        to reading row by row, which names the damage.
+        """
+        adbc = self._adbc()
+        if adbc is None:
+            return super()._read_arrow(key, after, through)
+        from agentnb.stores._arrow import Unreadable, verified
+
+        sid = self._sid(key)
+        try:
+            with adbc.cursor() as cur:
+                cur.adbc_statement.set_options(
+                    **{"adbc.sqlite.query.batch_rows": str(max(1, through - after))}
+                )
+                cur.execute(_SELECT_ROWS, (sid, after, through))
+                rows = cur.fetch_arrow_table()
+            return verified(key, rows, self.get_blob)
+        except Exception as exc:
+            if not isinstance(exc, (Unreadable, OSError, *adbc_errors())):
+                raise
+            return super()._read_arrow(key, after, through)
+
+    def _adbc(self) -> Any:
+        """This thread's ADBC connection (``None`` without ``adbc-driver-sqlite``)."""
+        conn = getattr(self._local, "adbc", None)
+        if conn is None:
+            if self._closed:
+                raise StorageError(f"store {self.url} is closed")
+            try:
+                import adbc_driver_sqlite.dbapi as adbc
+            except ImportError:
+                return None
+            uri = f"{self.path.resolve().as_uri()}?mode=ro"
+            conn = adbc.connect(uri, autocommit=True)
+            with conn.cursor() as cur:
+                cur.execute(f"PRAGMA busy_timeout={self._busy_ms}")
+            self._local.adbc = conn
+            with self._all_lock:
+                self._all_adbc.append(conn)
+        return conn
 
     # -- inbox -------------------------------------------------------------------------------
 
@@ -511,6 +562,13 @@ class SQLiteStore(SessionStore):
     def _secret(self) -> bytes:
         row = self._conn().execute("SELECT value FROM agentnb_meta WHERE key='secret'").fetchone()
         return bytes(row[0])
+
+
+def adbc_errors() -> tuple[type[BaseException], ...]:
+    """What the ADBC driver raises (imported only once it is in use)."""
+    import adbc_driver_manager
+
+    return (adbc_driver_manager.Error,)
 
 
 def _enable_wal(conn: sqlite3.Connection, timeout: float) -> tuple[object, ...] | None:

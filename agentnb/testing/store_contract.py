@@ -544,6 +544,55 @@ class StoreContract:
         assert list(store.scan(key, 10)) == []
         assert list(store.scan(key, 6, 6)) == []
 
+    def test_raw_and_columnar_reads_hold_what_read_after_holds(
+        self, store: SessionStore, key: SessionKey
+    ) -> None:
+        """read_raw rows decode to read_after's events; read_arrow holds the same rows as
+        columns (turn/run ids NULL where absent, blob payloads filled in), in every window."""
+        pytest.importorskip("pyarrow")
+        from agentnb.stores._arrow import from_raw
+
+        events = [
+            step(1),
+            Event.create("turn/start", {"input": "hi", "command_id": "c1"}, turn_id="turn_1"),
+            Event.create("acme/big", {"text": "z" * (BLOB_THRESHOLD + 1)}, run_id="run_1"),
+            Event.create("acme/note", {"text": "\u00e9 \u2028 \x1f"}),
+            step(5),
+        ]
+        store.append(key, events, expected_seq=0, batch_id="b")
+        read = store.read_after(key, 0, 10)
+        raw = store.read_raw(key, 0, 10)
+        assert [r.to_event() for r in raw] == read
+        table = store.read_arrow(key, 0, 10)
+        assert table.equals(from_raw(raw))
+        assert table["turn_id"].to_pylist() == [None, "turn_1", None, None, None]
+        assert table["payload"][2].as_py() == raw[2].payload_json
+        for after, limit in ((0, 1), (1, 3), (4, 10), (5, 10), (50, 1)):
+            window = store.read_arrow(key, after, limit)
+            assert window["seq"].to_pylist() == [e.seq for e in read[after : after + limit]]
+
+    def test_columnar_read_of_a_log_of_nulls(self, store: SessionStore, key: SessionKey) -> None:
+        """A window where every row lacks turn_id and run_id keeps the column types."""
+        pytest.importorskip("pyarrow")
+        from agentnb.stores._arrow import schema
+
+        self.fill(store, key, 3)
+        assert store.read_arrow(key, 0, 10).schema == schema()
+        assert store.read_arrow(key, 3, 10).schema == schema()
+
+    @pytest.mark.parametrize(("after", "limit"), [(-1, 10), (0, 0), (0, MAX_READ_LIMIT + 1)])
+    def test_bad_raw_and_columnar_reads_are_invalid_input(
+        self, store: SessionStore, key: SessionKey, after: int, limit: int
+    ) -> None:
+        """read_raw and read_arrow check their arguments like read_after."""
+        pytest.importorskip("pyarrow")
+        with pytest.raises(InvalidInput):
+            store.read_raw(key, after, limit)
+        with pytest.raises(InvalidInput):
+            store.read_arrow(key, after, limit)
+        with pytest.raises(SessionNotFound):
+            store.read_arrow(session_key("nobody"), 0, 10)
+
     def test_scan_through_past_head_is_invalid_input(
         self, store: SessionStore, key: SessionKey
     ) -> None:

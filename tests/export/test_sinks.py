@@ -124,6 +124,33 @@ class TestExporter:
         Exporter(store, ParquetSink(tmp_path / "pq"), progress=True, batch_size=10).drain()
         assert "export to parquet:" in capsys.readouterr().err
 
+    @pytest.mark.parametrize("url", ["memory", "sqlite"])
+    def test_a_sink_of_its_own_receives_event_rows(self, url: str, tmp_path: Path) -> None:
+        """A sink that iterates its batch gets RawEvent rows (seq order, payload JSON text),
+        whichever store it drains: what read_raw returns."""
+        store = nb.open_store("memory:" if url == "memory" else f"sqlite:///{tmp_path}/s.db")
+        store.create_session(KEY)
+        _append(store, KEY, 25)
+
+        class Rows:
+            name = "rows"
+
+            def __init__(self) -> None:
+                self.got: list[Any] = []
+
+            def accept(self, events: Any) -> None:
+                for key, group in events.items():
+                    assert key == KEY
+                    assert len(group) == len(list(group))
+                    assert group[-1] == list(group)[-1]
+                    self.got += list(group)
+
+        sink = Rows()
+        assert Exporter(store, sink, batch_size=10).drain() == 25
+        assert sink.got == store.read_raw(KEY, 0, 100)
+        assert [r.to_event() for r in sink.got] == store.read_after(KEY, 0, 100)
+        store.close()
+
     def test_a_failing_accept_moves_no_watermark(self, tmp_path: Path) -> None:
         """When accept raises, the watermark stays and the next drain delivers the events."""
         store = _store_with(10)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from agentnb.errors import Corrupt, InvalidInput, UnknownRequiredEvent
+from agentnb.errors import Corrupt, InvalidInput, StorageError, UnknownRequiredEvent
 from agentnb.events import BLOB_THRESHOLD, Event
 from agentnb.ids import Clock, FakeClock, SessionKey
 from agentnb.log import SessionLog
@@ -163,6 +163,9 @@ class TestFailClosed:
         with pytest.raises(Corrupt, match=r"seq 2") as info:
             store.read_after(key, 0, 10)
         assert str(key) in str(info.value)
+        with pytest.raises(Corrupt, match=r"seq 2"):
+            store.read_arrow(key, 0, 10)
+        assert store.read_arrow(key, 0, 1)["seq"].to_pylist() == [1]
         with pytest.raises(Corrupt):
             list(store.scan(key))
         assert [e.seq for e in store.read_after(key, 0, 1)] == [1]
@@ -177,6 +180,8 @@ class TestFailClosed:
         conn.close()
         with pytest.raises(Corrupt, match=r"seq 1"):
             store.read_after(key, 0, 10)
+        with pytest.raises(Corrupt, match=r"seq 1"):
+            store.read_arrow(key, 0, 10)
 
     def test_deleted_middle_row_is_a_gap(
         self, store: SQLiteStore, key: SessionKey, path: Path
@@ -188,6 +193,8 @@ class TestFailClosed:
         conn.close()
         with pytest.raises(Corrupt, match="gap"):
             store.read_after(key, 0, 10)
+        with pytest.raises(Corrupt, match="expected seq 3 but found 4"):
+            store.read_arrow(key, 0, 10)
         with pytest.raises(Corrupt):
             list(store.scan(key))
         with pytest.raises(Corrupt):
@@ -216,6 +223,8 @@ class TestFailClosed:
         conn.close()
         with pytest.raises(Corrupt):
             store.read_after(key, 0, 1)
+        with pytest.raises(Corrupt, match="blob"):
+            store.read_arrow(key, 0, 1)
 
     def test_unknown_required_type_fails_closed(
         self, store: SQLiteStore, key: SessionKey, path: Path
@@ -249,8 +258,58 @@ class TestFailClosed:
         assert [e.seq for e in store.read_after(key, 2, 10)] == [3]
         with pytest.raises(UnknownRequiredEvent, match="acme/from_the_future"):
             store.read_after(key, 0, 10)
+        with pytest.raises(UnknownRequiredEvent, match="seq 2"):
+            store.read_arrow(key, 0, 10)
+        assert store.read_arrow(key, 2, 10)["seq"].to_pylist() == [3]
         with pytest.raises(UnknownRequiredEvent):
             list(store.scan(key))
+
+
+class TestColumnarRead:
+    """read_arrow fetches rows straight into Arrow (ADBC) and checks them in bulk."""
+
+    def test_row_by_row_path_gives_the_same_table(
+        self, store: SQLiteStore, key: SessionKey, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Without the ADBC driver (or when it fails) the rows are read one by one, with the
+        same result."""
+        big = Event.create("acme/big", {"text": "z" * (BLOB_THRESHOLD + 1)}, turn_id="t1")
+        store.append(key, [step(1), big, step(3)], expected_seq=0, batch_id="b")
+        fast = store.read_arrow(key, 0, 10)
+        assert store._adbc() is not None  # the fast path ran above
+        monkeypatch.setattr(store, "_adbc", lambda: None)
+        assert store.read_arrow(key, 0, 10).equals(fast)
+
+    def test_value_of_another_type_is_corrupt(
+        self, store: SQLiteStore, key: SessionKey, path: Path
+    ) -> None:
+        """A column holding text where the store writes integers (an outside edit) raises
+        Corrupt naming the row, like the row-by-row read."""
+        store.append(key, [step(1), step(2)], expected_seq=0, batch_id="b")
+        conn = _raw(path)
+        conn.execute("UPDATE events SET occurred_us='yesterday' WHERE seq=2")
+        conn.close()
+        with pytest.raises(Corrupt, match=r"seq 2"):
+            store.read_arrow(key, 0, 10)
+
+    def test_reads_see_later_commits(self, store: SQLiteStore, key: SessionKey) -> None:
+        """No snapshot is held between columnar reads: a later read sees new commits."""
+        store.append(key, [step(1)], expected_seq=0, batch_id="b1")
+        assert store.read_arrow(key, 0, 10).num_rows == 1
+        other = SQLiteStore(store.path)
+        try:
+            other.append(key, [step(2)], expected_seq=1, batch_id="b2")
+        finally:
+            other.close()
+        assert store.read_arrow(key, 0, 10)["seq"].to_pylist() == [1, 2]
+
+    def test_closed_store_refuses(self, store: SQLiteStore, key: SessionKey) -> None:
+        """A read after close raises StorageError."""
+        store.append(key, [step(1)], expected_seq=0, batch_id="b")
+        store.read_arrow(key, 0, 10)
+        store.close()
+        with pytest.raises(StorageError):
+            store.read_arrow(key, 0, 10)
 
 
 class TestOpenStore:
