@@ -29,12 +29,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from agentnb.errors import InvalidInput
-from agentnb.events import Event
-from agentnb.export.columns import FLATTEN_SQL, connect, require_export_deps, to_arrow
+from agentnb.export.columns import FLATTEN_SQL, RawColumns, connect, require_export_deps, to_arrow
 from agentnb.export.sql import load_query, schema_sql
 from agentnb.ids import SessionKey
 from agentnb.log import SessionLog
-from agentnb.stores.base import SessionStore
+from agentnb.stores.base import MAX_READ_LIMIT, SessionStore
 
 if TYPE_CHECKING:
     import duckdb
@@ -192,11 +191,20 @@ def _register_live(con: duckdb.DuckDBPyConnection, source: SessionStore | Sessio
         store, keys = source.store, [source.key]
     else:
         store, keys = source, [r.key for r in source.list_sessions()]
-    batch: dict[SessionKey, list[Event]] = {k: list(store.scan(k)) for k in keys}
+    batch = {k: _columns(store, k) for k in keys}
     con.register("batch", to_arrow(batch))
     con.execute(f"CREATE TEMP TABLE raw_events AS {FLATTEN_SQL}")
     con.unregister("batch")
     con.execute(schema_sql())
+
+
+def _columns(store: SessionStore, key: SessionKey) -> RawColumns:
+    """Every committed event of the session, read a page of columns at a time."""
+    head = store.head(key)
+    pages = range(0, head, MAX_READ_LIMIT)
+    return RawColumns.concat(
+        [store.read_arrow(key, p, min(MAX_READ_LIMIT, head - p)) for p in pages]
+    )
 
 
 def _frames(source: Any, views: tuple[str, ...], filters: dict[str, str | None]) -> list[Any]:

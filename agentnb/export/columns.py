@@ -270,8 +270,13 @@ class RawColumns(Sequence[RawEvent]):
 
     @classmethod
     def concat(cls, parts: Sequence[pa.Table]) -> RawColumns:
+        """The tables of ``read_arrow`` pages as one (no pages: no events)."""
         import pyarrow as pa
 
+        from agentnb.stores._arrow import schema
+
+        if not parts:
+            return cls(schema().empty_table())
         return cls(parts[0] if len(parts) == 1 else pa.concat_tables(parts))
 
 
