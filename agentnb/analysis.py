@@ -13,7 +13,8 @@ Frames: ``events``, ``turns``, ``runs``, ``steps``, ``model_calls``, ``tool_call
 ``interactions``, ``inputs`` (the views of ``exporters/schema.sql``; columns documented there),
 each optionally narrowed with ``namespace=``, ``user_id=``, ``agent_id=``, ``session_id=``.
 ``query(name, source, **params)`` runs ``exporters/queries/NAME.sql`` with its parameters
-bound. ``timeline(source)`` draws turns and runs on a time axis.
+bound; ``connection(source)`` gives a DuckDB connection over the views for SQL of one's own.
+``timeline(source)`` draws turns and runs on a time axis.
 
 The chart uses matplotlib rather than Altair: it is already a dependency of the ``export``
 extra, renders to a static image with no browser or JavaScript (so it works headless, in CI,
@@ -41,6 +42,7 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 __all__ = [
+    "connection",
     "events",
     "inputs",
     "interactions",
@@ -69,8 +71,15 @@ _SQLITE_MAGIC = b"SQLite format 3\x00"
 
 
 @contextlib.contextmanager
-def _opened(source: Any) -> Iterator[duckdb.DuckDBPyConnection]:
-    """A DuckDB connection where the views of ``schema.sql`` read ``source``."""
+def connection(source: Any) -> Iterator[duckdb.DuckDBPyConnection]:
+    """A DuckDB connection where the views of ``schema.sql`` read ``source``, for SQL of
+    one's own::
+
+        with analysis.connection("exports/agentnb") as con:
+            con.sql("SELECT agent_id, count(*) FROM turns GROUP BY ALL").df()
+
+    Closed (and a DuckDB file or store released) when the block ends.
+    """
     require_export_deps()
     from agentnb.export.duckdb import DuckDBSink
     from agentnb.export.parquet import ParquetSink
@@ -184,6 +193,17 @@ def _register_parquet(con: duckdb.DuckDBPyConnection, sink: Any) -> None:
         "CAST(occurred_at AT TIME ZONE 'UTC' AS DATE) AS event_date FROM raw_files"
     )
     con.execute(schema_sql())
+    parts = sink.turn_part_files() if files else None
+    if parts == []:  # events, but not one of a turn
+        con.execute("CREATE OR REPLACE VIEW turn_parts AS FROM turn_rollup LIMIT 0")
+    elif parts:  # the turns view reads the committed rollups instead of rescanning events
+        if sink.local:
+            con.read_parquet(parts, hive_partitioning=False).create_view("turn_part_files")
+        else:
+            import pyarrow.dataset as ds
+
+            con.register("turn_part_files", ds.dataset(parts, filesystem=sink.fs, format="parquet"))
+        con.execute("CREATE OR REPLACE VIEW turn_parts AS SELECT * FROM turn_part_files")
 
 
 def _register_live(con: duckdb.DuckDBPyConnection, source: SessionStore | SessionLog) -> None:
@@ -212,7 +232,7 @@ def _frames(source: Any, views: tuple[str, ...], filters: dict[str, str | None])
     where = [f"{k} = ?" for k, v in filters.items() if v is not None]
     params = [v for v in filters.values() if v is not None]
     clause = (" WHERE " + " AND ".join(where)) if where else ""
-    with _opened(source) as con:
+    with connection(source) as con:
         return [
             con.execute(f"SELECT * FROM {view}{clause} ORDER BY {_ORDER[view]}", params).df()
             for view in views
@@ -229,7 +249,7 @@ def _frame(view: str, source: Any, filters: dict[str, str | None]) -> pd.DataFra
     if where:
         sql += " WHERE " + " AND ".join(where)
     sql += f" ORDER BY {_ORDER[view]}"
-    with _opened(source) as con:
+    with connection(source) as con:
         frame: pd.DataFrame = con.execute(sql, params).df()
     return frame
 
@@ -295,7 +315,7 @@ def query(name: str, source: Any, **params: Any) -> pd.DataFrame:
             f"query {name!r} needs parameter(s) {missing}: "
             + "; ".join(f"{p.name}: {p.description}" for p in q.params if p.name in missing)
         )
-    with _opened(source) as con:
+    with connection(source) as con:
         for p in q.params:
             con.execute(f"SET VARIABLE {p.name} = ?", [params.get(p.name)])
         frame: pd.DataFrame = con.execute(q.sql).df()

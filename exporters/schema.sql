@@ -22,45 +22,59 @@
 CREATE OR REPLACE VIEW events AS
 SELECT * FROM raw_events;
 
+-- turn_rollup: what the turns view shows of each turn, as aggregates of the events at hand.
+-- Each value that is "the latest/first of" something carries the seq it was taken at
+-- (*_seq), so the rows of one turn from two parts of its log combine exactly (seqs of a turn
+-- are one session's): the Parquet sink combines them as it commits.
+CREATE OR REPLACE VIEW turn_rollup AS
+SELECT
+  any_value(namespace) AS namespace, any_value(user_id) AS user_id,
+  any_value(agent_id) AS agent_id, any_value(session_id) AS session_id,
+  turn_id,
+  arg_min(text, seq) FILTER (WHERE type = 'turn/start') AS input,
+  min(seq) FILTER (WHERE type = 'turn/start' AND text IS NOT NULL) AS input_seq,
+  min(occurred_at) FILTER (WHERE type = 'turn/start') AS started_at,
+  arg_max(
+    CASE WHEN type IN ('turn/start', 'turn/resumed') THEN 'running' ELSE split_part(type, '/', 2) END,
+    seq
+  ) FILTER (WHERE type IN ('turn/start', 'turn/resumed', 'turn/completed', 'turn/failed',
+                           'turn/suspended', 'turn/interrupted', 'turn/cancelled')) AS status,
+  arg_max(occurred_at, seq) FILTER (WHERE type IN ('turn/start', 'turn/resumed', 'turn/completed',
+      'turn/failed', 'turn/suspended', 'turn/interrupted', 'turn/cancelled')) AS status_at,
+  max(seq) FILTER (WHERE type IN ('turn/start', 'turn/resumed', 'turn/completed', 'turn/failed',
+                                  'turn/suspended', 'turn/interrupted', 'turn/cancelled')) AS status_seq,
+  arg_max(error, seq) FILTER (WHERE type = 'turn/failed') AS error,
+  max(seq) FILTER (WHERE type = 'turn/failed' AND error IS NOT NULL) AS error_seq,
+  arg_max(text, seq) FILTER (WHERE type = 'turn/output') AS output,
+  max(seq) FILTER (WHERE type = 'turn/output' AND text IS NOT NULL) AS output_seq,
+  count(*) FILTER (WHERE type = 'run/start') AS runs,
+  count(*) FILTER (WHERE type = 'step/start') AS steps,
+  count(*) FILTER (WHERE type = 'model/end') AS model_calls,
+  count(*) FILTER (WHERE type = 'tool/requested') AS tool_calls,
+  count(*) FILTER (WHERE type = 'tool/result' AND status = 'error') AS tool_errors,
+  count(*) FILTER (WHERE type = 'input/received' AND kind = 'steer') AS steers,
+  count(*) FILTER (WHERE type = 'interaction/requested') AS interactions,
+  count(*) FILTER (WHERE type = 'turn/interrupted') AS interrupts,
+  CAST(sum(input_tokens) FILTER (WHERE type = 'model/end') AS BIGINT) AS input_tokens,
+  CAST(sum(output_tokens) FILTER (WHERE type = 'model/end') AS BIGINT) AS output_tokens,
+  max(occurred_at) AS last_event_at
+FROM events
+WHERE turn_id IS NOT NULL
+  AND type IN ('turn/start', 'turn/resumed', 'turn/completed', 'turn/failed', 'turn/suspended',
+               'turn/interrupted', 'turn/cancelled', 'turn/output', 'run/start', 'step/start',
+               'model/end', 'tool/requested', 'tool/result', 'input/received',
+               'interaction/requested', 'run/end')
+GROUP BY turn_id;
+
+-- turn_parts: turn_rollup, one row per turn. A Parquet export commits it with the data (the
+-- sink keeps one row per turn over its rollup files), and its readers (parquet.sql,
+-- agentnb.analysis) define turn_parts over those files, so turns never rescans the events.
+CREATE VIEW IF NOT EXISTS turn_parts AS SELECT * FROM turn_rollup;
+
 -- turns: one row per turn (a submitted task); status is the latest turn status.
 --   status: running | suspended | interrupted | completed | failed | cancelled
 --   duration_ms: turn start to its final status (completed/failed/cancelled), waits included.
 CREATE OR REPLACE VIEW turns AS
-WITH agg AS (
-  SELECT
-    any_value(namespace) AS namespace, any_value(user_id) AS user_id,
-    any_value(agent_id) AS agent_id, any_value(session_id) AS session_id,
-    turn_id,
-    arg_min(text, seq) FILTER (WHERE type = 'turn/start') AS input,
-    min(occurred_at) FILTER (WHERE type = 'turn/start') AS started_at,
-    arg_max(
-      CASE WHEN type IN ('turn/start', 'turn/resumed') THEN 'running' ELSE split_part(type, '/', 2) END,
-      seq
-    ) FILTER (WHERE type IN ('turn/start', 'turn/resumed', 'turn/completed', 'turn/failed',
-                             'turn/suspended', 'turn/interrupted', 'turn/cancelled')) AS status,
-    arg_max(occurred_at, seq) FILTER (WHERE type IN ('turn/start', 'turn/resumed', 'turn/completed',
-        'turn/failed', 'turn/suspended', 'turn/interrupted', 'turn/cancelled')) AS status_at,
-    arg_max(error, seq) FILTER (WHERE type = 'turn/failed') AS error,
-    arg_max(text, seq) FILTER (WHERE type = 'turn/output') AS output,
-    count(*) FILTER (WHERE type = 'run/start') AS runs,
-    count(*) FILTER (WHERE type = 'step/start') AS steps,
-    count(*) FILTER (WHERE type = 'model/end') AS model_calls,
-    count(*) FILTER (WHERE type = 'tool/requested') AS tool_calls,
-    count(*) FILTER (WHERE type = 'tool/result' AND status = 'error') AS tool_errors,
-    count(*) FILTER (WHERE type = 'input/received' AND kind = 'steer') AS steers,
-    count(*) FILTER (WHERE type = 'interaction/requested') AS interactions,
-    count(*) FILTER (WHERE type = 'turn/interrupted') AS interrupts,
-    CAST(coalesce(sum(input_tokens) FILTER (WHERE type = 'model/end'), 0) AS BIGINT) AS input_tokens,
-    CAST(coalesce(sum(output_tokens) FILTER (WHERE type = 'model/end'), 0) AS BIGINT) AS output_tokens,
-    max(occurred_at) AS last_event_at
-  FROM events
-  WHERE turn_id IS NOT NULL
-    AND type IN ('turn/start', 'turn/resumed', 'turn/completed', 'turn/failed', 'turn/suspended',
-                 'turn/interrupted', 'turn/cancelled', 'turn/output', 'run/start', 'step/start',
-                 'model/end', 'tool/requested', 'tool/result', 'input/received',
-                 'interaction/requested', 'run/end')
-  GROUP BY turn_id
-)
 SELECT
   namespace, user_id, agent_id, session_id, turn_id, input,
   coalesce(status, 'running') AS status,
@@ -69,8 +83,9 @@ SELECT
   CASE WHEN status IN ('completed', 'failed', 'cancelled')
        THEN epoch_ms(status_at) - epoch_ms(started_at) END AS duration_ms,
   runs, steps, model_calls, tool_calls, tool_errors, steers, interactions, interrupts,
-  input_tokens, output_tokens, error, output, last_event_at
-FROM agg;
+  coalesce(input_tokens, 0) AS input_tokens, coalesce(output_tokens, 0) AS output_tokens,
+  error, output, last_event_at
+FROM turn_parts;
 
 -- runs: one row per run (one execution of a turn; resume and respond start new runs).
 --   reason: submit | resume | respond | recovery | steer (why the run started)

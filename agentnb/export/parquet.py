@@ -2,9 +2,10 @@
 
 Layout under the root (a local folder or any pyarrow filesystem URI)::
 
-    events/event_date=YYYY-MM-DD/part-<batch>.parquet   data, one file per batch and date
-    _manifest/<batch>.json                               one commit record per batch, written last
-    _staging/<batch>/                                    files being written (never read)
+    events/event_date=YYYY-MM-DD/part-<batch>.parquet      data, one file per batch and date
+    turn_parts/event_date=YYYY-MM-DD/part-<batch>.parquet  the turn rollup of that data file
+    _manifest/<batch>.json                                  one commit record per batch, last
+    _staging/<batch>/                                       files being written (never read)
 
 Commit protocol of ``accept``: write each file into ``_staging``, flush it to disk, rename it
 into its partition, then write the manifest record (also staged and renamed) last. A reader
@@ -12,8 +13,13 @@ never sees a half-written file: files appear in ``events/`` whole or not at all.
 lists the committed files and the seq ranges of each session they hold; the sink skips
 events it already holds, so a re-delivered batch writes no duplicate rows. Rows of a file
 renamed in before a crash cut off its manifest record are outside the manifest: readers that
-go by the manifest (``files()``, ``agentnb.analysis``) ignore them, readers that glob the
-folder drop them with the ``events`` view's dedup, and ``compact()`` folds them in.
+go by the manifest (``files()``, ``agentnb.analysis``, ``exporters/parquet.sql``) ignore
+them, and ``compact()`` folds them in.
+
+Each data file comes with its turn rollup (the ``turn_rollup`` view of
+``exporters/schema.sql`` over the file's rows: one row of partial aggregates per turn), in
+the same commit. Readers define ``turn_parts`` over the rollups, so the ``turns`` view
+combines a few rows per turn instead of rescanning every event.
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ from agentnb.export.columns import (
     require_export_deps,
     to_arrow,
 )
+from agentnb.export.sql import schema_sql
 from agentnb.ids import SessionKey, new_id
 from agentnb.stores.base import RawEvent
 
@@ -51,7 +58,40 @@ import pyarrow.parquet as pq  # noqa: E402
 __all__ = ["ParquetSink"]
 
 EVENTS = "events"
+TURN_PARTS = "turn_parts"
 MANIFEST = "_manifest"
+VERSION = 2
+"""Manifest record version: 2 adds the turn rollup files (``turn_parts/``)."""
+MAX_ROLLUP_FILES = 16
+"""Beyond this many rollup files a commit merges the small ones."""
+ROLLUP_ROW_GROUP = 16_384
+"""Rows per row group of a rollup file (sorted by turn id): the unit a commit reads."""
+
+COMBINE_SQL = """
+SELECT
+  any_value(namespace) AS namespace, any_value(user_id) AS user_id,
+  any_value(agent_id) AS agent_id, any_value(session_id) AS session_id,
+  turn_id,
+  arg_min(input, input_seq) AS input, min(input_seq) AS input_seq,
+  min(started_at) AS started_at,
+  arg_max(status, status_seq) AS status, arg_max(status_at, status_seq) AS status_at,
+  max(status_seq) AS status_seq,
+  arg_max(error, error_seq) AS error, max(error_seq) AS error_seq,
+  arg_max(output, output_seq) AS output, max(output_seq) AS output_seq,
+  CAST(sum(runs) AS BIGINT) AS runs, CAST(sum(steps) AS BIGINT) AS steps,
+  CAST(sum(model_calls) AS BIGINT) AS model_calls,
+  CAST(sum(tool_calls) AS BIGINT) AS tool_calls,
+  CAST(sum(tool_errors) AS BIGINT) AS tool_errors, CAST(sum(steers) AS BIGINT) AS steers,
+  CAST(sum(interactions) AS BIGINT) AS interactions,
+  CAST(sum(interrupts) AS BIGINT) AS interrupts,
+  CAST(sum(input_tokens) AS BIGINT) AS input_tokens,
+  CAST(sum(output_tokens) AS BIGINT) AS output_tokens,
+  max(last_event_at) AS last_event_at
+FROM parts
+GROUP BY turn_id
+"""
+"""Rows of ``turn_rollup`` for the same turns (from several parts of the log) as one row per
+turn: each "latest/first of" value is taken at the highest/lowest seq it carries."""
 STAGING = "_staging"
 FILE_COLUMNS = tuple(name for name, _ in COLUMNS if name != "event_date")
 """Columns stored in each file (``event_date`` is the Hive partition folder)."""
@@ -125,6 +165,7 @@ class ParquetSink:
         self._held: dict[_KeyTuple, list[list[int]]] = {}
         self._added: set[str] = set()
         self._removed: set[str] = set()
+        self._unrolled: set[str] = set()
 
     def __repr__(self) -> str:
         return f"ParquetSink({self.root!r}, name={self.name!r})"
@@ -157,9 +198,7 @@ class ParquetSink:
                     sessions.append({"key": list(_tuple(key)), "ranges": ranges})
             if not fresh:
                 return
-            if self._con is None:  # one in-memory DuckDB per sink, used under the mutex
-                self._con = connect()
-            table = flatten(self._con, to_arrow(fresh))
+            table = flatten(self._duckdb(), to_arrow(fresh))
             self._commit(table, sessions, removed=[])
 
     def position(self, key: SessionKey) -> int:
@@ -175,7 +214,20 @@ class ParquetSink:
         """Committed data files (full paths on ``self.fs``), per the manifest."""
         with self._mutex:
             self._refresh()
-            return sorted(f"{self.root}/{rel}" for rel in self._added - self._removed)
+            return sorted(f"{self.root}/{rel}" for rel in self._current(EVENTS))
+
+    def turn_part_files(self) -> list[str] | None:
+        """Committed turn rollup files (one row per turn over all of them); ``None`` when a
+        data file was committed without rollups (by an older agentnb): then the turns must
+        be rolled up from the events."""
+        with self._mutex:
+            self._refresh()
+            if self._current(EVENTS) & self._unrolled:
+                return None
+            return sorted(f"{self.root}/{rel}" for rel in self._current(TURN_PARTS))
+
+    def _current(self, folder: str) -> set[str]:
+        return {rel for rel in self._added - self._removed if rel.startswith(f"{folder}/")}
 
     def read_arrow(self) -> pa.Table:
         """Every committed row (duplicates from re-deliveries removed are not expected)."""
@@ -188,40 +240,61 @@ class ParquetSink:
     # -- compaction --------------------------------------------------------------------------
 
     def compact(self, *, closed_before: date | None = None) -> int:
-        """Merge each closed partition's files into one and drop duplicate rows.
+        """Merge each closed partition's files into one and delete files nothing lists.
 
         A partition is closed when its date is before ``closed_before`` (default: today, UTC):
-        no new event can land there. Also folds in rows of files a crash left outside the
-        manifest. Returns the number of files replaced.
+        no new event can land there. Files a crash left outside the manifest are deleted:
+        the exporter re-delivers what the manifest does not hold. Rollup files that commits
+        replaced are deleted too (readers that listed them before may fail: run compaction
+        when nobody is reading). Returns the number of files merged or deleted.
         """
         limit = closed_before or datetime.now(UTC).date()
-        replaced = 0
+        done = 0
         with self._mutex, self._locked():
             self._refresh()
-            base = f"{self.root}/{EVENTS}"
-            if self.fs.get_file_info(base).type != pafs.FileType.Directory:
-                return 0
-            selector = pafs.FileSelector(base, recursive=False)
-            for part in self.fs.get_file_info(selector):
-                if part.type != pafs.FileType.Directory or "=" not in part.base_name:
-                    continue
+            held = self._added - self._removed
+            for part in self._folders(EVENTS):
                 try:
                     day = date.fromisoformat(part.base_name.split("=", 1)[1])
-                except ValueError:
+                except (IndexError, ValueError):
                     continue
                 if day >= limit:
                     continue
-                names = [
-                    f.path
-                    for f in self.fs.get_file_info(pafs.FileSelector(part.path))
-                    if f.type == pafs.FileType.File and f.path.endswith(".parquet")
-                ]
-                if len(names) < 2:
-                    continue
-                replaced += self._compact_partition(names)
-        return replaced
+                names = self._parquet_files(part.path)
+                listed = [p for p in names if self._rel(p) in held]
+                if len(listed) >= 2:
+                    self._compact_partition(listed)
+                    done += len(listed)
+                done += self._delete([p for p in names if self._rel(p) not in held])
+            folder = f"{self.root}/{TURN_PARTS}"
+            if self.fs.get_file_info(folder).type == pafs.FileType.Directory:
+                names = self._parquet_files(folder)
+                done += self._delete([p for p in names if self._rel(p) not in held])
+        return done
 
-    def _compact_partition(self, paths: list[str]) -> int:
+    def _folders(self, name: str) -> list[pafs.FileInfo]:
+        base = f"{self.root}/{name}"
+        if self.fs.get_file_info(base).type != pafs.FileType.Directory:
+            return []
+        infos = self.fs.get_file_info(pafs.FileSelector(base, recursive=False))
+        return [i for i in infos if i.type == pafs.FileType.Directory and "=" in i.base_name]
+
+    def _parquet_files(self, folder: str) -> list[str]:
+        infos = self.fs.get_file_info(pafs.FileSelector(folder))
+        return [
+            i.path for i in infos if i.type == pafs.FileType.File and i.path.endswith(".parquet")
+        ]
+
+    def _rel(self, path: str) -> str:
+        return path[len(self.root) + 1 :]
+
+    def _delete(self, paths: list[str]) -> int:
+        for path in paths:
+            with contextlib.suppress(FileNotFoundError, OSError):
+                self.fs.delete_file(path)
+        return len(paths)
+
+    def _compact_partition(self, paths: list[str]) -> None:
         tables = [pq.read_table(p, filesystem=self.fs) for p in paths]
         merged = pa.concat_tables(tables, promote_options="default")
         con = connect()
@@ -242,38 +315,52 @@ class ParquetSink:
             k = (row["namespace"], row["user_id"], row["agent_id"], row["session_id"])
             sessions.setdefault(k, []).append(row["seq"])
         records = [{"key": list(k), "ranges": _ranges(s)} for k, s in sessions.items()]
-        prefix = f"{self.root}/"
-        removed = [p[len(prefix) :] for p in paths]
-        self._commit(table, records, removed=removed)
-        for p in paths:
-            with contextlib.suppress(FileNotFoundError, OSError):
-                self.fs.delete_file(p)
-        return len(paths)
+        # The same events in fewer files: the turn rollups stay as they are.
+        self._commit(table, records, [self._rel(p) for p in paths], roll_up=False)
+        self._delete(paths)
 
     # -- the commit protocol -----------------------------------------------------------------
 
-    def _commit(self, table: pa.Table, sessions: list[dict[str, Any]], removed: list[str]) -> None:
+    def _commit(
+        self,
+        table: pa.Table,
+        sessions: list[dict[str, Any]],
+        removed: list[str],
+        *,
+        roll_up: bool = True,
+    ) -> None:
         batch_id = new_id("batch")
         staging = f"{self.root}/{STAGING}/{batch_id}"
         self.fs.create_dir(staging, recursive=True)
-        added: list[str] = []
+        files: list[tuple[pa.Table, str]] = []
         dates = table.column("event_date").unique().to_pylist()
         import pyarrow.compute as pc
 
+        rows = table.select(list(FILE_COLUMNS))
         for day in sorted(dates):
-            part = table.filter(pc.equal(table.column("event_date"), pa.scalar(day)))
-            part = part.select(list(FILE_COLUMNS))
-            tmp = f"{staging}/{day}.parquet"
-            pq.write_table(part, tmp, filesystem=self.fs)
+            part = rows.filter(pc.equal(table.column("event_date"), pa.scalar(day)))
+            files.append((part, f"{EVENTS}/event_date={day}/part-{batch_id}.parquet"))
+        removed = list(removed)
+        if roll_up:
+            rollups, replaced = self._roll_up(rows)
+            for i, rollup in enumerate(rollups):
+                files.append(
+                    (rollup.sort_by("turn_id"), f"{TURN_PARTS}/part-{batch_id}-{i}.parquet")
+                )
+            removed += replaced
+        added: list[str] = []
+        for i, (data, rel) in enumerate(files):
+            tmp = f"{staging}/{i}.parquet"
+            groups = ROLLUP_ROW_GROUP if rel.startswith(TURN_PARTS) else None
+            pq.write_table(data, tmp, filesystem=self.fs, row_group_size=groups)
             self._sync(tmp)
-            rel = f"{EVENTS}/event_date={day}/part-{batch_id}.parquet"
-            folder = f"{self.root}/{EVENTS}/event_date={day}"
+            folder = f"{self.root}/{rel.rsplit('/', 1)[0]}"
             self.fs.create_dir(folder, recursive=True)
             self.fs.move(tmp, f"{self.root}/{rel}")
             self._sync_dir(folder)
             added.append(rel)
         record = {
-            "version": 1,
+            "version": VERSION,
             "batch_id": batch_id,
             "created_at": datetime.now(UTC).isoformat(),
             "sink": self.name,
@@ -293,6 +380,79 @@ class ParquetSink:
             self.fs.delete_dir(staging)
         self._apply(f"{batch_id}.json", record)
 
+    def _duckdb(self) -> Any:
+        """The sink's in-memory DuckDB (flattening, rollups), with the views of schema.sql."""
+        if self._con is None:
+            con = connect()
+            con.register("raw_events", _empty_table())
+            con.execute(schema_sql())
+            con.unregister("raw_events")
+            self._con = con
+        return self._con
+
+    def _roll_up(self, rows: pa.Table) -> tuple[list[pa.Table], list[str]]:
+        """Rollup files to add and committed ones they replace, for new ``rows``.
+
+        Keeps one row per turn over all committed rollup files: the turns of ``rows`` get
+        their rows combined with the rows committed for them before, and the files those
+        came from are rewritten without them. Turn ids grow with time and rollup files are
+        sorted by them in small row groups, so finding a batch's turns reads a few row
+        groups. Past ``MAX_ROLLUP_FILES`` files, the small ones are merged (rows of distinct
+        turns: a concatenation) and a file holding most rows is left alone.
+        """
+        import pyarrow.compute as pc
+        import pyarrow.dataset as ds
+
+        con = self._duckdb()
+        con.register("raw_events", rows)
+        try:
+            fresh = con.sql("SELECT * FROM turn_rollup").to_arrow_table()
+        finally:
+            con.unregister("raw_events")
+        if not fresh.num_rows:
+            return [], []
+        names = fresh.schema.names
+        older: list[pa.Table] = []
+        kept: list[pa.Table] = []
+        replaced: list[str] = []
+        sizes: dict[str, int] = {}
+        current = sorted(self._current(TURN_PARTS))
+        if current:
+            paths = [f"{self.root}/{rel}" for rel in current]
+            dataset = ds.dataset(paths, filesystem=self.fs, format="parquet")
+            turns = fresh.column("turn_id")
+            bounds = pc.min_max(turns)
+            field = pc.field("turn_id")
+            mine = (field >= bounds["min"]) & (field <= bounds["max"]) & field.isin(turns)
+            for fragment in dataset.get_fragments():
+                rel = self._rel(fragment.path)
+                hits = fragment.to_table(filter=mine)
+                if not hits.num_rows:
+                    sizes[rel] = fragment.count_rows()
+                    continue
+                older.append(hits.select(names))
+                replaced.append(rel)
+                rest = fragment.to_table(filter=~field.isin(turns))
+                if rest.num_rows:
+                    kept.append(rest.select(names))
+        combined = fresh
+        if older:
+            con.register("parts", pa.concat_tables([*older, fresh]))
+            try:
+                combined = con.sql(COMBINE_SQL).to_arrow_table()
+            finally:
+                con.unregister("parts")
+        out = [*kept, combined]
+        if len(sizes) + len(out) <= MAX_ROLLUP_FILES:
+            return out, replaced
+        total = sum(sizes.values()) + sum(t.num_rows for t in out)
+        big = max(sizes, key=lambda rel: sizes[rel], default=None)
+        merge = [rel for rel in sizes if big is None or rel != big or sizes[big] * 2 <= total]
+        tables = [
+            pq.read_table(f"{self.root}/{rel}", filesystem=self.fs).select(names) for rel in merge
+        ]
+        return [pa.concat_tables([*tables, *out])], replaced + merge
+
     def _refresh(self) -> None:
         """Read manifest records written since the last look (by any process)."""
         folder = f"{self.root}/{MANIFEST}"
@@ -309,6 +469,8 @@ class ParquetSink:
     def _apply(self, name: str, record: dict[str, Any]) -> None:
         self._seen.add(name)
         self._added.update(record.get("added", []))
+        if record.get("version", 1) < 2 and record.get("rows"):
+            self._unrolled.update(record.get("added", []))
         self._removed.update(record.get("removed", []))
         for item in record.get("sessions", []):
             k: _KeyTuple = tuple(item["key"])

@@ -305,13 +305,34 @@ def known_duckdb(known_session: Known, tmp_path_factory: pytest.TempPathFactory)
     return path
 
 
-@pytest.fixture(params=["parquet", "duckdb", "live"])
+@pytest.fixture(scope="session")
+def known_parquet_split(known_session: Known, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A Parquet export of the known session in batches of 5 events: most turns span several
+    data files, so their turn rollups are partial and the turns view must combine them."""
+    from agentnb.export import Exporter, ParquetSink
+
+    root = tmp_path_factory.mktemp("pq-split") / "export"
+    store = known_session.store()
+    try:
+        Exporter(store, ParquetSink(root), batch_size=5).drain()
+    finally:
+        store.close()
+    return root
+
+
+@pytest.fixture(params=["parquet", "parquet-split", "duckdb", "live"])
 def known_source(
-    request: pytest.FixtureRequest, known_session: Known, known_parquet: Path, known_duckdb: Path
+    request: pytest.FixtureRequest,
+    known_session: Known,
+    known_parquet: Path,
+    known_parquet_split: Path,
+    known_duckdb: Path,
 ) -> Iterator[Any]:
     """The known session as each kind of analysis source."""
     if request.param == "parquet":
         yield str(known_parquet)
+    elif request.param == "parquet-split":
+        yield str(known_parquet_split)
     elif request.param == "duckdb":
         yield f"duckdb:{known_duckdb}"
     else:

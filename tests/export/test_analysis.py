@@ -169,6 +169,29 @@ class TestFrames:
         df = analysis.turns(known_source, session_id=BOB.session_id)
         assert list(df["user_id"]) == ["bob", "bob"]
 
+    def test_turns_read_the_rollups_committed_with_the_data(
+        self, known_session: Known, known_parquet_split: Path
+    ) -> None:
+        """Over a Parquet export the turns view reads the committed turn rollups: one row per
+        turn although most turns span several batches (their rows were combined at commit),
+        and exactly the turns rolled up from the events."""
+        import json
+
+        from agentnb.export import ParquetSink
+
+        assert ParquetSink(known_parquet_split).turn_part_files()
+        records = [json.loads(p.read_text()) for p in known_parquet_split.glob("_manifest/*")]
+        assert sum(1 for r in records if any("turn_parts/" in x for x in r["removed"])) > 5
+        store = known_session.store()
+        try:
+            expected = analysis.turns(store)
+        finally:
+            store.close()
+        with analysis.connection(known_parquet_split) as con:
+            rows = con.execute("SELECT count(*), count(DISTINCT turn_id) FROM turn_parts")
+            assert rows.fetchone() == (len(expected), len(expected))
+        assert analysis.turns(known_parquet_split).equals(expected)
+
     def test_a_session_object_is_a_source_of_its_own_events(self, known_session: Known) -> None:
         """A SessionLog source gives only that session's events."""
         store = known_session.store()

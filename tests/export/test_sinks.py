@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -296,6 +297,92 @@ class TestParquetSink:
         Exporter(store, sink, batch_size=5).drain()
         assert sink.compact() == 0
         assert sink.compact(closed_before=date.today() + timedelta(days=2)) == 4
+
+    def test_commits_keep_one_rollup_row_per_turn(
+        self, known_session: Known, tmp_path: Path
+    ) -> None:
+        """Each commit adds the rollups of its turns, combined with what earlier commits
+        held for them: one row per turn over a bounded number of files. Compaction deletes
+        the replaced files and leaves the turns as they are."""
+        from agentnb import analysis
+        from agentnb.export.parquet import MAX_ROLLUP_FILES
+
+        root = tmp_path / "pq"
+        store = known_session.store()
+        try:
+            expected = analysis.turns(store)
+            sink = ParquetSink(root)
+            Exporter(store, sink, batch_size=7).drain()
+        finally:
+            store.close()
+        parts = sink.turn_part_files()
+        assert parts is not None
+        assert 1 <= len(parts) <= MAX_ROLLUP_FILES
+        turn_ids = [t for p in parts for t in pq.read_table(p)["turn_id"].to_pylist()]
+        assert sorted(turn_ids) == sorted(expected["turn_id"])
+        assert analysis.turns(root).equals(expected)
+        on_disk = list((root / "turn_parts").glob("*.parquet"))
+        assert len(on_disk) > len(parts)  # replaced files stay until compaction
+        assert sink.compact(closed_before=date.today() + timedelta(days=2)) > 1
+        assert len(sink.files()) == 1
+        assert sorted(str(p) for p in (root / "turn_parts").glob("*.parquet")) == parts
+        assert analysis.turns(root).equals(expected)
+
+    def test_an_export_without_rollups_rolls_turns_up_from_events(
+        self, known_session: Known, tmp_path: Path
+    ) -> None:
+        """A data file without its rollup (an export of an older agentnb) makes readers roll
+        the turns up from the events instead: the same turns."""
+        from agentnb import analysis
+
+        root = tmp_path / "pq"
+        store = known_session.store()
+        try:
+            expected = analysis.turns(store)
+            Exporter(store, ParquetSink(root), batch_size=50).drain()
+        finally:
+            store.close()
+        path = sorted((root / "_manifest").glob("*.json"))[0]
+        record = json.loads(path.read_text())
+        record["version"] = 1
+        record["added"] = [a for a in record["added"] if not a.startswith("turn_parts/")]
+        path.write_text(json.dumps(record))
+        assert ParquetSink(root).turn_part_files() is None
+        assert analysis.turns(root).equals(expected)
+
+    def test_parquet_sql_reads_only_what_the_manifest_lists(
+        self, known_session: Known, tmp_path: Path
+    ) -> None:
+        """The CLI's parquet.sql ignores files a crash left outside the manifest (data and
+        rollup alike) and rollups later commits replaced, with or without a slash after the
+        root."""
+        from agentnb.export.columns import connect
+        from agentnb.export.sql import exporters_dir, schema_sql
+
+        root = tmp_path / "pq"
+        store = known_session.store()
+        try:
+            Exporter(store, ParquetSink(root), batch_size=20).drain()
+            n_events = sum(store.head(k) for k in (ALICE, BOB))
+        finally:
+            store.close()
+        for pattern in ("events/*/*.parquet", "turn_parts/*.parquet"):
+            first = sorted(root.glob(pattern))[0]
+            (first.parent / "part-orphan.parquet").write_bytes(first.read_bytes())
+        for text in (str(root), f"{root}/"):
+            con = connect()
+            try:
+                con.execute("SET VARIABLE parquet_root = ?", [text])
+                con.execute((exporters_dir() / "parquet.sql").read_text())
+                con.execute(schema_sql())
+                events = con.execute("SELECT count(*), count(DISTINCT event_id) FROM events")
+                assert events.fetchone() == (n_events, n_events)
+                turns = con.execute("SELECT count(*), count(DISTINCT turn_id) FROM turns")
+                assert turns.fetchone() == (9, 9)
+                runs = con.execute("SELECT sum(runs) FROM turns").fetchone()
+                assert runs == con.execute("SELECT count(*) FROM runs").fetchone()
+            finally:
+                con.close()
 
     def test_a_pyarrow_filesystem_uri_works(self) -> None:
         """A mock:// pyarrow filesystem root gets the same dataset and manifest."""
