@@ -4,6 +4,8 @@
 
 MODE ``after-accept``: after the first ``accept`` returns (the sink holds the batch durably)
 write MARKER and sleep, so the parent can kill -9 before the watermark moves.
+MODE ``mid-commit``: drain in batches of 20; once the third turn rollup file of the run has
+been renamed into the dataset (its manifest record not yet written), write MARKER and sleep.
 MODE ``writer``: accept many small batches of new events in a loop (for concurrent readers).
 """
 
@@ -39,6 +41,22 @@ def main() -> None:
     if mode == "after-accept":
         store = open_store(url)
         Exporter(store, Stopping(sink, Path(marker)), batch_size=50).drain()
+        return
+    if mode == "mid-commit":
+        renamed = 0
+        real = ParquetSink._sync_dir
+
+        def sync_dir(self: ParquetSink, path: str) -> None:
+            nonlocal renamed
+            real(self, path)
+            if path.endswith("/turn_parts"):
+                renamed += 1
+                if renamed == 3:
+                    Path(marker).write_text("renamed")
+                    time.sleep(60)
+
+        ParquetSink._sync_dir = sync_dir  # type: ignore[method-assign]
+        Exporter(open_store(url), sink, batch_size=20).drain()
         return
     key = SessionKey("n", "writer", "a", "s")
     seq = 0

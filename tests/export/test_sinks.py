@@ -202,6 +202,46 @@ class TestCrashSafety:
         assert sorted(s for _, s in rows) == list(range(1, 121))
         store.close()
 
+    def test_kill_between_rollup_rename_and_manifest_then_drain_again(
+        self, known_session: Known, tmp_path: Path
+    ) -> None:
+        """kill -9 after a commit's data and rollup files were renamed in, before its
+        manifest record: readers ignore those files, the next drain delivers the batch
+        again, and the turns equal the turns rolled up from the events."""
+        from agentnb import analysis
+
+        root = tmp_path / "pq"
+        marker = tmp_path / "marker"
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        child = subprocess.Popen(
+            [sys.executable, str(CHILD), known_session.url, "parquet", str(root), str(marker),
+             "mid-commit"],
+            env=env,
+        )  # fmt: skip
+        try:
+            deadline = time.monotonic() + 60
+            while not marker.exists():
+                assert child.poll() is None, "the child died before the third rollup"
+                assert time.monotonic() < deadline, "the child never got there"
+                time.sleep(0.02)
+            os.kill(child.pid, signal.SIGKILL)
+            child.wait(10)
+        finally:
+            if child.poll() is None:
+                child.kill()
+        listed = {p.removeprefix(f"{root}/") for p in ParquetSink(root).files()}
+        on_disk = {str(p.relative_to(root)) for p in root.glob("events/*/*.parquet")}
+        assert len(on_disk - listed) == 1  # the killed commit's data file
+        store = known_session.store()
+        try:
+            assert Exporter(store, ParquetSink(root)).drain() > 0
+            expected = analysis.turns(store)
+            n_events = sum(store.head(k) for k in (ALICE, BOB))
+        finally:
+            store.close()
+        assert analysis.turns(root).equals(expected)
+        assert len(analysis.events(root)) == n_events
+
     def test_a_concurrent_reader_never_sees_a_partial_file(self, tmp_path: Path) -> None:
         """While another process writes batches, every data file a reader finds reads whole."""
         root = tmp_path / "pq"
@@ -298,8 +338,9 @@ class TestParquetSink:
         assert sink.compact() == 0
         assert sink.compact(closed_before=date.today() + timedelta(days=2)) == 4
 
+    @pytest.mark.parametrize("batch_size", [3, 7, 13])
     def test_commits_keep_one_rollup_row_per_turn(
-        self, known_session: Known, tmp_path: Path
+        self, known_session: Known, tmp_path: Path, batch_size: int
     ) -> None:
         """Each commit adds the rollups of its turns, combined with what earlier commits
         held for them: one row per turn over a bounded number of files. Compaction deletes
@@ -312,7 +353,7 @@ class TestParquetSink:
         try:
             expected = analysis.turns(store)
             sink = ParquetSink(root)
-            Exporter(store, sink, batch_size=7).drain()
+            Exporter(store, sink, batch_size=batch_size).drain()
         finally:
             store.close()
         parts = sink.turn_part_files()
@@ -327,6 +368,43 @@ class TestParquetSink:
         assert len(sink.files()) == 1
         assert sorted(str(p) for p in (root / "turn_parts").glob("*.parquet")) == parts
         assert analysis.turns(root).equals(expected)
+
+    def test_rollup_files_stay_few_and_a_file_with_most_turns_is_left_alone(
+        self, tmp_path: Path
+    ) -> None:
+        """Many small commits after a large one: the small rollup files are merged, the file
+        holding most turns is never rewritten, and every turn keeps exactly one row."""
+        from agentnb import analysis
+        from agentnb.export.parquet import MAX_ROLLUP_FILES
+
+        store = nb.MemoryStore()
+        store.create_session(KEY)
+
+        def turns(first: int, n: int) -> None:
+            head = store.head(KEY)
+            events = []
+            for i in range(first, first + n):
+                turn = f"turn_{i:05d}"
+                events += [
+                    Event.create("turn/start", {"input": f"t{i}", "command_id": f"c{i}"},
+                                 turn_id=turn),
+                    Event.create("turn/completed", {}, turn_id=turn),
+                ]  # fmt: skip
+            store.append(KEY, events, expected_seq=head, batch_id=f"b{head}")
+
+        sink = ParquetSink(tmp_path / "pq")
+        turns(0, 200)
+        Exporter(store, sink).drain()
+        (big,) = sink.turn_part_files() or []
+        for i in range(3 * MAX_ROLLUP_FILES):
+            turns(200 + i, 1)
+            Exporter(store, sink).drain()
+        parts = sink.turn_part_files() or []
+        assert big in parts
+        assert len(parts) <= MAX_ROLLUP_FILES
+        frame = analysis.turns(tmp_path / "pq")
+        assert len(frame) == frame["turn_id"].nunique() == 200 + 3 * MAX_ROLLUP_FILES
+        assert set(frame["status"]) == {"completed"}
 
     def test_an_export_without_rollups_rolls_turns_up_from_events(
         self, known_session: Known, tmp_path: Path
@@ -394,6 +472,20 @@ class TestParquetSink:
         assert sink.position(KEY) == 12
         assert sink.read_arrow().num_rows == 12
         assert len(analysis.events(sink)) == 12
+
+    def test_turn_rollups_on_a_pyarrow_filesystem(self, known_session: Known) -> None:
+        """On a pyarrow filesystem (mock://) commits keep the rollups and turns read them."""
+        from agentnb import analysis
+
+        sink = ParquetSink("mock:///exports/turns")
+        store = known_session.store()
+        try:
+            Exporter(store, sink, batch_size=13).drain()
+            expected = analysis.turns(store)
+        finally:
+            store.close()
+        assert sink.turn_part_files()
+        assert analysis.turns(sink).equals(expected)
 
     def test_a_root_that_is_a_file_is_refused(self, tmp_path: Path) -> None:
         """ParquetSink(file) raises InvalidInput saying it is a file."""
