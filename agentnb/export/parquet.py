@@ -2,24 +2,25 @@
 
 Layout under the root (a local folder or any pyarrow filesystem URI)::
 
-    events/event_date=YYYY-MM-DD/part-<batch>.parquet      data, one file per batch and date
-    turn_parts/event_date=YYYY-MM-DD/part-<batch>.parquet  the turn rollup of that data file
-    _manifest/<batch>.json                                  one commit record per batch, last
-    _staging/<batch>/                                       files being written (never read)
+    events/event_date=YYYY-MM-DD/part-<batch>.parquet  data, one file per batch and date
+    turn_parts/part-<batch>-<n>.parquet                turn rollups, one row per turn overall
+    _manifest/<batch>.json                              one commit record per batch, last
+    _staging/<batch>/                                   files being written (never read)
 
 Commit protocol of ``accept``: write each file into ``_staging``, flush it to disk, rename it
-into its partition, then write the manifest record (also staged and renamed) last. A reader
-never sees a half-written file: files appear in ``events/`` whole or not at all. The manifest
-lists the committed files and the seq ranges of each session they hold; the sink skips
-events it already holds, so a re-delivered batch writes no duplicate rows. Rows of a file
-renamed in before a crash cut off its manifest record are outside the manifest: readers that
-go by the manifest (``files()``, ``agentnb.analysis``, ``exporters/parquet.sql``) ignore
-them, and ``compact()`` folds them in.
+into place, then write the manifest record (also staged and renamed) last. A reader never
+sees a half-written file: files appear whole or not at all. The manifest lists the files
+each commit added and removed, and the seq ranges of each session it holds; the sink skips
+events it already holds, so a re-delivered batch writes no duplicate rows. Files renamed in
+before a crash cut off their manifest record are outside the manifest: readers that go by
+the manifest (``files()``, ``agentnb.analysis``, ``exporters/parquet.sql``) ignore them, the
+exporter delivers their events again, and ``compact()`` deletes them.
 
-Each data file comes with its turn rollup (the ``turn_rollup`` view of
-``exporters/schema.sql`` over the file's rows: one row of partial aggregates per turn), in
-the same commit. Readers define ``turn_parts`` over the rollups, so the ``turns`` view
-combines a few rows per turn instead of rescanning every event.
+Turn rollups: each commit also writes the ``turn_rollup`` (``exporters/schema.sql``) of its
+turns, combined with the rows earlier commits held for those turns, and replaces the files
+those rows were in by copies without them. So the current rollup files hold one row per
+turn, and readers define ``turn_parts`` over them: ``turns`` reads a row per turn instead of
+rescanning every event.
 """
 
 from __future__ import annotations
