@@ -52,7 +52,11 @@ class TestBenchExport:
         )
         assert done.returncode == 0, done.stderr
         records = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
-        assert {r["metric"] for r in records} == {"export_parquet", "turns_view"}
+        assert {r["metric"] for r in records} == {
+            "export_parquet",
+            "turns_view",
+            "turns_from_events",
+        }
         for record in records:
             for field in ("value", "baseline", "ratio"):
                 assert isinstance(record[field], int | float)

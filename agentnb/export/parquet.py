@@ -65,6 +65,8 @@ VERSION = 2
 """Manifest record version: 2 adds the turn rollup files (``turn_parts/``)."""
 MAX_ROLLUP_FILES = 16
 """Beyond this many rollup files a commit merges the small ones."""
+RETIRED_KEEP_S = 600.0
+"""Seconds a rollup file replaced by a commit stays on disk for readers that listed it."""
 ROLLUP_ROW_GROUP = 16_384
 """Rows per row group of a rollup file (sorted by turn id): the unit a commit reads."""
 
@@ -167,6 +169,7 @@ class ParquetSink:
         self._added: set[str] = set()
         self._removed: set[str] = set()
         self._unrolled: set[str] = set()
+        self._retired: dict[str, float] = {}
 
     def __repr__(self) -> str:
         return f"ParquetSink({self.root!r}, name={self.name!r})"
@@ -246,8 +249,9 @@ class ParquetSink:
         A partition is closed when its date is before ``closed_before`` (default: today, UTC):
         no new event can land there. Files a crash left outside the manifest are deleted:
         the exporter re-delivers what the manifest does not hold. Rollup files that commits
-        replaced are deleted too (readers that listed them before may fail: run compaction
-        when nobody is reading). Returns the number of files merged or deleted.
+        replaced are deleted too, at once (commits delete them ``RETIRED_KEEP_S`` after: a
+        reader that listed them before may fail, so compact when nobody is reading). Returns
+        the number of files merged or deleted.
         """
         limit = closed_before or datetime.now(UTC).date()
         done = 0
@@ -271,6 +275,7 @@ class ParquetSink:
             if self.fs.get_file_info(folder).type == pafs.FileType.Directory:
                 names = self._parquet_files(folder)
                 done += self._delete([p for p in names if self._rel(p) not in held])
+                self._retired.clear()
         return done
 
     def _folders(self, name: str) -> list[pafs.FileInfo]:
@@ -380,6 +385,7 @@ class ParquetSink:
         with contextlib.suppress(OSError):
             self.fs.delete_dir(staging)
         self._apply(f"{batch_id}.json", record)
+        self._sweep()
 
     def _duckdb(self) -> Any:
         """The sink's in-memory DuckDB (flattening, rollups), with the views of schema.sql."""
@@ -467,8 +473,22 @@ class ParquetSink:
                 record = json.loads(src.read().decode())
             self._apply(name, record)
 
+    def _sweep(self) -> None:
+        """Delete rollup files that commits replaced more than ``RETIRED_KEEP_S`` ago.
+
+        They stay that long so a reader that listed them just before can still read them."""
+        now = datetime.now(UTC).timestamp()
+        for rel, when in list(self._retired.items()):
+            if now - when > RETIRED_KEEP_S:
+                self._delete([f"{self.root}/{rel}"])
+                del self._retired[rel]
+
     def _apply(self, name: str, record: dict[str, Any]) -> None:
         self._seen.add(name)
+        when = datetime.fromisoformat(record.get("created_at", "1970-01-01T00:00:00+00:00"))
+        for rel in record.get("removed", []):
+            if rel.startswith(f"{TURN_PARTS}/"):
+                self._retired[rel] = when.timestamp()
         self._added.update(record.get("added", []))
         if record.get("version", 1) < 2 and record.get("rows"):
             self._unrolled.update(record.get("added", []))

@@ -369,6 +369,24 @@ class TestParquetSink:
         assert sorted(str(p) for p in (root / "turn_parts").glob("*.parquet")) == parts
         assert analysis.turns(root).equals(expected)
 
+    def test_replaced_rollup_files_are_deleted_once_readers_are_done(
+        self, known_session: Known, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A rollup file a commit replaced is deleted by a later commit once it has been
+        retired for RETIRED_KEEP_S (here 0): on disk are only the files the manifest lists."""
+        from agentnb.export import parquet
+
+        monkeypatch.setattr(parquet, "RETIRED_KEEP_S", 0.0)
+        root = tmp_path / "pq"
+        store = known_session.store()
+        try:
+            sink = ParquetSink(root)
+            Exporter(store, sink, batch_size=11).drain()
+        finally:
+            store.close()
+        on_disk = sorted(str(p) for p in (root / "turn_parts").glob("*.parquet"))
+        assert on_disk == sink.turn_part_files()
+
     def test_rollup_files_stay_few_and_a_file_with_most_turns_is_left_alone(
         self, tmp_path: Path
     ) -> None:
