@@ -140,7 +140,7 @@ class Exporter:
         bar = self._bar(total)
         delivered = 0
         try:
-            for batch in self._batches(todo):
+            for batch in _read_ahead(self._batches(todo)):
                 self.sink.accept(batch)
                 for key, events in batch.items():
                     self.store.advance_watermark(key, name, events[-1].seq)
@@ -201,3 +201,55 @@ class Exporter:
         except ImportError:
             return None
         return tqdm(total=total, unit="ev", desc=f"export to {self.sink.name}", leave=False)
+
+
+_DONE = object()
+
+
+def _read_ahead(batches: Iterator[Batch]) -> Iterator[Batch]:
+    """``batches``, each read on a helper thread while the previous one is being accepted.
+
+    Reading (the store, checksums) and writing (the sink: DuckDB, Parquet, fsync) mostly
+    run outside the GIL, so the two overlap. At most one batch waits read ahead. A read
+    error is raised here, in order; when the consumer stops early, the helper stops too.
+    """
+    import queue
+    import threading
+
+    ready: queue.Queue[Any] = queue.Queue(maxsize=1)
+    stop = threading.Event()
+
+    def produce() -> None:
+        try:
+            for batch in batches:
+                while not stop.is_set():
+                    try:
+                        ready.put(batch, timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+                if stop.is_set():
+                    return
+            item: Any = _DONE
+        except BaseException as exc:  # noqa: BLE001 - handed to the consumer, in order
+            item = exc
+        while not stop.is_set():
+            try:
+                ready.put(item, timeout=0.1)
+                return
+            except queue.Full:
+                continue
+
+    helper = threading.Thread(target=produce, name="agentnb-export-read", daemon=True)
+    helper.start()
+    try:
+        while True:
+            item = ready.get()
+            if item is _DONE:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        stop.set()
+        helper.join()

@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
@@ -152,6 +153,26 @@ class TestExporter:
         assert [r.to_event() for r in sink.got] == store.read_after(KEY, 0, 100)
         store.close()
 
+    def test_a_damaged_row_stops_the_drain_after_what_precedes_it(self, tmp_path: Path) -> None:
+        """Batches are read ahead on a helper thread: a damaged row raises Corrupt from drain
+        in order, after the batches before it were delivered, and the helper is gone."""
+        import sqlite3
+
+        path = tmp_path / "s.sqlite"
+        store = nb.open_store(f"sqlite:///{path}")
+        store.create_session(KEY)
+        _append(store, KEY, 30)
+        raw = sqlite3.connect(path, isolation_level=None)
+        raw.execute("UPDATE events SET payload = replace(payload, '24', '99') WHERE seq = 25")
+        raw.close()
+        sink = ParquetSink(tmp_path / "pq")
+        with pytest.raises(nb.Corrupt, match="seq 25"):
+            Exporter(store, sink, batch_size=10).drain()
+        assert store.watermark(KEY, sink.name) == 20
+        assert sink.position(KEY) == 20
+        assert not [t for t in threading.enumerate() if t.name == "agentnb-export-read"]
+        store.close()
+
     def test_a_failing_accept_moves_no_watermark(self, tmp_path: Path) -> None:
         """When accept raises, the watermark stays and the next drain delivers the events."""
         store = _store_with(10)
@@ -163,8 +184,9 @@ class TestExporter:
                 raise OSError("disk full")
 
         with pytest.raises(OSError, match="disk full"):
-            Exporter(store, Broken()).drain()
+            Exporter(store, Broken(), batch_size=3).drain()
         assert store.watermark(KEY, "broken") == 0
+        assert not [t for t in threading.enumerate() if t.name == "agentnb-export-read"]
 
 
 class TestCrashSafety:
