@@ -1,6 +1,9 @@
 """``DuckDBSink``: a DuckDB file with a ``raw_events`` table keyed by ``event_id`` and the views
 of ``exporters/schema.sql``.
 
+Each ``accept`` also keeps ``turn_rollups``, one row of ``turn_rollup`` per turn, in the same
+transaction, and ``turn_parts`` reads it: the ``turns`` view does not rescan the events.
+
 A DuckDB file open for writing locks out every other process (even read-only ones), so the
 sink opens it for one ``accept`` and closes it before returning: a notebook kernel never holds
 it longer. A writer that finds it locked retries with backoff for ``lock_timeout`` seconds.
@@ -23,16 +26,20 @@ from agentnb.export.columns import (
     require_export_deps,
     to_arrow,
 )
+from agentnb.export.rollup import Rollups
 from agentnb.export.sql import schema_sql
 from agentnb.ids import SessionKey
 
 require_export_deps()
 
 import duckdb  # noqa: E402 - after the friendly check above
+import pyarrow as pa  # noqa: E402
 
 __all__ = ["DuckDBSink", "open_duckdb"]
 
 TABLE = "raw_events"
+ROLLUPS = "turn_rollups"
+"""One row of ``turn_rollup`` per turn, kept by each ``accept`` (``turn_parts`` reads it)."""
 
 
 def open_duckdb(
@@ -70,25 +77,46 @@ class DuckDBSink:
         self.name = name if name is not None else sink_name("duckdb", self.path)
         self.lock_timeout = lock_timeout
         self._mutex = threading.Lock()
+        self._rollups: Rollups | None = None
 
     def __repr__(self) -> str:
         return f"DuckDBSink({self.path!r}, name={self.name!r})"
 
     def accept(self, events: Batch) -> None:
-        """Insert the events (``INSERT OR IGNORE`` by ``event_id``) in one transaction."""
+        """Insert the events (``INSERT OR IGNORE`` by ``event_id``) and update the turn
+        rollups of the inserted ones, in one transaction."""
         if not any(events.values()):
             return
         envelope = to_arrow(events)
         with self._mutex:
+            if self._rollups is None:
+                self._rollups = Rollups()
             con = open_duckdb(self.path, lock_timeout=self.lock_timeout)
             try:
-                self._ensure_schema(con)
                 con.register("batch", envelope)
                 con.execute("BEGIN TRANSACTION")
-                con.execute(f"INSERT OR IGNORE INTO {TABLE} {FLATTEN_SQL}")
+                self._ensure_schema(con)
+                inserted = con.sql(
+                    f"INSERT OR IGNORE INTO {TABLE} {FLATTEN_SQL} RETURNING *"
+                ).to_arrow_table()
+                self._roll_up(con, self._rollups, inserted)
                 con.execute("COMMIT")
             finally:
                 con.close()
+
+    @staticmethod
+    def _roll_up(con: duckdb.DuckDBPyConnection, rollups: Rollups, inserted: pa.Table) -> None:
+        """Replace the rollup rows of the turns ``inserted`` events belong to."""
+        fresh = rollups.of(inserted)
+        if not fresh.num_rows:
+            return
+        con.register("fresh_turns", fresh)
+        mine = "turn_id IN (SELECT turn_id FROM fresh_turns)"
+        old = con.sql(f"SELECT * FROM {ROLLUPS} WHERE {mine}").to_arrow_table()
+        combined = rollups.combine([old, fresh]) if old.num_rows else fresh
+        con.execute(f"DELETE FROM {ROLLUPS} WHERE {mine}")
+        con.register("combined_turns", combined)
+        con.execute(f"INSERT INTO {ROLLUPS} BY NAME SELECT * FROM combined_turns")
 
     def position(self, key: SessionKey) -> int:
         """Highest seq ``s`` such that the table holds seqs ``1..s`` of the session."""
@@ -129,4 +157,10 @@ class DuckDBSink:
 
     def _ensure_schema(self, con: duckdb.DuckDBPyConnection) -> None:
         con.execute(create_table_sql(TABLE))
+        # schema.sql's views bind as they are created: turn_parts must name a relation that
+        # exists, so it is made again over the rollup table once that exists.
+        con.execute("DROP VIEW IF EXISTS turn_parts")
         con.execute(schema_sql())
+        # A file written before rollups were kept gets them from its events, once.
+        con.execute(f"CREATE TABLE IF NOT EXISTS {ROLLUPS} AS SELECT * FROM turn_rollup")
+        con.execute(f"CREATE OR REPLACE VIEW turn_parts AS SELECT * FROM {ROLLUPS}")

@@ -46,7 +46,7 @@ from agentnb.export.columns import (
     require_export_deps,
     to_arrow,
 )
-from agentnb.export.sql import schema_sql
+from agentnb.export.rollup import Rollups
 from agentnb.ids import SessionKey, new_id
 from agentnb.stores.base import RawEvent
 
@@ -70,31 +70,6 @@ RETIRED_KEEP_S = 600.0
 ROLLUP_ROW_GROUP = 16_384
 """Rows per row group of a rollup file (sorted by turn id): the unit a commit reads."""
 
-COMBINE_SQL = """
-SELECT
-  any_value(namespace) AS namespace, any_value(user_id) AS user_id,
-  any_value(agent_id) AS agent_id, any_value(session_id) AS session_id,
-  turn_id,
-  arg_min(input, input_seq) AS input, min(input_seq) AS input_seq,
-  min(started_at) AS started_at,
-  arg_max(status, status_seq) AS status, arg_max(status_at, status_seq) AS status_at,
-  max(status_seq) AS status_seq,
-  arg_max(error, error_seq) AS error, max(error_seq) AS error_seq,
-  arg_max(output, output_seq) AS output, max(output_seq) AS output_seq,
-  CAST(sum(runs) AS BIGINT) AS runs, CAST(sum(steps) AS BIGINT) AS steps,
-  CAST(sum(model_calls) AS BIGINT) AS model_calls,
-  CAST(sum(tool_calls) AS BIGINT) AS tool_calls,
-  CAST(sum(tool_errors) AS BIGINT) AS tool_errors, CAST(sum(steers) AS BIGINT) AS steers,
-  CAST(sum(interactions) AS BIGINT) AS interactions,
-  CAST(sum(interrupts) AS BIGINT) AS interrupts,
-  CAST(sum(input_tokens) AS BIGINT) AS input_tokens,
-  CAST(sum(output_tokens) AS BIGINT) AS output_tokens,
-  max(last_event_at) AS last_event_at
-FROM parts
-GROUP BY turn_id
-"""
-"""Rows of ``turn_rollup`` for the same turns (from several parts of the log) as one row per
-turn: each "latest/first of" value is taken at the highest/lowest seq it carries."""
 STAGING = "_staging"
 FILE_COLUMNS = tuple(name for name, _ in COLUMNS if name != "event_date")
 """Columns stored in each file (``event_date`` is the Hive partition folder)."""
@@ -163,7 +138,7 @@ class ParquetSink:
             else sink_name("parquet", text if not self.local else self.root)
         )
         self._mutex = threading.Lock()
-        self._con: Any = None
+        self._con: Rollups | None = None
         self._seen: set[str] = set()
         self._held: dict[_KeyTuple, list[list[int]]] = {}
         self._added: set[str] = set()
@@ -202,7 +177,7 @@ class ParquetSink:
                     sessions.append({"key": list(_tuple(key)), "ranges": ranges})
             if not fresh:
                 return
-            table = flatten(self._duckdb(), to_arrow(fresh))
+            table = flatten(self._rollups().con, to_arrow(fresh))
             self._commit(table, sessions, removed=[])
 
     def position(self, key: SessionKey) -> int:
@@ -387,14 +362,10 @@ class ParquetSink:
         self._apply(f"{batch_id}.json", record)
         self._sweep()
 
-    def _duckdb(self) -> Any:
-        """The sink's in-memory DuckDB (flattening, rollups), with the views of schema.sql."""
+    def _rollups(self) -> Rollups:
+        """The sink's in-memory DuckDB (flattening, rollups); used under the mutex."""
         if self._con is None:
-            con = connect()
-            con.register("raw_events", _empty_table())
-            con.execute(schema_sql())
-            con.unregister("raw_events")
-            self._con = con
+            self._con = Rollups()
         return self._con
 
     def _roll_up(self, rows: pa.Table) -> tuple[list[pa.Table], list[str]]:
@@ -410,12 +381,8 @@ class ParquetSink:
         import pyarrow.compute as pc
         import pyarrow.dataset as ds
 
-        con = self._duckdb()
-        con.register("raw_events", rows)
-        try:
-            fresh = con.sql("SELECT * FROM turn_rollup").to_arrow_table()
-        finally:
-            con.unregister("raw_events")
+        rollups = self._rollups()
+        fresh = rollups.of(rows)
         if not fresh.num_rows:
             return [], []
         names = fresh.schema.names
@@ -442,14 +409,7 @@ class ParquetSink:
                 rest = fragment.to_table(filter=~field.isin(turns))
                 if rest.num_rows:
                     kept.append(rest.select(names))
-        combined = fresh
-        if older:
-            con.register("parts", pa.concat_tables([*older, fresh]))
-            try:
-                combined = con.sql(COMBINE_SQL).to_arrow_table()
-            finally:
-                con.unregister("parts")
-        out = [*kept, combined]
+        out = [*kept, rollups.combine([*older, fresh]) if older else fresh]
         if len(sizes) + len(out) <= MAX_ROLLUP_FILES:
             return out, replaced
         total = sum(sizes.values()) + sum(t.num_rows for t in out)

@@ -562,6 +562,49 @@ class TestDuckDBSink:
         assert {"events", "turns", "runs", "steps", "model_calls", "tool_calls",
                 "interactions", "inputs"} <= names  # fmt: skip
 
+    def test_each_accept_keeps_one_rollup_row_per_turn(
+        self, known_session: Known, tmp_path: Path
+    ) -> None:
+        """Accepts in batches of 5 keep turn_rollups at one row per turn; re-delivered
+        events change nothing; a file without the table (an older export) gets it from its
+        events on the next accept. turns always equals the turns of the events."""
+        from agentnb import analysis
+
+        path = tmp_path / "x.duckdb"
+        sink = DuckDBSink(path)
+
+        class Again:  # delivers everything again: the sink holds it all already
+            def __init__(self, name: str) -> None:
+                self.name = name
+
+            def accept(self, events: Any) -> None:
+                sink.accept(events)
+
+        def rollup_rows() -> tuple[int, int]:
+            con = open_duckdb(str(path), read_only=True)
+            try:
+                row = con.execute("SELECT count(*), count(DISTINCT turn_id) FROM turn_rollups")
+                return row.fetchone()  # type: ignore[return-value]
+            finally:
+                con.close()
+
+        store = known_session.store()
+        try:
+            expected = analysis.turns(store)
+            Exporter(store, sink, batch_size=5).drain()
+            assert rollup_rows() == (len(expected), len(expected))
+            assert analysis.turns(f"duckdb:{path}").equals(expected)
+            Exporter(store, Again("again-1"), batch_size=7).drain()
+            assert analysis.turns(f"duckdb:{path}").equals(expected)
+            con = open_duckdb(str(path))
+            con.execute("DROP TABLE turn_rollups")
+            con.close()
+            Exporter(store, Again("again-2"), batch_size=50).drain()
+            assert rollup_rows() == (len(expected), len(expected))
+            assert analysis.turns(f"duckdb:{path}").equals(expected)
+        finally:
+            store.close()
+
     def test_a_path_that_is_a_folder_is_refused(self, tmp_path: Path) -> None:
         """DuckDBSink(folder) raises InvalidInput."""
         with pytest.raises(nb.InvalidInput, match="is a folder"):
