@@ -66,9 +66,9 @@ WHERE turn_id IS NOT NULL
                'interaction/requested', 'run/end')
 GROUP BY turn_id;
 
--- turn_parts: turn_rollup, one row per turn. A Parquet export commits it with the data (the
--- sink keeps one row per turn over its rollup files), and its readers (parquet.sql,
--- agentnb.analysis) define turn_parts over those files, so turns never rescans the events.
+-- turn_parts: turn_rollup, one row per turn. The sinks keep it as they commit: a DuckDB
+-- export in its table turn_rollups, a Parquet export in rollup files its readers
+-- (parquet.sql, agentnb.analysis) read; so over an export, turns never rescans the events.
 CREATE VIEW IF NOT EXISTS turn_parts AS SELECT * FROM turn_rollup;
 
 -- turns: one row per turn (a submitted task); status is the latest turn status.
