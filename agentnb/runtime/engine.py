@@ -250,6 +250,8 @@ class SessionDriver:
         while not self.stopping:
             self.wake.clear()
             if not await self._has_work():
+                if self.wake.is_set():
+                    continue  # work was accepted while this looked: look again
                 return
             if await self._acquire() is None:
                 return

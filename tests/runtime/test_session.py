@@ -107,6 +107,33 @@ class TestSubmit:
         assert receipt.wait(timeout=WAIT).status == "completed"
 
 
+class TestDriverWakeups:
+    def test_work_accepted_while_the_driver_finds_none_is_not_lost(
+        self, make_runtime: MakeRuntime, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A command accepted while an idle driver is deciding it has no work runs: the
+        driver looks again instead of stopping (a lost wake-up left it queued forever)."""
+        from agentnb.runtime.engine import SessionDriver
+
+        original = SessionDriver._has_work
+        looked, go_on = threading.Event(), threading.Event()
+
+        async def slow_has_work(self: SessionDriver) -> bool:
+            found = await original(self)
+            if not found and not looked.is_set():
+                looked.set()
+                await asyncio.to_thread(go_on.wait, WAIT)
+            return found
+
+        monkeypatch.setattr(SessionDriver, "_has_work", slow_has_work)
+        session = make_runtime(nb.ScriptedModel(["done"])).session("s1")
+        session.start()  # nothing to do: the driver looks and finds no work
+        assert looked.wait(WAIT)
+        receipt = session.submit("hi")  # accepted while the driver is about to stop
+        go_on.set()
+        assert receipt.wait(timeout=WAIT).status == "completed"
+
+
 class TestQueue:
     def test_second_submit_while_busy_is_queued_and_runs_after(
         self, make_runtime: MakeRuntime
