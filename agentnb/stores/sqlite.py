@@ -30,7 +30,7 @@ from agentnb.stores.base import (
     decide_release,
 )
 
-FORMAT = "agentnb-sqlite/1"
+FORMAT = "agentnb-sqlite/2"
 SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
 
 _SCHEMA = """
@@ -222,6 +222,10 @@ class SQLiteStore(SessionStore):
                 f"{self.path} is an SQLite database that agentnb did not create "
                 f"(tables: {', '.join(sorted(tables)[:5])}); use another file"
             )
+        if tables:  # an existing store: its format decides, before any statement of ours runs
+            self._check_format(
+                conn.execute("SELECT value FROM agentnb_meta WHERE key='format'").fetchone()
+            )
         with self._write() as c:
             for statement in _SCHEMA.split(";"):
                 if statement.strip():
@@ -229,10 +233,14 @@ class SQLiteStore(SessionStore):
             c.execute("INSERT OR IGNORE INTO agentnb_meta VALUES ('format', ?)", (FORMAT,))
             c.execute("INSERT OR IGNORE INTO agentnb_meta VALUES ('secret', ?)", (os.urandom(32),))
             fmt = c.execute("SELECT value FROM agentnb_meta WHERE key='format'").fetchone()
+        self._check_format(fmt)
+
+    def _check_format(self, fmt: tuple[Any, ...] | None) -> None:
         if fmt is None or fmt[0] != FORMAT:
             raise Corrupt(
-                f"{self.path} has store format {fmt and fmt[0]!r}, this agentnb "
-                f"reads {FORMAT!r}; upgrade agentnb"
+                f"{self.path} has store format {fmt and fmt[0]!r}; this agentnb reads "
+                f"{FORMAT!r}. Open it with the agentnb that wrote it (and export what you "
+                "need), or point the store at a new file"
             )
 
     def close(self) -> None:

@@ -135,6 +135,20 @@ class TestFiles:
         conn.close()
         assert tables == ["customers"]
 
+    def test_store_of_another_format_is_refused_before_any_change(self, path: Path) -> None:
+        """A store file of another format (here: an older one whose events table lacks a
+        column) raises Corrupt naming both formats, and is left as it was."""
+        SQLiteStore(path).close()
+        conn = _raw(path)
+        conn.execute("UPDATE agentnb_meta SET value='agentnb-sqlite/1' WHERE key='format'")
+        conn.execute("DROP INDEX events_batch")
+        conn.execute("ALTER TABLE events DROP COLUMN batch_id")
+        conn.close()
+        before = path.read_bytes()
+        with pytest.raises(Corrupt, match=r"'agentnb-sqlite/1'.*reads 'agentnb-sqlite/2'"):
+            SQLiteStore(path)
+        assert path.read_bytes() == before
+
     def test_random_bytes_file_is_corrupt(self, path: Path) -> None:
         """A file that is not an SQLite database raises Corrupt."""
         path.write_bytes(os.urandom(8192))
