@@ -283,6 +283,11 @@ class Session:
 
     # -- people in the loop, interrupts, recovery ------------------------------------------
 
+    def _inbox_copy(self) -> InboxState:
+        """A copy of the inbox fold at its head, for a reader that folds on by itself."""
+        with self._lock:
+            return InboxState.load(self._folds.refresh_inbox().dump())
+
     def _executing(self) -> bool:
         """Whether some runtime (here or elsewhere) holds the lease and executes now."""
         return (

@@ -32,7 +32,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import agentnb as nb
 from agentnb.events import Event
-from agentnb.projections.chat import read_state
 from agentnb.widgets import view as view_module
 
 
@@ -157,23 +156,23 @@ def view_build(workdir: Path, rounds: int) -> dict[str, Any]:
     model = nb.ScriptedModel(["unused"])
     agent = nb.Agent(name="Bench", agent_id="bench", model=model)
     runtime = nb.Runtime(agent, store=f"sqlite:///{workdir / 'build.sqlite'}")
-    real_read = view_module.read_state
+    real_read = view_module.read_fold
     out: dict[str, Any] = {}
     try:
         for items in (50, 5000):
             session = _session(runtime, f"s{items}", items)
-            folded = read_state(session)
+            folded = view_module.read_fold(session)
             assert abs(len(folded[0]) - items) <= 1, (len(folded[0]), items)
             widgets, opened = [], []
             for _ in range(rounds):
                 # Widgets only: the view gets the fold it would have read.
-                view_module.read_state = lambda _session, f=folded: f  # type: ignore[misc]
+                view_module.read_fold = lambda _session, f=folded: f  # type: ignore[misc]
                 try:
                     started = time.perf_counter()
                     view = view_module.SessionView(session, follow=False)
                     widgets.append(time.perf_counter() - started)
                 finally:
-                    view_module.read_state = real_read
+                    view_module.read_fold = real_read
                 assert len(view.transcript.children) == view.max_items
                 view.close()
                 started = time.perf_counter()

@@ -14,7 +14,7 @@ stable id:
 
 The fold also keeps a ``SessionState`` over the same events, so ``snapshot()`` gives the
 transcript messages, pending requests and tasks of exactly the same prefix (one watermark).
-``snapshot_of(session)`` does the one read; widgets then ``apply`` the events after its
+``Session.snapshot()`` does the one read; widgets then ``apply`` the events after its
 ``cursor``. Same events, same JSON (``to_json`` is canonical); applying an event twice, or one
 at or below the cursor, changes nothing.
 """
@@ -25,7 +25,7 @@ import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from agentnb.errors import InvalidInput
 from agentnb.events import Event, Message, canonical_json, freeze_json
@@ -33,19 +33,12 @@ from agentnb.projections.decisions import effective_status
 from agentnb.projections.state import InboxState, SessionState, TurnState
 from agentnb.records import Interaction, Task
 
-if TYPE_CHECKING:
-    from agentnb.session import Session
-
 __all__ = [
     "IN_FLIGHT",
     "ChatItem",
     "ChatSnapshot",
     "ChatState",
-    "executing",
     "interactions_of",
-    "read_inbox",
-    "read_state",
-    "snapshot_of",
     "tasks_of",
 ]
 
@@ -802,39 +795,3 @@ def _task_dict(t: Task) -> dict[str, Any]:
         "ended_at": _iso(t.ended_at),
         "error": t.error,
     }
-
-
-# --------------------------------------------------------------------------------------------
-# The one read
-
-
-def read_inbox(session: Session) -> InboxState:
-    """Fold the session's inbox up to its head (used for queued tasks only)."""
-    inbox = InboxState()
-    for event in session.inbox.scan():
-        inbox.apply(event)
-    return inbox
-
-
-def executing(session: Session) -> bool:
-    """Whether some runtime (here or elsewhere) holds the session's lease now."""
-    runtime = session.runtime
-    return runtime.active(session.key) or runtime.store.current_lease(session.key) is not None
-
-
-def read_state(session: Session) -> tuple[ChatState, InboxState]:
-    """One read: the execution log folded through its head, and the inbox to its head.
-
-    The head is read once and exactly ``(0, head]`` is folded, so items, messages, pending
-    requests and started tasks all come from one prefix (``ChatState.seq`` is that head).
-    The inbox is a separate sequence; it is read once, to its head, only to list tasks still
-    queued (accepted, not started) and their acceptance times.
-    """
-    head = session.log.head()
-    state: ChatState = session._chat.copy(head)  # the cached fold, exactly (0, head]
-    return state, read_inbox(session)
-
-
-def snapshot_of(session: Session) -> ChatSnapshot:
-    """``Session.snapshot()``: one consistent read at one watermark (see ``read_state``)."""
-    return session.snapshot()

@@ -1,7 +1,7 @@
 """``SessionView``: a chat view of one session, built with standard ipywidgets.
 
 The view is a pure function of the session's committed log: it folds the log once
-(``read_state``: the same read ``Session.snapshot()`` makes), renders the newest items, then
+(``read_fold``: the same read ``Session.snapshot()`` makes), renders the newest items, then
 follows committed events after its cursor on a daemon thread and redraws at most
 ``1 / redraw_interval`` times a second from a second one. The kernel's loop is never blocked
 and re-running the cell after a kernel restart shows the same conversation.
@@ -28,12 +28,11 @@ from agentnb.projections.chat import (
     ChatItem,
     ChatSnapshot,
     ChatState,
-    executing,
     interactions_of,
-    read_state,
     tasks_of,
 )
 from agentnb.projections.decisions import check_resume, effective_status, latest_unfinished
+from agentnb.projections.state import InboxState
 from agentnb.records import Interaction, Task
 from agentnb.session import Session
 
@@ -269,6 +268,13 @@ class _View:
         self.parked = parked
 
 
+def read_fold(session: Session) -> tuple[ChatState, InboxState]:
+    """The view's one read: exactly ``(0, head]`` of the log (a copy of the session's cached
+    chat fold) and a copy of its inbox fold at the inbox head."""
+    state: ChatState = session._chat.copy(session.log.head())
+    return state, session._inbox_copy()
+
+
 class SessionView:
     """A live chat view of ``session``: display it (it is an ipywidgets ``VBox`` inside).
 
@@ -299,7 +305,7 @@ class SessionView:
         self._lock = threading.RLock()
         """Guards the fold (``_state``, ``_inbox``): the follower and actions both feed it."""
         self._draw_lock = threading.Lock()
-        self._state, self._inbox = read_state(session)
+        self._state, self._inbox = read_fold(session)
         self._stop = threading.Event()
         self._dirty = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -403,7 +409,7 @@ class SessionView:
 
     def snapshot(self) -> ChatSnapshot:
         """The ``ChatSnapshot`` the view holds now (its cursor is what it has folded)."""
-        live = executing(self.session)
+        live = self.session._executing()
         with self._lock:
             return self._state.snapshot(self._inbox, executing=live)
 
@@ -418,7 +424,11 @@ class SessionView:
         while events := session.log.read_after(self._state.seq, 256):
             for event in events:
                 self._state.apply(event)
-        while commands := session.inbox.read_after(self._inbox.seq, 1000):
+        self._fold_inbox()
+
+    def _fold_inbox(self) -> None:
+        """Fold the commands accepted since the last look; caller holds the lock."""
+        while commands := self.session.inbox.read_after(self._inbox.seq, 1000):
             for event in commands:
                 self._inbox.apply(event)
 
@@ -431,11 +441,9 @@ class SessionView:
     # -- drawing -----------------------------------------------------------------------------
 
     def _compute(self) -> _View:
-        live = executing(self.session)
+        live = self.session._executing()
         with self._lock:
-            while commands := self.session.inbox.read_after(self._inbox.seq, 1000):
-                for event in commands:
-                    self._inbox.apply(event)
+            self._fold_inbox()
             state = self._state
             pending = interactions_of(state.session)
             active = state.session.active_run if live else None

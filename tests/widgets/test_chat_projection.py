@@ -11,7 +11,7 @@ import pytest
 import agentnb as nb
 from agentnb.events import Event
 from agentnb.folds import _encode
-from agentnb.projections.chat import ChatState, read_state, snapshot_of
+from agentnb.projections.chat import ChatState
 from agentnb.projections.state import InboxState
 from agentnb.runtime.models.base import TextDelta, ToolCallDelta
 from tests.widgets.helpers import (
@@ -160,17 +160,17 @@ class TestDrafts:
         session.submit("question")
         until(model.paused.is_set, what="the model to pause")
         until(lambda: committed(session, "model/chunk"), what="committed chunks")
-        draft = next(i for i in snapshot_of(session).items if i.role == "assistant")
+        draft = next(i for i in session.snapshot().items if i.role == "assistant")
         assert draft.status == "streaming"
         assert "The answer is forty-two.".startswith(draft.text)
         assert draft.text
         # Another runtime on the same store (a restarted kernel) rebuilds the same draft.
         again = make_runtime(nb.ScriptedModel(["unused"])).open("s1")
-        rebuilt = next(i for i in snapshot_of(again).items if i.role == "assistant")
+        rebuilt = next(i for i in again.snapshot().items if i.role == "assistant")
         assert rebuilt == draft
         model.release()
         until(lambda: committed(session, "turn/completed"), what="completion")
-        final = [i for i in snapshot_of(session).items if i.role == "assistant"]
+        final = [i for i in session.snapshot().items if i.role == "assistant"]
         assert [(i.id, i.text, i.status) for i in final] == [
             (draft.id, "The answer is forty-two.", "completed")
         ]
@@ -271,7 +271,7 @@ class TestToolCards:
         until(model.paused.is_set, what="the model to pause")
         wait_committed(session, "model/chunk")
         fresh = make_runtime(nb.ScriptedModel(["unused"])).open("s1")
-        cards = [i for i in snapshot_of(fresh).items if i.kind == "tool"]
+        cards = [i for i in fresh.snapshot().items if i.kind == "tool"]
         assert [(c.id.endswith(":0"), c.status) for c in cards] == [
             (True, "generating"),
             (False, "generating"),
@@ -287,14 +287,14 @@ class TestToolCards:
         model = nb.ScriptedModel([nb.ToolCall("create_order", {"item": "desk", "qty": 2}), "ok"])
         session = make_runtime(model, [create_order]).session("s1")
         session.run("order", timeout=WAIT)
-        snap = snapshot_of(session)
+        snap = session.snapshot()
         (card,) = [i for i in snap.items if i.kind == "tool"]
         assert card.status == "waiting"
         assert card.request is not None
         assert card.request["status"] == "pending"
         assert card.request["request_id"] in snap.pending
         session.respond(card.request["request_id"], nb.Answer.reject("too dear")).wait(WAIT)
-        (card,) = [i for i in snapshot_of(session).items if i.kind == "tool"]
+        (card,) = [i for i in session.snapshot().items if i.kind == "tool"]
         assert card.status == "denied"
         assert card.request is not None
         assert card.request["status"] == "answered"
@@ -323,7 +323,7 @@ class TestSnapshot:
     def test_matches_the_session_reads(self, make_runtime: MakeRuntime) -> None:
         """messages, pending and tasks equal transcript(), pending() and tasks()."""
         session = self._multi_step(make_runtime)
-        snap = snapshot_of(session)
+        snap = session.snapshot()
         assert snap.messages == session.transcript().messages
         assert snap.cursor == session.transcript().as_of_seq == session.log.head()
         assert snap.pending == session.pending()
@@ -336,7 +336,7 @@ class TestSnapshot:
         session = self._multi_step(make_runtime)
         events = list(session.log.scan())
         assert ChatState.fold(events).to_json() == ChatState.fold(list(events)).to_json()
-        json.loads(snapshot_of(session).to_json())
+        json.loads(session.snapshot().to_json())
 
     def test_applying_events_after_a_cursor_equals_a_fresh_fold(
         self, make_runtime: MakeRuntime
@@ -356,9 +356,9 @@ class TestSnapshot:
     ) -> None:
         """A multi-step session read by a new runtime gives the same snapshot JSON and cursor."""
         session = self._multi_step(make_runtime)
-        before = snapshot_of(session)
+        before = session.snapshot()
         session.runtime.close()
-        after = snapshot_of(make_runtime(nb.ScriptedModel(["unused"])).open("s1"))
+        after = make_runtime(nb.ScriptedModel(["unused"])).open("s1").snapshot()
         assert after.cursor == before.cursor
         assert after.to_json() == before.to_json()
 
@@ -383,12 +383,17 @@ class TestSnapshot:
 
         session.log.head = head_then_commit  # type: ignore[method-assign]
         try:
-            state, _ = read_state(session)
+            snap = session.snapshot()
         finally:
             del session.log.head
-        assert state.seq == head
+        assert snap.cursor == head
         assert session.log.head() == head + 1
-        assert state.to_json() == ChatState.fold(session.log.scan(0, head)).to_json()
+        folded = ChatState.fold(session.log.scan(0, head)).snapshot()
+        assert (snap.items, snap.messages, snap.pending) == (
+            folded.items,
+            folded.messages,
+            folded.pending,
+        )
 
     def test_queued_tasks_come_from_the_inbox(self, make_runtime: MakeRuntime) -> None:
         """A task accepted while another one waits for a person shows as queued."""
@@ -396,7 +401,7 @@ class TestSnapshot:
         session = make_runtime(model, [create_order]).session("s1")
         session.run("first", timeout=WAIT)
         session.submit("second")
-        tasks = snapshot_of(session).tasks
+        tasks = session.snapshot().tasks
         assert [(t.input, t.status) for t in tasks] == [
             ("first", "suspended"),
             ("second", "queued"),
