@@ -219,26 +219,25 @@ def _read_ahead(batches: Iterator[Batch]) -> Iterator[Batch]:
     ready: queue.Queue[Any] = queue.Queue(maxsize=1)
     stop = threading.Event()
 
+    def hand_over(item: Any) -> bool:
+        """Queue ``item`` unless the consumer has stopped; whether it was queued."""
+        while not stop.is_set():
+            try:
+                ready.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
     def produce() -> None:
         try:
             for batch in batches:
-                while not stop.is_set():
-                    try:
-                        ready.put(batch, timeout=0.1)
-                        break
-                    except queue.Full:
-                        continue
-                if stop.is_set():
+                if not hand_over(batch):
                     return
             item: Any = _DONE
         except BaseException as exc:  # noqa: BLE001 - handed to the consumer, in order
             item = exc
-        while not stop.is_set():
-            try:
-                ready.put(item, timeout=0.1)
-                return
-            except queue.Full:
-                continue
+        hand_over(item)
 
     helper = threading.Thread(target=produce, name="agentnb-export-read", daemon=True)
     helper.start()

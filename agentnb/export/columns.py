@@ -43,6 +43,7 @@ __all__ = [
     "RawColumns",
     "connect",
     "create_table_sql",
+    "empty_table",
     "flatten",
     "require_export_deps",
     "to_arrow",
@@ -204,6 +205,16 @@ FLATTEN_SQL = (
     f"'{json.dumps(_PAYLOAD_SHAPE, separators=(',', ':'))}') AS p FROM batch) AS b"
 )
 """Turns the Arrow relation ``batch`` (``to_arrow``) into the table's columns."""
+
+
+def empty_table() -> pa.Table:
+    """A table of no rows with ``COLUMNS`` and their types."""
+    con = connect()
+    try:
+        cols = ", ".join(f"CAST(NULL AS {kind}) AS {name}" for name, kind in COLUMNS)
+        return con.sql(f"SELECT {cols} LIMIT 0").to_arrow_table()
+    finally:
+        con.close()
 
 
 def create_table_sql(table: str) -> str:

@@ -42,6 +42,7 @@ from agentnb.export.columns import (
     Batch,
     RawColumns,
     connect,
+    empty_table,
     flatten,
     require_export_deps,
     to_arrow,
@@ -212,7 +213,7 @@ class ParquetSink:
         """Every committed row (duplicates from re-deliveries removed are not expected)."""
         files = self.files()
         if not files:
-            return _empty_table()
+            return empty_table().drop_columns(["event_date"])
         tables = [pq.read_table(f, filesystem=self.fs) for f in files]
         return pa.concat_tables(tables, promote_options="default")
 
@@ -413,8 +414,8 @@ class ParquetSink:
         if len(sizes) + len(out) <= MAX_ROLLUP_FILES:
             return out, replaced
         total = sum(sizes.values()) + sum(t.num_rows for t in out)
-        big = max(sizes, key=lambda rel: sizes[rel], default=None)
-        merge = [rel for rel in sizes if big is None or rel != big or sizes[big] * 2 <= total]
+        big = max(sizes, key=lambda rel: sizes[rel], default="")
+        merge = [rel for rel in sizes if rel != big or sizes[big] * 2 <= total]
         tables = [
             pq.read_table(f"{self.root}/{rel}", filesystem=self.fs).select(names) for rel in merge
         ]
@@ -504,14 +505,3 @@ def _is_run(events: Sequence[Event | RawEvent]) -> bool:
         return events.is_run()
     first = events[0].seq
     return [e.seq for e in events] == list(range(first, first + len(events)))
-
-
-def _empty_table() -> pa.Table:
-    con = connect()
-    try:
-        cols = ", ".join(
-            f"CAST(NULL AS {kind}) AS {name}" for name, kind in COLUMNS if name != "event_date"
-        )
-        return con.sql(f"SELECT {cols} LIMIT 0").to_arrow_table()
-    finally:
-        con.close()

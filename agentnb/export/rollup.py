@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from agentnb.export.columns import COLUMNS, connect, require_export_deps
+from agentnb.export.columns import connect, empty_table, require_export_deps
 from agentnb.export.sql import schema_sql
 
 if TYPE_CHECKING:
@@ -55,10 +55,9 @@ class Rollups:
     def __init__(self) -> None:
         require_export_deps()
         self.con = connect()
-        empty = ", ".join(f"CAST(NULL AS {kind}) AS {name}" for name, kind in COLUMNS)
-        self.con.execute(f"CREATE TEMP TABLE raw_events AS SELECT {empty} LIMIT 0")
+        self.con.register("raw_events", empty_table())  # the views bind as they are made
         self.con.execute(schema_sql())
-        self.con.execute("DROP TABLE raw_events")
+        self.con.unregister("raw_events")
 
     def of(self, rows: pa.Table) -> pa.Table:
         """``turn_rollup`` of flat event rows (the export columns): one row per turn."""
