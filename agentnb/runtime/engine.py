@@ -571,21 +571,27 @@ class SessionDriver:
             self.store.wake_waiters()
         await self._run(turn_id, run_id, [])
 
+    def _add_result(
+        self,
+        call_id: str,
+        name: str,
+        status: str,
+        output: Any,
+        *,
+        turn_id: str | None,
+        run_id: str | None = None,
+        **extra: Any,
+    ) -> None:
+        """Add a ``tool/result`` (``extra``: ``synthetic``, ``reconciled``, ``duration_ms``)."""
+        payload = {"call_id": call_id, "name": name, "status": status, "output": output}
+        self.writer.add("tool/result", payload | extra, turn_id=turn_id, run_id=run_id)
+
     async def _answered_call(
         self, turn_id: str, run_id: str, call: ToolCallData, answer: Mapping[str, Any]
     ) -> None:
-        w = self.writer
         if "output" in answer:  # external execution or a question: the person's answer
-            w.add(
-                "tool/result",
-                {
-                    "call_id": call.call_id,
-                    "name": call.name,
-                    "status": "success",
-                    "output": answer["output"],
-                },
-                turn_id=turn_id,
-                run_id=run_id,
+            self._add_result(
+                call.call_id, call.name, "success", answer["output"], turn_id=turn_id, run_id=run_id
             )
         elif answer.get("approved"):
             arguments = dict(answer.get("edited_args") or call.arguments)
@@ -596,17 +602,14 @@ class SessionDriver:
             )
         else:
             reason = answer.get("reason") or "rejected by the user"
-            w.add(
-                "tool/result",
-                {
-                    "call_id": call.call_id,
-                    "name": call.name,
-                    "status": "denied",
-                    "output": f"The user rejected this call: {reason}",
-                    "synthetic": True,
-                },
+            self._add_result(
+                call.call_id,
+                call.name,
+                "denied",
+                f"The user rejected this call: {reason}",
                 turn_id=turn_id,
                 run_id=run_id,
+                synthetic=True,
             )
 
     async def _cancel(self, command: Command) -> None:
@@ -639,17 +642,14 @@ class SessionDriver:
             )
         for call in self.state.open_calls(turn_id):
             status = "unknown" if call.dispatched else "cancelled"
-            w.add(
-                "tool/result",
-                {
-                    "call_id": call.call_id,
-                    "name": call.name,
-                    "status": status,
-                    "synthetic": True,
-                    "output": "The task was cancelled before this call "
-                    + ("finished." if call.dispatched else "ran."),
-                },
+            self._add_result(
+                call.call_id,
+                call.name,
+                status,
+                "The task was cancelled before this call "
+                + ("finished." if call.dispatched else "ran."),
                 turn_id=turn_id,
+                synthetic=True,
             )
         unapplied = [
             c.command_id
@@ -681,16 +681,13 @@ class SessionDriver:
             turn_id=command.turn_id,
         )
         for call_id, outcome in outcomes.items():
-            w.add(
-                "tool/result",
-                {
-                    "call_id": call_id,
-                    "name": outcome["name"],
-                    "status": outcome["status"],
-                    "output": outcome["output"],
-                    "reconciled": True,
-                },
+            self._add_result(
+                call_id,
+                outcome["name"],
+                outcome["status"],
+                outcome["output"],
                 turn_id=outcome.get("turn_id"),
+                reconciled=True,
             )
         w.add(
             "recovery/applied",
@@ -1194,17 +1191,14 @@ class SessionDriver:
                 turn_id=turn_id,
                 run_id=run_id,
             )
-            w.add(
-                "tool/result",
-                {
-                    "call_id": call.call_id,
-                    "name": call.name,
-                    "status": "error",
-                    "output": f"Error: {problem}",
-                    "synthetic": True,
-                },
+            self._add_result(
+                call.call_id,
+                call.name,
+                "error",
+                f"Error: {problem}",
                 turn_id=turn_id,
                 run_id=run_id,
+                synthetic=True,
             )
             return False
         kind = _interaction_kind(tool)
@@ -1296,17 +1290,14 @@ class SessionDriver:
             turn_id=turn_id,
             run_id=run_id,
         )
-        w.add(
-            "tool/result",
-            {
-                "call_id": call.call_id,
-                "name": tool.name,
-                "status": status,
-                "output": output,
-                "duration_ms": round((time.monotonic() - started) * 1000, 3),
-            },
+        self._add_result(
+            call.call_id,
+            tool.name,
+            status,
+            output,
             turn_id=turn_id,
             run_id=run_id,
+            duration_ms=round((time.monotonic() - started) * 1000, 3),
         )
 
     def _tool_context(self, turn_id: str, run_id: str, call_id: str) -> ToolContext:
