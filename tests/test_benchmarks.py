@@ -1,4 +1,4 @@
-"""Smoke test of the store benchmark: it runs and reports in its documented format.
+"""Smoke tests of the benchmarks: each runs quickly and reports in its documented format.
 
 Timings are never asserted here: machines running the tests are too noisy for thresholds.
 """
@@ -9,55 +9,58 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_store.py"
-METRICS = {
-    "single_commit",
-    "batch100_commit",
-    "read_after_end_vs_start",
-    "cold_open_100k_vs_1k",
-}
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
 
-class TestBenchStore:
-    def test_quick_run_prints_one_json_line_per_metric(self) -> None:
-        """`bench_store.py --quick` exits 0 and prints a JSON line with value, baseline, ratio."""
-        done = subprocess.run(
-            [sys.executable, str(BENCH), "--quick"],
-            capture_output=True,
-            text=True,
-            timeout=240,
-            check=False,
-        )
-        assert done.returncode == 0, done.stderr
-        records = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
-        assert {r["metric"] for r in records} == METRICS
-        for record in records:
-            assert {"metric", "value", "baseline", "ratio"} <= record.keys()
-            for field in ("value", "baseline", "ratio"):
-                assert isinstance(record[field], int | float)
-                assert record[field] > 0
+def _records(script: str, *args: str) -> list[dict[str, Any]]:
+    """Run a benchmark; its JSON lines, each checked for a positive value, baseline, ratio."""
+    done = subprocess.run(
+        [sys.executable, str(BENCHMARKS / script), *args],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    records = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    for record in records:
+        assert {"metric", "value", "baseline", "ratio"} <= record.keys()
+        for field in ("value", "baseline", "ratio"):
+            assert isinstance(record[field], int | float)
+            assert record[field] > 0
+    return records
 
 
-class TestBenchExport:
-    def test_quick_run_prints_one_json_line_per_metric(self) -> None:
-        """`bench_export.py --quick` (fewer events) prints JSON with value, baseline, ratio."""
-        bench = BENCH.with_name("bench_export.py")
-        done = subprocess.run(
-            [sys.executable, str(bench), "--quick", "--events", "20000", "--rounds", "1"],
-            capture_output=True,
-            text=True,
-            timeout=240,
-            check=False,
-        )
-        assert done.returncode == 0, done.stderr
-        records = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
-        assert {r["metric"] for r in records} == {
-            "export_parquet",
-            "turns_view",
-            "turns_from_events",
-        }
-        for record in records:
-            for field in ("value", "baseline", "ratio"):
-                assert isinstance(record[field], int | float)
-                assert record[field] > 0
+def test_store_quick_run_prints_one_json_line_per_metric() -> None:
+    """`bench_store.py --quick` exits 0 and prints a JSON line with value, baseline, ratio."""
+    records = _records("bench_store.py", "--quick")
+    assert {r["metric"] for r in records} == {
+        "single_commit",
+        "batch100_commit",
+        "read_after_end_vs_start",
+        "cold_open_100k_vs_1k",
+    }
+
+
+def test_export_quick_run_prints_one_json_line_per_metric() -> None:
+    """`bench_export.py --quick` (fewer events) prints JSON with value, baseline, ratio."""
+    records = _records("bench_export.py", "--quick", "--events", "20000", "--rounds", "1")
+    assert {r["metric"] for r in records} == {
+        "export_parquet",
+        "turns_view",
+        "turns_from_events",
+    }
+
+
+def test_widgets_quick_run_prints_one_json_line_per_metric() -> None:
+    """`bench_widgets.py --quick` exits 0 and prints JSON with value, baseline and ratio."""
+    records = _records("bench_widgets.py", "--quick")
+    assert {r["metric"] for r in records} == {
+        "commit_to_widget_ms",
+        "view_build_5000_vs_50",
+        "view_open_5000_vs_50",
+    }
+    latency = next(r for r in records if r["metric"] == "commit_to_widget_ms")
+    assert latency["p95"] >= latency["value"]

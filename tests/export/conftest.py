@@ -277,47 +277,37 @@ def known_session(tmp_path_factory: pytest.TempPathFactory) -> Known:
     return known
 
 
+def _export(known: Known, dest: Path, kind: str, batch_size: int = 50_000) -> Path:
+    """Drain the known session's store into a ``kind`` ("parquet"/"duckdb") sink at dest."""
+    from agentnb.export import DuckDBSink, Exporter, ParquetSink
+
+    sink = ParquetSink(dest) if kind == "parquet" else DuckDBSink(dest)
+    store = known.store()
+    try:
+        Exporter(store, sink, batch_size=batch_size).drain()
+    finally:
+        store.close()
+    return dest
+
+
 @pytest.fixture(scope="session")
 def known_parquet(known_session: Known, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A Parquet export of the known session."""
-    from agentnb.export import Exporter, ParquetSink
-
-    root = tmp_path_factory.mktemp("pq") / "export"
-    store = known_session.store()
-    try:
-        Exporter(store, ParquetSink(root)).drain()
-    finally:
-        store.close()
-    return root
+    return _export(known_session, tmp_path_factory.mktemp("pq") / "export", "parquet")
 
 
 @pytest.fixture(scope="session")
 def known_duckdb(known_session: Known, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A DuckDB export of the known session."""
-    from agentnb.export import DuckDBSink, Exporter
-
-    path = tmp_path_factory.mktemp("ddb") / "export.duckdb"
-    store = known_session.store()
-    try:
-        Exporter(store, DuckDBSink(path)).drain()
-    finally:
-        store.close()
-    return path
+    return _export(known_session, tmp_path_factory.mktemp("ddb") / "export.duckdb", "duckdb")
 
 
 @pytest.fixture(scope="session")
 def known_parquet_split(known_session: Known, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A Parquet export of the known session in batches of 5 events: most turns span several
     data files, so their turn rollups are partial and the turns view must combine them."""
-    from agentnb.export import Exporter, ParquetSink
-
     root = tmp_path_factory.mktemp("pq-split") / "export"
-    store = known_session.store()
-    try:
-        Exporter(store, ParquetSink(root), batch_size=5).drain()
-    finally:
-        store.close()
-    return root
+    return _export(known_session, root, "parquet", batch_size=5)
 
 
 @pytest.fixture(params=["parquet", "parquet-split", "duckdb", "live"])

@@ -189,6 +189,26 @@ class TestExporter:
         assert not [t for t in threading.enumerate() if t.name == "agentnb-export-read"]
 
 
+def _kill_child_at_marker(tmp_path: Path, url: str, kind: str, dest: Path, mode: str) -> None:
+    """Run ``_export_child.py`` in ``mode``; kill -9 it once it writes its marker file."""
+    marker = tmp_path / "marker"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    child = subprocess.Popen(
+        [sys.executable, str(CHILD), url, kind, str(dest), str(marker), mode], env=env
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not marker.exists():
+            assert child.poll() is None, f"the child died before its {mode} point"
+            assert time.monotonic() < deadline, f"the child never reached its {mode} point"
+            time.sleep(0.02)
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait(10)
+    finally:
+        if child.poll() is None:
+            child.kill()
+
+
 class TestCrashSafety:
     @pytest.mark.parametrize("kind", ["parquet", "duckdb"])
     def test_kill_between_accept_and_watermark_then_drain_again(
@@ -200,23 +220,7 @@ class TestCrashSafety:
         store.create_session(KEY)
         _append(store, KEY, 120)
         dest = tmp_path / ("pq" if kind == "parquet" else "x.duckdb")
-        marker = tmp_path / "marker"
-        env = {**os.environ, "PYTHONPATH": str(ROOT)}
-        child = subprocess.Popen(
-            [sys.executable, str(CHILD), url, kind, str(dest), str(marker), "after-accept"],
-            env=env,
-        )
-        try:
-            deadline = time.monotonic() + 60
-            while not marker.exists():
-                assert child.poll() is None, "the child died before accepting"
-                assert time.monotonic() < deadline, "the child never accepted"
-                time.sleep(0.02)
-            os.kill(child.pid, signal.SIGKILL)
-            child.wait(10)
-        finally:
-            if child.poll() is None:
-                child.kill()
+        _kill_child_at_marker(tmp_path, url, kind, dest, "after-accept")
         assert store.watermark(KEY, _sink(kind, tmp_path).name) == 0  # accepted, not recorded
         assert Exporter(store, _sink(kind, tmp_path)).drain() == 70
         rows = _rows(kind, tmp_path)
@@ -233,24 +237,7 @@ class TestCrashSafety:
         from agentnb import analysis
 
         root = tmp_path / "pq"
-        marker = tmp_path / "marker"
-        env = {**os.environ, "PYTHONPATH": str(ROOT)}
-        child = subprocess.Popen(
-            [sys.executable, str(CHILD), known_session.url, "parquet", str(root), str(marker),
-             "mid-commit"],
-            env=env,
-        )  # fmt: skip
-        try:
-            deadline = time.monotonic() + 60
-            while not marker.exists():
-                assert child.poll() is None, "the child died before the third rollup"
-                assert time.monotonic() < deadline, "the child never got there"
-                time.sleep(0.02)
-            os.kill(child.pid, signal.SIGKILL)
-            child.wait(10)
-        finally:
-            if child.poll() is None:
-                child.kill()
+        _kill_child_at_marker(tmp_path, known_session.url, "parquet", root, "mid-commit")
         listed = {p.removeprefix(f"{root}/") for p in ParquetSink(root).files()}
         on_disk = {str(p.relative_to(root)) for p in root.glob("events/*/*.parquet")}
         assert len(on_disk - listed) == 1  # the killed commit's data file
