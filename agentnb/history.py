@@ -215,8 +215,10 @@ def _read_page(
         if examined > replay_limit:
             raise HistoryTooLarge(
                 f"session {key}: this page would examine more than {replay_limit} events "
-                f"(from seq {start.after_seq}); ask for a smaller limit, raise replay_limit, "
-                "or read from a snapshot"
+                f"(from seq {start.after_seq}); pass a larger bound, e.g. "
+                f"session.history(limit, after, replay_limit={2 * replay_limit}) or "
+                f"session.history_pages(limit, replay_limit={2 * replay_limit}), "
+                "or ask for a smaller limit"
             )
         for event in batch:
             found = _messages(key, event)

@@ -24,7 +24,7 @@ from agentnb.errors import (
 )
 from agentnb.events import Event, Message, canonical_json
 from agentnb.folds import ChatFolds, Folds
-from agentnb.history import HistoryPage, HistoryPages, read_history
+from agentnb.history import DEFAULT_REPLAY_LIMIT, HistoryPage, HistoryPages, read_history
 from agentnb.ids import SessionKey, check_id, new_id
 from agentnb.log import Inbox, SessionLog
 from agentnb.projections.chat import interactions_of, tasks_of
@@ -126,17 +126,26 @@ class Session:
             inbox = self._folds.refresh_inbox()  # the chat fold reads the log itself
             return self._chat.snapshot(head, inbox, executing=self._executing())  # type: ignore[no-any-return]
 
-    def history(self, limit: int = 100, after: str | None = None) -> HistoryPage:
+    def history(
+        self,
+        limit: int = 100,
+        after: str | None = None,
+        *,
+        replay_limit: int = DEFAULT_REPLAY_LIMIT,
+    ) -> HistoryPage:
         """One bounded page of committed messages, oldest first (see ``HistoryPage``).
 
         ``after`` is the ``next_cursor`` of the previous page: opaque, signed, bound to this
-        session, and pinned to the first page's high-water mark.
+        session, and pinned to the first page's high-water mark. ``replay_limit`` bounds the
+        events one page may examine (``HistoryTooLarge`` beyond it).
         """
-        return read_history(self.runtime.store, self.key, limit, after)
+        return read_history(self.runtime.store, self.key, limit, after, replay_limit=replay_limit)
 
-    def history_pages(self, limit: int = 100) -> HistoryPages:
+    def history_pages(
+        self, limit: int = 100, *, replay_limit: int = DEFAULT_REPLAY_LIMIT
+    ) -> HistoryPages:
         """Every page of the history, lazily; the walk sees the log as of its first page."""
-        return HistoryPages(self.runtime.store, self.key, limit)
+        return HistoryPages(self.runtime.store, self.key, limit, replay_limit=replay_limit)
 
     def inspect(self) -> Inspection:
         """What the runtime would do next, read-only."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import inspect
 import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -10,6 +11,7 @@ from typing import Any
 
 import pytest
 
+import agentnb as nb
 from agentnb import history
 from agentnb.errors import (
     CrossSessionCursor,
@@ -530,7 +532,7 @@ class TestReplayLimit:
         add_messages(store, 1, prefix="a")
         lifecycle(store, 50)
         add_messages(store, 1, prefix="b")
-        with pytest.raises(HistoryTooLarge, match=r"smaller limit.*snapshot"):
+        with pytest.raises(HistoryTooLarge, match=r"replay_limit=40.*smaller limit"):
             read_history(store, KEY, 5, replay_limit=20)
 
     def test_replay_limit_bounds_each_page_not_the_walk(self, store: SessionStore) -> None:
@@ -555,6 +557,57 @@ class TestReplayLimit:
         """replay_limit must be a positive int."""
         with pytest.raises(InvalidInput):
             read_history(store, KEY, replay_limit=bad)
+
+
+@pytest.fixture
+def session_on(store: SessionStore) -> Iterator[nb.Session]:
+    """A Session facade over KEY of ``store`` (nothing is executed)."""
+    agent = nb.Agent(name="History", agent_id=KEY.agent_id, model=nb.ScriptedModel([]))
+    runtime = nb.Runtime(agent, store=store)
+    try:
+        yield runtime.session(KEY.session_id, user_id=KEY.user_id)
+    finally:
+        runtime.close()
+
+
+class TestSessionReplayLimit:
+    def test_advice_names_an_argument_session_history_takes(
+        self, store: SessionStore, session_on: nb.Session
+    ) -> None:
+        """HistoryTooLarge advises replay_limit=, and Session.history accepts it."""
+        add_messages(store, 1, prefix="a")
+        lifecycle(store, 50)
+        add_messages(store, 1, prefix="b")
+        with pytest.raises(HistoryTooLarge, match=r"history\(limit, after, replay_limit=40\)"):
+            session_on.history(5, replay_limit=20)
+        assert "replay_limit" in inspect.signature(nb.Session.history).parameters
+        assert "replay_limit" in inspect.signature(nb.Session.history_pages).parameters
+
+    def test_following_the_advice_reads_the_page(
+        self, store: SessionStore, session_on: nb.Session
+    ) -> None:
+        """The larger replay_limit the error suggests makes the same page readable."""
+        add_messages(store, 1, prefix="a")
+        lifecycle(store, 30)
+        add_messages(store, 1, prefix="b")
+        page = session_on.history(5, replay_limit=40)
+        assert [m.id for m in page.messages] == ["a0", "b0"]
+
+    def test_history_pages_passes_replay_limit_on(
+        self, store: SessionStore, session_on: nb.Session
+    ) -> None:
+        """session.history_pages(limit, replay_limit=N) bounds every page of the walk by N."""
+        add_messages(store, 1, prefix="a")
+        lifecycle(store, 50)
+        add_messages(store, 1, prefix="b")
+        with pytest.raises(HistoryTooLarge):
+            list(session_on.history_pages(5, replay_limit=20))
+        assert len(flat(list(session_on.history_pages(5, replay_limit=100)))) == 2
+
+    def test_bad_replay_limit_is_refused_by_the_session(self, session_on: nb.Session) -> None:
+        """session.history(replay_limit=0) raises InvalidInput before reading."""
+        with pytest.raises(InvalidInput, match="replay_limit"):
+            session_on.history(replay_limit=0)
 
 
 # --------------------------------------------------------------------------------------------
