@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentnb.errors import InvalidAnswer, InvalidInput
+from agentnb.limits import check_json_size, check_text
 
 __all__ = ["Answer", "ToolOutcome", "answer_payload"]
 
@@ -30,6 +31,8 @@ class Answer:
         """Approve the call, optionally with corrected arguments."""
         if edited_args is not None and not isinstance(edited_args, Mapping):
             raise InvalidInput("edited_args must be a mapping of argument names to values")
+        if edited_args:
+            check_json_size(dict(edited_args), "edited_args")
         return cls("approve", edited_args=dict(edited_args) if edited_args else None)
 
     @classmethod
@@ -37,18 +40,20 @@ class Answer:
         """Refuse the call; the model is told ``reason``."""
         if not isinstance(reason, str) or not reason.strip():
             raise InvalidInput("a rejection needs a non-empty reason the model can read")
-        return cls("reject", reason=reason)
+        return cls("reject", reason=check_text(reason, "the rejection's reason"))
 
     @classmethod
     def output(cls, text: str) -> Answer:
         """The result of an external call, or the answer to a question."""
-        if not isinstance(text, str):
-            raise InvalidInput(f"output must be a string, got {type(text).__name__}")
-        return cls("output", text=text)
+        return cls("output", text=check_text(text, "output", allow_empty=True))
 
 
 def answer_payload(request_id: str, kind: str, answer: object) -> dict[str, Any]:
-    """The JSON form of ``answer`` to a request of ``kind``; ``InvalidAnswer`` if unfit."""
+    """The JSON form of ``answer`` to a request of ``kind``; ``InvalidAnswer`` if unfit.
+
+    Every text in it is held to the one input limit (``agentnb.limits``), however the
+    ``Answer`` was built.
+    """
     if kind == "confirmation":
         if answer is True:
             return {"approved": True}
@@ -57,18 +62,24 @@ def answer_payload(request_id: str, kind: str, answer: object) -> dict[str, Any]
         if isinstance(answer, Answer) and answer.kind == "approve":
             out: dict[str, Any] = {"approved": True}
             if answer.edited_args is not None:
+                what = f"the edited arguments for {request_id}"
+                check_json_size(dict(answer.edited_args), what, error=InvalidAnswer)
                 out["edited_args"] = dict(answer.edited_args)
             return out
         if isinstance(answer, Answer) and answer.kind == "reject":
-            return {"approved": False, "reason": answer.reason}
+            what = f"the rejection's reason for {request_id}"
+            return {
+                "approved": False,
+                "reason": check_text(answer.reason, what, error=InvalidAnswer),
+            }
         raise InvalidAnswer(
             f"request {request_id} asks for approval: answer True, False, "
             "nb.Answer.approve(edited_args=...) or nb.Answer.reject(reason)"
         )
-    if isinstance(answer, str):
-        return {"output": answer}
-    if isinstance(answer, Answer) and answer.kind == "output":
-        return {"output": answer.text}
+    text = answer.text if isinstance(answer, Answer) and answer.kind == "output" else answer
+    if isinstance(text, str):
+        what = f"the answer to {request_id}"
+        return {"output": check_text(text, what, allow_empty=True, error=InvalidAnswer)}
     raise InvalidAnswer(
         f"request {request_id} ({kind}) needs text: answer a str or nb.Answer.output(text)"
     )
@@ -103,6 +114,4 @@ class ToolOutcome:
 
 
 def _text(text: object) -> str:
-    if not isinstance(text, str):
-        raise InvalidInput(f"outcome text must be a string, got {type(text).__name__}")
-    return text
+    return check_text(text, "outcome text", allow_empty=True)

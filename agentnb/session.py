@@ -26,6 +26,7 @@ from agentnb.events import Event, Message, canonical_json
 from agentnb.folds import ChatFolds, Folds
 from agentnb.history import DEFAULT_REPLAY_LIMIT, HistoryPage, HistoryPages, read_history
 from agentnb.ids import SessionKey, check_id, new_id
+from agentnb.limits import check_text
 from agentnb.log import Inbox, SessionLog
 from agentnb.projections.chat import interactions_of, tasks_of
 from agentnb.projections.decisions import (
@@ -55,22 +56,13 @@ if TYPE_CHECKING:
 
 __all__ = ["Session"]
 
-MAX_INPUT_CHARS = 1_000_000
 _MISSING: Any = object()
 _ENDED_RUN = frozenset({"completed", "suspended", "interrupted", "failed", "cancelled"})
 
 
 def _check_text(value: object, what: str) -> str:
-    if not isinstance(value, str):
-        raise InvalidInput(f"{what} must be a string, got {type(value).__name__}")
-    if not value.strip():
-        raise InvalidInput(f"{what} is empty; give the agent something to work on")
-    if len(value) > MAX_INPUT_CHARS:
-        raise InvalidInput(
-            f"{what} has {len(value)} characters; the limit is "
-            f"{MAX_INPUT_CHARS} (inject large material in parts)"
-        )
-    return value
+    # The one limit every entering text shares (answers and reconcile use it too).
+    return check_text(value, what)
 
 
 class Session:

@@ -12,6 +12,7 @@ from typing import Any
 
 from agentnb.answers import ToolOutcome, answer_payload
 from agentnb.errors import CannotResume, InvalidAnswer, InvalidInput, UncertainToolCalls
+from agentnb.limits import check_text
 from agentnb.projections.state import InboxState, SessionState, TurnState
 from agentnb.records import ToolCallRef
 
@@ -181,6 +182,7 @@ def check_reconcile(
             "reconcile needs a reason (who checked what), e.g. "
             "reason='checked the order system: order 42 exists'"
         )
+    check_text(reason, "the reconcile reason")
     if not isinstance(outcomes, Mapping):
         raise InvalidInput("outcomes must be a mapping {call_id: nb.ToolOutcome...}")
     uncertain = {c.call_id: c for c in state.uncertain_calls()}
@@ -201,7 +203,7 @@ def check_reconcile(
         call = uncertain[call_id]
         out[call_id] = {
             "status": outcome.status,
-            "output": outcome.text,
+            "output": check_text(outcome.text, f"the outcome of {call_id}", allow_empty=True),
             "name": call.name,
             "turn_id": call.turn_id,
         }
