@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import importlib
 import json
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
+from urllib.parse import quote, quote_plus
 
 import httpx
 import pytest
 
-from agentnb.events import Message, ToolCallData
+import agentnb as nb
+from agentnb.errors import InvalidInput
+from agentnb.events import Message, ToolCallData, canonical_json
 from agentnb.runtime.models import (
     Finish,
     ModelError,
@@ -22,7 +27,7 @@ from agentnb.runtime.models import (
     ToolCallDelta,
     Usage,
 )
-from agentnb.runtime.models.openai import OpenAIChatModel
+from agentnb.runtime.models.openai import MAX_ERROR_TEXT, OpenAIChatModel
 
 SECRET = "sk-test-SECRET-0123456789"
 
@@ -297,3 +302,183 @@ class TestKeyHygiene:
             items(model_with(handler))
         assert SECRET not in str(info.value)
         assert info.value.__cause__ is None
+
+
+def echoing(status: int, text: str, **kwargs: Any) -> OpenAIChatModel:
+    """A model whose server answers ``status`` with ``text`` as its error message."""
+    return model_with(lambda r: httpx.Response(status, json={"error": {"message": text}}), **kwargs)
+
+
+def failure(model: OpenAIChatModel) -> ModelError:
+    with pytest.raises(ModelError) as info:
+        items(model)
+    return info.value
+
+
+class TestKeyFromAFile:
+    @pytest.mark.parametrize("end", ["\n", "\r\n", "\r", " \n"])
+    def test_trailing_newline_is_stripped(self, end: str) -> None:
+        """A key ending in a newline (read from a file) is sent without it."""
+        seen: list[httpx.Request] = []
+
+        def handler(request: httpx.Request) -> httpx.Response:
+            seen.append(request)
+            return httpx.Response(200, content=sse(finish("stop")))
+
+        items(model_with(handler, api_key=SECRET + end))
+        assert seen[0].headers["authorization"] == f"Bearer {SECRET}"
+
+    def test_environment_key_is_stripped(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """OPENAI_API_KEY with a trailing newline is sent without it."""
+        monkeypatch.setenv("OPENAI_API_KEY", SECRET + "\n")
+        seen: list[httpx.Request] = []
+
+        def handler(request: httpx.Request) -> httpx.Response:
+            seen.append(request)
+            return httpx.Response(200, content=sse(finish("stop")))
+
+        items(OpenAIChatModel("m", transport=httpx.MockTransport(handler)))
+        assert seen[0].headers["authorization"] == f"Bearer {SECRET}"
+
+    @pytest.mark.parametrize(
+        "bad", ["sk-ab\ncd-0123456789", "sk-ab cd-0123456789", "sk-abä-bcd-01234"]
+    )
+    def test_key_that_cannot_be_a_header_is_refused_without_quoting_it(self, bad: str) -> None:
+        """A key with an inner control, space or non-ASCII character raises InvalidInput
+        that names the position but not the key."""
+        with pytest.raises(InvalidInput, match="position 5") as info:
+            OpenAIChatModel("m", api_key=bad)
+        assert "cd-0123" not in str(info.value)
+        assert "bcd-01234" not in str(info.value)
+
+
+class TestRedaction:
+    def test_escaped_forms_of_the_key_are_redacted(self) -> None:
+        """The key echoed raw, repr-escaped, JSON-escaped, bytes-escaped or percent-escaped
+        never reaches the error."""
+        key = 'sk-"quote\\back/slash+plus=0123'
+        forms = [
+            key,
+            repr(key)[1:-1],
+            json.dumps(key)[1:-1],
+            repr(key.encode())[2:-1],
+            quote(key, safe=""),
+            quote_plus(key),
+        ]
+        err = failure(echoing(400, " | ".join(forms), api_key=key))
+        for part in ("quote", "back", "slash", "plus"):
+            assert part not in str(err)
+        assert str(err).count("***") >= len(forms)
+
+    def test_redaction_comes_before_cutting_a_long_message(self) -> None:
+        """A server that echoes the key late in a long message leaves no prefix of it."""
+        err = failure(echoing(401, "x" * 280 + f" Bearer {SECRET} rest"))
+        assert "sk-test" not in str(err)
+        assert "SECRET" not in str(err)
+
+    def test_echoed_prefix_of_the_key_is_redacted(self) -> None:
+        """A server that echoes only the start of the key (its own cut) leaves none of it."""
+        err = failure(echoing(401, f"invalid key {SECRET[:14]}..."))
+        assert SECRET[:10] not in str(err)
+
+    def test_long_messages_are_cut(self) -> None:
+        """An error quoting a huge server answer is cut to a bounded length."""
+        err = failure(echoing(500, "y" * 50_000))
+        assert len(str(err)) <= MAX_ERROR_TEXT
+
+    def test_any_other_failure_becomes_a_redacted_model_error(self) -> None:
+        """An unexpected exception inside the call leaves as a ModelError with the key
+        redacted and no chained original."""
+
+        def handler(request: httpx.Request) -> httpx.Response:
+            raise RuntimeError(f"boom {request.headers['authorization']!r}")
+
+        err = failure(model_with(handler))
+        assert "RuntimeError" in str(err)
+        assert SECRET not in str(err)
+        assert err.__cause__ is None
+        assert err.__context__ is None
+
+    def test_malformed_chunk_becomes_a_model_error(self) -> None:
+        """A chunk the adapter cannot read (a tool-call index that is not a number) raises
+        ModelError, not ValueError."""
+        body = sse(delta(tool_calls=[{"index": "first", "function": {"name": "x"}}]))
+        err = failure(replying(body))
+        assert "ValueError" in str(err)
+
+    def test_transport_error_has_no_context(self) -> None:
+        """A connection error leaves with neither cause nor context (either could quote the
+        key in a traceback)."""
+
+        def handler(request: httpx.Request) -> httpx.Response:
+            raise httpx.ConnectError(f"refused {request.headers['authorization']}")
+
+        err = failure(model_with(handler))
+        assert err.retryable
+        assert err.__context__ is None
+        assert SECRET not in str(err)
+
+
+USER, PASSWORD = "alice-user", "p@ss-w0rd-SECRET"
+CREDENTIALED = f"https://{USER}:{quote(PASSWORD, safe='')}@llm.example/v1"
+
+
+class TestBaseUrlCredentials:
+    def test_credentials_are_not_in_repr_or_attributes(self) -> None:
+        """repr, str, base_url and vars() show the endpoint with ***@ instead of userinfo."""
+        model = OpenAIChatModel("m", base_url=CREDENTIALED, api_key=SECRET)
+        for text in (repr(model), str(model), model.base_url, repr(vars(model))):
+            assert "SECRET" not in text
+            assert USER not in text
+        assert model.base_url == "https://***@llm.example/v1"
+
+    def test_credentials_are_sent_as_basic_auth_not_in_the_url(self) -> None:
+        """The request goes to the URL without userinfo, with a basic Authorization header."""
+        seen: list[httpx.Request] = []
+
+        def handler(request: httpx.Request) -> httpx.Response:
+            seen.append(request)
+            return httpx.Response(200, content=sse(finish("stop")))
+
+        items(
+            OpenAIChatModel(
+                "m", base_url=CREDENTIALED, api_key=None, transport=httpx.MockTransport(handler)
+            )
+        )
+        assert str(seen[0].url) == "https://llm.example/v1/chat/completions"
+        token = base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()
+        assert seen[0].headers["authorization"] == f"Basic {token}"
+
+    def test_credentials_are_redacted_from_errors(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """A server echoing the password (plain, escaped, or the basic token) or the URL with
+        userinfo leaves none of it in the error."""
+        monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+        token = base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()
+        text = f"{CREDENTIALED} {PASSWORD} {quote(PASSWORD)} Basic {token}"
+        err = failure(echoing(401, text, api_key=None, base_url=CREDENTIALED))
+        assert "SECRET" not in str(err)
+        assert token not in str(err)
+
+    def test_bad_url_error_hides_credentials(self) -> None:
+        """A refused base_url is quoted with its userinfo masked."""
+        with pytest.raises(InvalidInput) as info:
+            OpenAIChatModel("m", base_url=f"ftp://{USER}:{PASSWORD}@host/")
+        assert "SECRET" not in str(info.value)
+
+
+class TestRunErrorHasNoKey:
+    def test_failed_run_error_and_log_have_no_key(self, tmp_path: Path) -> None:
+        """A run failed by a server that echoes the key records an error (outcome, log)
+        without it."""
+        model = echoing(401, f"Illegal header value b'Bearer {SECRET}\\n'")
+        agent = nb.Agent(name="K", agent_id="k", model=model, instructions="Be brief.")
+        with nb.Runtime(agent, store=f"sqlite:///{tmp_path / 's.sqlite'}") as runtime:
+            session = runtime.session("s", user_id="u")
+            outcome = session.run("hello")
+            assert outcome.status == "failed"
+            assert outcome.error is not None
+            assert "check the API key" in outcome.error
+            assert SECRET[:10] not in outcome.error
+            logged = "".join(canonical_json(e.payload) for e in session.log.scan())
+        assert SECRET[:10] not in logged
+        assert SECRET[:10].encode() not in (tmp_path / "s.sqlite").read_bytes()
