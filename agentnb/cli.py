@@ -1,11 +1,227 @@
-"""The ``agentnb`` command line."""
+"""The agentnb command line: the demo, reading sessions, exports, audit queries, workers."""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
+import math
+import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import date, datetime, timedelta
 from typing import Any
+from urllib.parse import urlsplit
+
+import agentnb as nb
+from agentnb.errors import (
+    AgentnbError,
+    AppendConflict,
+    Corrupt,
+    Fenced,
+    InvalidInput,
+    LeaseHeld,
+    SessionNotFound,
+    StorageError,
+)
+from agentnb.folds import Folds
+from agentnb.projections.chat import interactions_of, tasks_of
+from agentnb.stores import default_store_url
+
+__all__ = [
+    "EXIT_DATA",
+    "EXIT_FAILED",
+    "EXIT_NOT_FOUND",
+    "EXIT_OK",
+    "EXIT_USAGE",
+    "exit_code",
+    "main",
+]
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+"""Refused or failed for another reason (the message says which), e.g. a lease is held."""
+EXIT_USAGE = 2
+"""A bad option or argument value (argparse's own code); nothing was read or written."""
+EXIT_NOT_FOUND = 3
+"""No such session, store or export."""
+EXIT_DATA = 4
+"""The store or export cannot be read, or holds data agentnb did not write (corrupt)."""
+
+_EXIT_CODES = f"""\
+exit codes:
+  {EXIT_OK}  success
+  {EXIT_FAILED}  refused or failed for another reason (the message says which)
+  {EXIT_USAGE}  usage error: a bad option or argument value; nothing was read or written
+  {EXIT_NOT_FOUND}  not found: no such session, store or export
+  {EXIT_DATA}  data error: the store or export cannot be read, or is corrupt
+Errors print one line on stderr ("error: ..."), never a traceback.
+"""
+
+NULL = "-"
+"""How every command's text output shows a missing value (JSON output uses null)."""
+_CUT = "…"
+
+
+def exit_code(exc: AgentnbError) -> int:
+    """The exit code of a command that stopped with ``exc`` (see ``agentnb --help``)."""
+    if isinstance(exc, SessionNotFound):
+        return EXIT_NOT_FOUND
+    if isinstance(exc, ValueError):  # InvalidInput, InvalidLimit, InvalidCursor, ...
+        return EXIT_USAGE
+    if isinstance(exc, StorageError) and not isinstance(exc, LeaseHeld | Fenced | AppendConflict):
+        return EXIT_DATA  # Corrupt, RecoveryLimitExceeded, a file that cannot be opened
+    return EXIT_FAILED
+
+
+# -- output helpers ----------------------------------------------------------------------------
+
+
+def _fit(text: str, width: int) -> tuple[str, bool]:
+    """``text`` on one line, at most ``width`` characters (0: no limit), ending in … if cut;
+    and whether it was cut."""
+    text = " ".join(text.split()) if "\n" in text or "\r" in text else text
+    if width <= 0 or len(text) <= width:
+        return text, False
+    return text[: width - 1] + _CUT, True
+
+
+def _cut(text: str, width: int) -> str:
+    return _fit(text, width)[0]
+
+
+def _is_null(value: Any) -> bool:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return True
+    # pandas' NaT and NA, without importing pandas here (it is an optional dependency).
+    return type(value).__name__ in {"NaTType", "NAType"}
+
+
+def _jsonable(value: Any) -> Any:
+    """``value`` as JSON-native data: nulls as None, times as ISO text, records as objects."""
+    if _is_null(value):
+        return None
+    if isinstance(value, str | bool | int):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else str(value)
+    if isinstance(value, datetime | date):
+        return value.isoformat()
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    if isinstance(value, Mapping):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if hasattr(value, "model_dump"):  # pydantic records (Message, Event)
+        return _jsonable(value.model_dump(mode="json"))
+    if hasattr(value, "tolist"):  # numpy scalars and arrays in dataframes
+        return _jsonable(value.tolist())
+    if isinstance(value, Iterable) and not isinstance(value, bytes):
+        return [_jsonable(v) for v in value]
+    return str(value)
+
+
+def _text(value: Any, width: int = 0) -> str:
+    """One cell of text output: nulls as ``NULL``, structures as compact JSON, cut to width."""
+    if _is_null(value):
+        return NULL
+    if isinstance(value, str):
+        shown = value
+    elif isinstance(value, datetime):
+        shown = value.isoformat(sep=" ", timespec="milliseconds")
+    elif isinstance(value, bool | int | float | date):
+        shown = str(value)
+    else:
+        shown = json.dumps(
+            _without_nulls(_jsonable(value)), ensure_ascii=False, separators=(",", ":")
+        )
+    return _cut(shown, width)
+
+
+def _without_nulls(value: Any) -> Any:
+    """JSON data with null fields left out, so text output spells a null only as ``NULL``."""
+    if isinstance(value, dict):
+        return {k: _without_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [NULL if v is None else _without_nulls(v) for v in value]
+    return value
+
+
+def _print_json(value: Any) -> None:
+    print(json.dumps(_jsonable(value), ensure_ascii=False, indent=2))
+
+
+def _table(columns: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
+    """Left-aligned columns, two spaces apart."""
+    rows = [list(r) for r in rows]
+    widths = [max([len(c), *(len(r[i]) for r in rows)]) for i, c in enumerate(columns)]
+    lines = [list(columns), *rows]
+    return [
+        "  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip() for r in lines
+    ]
+
+
+# -- argument checks -----------------------------------------------------------------------------
+
+
+def _count(text: str) -> int:
+    """argparse type: a whole number >= 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected 0 or more, got {value}")
+    return value
+
+
+def _local_path(target: str) -> str | None:
+    """The local file or folder a store URL or a query source names; None when remote."""
+    for prefix in ("parquet:", "duckdb:"):
+        if target.startswith(prefix) and not target.startswith(f"{prefix}//"):
+            return os.path.expanduser(target[len(prefix) :])
+    if target.startswith("sqlite:"):
+        path = urlsplit(target).path
+        return os.path.expanduser(path[1:] if path.startswith("/") else path) or None
+    if "://" in target or target.startswith(("memory:", "postgres")):
+        return None
+    return os.path.expanduser(target)
+
+
+def _open_existing_store(url: str | None) -> nb.SessionStore:
+    """Open a store to read it; a store file that does not exist is not created."""
+    url = url or default_store_url()
+    path = _local_path(url)
+    if path is not None and not os.path.exists(path):
+        raise SessionNotFound(
+            f"no store at {path}: nothing was recorded there; run `agentnb demo` to make one, "
+            "or pass --store URL"
+        )
+    return nb.open_store(url)
+
+
+def _keys(store: nb.SessionStore, session_id: str, user: str | None, agent: str | None) -> Any:
+    keys = [
+        r.key
+        for r in store.list_sessions(user_id=user, agent_id=agent)
+        if r.key.session_id == session_id
+    ]
+    if not keys:
+        raise SessionNotFound(f"no session {session_id!r} in {store.url}; see agentnb sessions")
+    if len(keys) > 1:
+        raise InvalidInput(
+            f"{len(keys)} sessions are called {session_id!r} "
+            f"({', '.join(map(str, keys))}); narrow with --user/--agent"
+        )
+    return keys[0]
+
+
+def _executing(store: nb.SessionStore, key: nb.SessionKey) -> bool:
+    return store.current_lease(key) is not None
+
+
+# -- commands ------------------------------------------------------------------------------------
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -13,78 +229,109 @@ def _demo(args: argparse.Namespace) -> int:
     from agentnb.demo import run_demo
 
     run_demo(args.store)
-    return 0
+    return EXIT_OK
 
 
 def _export(args: argparse.Namespace) -> int:
     """Drain committed events of one session or every session into a sink."""
-    import agentnb as nb
-    from agentnb.export import Exporter, open_sink
+    from agentnb.export import Exporter, open_sink  # optional: the export extra
 
-    sink = open_sink(args.to, name=args.name)
-    store = nb.open_store(args.store)
+    store = _open_existing_store(args.store)
     try:
+        sink = open_sink(args.to, name=args.name)
+        progress = None if args.progress else False
         if args.session is None:
-            exporters = [Exporter(store, sink, progress=None if args.progress else False)]
+            exporters = [Exporter(store, sink, progress=progress)]
         else:
             keys = [r.key for r in store.list_sessions() if r.key.session_id == args.session]
             if not keys:
-                raise nb.SessionNotFound(
-                    f"no session {args.session!r} in {store.url}; list them with --all"
+                raise SessionNotFound(
+                    f"no session {args.session!r} in {store.url}; list them with agentnb sessions"
                 )
             exporters = [
-                Exporter(nb.SessionLog(store, key), sink, progress=None if args.progress else False)
-                for key in keys
+                Exporter(nb.SessionLog(store, key), sink, progress=progress) for key in keys
             ]
         delivered = sum(exporter.drain() for exporter in exporters)
+        print(f"exported {delivered} events to {args.to} (sink {sink.name!r})")
     finally:
         store.close()
-    print(f"exported {delivered} events to {args.to} (sink {sink.name!r})")
-    return 0
+    return EXIT_OK
+
+
+def _query_params(name: str, items: Sequence[str]) -> dict[str, Any]:
+    """``--param k=v`` values, converted to the type the query file declares for ``k``."""
+    from agentnb.export.sql import load_query
+
+    declared = {p.name: p for p in load_query(name).params}
+    params: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise InvalidInput(f"--param takes key=value, got {item!r}")
+        param = declared.get(key)
+        kind = param.type.upper() if param else "VARCHAR"
+        try:
+            if kind.startswith("TIMESTAMP"):
+                params[key] = datetime.fromisoformat(value)
+            elif kind in {"INTEGER", "BIGINT"}:
+                params[key] = int(value)
+            else:
+                params[key] = value
+        except ValueError:
+            example = "2026-01-31 or 2026-01-31T09:00+00:00" if "TIME" in kind else "42"
+            raise InvalidInput(
+                f"--param {key}={value!r}: {name} takes {key} as {kind}, e.g. {key}={example}"
+            ) from None
+    return params
 
 
 def _query(args: argparse.Namespace) -> int:
-    """Run an audit query from exporters/queries/ and print the result as a table."""
-    import agentnb as nb
-    from agentnb import analysis
-    from agentnb.export.sql import list_queries, load_query
+    """Run an audit query from exporters/queries/ and print the result."""
+    from agentnb.export.sql import list_queries, load_query  # optional: the export extra
 
     if args.list or args.name is None:
-        for name in list_queries():
-            print(f"{name:<24} {load_query(name).question}")
-        return 0
+        if args.json:
+            _print_json([{"name": n, "question": load_query(n).question} for n in list_queries()])
+        else:
+            for name in list_queries():
+                print(f"{name:<24} {load_query(name).question}")
+        return EXIT_OK
     if args.source is None:
-        raise nb.InvalidInput("--source is needed: a Parquet folder, a DuckDB file or a store URL")
-    params: dict[str, str] = {}
-    for item in args.param:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise nb.InvalidInput(f"--param takes key=value, got {item!r}")
-        params[key] = value
-    frame = analysis.query(args.name, args.source, **params)
-    if frame.empty:
-        print(f"(no rows) {load_query(args.name).question}")
-    else:
-        print(frame.to_string(index=False, max_colwidth=48))
-    return 0
-
-
-def _keys(store: Any, session_id: str, user: str | None, agent: str | None) -> Any:
-    import agentnb as nb
-
-    keys = [
-        r.key
-        for r in store.list_sessions(user_id=user, agent_id=agent)
-        if r.key.session_id == session_id
-    ]
-    if not keys:
-        raise nb.SessionNotFound(f"no session {session_id!r} in {store.url}; see agentnb sessions")
-    if len(keys) > 1:
-        raise nb.InvalidInput(
-            f"{len(keys)} sessions are called {session_id!r} "
-            f"({', '.join(map(str, keys))}); narrow with --user/--agent"
+        raise InvalidInput("--source is needed: a Parquet folder, a DuckDB file or a store URL")
+    query = load_query(args.name)
+    params = _query_params(args.name, args.param)
+    path = _local_path(args.source)
+    if path is not None and not os.path.exists(path):
+        raise SessionNotFound(
+            f"no export or store at {path}; export one first, e.g. "
+            f"agentnb export --to parquet:{path}"
         )
-    return keys[0]
+    frame = _run_query(args.name, args.source, params)
+    rows = [dict(zip(frame.columns, r, strict=True)) for r in frame.itertuples(index=False)]
+    if args.json:
+        _print_json(rows)
+    elif not rows:
+        print(f"(no rows) {query.question}")
+    else:
+        cells = ([_text(r[c], args.width) for c in frame.columns] for r in rows)
+        print("\n".join(_table([str(c) for c in frame.columns], cells)))
+    return EXIT_OK
+
+
+def _run_query(name: str, source: str, params: Mapping[str, Any]) -> Any:
+    """``analysis.query``, with DuckDB's own errors turned into the package's typed ones."""
+    import duckdb  # optional: the export extra
+
+    from agentnb import analysis
+
+    try:
+        return analysis.query(name, source, **params)
+    except (duckdb.ConversionException, duckdb.InvalidInputException, duckdb.BinderException) as e:
+        first = str(e).splitlines()[0]
+        raise InvalidInput(f"query {name!r} cannot use these parameters: {first}") from None
+    except duckdb.Error as e:
+        first = str(e).splitlines()[0]
+        raise Corrupt(f"{source}: could not be read as an agentnb export ({first})") from None
 
 
 def _common(parser: argparse.ArgumentParser, *, session: bool = True) -> None:
@@ -93,74 +340,109 @@ def _common(parser: argparse.ArgumentParser, *, session: bool = True) -> None:
     parser.add_argument("--store", default=None, help="store URL (default: SQLite in ./.agentnb/)")
     parser.add_argument("--user", default=None, help="only sessions of this user")
     parser.add_argument("--agent", default=None, help="only sessions of this agent id")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of text")
 
 
 def _sessions(args: argparse.Namespace) -> int:
     """List sessions with their size and the status of their latest task."""
-    import agentnb as nb
-    from agentnb.folds import Folds
-
-    store = nb.open_store(args.store)
+    store = _open_existing_store(args.store)
     try:
-        records = store.list_sessions(user_id=args.user, agent_id=args.agent)
-        print(f"{'session':<28} {'user':<14} {'agent':<20} {'events':>8}  latest task")
-        for record in records:
+        out: list[dict[str, Any]] = []
+        for record in store.list_sessions(user_id=args.user, agent_id=args.agent):
             key = record.key
             state, inbox = Folds(store, key).refresh()
-            latest = state.latest_turn
-            queued = sum(
-                1
-                for c in inbox.commands.values()
-                if c.kind == "submit"
-                and c.turn_id not in state.turns
-                and c.command_id not in inbox.rejected
+            tasks = tasks_of(state, inbox, executing=_executing(store, key))
+            started = [t for t in tasks if t.status != "queued"]
+            out.append(
+                {
+                    **dataclasses.asdict(key),
+                    "events": state.seq,
+                    "tasks": len(tasks),
+                    "latest_status": started[-1].status if started else None,
+                    "queued": sum(1 for t in tasks if t.status == "queued"),
+                }
             )
-            status = latest.status if latest else "-"
-            if queued:
-                status += f" (+{queued} queued)"
-            print(
-                f"{key.session_id:<28} {key.user_id:<14} {key.agent_id:<20} "
-                f"{state.seq:>8}  {status}"
-            )
-        if not records:
-            print("(no sessions)")
     finally:
         store.close()
-    return 0
+    if args.json:
+        _print_json(out)
+        return EXIT_OK
+    if not out:
+        print("(no sessions)")
+        return EXIT_OK
+    rows = [
+        [
+            s["session_id"],
+            s["user_id"],
+            s["agent_id"],
+            str(s["events"]),
+            _text(s["latest_status"]) + (f" (+{s['queued']} queued)" if s["queued"] else ""),
+        ]
+        for s in out
+    ]
+    print("\n".join(_table(["session", "user", "agent", "events", "latest task"], rows)))
+    return EXIT_OK
 
 
 def _show(args: argparse.Namespace) -> int:
     """Print a session's tasks, open requests and transcript."""
-    import agentnb as nb
-    from agentnb.folds import Folds
-
-    store = nb.open_store(args.store)
+    store = _open_existing_store(args.store)
     try:
         key = _keys(store, args.session, args.user, args.agent)
-        state, _ = Folds(store, key).refresh()
-        print(f"{key}  ({state.seq} events)\n")
-        for turn in state.turns.values():
-            print(
-                f"task {turn.turn_id}  {turn.status:<11} runs={len(turn.run_ids)}  "
-                f"{turn.input[:60]!r}"
-            )
-        for request_id, request in state.pending.items():
-            print(f"waiting: {request['kind']} {request_id}: {request.get('prompt')}")
-        print()
-        for message in state.context:
-            calls = ", ".join(f"{c.name}({c.arguments})" for c in message.tool_calls)
-            text = message.text or (f"-> {calls}" if calls else "")
-            print(f"{message.role:>9}: {text[: args.width]}")
+        state, inbox = Folds(store, key).refresh()
+        tasks = tasks_of(state, inbox, executing=_executing(store, key))
+        pending = list(interactions_of(state).values())
+        messages = list(state.context)
     finally:
         store.close()
-    return 0
+    if args.json:
+        _print_json(
+            {
+                "session": dataclasses.asdict(key),
+                "events": state.seq,
+                "tasks": tasks,
+                "pending": pending,
+                "messages": messages,
+            }
+        )
+        return EXIT_OK
+    width = args.width
+    cut = 0
+
+    def line(text: str) -> None:
+        nonlocal cut
+        shown, was_cut = _fit(text, width)
+        cut += was_cut
+        print(shown)
+
+    print(f"session {key}  ({state.seq} events)\n")
+    print("tasks:" if tasks else "tasks: (none)")
+    for task in tasks:
+        runs = len(task.run_ids)
+        line(
+            f"  {task.turn_id}  {task.status:<11} {runs} run{'s' if runs != 1 else ''}  "
+            f"{task.input!r}"
+        )
+    if pending:
+        print("\nwaiting for an answer:")
+    for request in pending:
+        line(f"  {request.request_id}  {request.kind}: {_text(request.prompt)}")
+    print("\ntranscript:" if messages else "\ntranscript: (empty)")
+    for message in messages:
+        calls = ", ".join(f"{c.name}({_text(c.arguments)})" for c in message.tool_calls)
+        text = message.text or (f"-> {calls}" if calls else NULL)
+        line(f"{message.role:>9}: {text}")
+    if cut:
+        print(
+            f"\n({cut} line{'s were' if cut != 1 else ' was'} cut at {width} characters, "
+            "marked …; --width 0 prints them whole, --json prints everything)"
+        )
+    return EXIT_OK
 
 
 def _tail(args: argparse.Namespace) -> int:
     """Print committed events of a session, and keep following with --follow."""
-    import agentnb as nb
-
-    store = nb.open_store(args.store)
+    store = _open_existing_store(args.store)
     try:
         key = _keys(store, args.session, args.user, args.agent)
         log = nb.SessionLog(store, key)
@@ -168,29 +450,34 @@ def _tail(args: argparse.Namespace) -> int:
         follow = log.follow(after=start, idle_timeout=None if args.follow else 0.0)
         try:
             for event in follow:
-                brief = ", ".join(f"{k}={v}" for k, v in list(event.payload.items())[:3])
+                if args.json:
+                    print(json.dumps(_jsonable(event), ensure_ascii=False), flush=True)
+                    continue
+                shown = [(k, v) for k, v in event.payload.items() if not _is_null(v)][:3]
+                brief = ", ".join(f"{k}={_text(v)}" for k, v in shown)
                 print(
                     f"{event.seq:>7}  {event.occurred_at:%H:%M:%S.%f}  {event.type:<22} "
-                    f"{brief[:90]}",
+                    f"{_cut(brief, 90)}",
                     flush=True,
                 )
         except KeyboardInterrupt:
             follow.close()
     finally:
         store.close()
-    return 0
+    return EXIT_OK
 
 
 def _worker(args: argparse.Namespace) -> int:
     """Run a headless runtime that executes queued work of every session of the agent."""
     import importlib
 
-    import agentnb as nb
-
     module_name, _, attr = args.agent.partition(":")
     if not module_name or not attr:
-        raise nb.InvalidInput(f"--agent takes module:attribute, got {args.agent!r}")
-    agent = getattr(importlib.import_module(module_name), attr)
+        raise InvalidInput(f"--agent takes module:attribute, got {args.agent!r}")
+    try:
+        agent = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as exc:
+        raise InvalidInput(f"--agent {args.agent}: cannot load it ({exc})") from None
     runtime = nb.Runtime(agent, store=args.store, auto_resume=True, lease_ttl=args.lease)
     print(f"worker for {agent.agent_id!r} on {runtime.store.url}; Ctrl-C to stop", flush=True)
     try:
@@ -199,28 +486,63 @@ def _worker(args: argparse.Namespace) -> int:
         pass
     finally:
         runtime.close()
-    return 0
+    return EXIT_OK
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="agentnb", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
-    demo = sub.add_parser(
+# -- the parser ------------------------------------------------------------------------------
+
+
+class _Formatter(argparse.HelpFormatter):
+    """Wraps descriptions as usual, and keeps the exit-code table's lines as written."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        if text.startswith("exit codes:"):
+            return "".join(indent + line for line in text.splitlines(keepends=True))
+        return super()._fill_text(text, width, indent)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="agentnb",
+        description=(
+            "Durable, steerable AI-agent sessions: run the demo, read sessions, export them "
+            "and query the exports. Example: agentnb demo, then agentnb sessions"
+        ),
+        epilog=_EXIT_CODES,
+        formatter_class=_Formatter,
+    )
+    parser.add_argument("--version", action="version", version=f"agentnb {nb.__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def command(
+        name: str, func: Callable[[argparse.Namespace], int], help: str, description: str
+    ) -> argparse.ArgumentParser:
+        p = sub.add_parser(
+            name,
+            help=help,
+            description=description,
+            epilog=_EXIT_CODES,
+            formatter_class=_Formatter,
+        )
+        p.set_defaults(func=func)
+        return p
+
+    demo = command(
         "demo",
-        help="run the demo on the embedded default store",
-        description="Run the demo. Example: agentnb demo --store sqlite:///.agentnb/demo.sqlite",
+        _demo,
+        "run the demo on the embedded default store",
+        "Run the scripted, offline demo; running it again continues the same store. "
+        "Example: agentnb demo --store sqlite:///.agentnb/demo.sqlite",
     )
     demo.add_argument("--store", default=None, help="store URL (default: SQLite in ./.agentnb/)")
-    demo.set_defaults(func=_demo)
 
-    export = sub.add_parser(
+    export = command(
         "export",
-        help="export committed events to Parquet or DuckDB (resumable, at least once)",
-        description=(
-            "Export committed events to an analytics sink; a second run exports only what is "
-            "new. Example: agentnb export --to parquet:exports/agentnb --all "
-            "--store sqlite:///.agentnb/agentnb.sqlite"
-        ),
+        _export,
+        "export committed events to Parquet or DuckDB (resumable, at least once)",
+        "Export committed events to an analytics sink; a second run exports only what is "
+        "new. Example: agentnb export --to parquet:exports/agentnb --all "
+        "--store sqlite:///.agentnb/agentnb.sqlite",
     )
     export.add_argument("--to", required=True, metavar="DEST", help="parquet:DIR or duckdb:FILE")
     which = export.add_mutually_exclusive_group()
@@ -231,77 +553,91 @@ def main(argv: Sequence[str] | None = None) -> int:
     export.add_argument(
         "--no-progress", dest="progress", action="store_false", help="no progress bar"
     )
-    export.set_defaults(func=_export)
 
-    query = sub.add_parser(
+    query = command(
         "query",
-        help="run an audit query (exporters/queries/NAME.sql) and print a table",
-        description=(
-            "Run an audit query over an export or a live store. Example: agentnb query "
-            "approvals --source exports/agentnb --param since=2026-01-01. "
-            "List the queries: agentnb query --list"
-        ),
+        _query,
+        "run an audit query (exporters/queries/NAME.sql) and print a table",
+        "Run an audit query over an export or a live store. Example: agentnb query "
+        "approvals --source exports/agentnb --param since=2026-01-01. "
+        "List the queries: agentnb query --list",
     )
     query.add_argument("name", nargs="?", help="query name (see --list)")
     query.add_argument(
         "--source", help="Parquet folder, duckdb:FILE, or a store URL (sqlite:///...)"
     )
     query.add_argument(
-        "--param", action="append", default=[], metavar="K=V", help="a query parameter"
+        "--param",
+        action="append",
+        default=[],
+        metavar="K=V",
+        help="a query parameter, e.g. since=2026-01-01 (repeat for more)",
     )
     query.add_argument("--list", action="store_true", help="list the queries and exit")
-    query.set_defaults(func=_query)
+    query.add_argument("--json", action="store_true", help="print the rows as a JSON array")
+    query.add_argument(
+        "--width", type=_count, default=48, help="characters per cell, 0 for no limit"
+    )
 
-    sessions = sub.add_parser(
+    sessions = command(
         "sessions",
-        help="list sessions",
-        description="List sessions. Example: agentnb sessions --user alice",
+        _sessions,
+        "list sessions",
+        "List sessions. Example: agentnb sessions --user alice",
     )
     _common(sessions, session=False)
-    sessions.set_defaults(func=_sessions)
 
-    show = sub.add_parser(
+    show = command(
         "show",
-        help="print a session's tasks and transcript",
-        description="Print a session. Example: agentnb show conversation-001 --user alice",
+        _show,
+        "print a session's tasks and transcript",
+        "Print a session's tasks, open requests and transcript. "
+        "Example: agentnb show conversation-001 --user alice",
     )
     _common(show)
-    show.add_argument("--width", type=int, default=120, help="characters per message line")
-    show.set_defaults(func=_show)
+    show.add_argument(
+        "--width", type=_count, default=120, help="characters per line, 0 for no limit"
+    )
 
-    tail = sub.add_parser(
+    tail = command(
         "tail",
-        help="print a session's latest events (and follow new ones)",
-        description="Print committed events. Example: agentnb tail conversation-001 --follow",
+        _tail,
+        "print a session's latest events (and follow new ones)",
+        "Print committed events; --json prints one JSON object per line. "
+        "Example: agentnb tail conversation-001 --follow",
     )
     _common(tail)
-    tail.add_argument("-n", "--lines", type=int, default=20, help="events to show first")
+    tail.add_argument("-n", "--lines", type=_count, default=20, help="events to show first")
     tail.add_argument("-f", "--follow", action="store_true", help="keep printing new events")
-    tail.set_defaults(func=_tail)
 
-    worker = sub.add_parser(
+    worker = command(
         "worker",
-        help="execute queued work of an agent's sessions (headless runtime)",
-        description=(
-            "Run a worker; crashed turns with nothing uncertain are resumed. Example: "
-            "agentnb worker --store sqlite:///.agentnb/agentnb.sqlite "
-            "--agent myproject.agents:cost_agent"
-        ),
+        _worker,
+        "execute queued work of an agent's sessions (headless runtime)",
+        "Run a worker; crashed turns with nothing uncertain are resumed. Example: "
+        "agentnb worker --store sqlite:///.agentnb/agentnb.sqlite "
+        "--agent myproject.agents:cost_agent",
     )
     worker.add_argument("--store", default=None, help="store URL (default: SQLite in ./.agentnb/)")
     worker.add_argument("--agent", required=True, help="module:attribute of an nb.Agent")
     worker.add_argument("--poll", type=float, default=1.0, help="seconds between scans")
     worker.add_argument("--lease", type=float, default=10.0, help="lease seconds")
-    worker.set_defaults(func=_worker)
+    return parser
 
-    args = parser.parse_args(argv)
-    from agentnb.errors import AgentnbError
 
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; returns its exit code (argparse exits 2 itself on usage errors)."""
+    args = _parser().parse_args(argv)
     try:
         result: int = args.func(args)
     except AgentnbError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return exit_code(exc)
+    except OSError as exc:  # a file the command needed could not be read or written
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        return 130
     return result
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import re
 import subprocess
 import sys
@@ -49,6 +50,32 @@ def test_every_cli_command_has_help_with_an_example() -> None:
         ).stdout
         assert "Example" in out or "example" in out, command
     assert callable(main)
+
+
+def _helps() -> dict[str, str]:
+    """The --help text of agentnb and of each of its commands."""
+    from agentnb.cli import _parser
+
+    parser = _parser()
+    helps = {"agentnb": parser.format_help()}
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    for name, command in sub.choices.items():
+        helps[name] = command.format_help()
+    return helps
+
+
+def test_help_has_no_rest_markup() -> None:
+    """No --help text shows reStructuredText markup (``literal``, :role:`x`) to the user."""
+    for name, text in _helps().items():
+        assert not re.search(r"``|:\w+:`|\.\. \w+::", text), name
+
+
+def test_every_help_documents_the_exit_codes() -> None:
+    """Every --help ends with the exit-code table (usage 2, not found 3, data 4)."""
+    for name, text in _helps().items():
+        assert re.search(r"^  2  usage error", text, flags=re.M), name
+        assert re.search(r"^  3  not found", text, flags=re.M), name
+        assert re.search(r"^  4  data error", text, flags=re.M), name
 
 
 def test_demo_runs_end_to_end(tmp_path: Path) -> None:
