@@ -26,12 +26,14 @@ def default_store_url() -> str:
 
 
 def open_store(
-    url: str | SessionStore | None = None, *, clock: Clock | None = None
+    url: str | SessionStore | None = None, *, clock: Clock | None = None, create: bool = True
 ) -> SessionStore:
     """Open the store a URL names (a ``SessionStore`` is returned as is).
 
     ``memory://``; ``sqlite:///relative/path.db`` or ``sqlite:////absolute/path.db`` (add
-    ``?synchronous=NORMAL`` to trade durability on power loss for speed).
+    ``?synchronous=NORMAL`` to trade durability on power loss for speed). With
+    ``create=False`` (readers) a store file that does not exist raises ``InvalidInput`` and
+    nothing is created.
     """
     if isinstance(url, SessionStore):
         return url
@@ -63,7 +65,10 @@ def open_store(
         from agentnb.stores.sqlite import SQLiteStore
 
         return SQLiteStore(
-            os.path.expanduser(path), clock=clock, synchronous=options.get("synchronous", "FULL")
+            os.path.expanduser(path),
+            clock=clock,
+            synchronous=options.get("synchronous", "FULL"),
+            create=create,
         )
     raise InvalidInput(
         f"unsupported store URL {url!r}: use memory:// or sqlite:///path "

@@ -1,9 +1,37 @@
-"""The embedded default store: one SQLite file in WAL mode, safe across threads and processes."""
+"""The embedded default store: one SQLite file in WAL mode, safe across threads and processes.
+
+Files. The store file and its ``-wal`` and ``-shm`` files are owner-only (0600), and folders
+the store creates are 0700. SQLite gives a new ``-wal``/``-shm`` the mode of the store file,
+so the store makes them itself (owner-only) before SQLite would, and tightens existing ones
+it owns: they hold the conversations too, even when someone loosened the store file. A
+store file (or ``-wal``/``-shm``) that is a symbolic link, dangling or not, is refused, as
+is one that another user owns or that others can write (``InvalidInput``, saying what to
+do). A damaged page surfaces as ``Corrupt`` naming the file, never as a bare ``sqlite3``
+error.
+
+Lost sessions. Losing the ``-wal`` file (deleted, or not copied with the store file) rolls
+the database back to its last checkpoint, consistently: the sessions created since then
+vanish, and nothing inside the file can tell, since the catalogue, the snapshots and the
+export watermarks all roll back together. So the store keeps one fact outside the file: the
+``-catalogue`` file beside it (owner-only, a few bytes) records the highest session id ever
+committed. Sessions are never removed from the catalogue, so that number only grows. It is
+written after the commit that creates a session (never before: a failed commit cannot make
+it claim too much), and read together with the catalogue under the write lock, so writers
+in other processes cannot make it look ahead. Opening a store whose catalogue holds fewer
+sessions than the record knows raises ``Corrupt`` naming the file, instead of answering
+``SessionNotFound`` later. If the loss is accepted (a backup restored on purpose), deleting
+the ``-catalogue`` file makes the store open as it is. With ``synchronous=NORMAL`` or
+``OFF`` the record is not flushed to disk, so after a power loss it may be missing (no
+check) but never ahead of what was acknowledged as durable. Events lost from an existing
+session are not detected this way (that would cost a second flush per commit).
+"""
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
+import logging
 import os
 import sqlite3
 import stat
@@ -32,6 +60,14 @@ from agentnb.stores.base import (
 
 FORMAT = "agentnb-sqlite/2"
 SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
+CATALOGUE = "-catalogue"
+"""Suffix of the file beside the store that records the highest session id committed."""
+_CATALOGUE_FORMAT = "agentnb-catalogue/1"
+_SIDE_FILES = ("-wal", "-shm")
+# SQLite's result codes (the low byte of an extended code) for a damaged file.
+_SQLITE_CORRUPT, _SQLITE_NOTADB = 11, 26
+
+log = logging.getLogger("agentnb.stores.sqlite")
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS agentnb_meta (key TEXT PRIMARY KEY, value BLOB NOT NULL);
@@ -101,7 +137,11 @@ _INSERT_INBOX = (
 
 
 class SQLiteStore(SessionStore):
-    """A ``SessionStore`` in one SQLite file (``synchronous=FULL`` unless told otherwise)."""
+    """A ``SessionStore`` in one SQLite file (``synchronous=FULL`` unless told otherwise).
+
+    With ``create=False`` a missing file raises ``InvalidInput`` and nothing is created (no
+    folder, no file): for readers such as ``agentnb.analysis``.
+    """
 
     _digests_rows = True
 
@@ -112,6 +152,7 @@ class SQLiteStore(SessionStore):
         synchronous: str = "FULL",
         clock: Clock | None = None,
         busy_timeout: float = 30.0,
+        create: bool = True,
     ) -> None:
         super().__init__(clock=clock)
         if not isinstance(path, str | os.PathLike):
@@ -127,6 +168,8 @@ class SQLiteStore(SessionStore):
         self._all_adbc: list[Any] = []
         self._all_lock = threading.Lock()
         self._ids: dict[SessionKey, int] = {}
+        self._create = create
+        self._catalogue = Path(f"{self.path}{CATALOGUE}")
         self._prepare_file()
         try:
             self._init_schema()
@@ -137,20 +180,28 @@ class SQLiteStore(SessionStore):
     # -- connections -------------------------------------------------------------------------
 
     def _prepare_file(self) -> None:
-        if self.path.is_dir():
-            raise InvalidInput(
-                f"{self.path} is a directory; give a file path such as "
-                f"{self.path / 'agentnb.sqlite'}"
-            )
-        parent = self.path.parent
-        if not parent.exists():
-            parent.mkdir(mode=0o700, parents=True)
-        if not self.path.exists():
-            # Owner-only from the start; SQLite gives the -wal/-shm files the same mode.
-            with contextlib.suppress(FileExistsError):
-                os.close(os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
-        elif not stat.S_ISREG(self.path.stat().st_mode):
-            raise InvalidInput(f"{self.path} is not a regular file")
+        info = _lstat(self.path)
+        if info is None:
+            if not self._create:
+                raise InvalidInput(
+                    f"there is no agentnb store at {self.path}; check the path (opening a "
+                    "store to read it never creates one)"
+                )
+            # No store file: a -catalogue record beside it belongs to a store deleted before.
+            with contextlib.suppress(FileNotFoundError):
+                self._catalogue.unlink()
+            _make_dirs(self.path.parent)
+            try:
+                os.close(os.open(self.path, _CREATE, 0o600))
+            except FileExistsError:  # another process made it first (or a link appeared)
+                info = _lstat(self.path)
+        if info is not None:
+            _check_store_file(self.path, info)
+            if not info.st_size:
+                os.chmod(self.path, 0o600)  # empty: nobody's data yet, and the mode SQLite copies
+        loose = info is not None and info.st_size and stat.S_IMODE(info.st_mode) & 0o077
+        for suffix in _SIDE_FILES:
+            _prepare_side_file(Path(f"{self.path}{suffix}"), make=bool(loose))
 
     def _conn(self) -> sqlite3.Connection:
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
@@ -163,16 +214,20 @@ class SQLiteStore(SessionStore):
                     isolation_level=None,
                     check_same_thread=False,
                     timeout=self._busy_ms / 1000,
+                    factory=_Connection,
                 )
+                conn.path = self.path
                 conn.execute(f"PRAGMA busy_timeout={self._busy_ms}")
                 mode = _enable_wal(conn, self._busy_ms / 1000)
                 if mode is None or str(mode[0]).lower() != "wal":
                     raise Corrupt(f"{self.path}: cannot switch to WAL mode ({mode})")
                 conn.execute(f"PRAGMA synchronous={self.synchronous}")
-            except (sqlite3.DatabaseError, Corrupt) as exc:
+                for suffix in _SIDE_FILES:  # made by SQLite in a race with a closing process
+                    _prepare_side_file(Path(f"{self.path}{suffix}"), make=False)
+            except (sqlite3.DatabaseError, Corrupt, InvalidInput) as exc:
                 if conn is not None:
                     conn.close()
-                if isinstance(exc, Corrupt):
+                if not isinstance(exc, sqlite3.DatabaseError):
                     raise
                 if isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc):
                     raise _translate(exc, self.path) from None
@@ -227,13 +282,85 @@ class SQLiteStore(SessionStore):
                 conn.execute("SELECT value FROM agentnb_meta WHERE key='format'").fetchone()
             )
         with self._write() as c:
+            recorded = self._recorded_sessions()
+            top = self._top_session(c)
+            if recorded is not None and recorded > top:
+                raise self._lost(recorded, top)
             for statement in _SCHEMA.split(";"):
                 if statement.strip():
                     c.execute(statement)
             c.execute("INSERT OR IGNORE INTO agentnb_meta VALUES ('format', ?)", (FORMAT,))
             c.execute("INSERT OR IGNORE INTO agentnb_meta VALUES ('secret', ?)", (os.urandom(32),))
             fmt = c.execute("SELECT value FROM agentnb_meta WHERE key='format'").fetchone()
+            if recorded != top and self._create:
+                self._record_sessions(top)
         self._check_format(fmt)
+
+    # -- the -catalogue record (see the module docstring) -------------------------------------
+
+    @staticmethod
+    def _top_session(c: sqlite3.Connection) -> int:
+        if not c.execute("SELECT 1 FROM sqlite_master WHERE name='sessions'").fetchone():
+            return 0
+        return int(c.execute("SELECT coalesce(max(id), 0) FROM sessions").fetchone()[0])
+
+    def _recorded_sessions(self) -> int | None:
+        """The highest session id the -catalogue record knows (None: no record)."""
+        try:
+            fd = os.open(self._catalogue, os.O_RDONLY | os.O_NOFOLLOW)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise InvalidInput(
+                f"{self._catalogue} cannot be read ({exc.strerror}); it must be a file of "
+                "your own, not a link: delete it and open the store again"
+            ) from None
+        with os.fdopen(fd, "rb") as f:
+            text = f.read(4096)
+        try:
+            record = json.loads(text)
+            if record.get("format") != _CATALOGUE_FORMAT:
+                raise ValueError(f"format {record.get('format')!r}")
+            sessions = record["sessions"]
+            if not isinstance(sessions, int) or sessions < 0:
+                raise ValueError(f"sessions {sessions!r}")
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+            raise Corrupt(
+                f"{self._catalogue} is not an agentnb catalogue record ({exc}); delete it "
+                f"to open {self.path} as it is"
+            ) from None
+        return sessions
+
+    def _record_sessions(self, top: int) -> None:
+        """Replace the -catalogue record (under the write lock; best effort)."""
+        tmp = Path(f"{self._catalogue}.{os.getpid()}.{threading.get_ident()}.tmp")
+        data = json.dumps({"format": _CATALOGUE_FORMAT, "sessions": top}).encode()
+        durable = self.synchronous in ("FULL", "EXTRA")
+        try:
+            with contextlib.suppress(FileNotFoundError):
+                tmp.unlink()  # left by a process that died here (with this pid and thread)
+            fd = os.open(tmp, _CREATE, 0o600)
+            try:
+                os.write(fd, data)
+                if durable:
+                    os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, self._catalogue)
+            if durable:
+                _sync_dir(self._catalogue.parent)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+            log.warning("%s not updated (%s): lost sessions may go undetected", tmp, exc)
+
+    def _lost(self, recorded: int, top: int) -> Corrupt:
+        return Corrupt(
+            f"{self.path} lost sessions it had committed: its catalogue holds "
+            f"{top} but {self._catalogue} records {recorded} (its -wal file was deleted or "
+            "lost, or the file was replaced by an older copy). Restore the -wal file or a "
+            f"backup; to accept the store as it is, delete {self._catalogue}"
+        )
 
     def _check_format(self, fmt: tuple[Any, ...] | None) -> None:
         if fmt is None or fmt[0] != FORMAT:
@@ -277,11 +404,16 @@ class SQLiteStore(SessionStore):
 
     def _create_session(self, key: SessionKey, now: float) -> SessionRecord:
         with self._write() as c:
-            c.execute(
+            created = c.execute(
                 "INSERT OR IGNORE INTO sessions (namespace, user_id, agent_id, "
                 "session_id, created_at) VALUES (?,?,?,?,?)",
                 (key.namespace, key.user_id, key.agent_id, key.session_id, now),
-            )
+            ).rowcount
+        if created:
+            # After the commit, under the write lock again: the record never runs ahead of
+            # the catalogue, and records written by other processes come in commit order.
+            with self._write() as c:
+                self._record_sessions(self._top_session(c))
         record = self._get_session(key)
         assert record is not None
         return record
@@ -570,6 +702,165 @@ class SQLiteStore(SessionStore):
     def _secret(self) -> bytes:
         row = self._conn().execute("SELECT value FROM agentnb_meta WHERE key='secret'").fetchone()
         return bytes(row[0])
+
+
+_CREATE = os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW
+
+
+def _lstat(path: Path) -> os.stat_result | None:
+    try:
+        return os.lstat(path)
+    except FileNotFoundError:
+        return None
+
+
+def _make_dirs(folder: Path) -> None:
+    """Create ``folder`` and missing parents, each owner-only (0700)."""
+    missing = []
+    while not folder.exists():
+        missing.append(folder)
+        if folder.parent == folder:
+            break
+        folder = folder.parent
+    for each in reversed(missing):
+        with contextlib.suppress(FileExistsError):
+            each.mkdir(mode=0o700)
+
+
+def _sync_dir(folder: Path) -> None:
+    with contextlib.suppress(OSError):
+        fd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def _refuse_foreign(path: Path, info: os.stat_result) -> None:
+    if stat.S_ISLNK(info.st_mode):
+        raise InvalidInput(
+            f"{path} is a symbolic link; agentnb does not follow links for store files. "
+            "Name the real file, or a new path"
+        )
+    if info.st_uid != os.geteuid():
+        raise InvalidInput(
+            f"{path} belongs to another user (uid {info.st_uid}); agentnb opens only store "
+            "files you own. Copy it to a file of your own, or run as its owner"
+        )
+
+
+def _check_store_file(path: Path, info: os.stat_result) -> None:
+    if stat.S_ISDIR(info.st_mode):
+        raise InvalidInput(
+            f"{path} is a directory; give a file path such as {path / 'agentnb.sqlite'}"
+        )
+    _refuse_foreign(path, info)
+    if not stat.S_ISREG(info.st_mode):
+        raise InvalidInput(f"{path} is not a regular file")
+    if info.st_mode & 0o022:
+        raise InvalidInput(
+            f"{path} can be written by other users (mode {stat.S_IMODE(info.st_mode):04o}); "
+            f"run chmod go-w on it (agentnb creates store files owner-only, 0600)"
+        )
+
+
+def _prepare_side_file(path: Path, *, make: bool) -> None:
+    """Refuse a ``-wal``/``-shm`` file that is a link or someone else's, tighten ours, and
+    with ``make`` (the store file is loosened) make a missing one owner-only first.
+
+    SQLite gives a file it creates, or an empty one it opens, the store file's mode, so it
+    is made with one zero byte, which SQLite reads as an empty log (or index) and
+    overwrites. Only beside a non-empty store file: SQLite deletes a ``-wal`` it finds
+    beside an empty one, which would race with a process that just made the store.
+    """
+    try:
+        fd = os.open(path, _CREATE, 0o600) if make else None
+    except FileExistsError:
+        fd = None
+    if fd is None:
+        info = _lstat(path)
+        if info is None:
+            return  # SQLite makes it, owner-only when the store file is
+        _refuse_foreign(path, info)
+        if stat.S_IMODE(info.st_mode) & 0o077:
+            os.chmod(path, 0o600)
+        return
+    try:
+        os.write(fd, b"\0")
+    finally:
+        os.close(fd)
+
+
+class _Cursor(sqlite3.Cursor):
+    """Translates a damaged page, wherever SQLite meets it, into ``Corrupt`` naming the file."""
+
+    def execute(self, sql: str, parameters: Any = (), /) -> _Cursor:
+        try:
+            return super().execute(sql, parameters)
+        except sqlite3.DatabaseError as exc:
+            _check_damage(exc, self.connection)
+            raise
+
+    def executemany(self, sql: str, seq_of_parameters: Any, /) -> _Cursor:
+        try:
+            return super().executemany(sql, seq_of_parameters)
+        except sqlite3.DatabaseError as exc:
+            _check_damage(exc, self.connection)
+            raise
+
+    def fetchone(self) -> Any:
+        try:
+            return super().fetchone()
+        except sqlite3.DatabaseError as exc:
+            _check_damage(exc, self.connection)
+            raise
+
+    def fetchall(self) -> list[Any]:
+        try:
+            return super().fetchall()
+        except sqlite3.DatabaseError as exc:
+            _check_damage(exc, self.connection)
+            raise
+
+    def fetchmany(self, size: int | None = 1) -> list[Any]:
+        try:
+            return super().fetchmany(size)
+        except sqlite3.DatabaseError as exc:
+            _check_damage(exc, self.connection)
+            raise
+
+    def __next__(self) -> Any:
+        try:
+            return super().__next__()
+        except sqlite3.DatabaseError as exc:
+            _check_damage(exc, self.connection)
+            raise
+
+
+class _Connection(sqlite3.Connection):
+    path: Path = Path()
+
+    def cursor(self, factory: Any = _Cursor) -> Any:
+        return super().cursor(factory)
+
+    # The shortcuts do not go through cursor(): route them there.
+    def execute(self, sql: str, parameters: Any = (), /) -> _Cursor:
+        cursor: _Cursor = self.cursor()
+        return cursor.execute(sql, parameters)
+
+    def executemany(self, sql: str, seq_of_parameters: Any, /) -> _Cursor:
+        cursor: _Cursor = self.cursor()
+        return cursor.executemany(sql, seq_of_parameters)
+
+
+def _check_damage(exc: sqlite3.DatabaseError, conn: sqlite3.Connection) -> None:
+    """Raise ``Corrupt`` for a damaged file; other errors are left to the caller."""
+    code = getattr(exc, "sqlite_errorcode", 0) & 0xFF
+    if code in (_SQLITE_CORRUPT, _SQLITE_NOTADB):
+        raise Corrupt(
+            f"{getattr(conn, 'path', 'the store file')} is damaged ({exc}); restore it from a "
+            "backup, or export what is still readable and point the store at a new file"
+        ) from None
 
 
 def adbc_errors() -> tuple[type[BaseException], ...]:

@@ -110,6 +110,16 @@ def crash(path: str) -> None:
         k += 1
 
 
+def commit_and_wait(path: str) -> None:
+    """Create the session, commit one batch, print ``ACK first last``, then wait (to be killed)."""
+    store = SQLiteStore(path, synchronous="FULL")
+    store.create_session(KEY)
+    committed = store.append(KEY, batch_events(0), expected_seq=0, batch_id="b0")
+    say("ACK", committed[0].seq, committed[-1].seq)
+    wait_for("EXIT")
+    store.close()
+
+
 def inbox(path: str, writer: str, count: str, every: str) -> None:
     """Accept ``count`` commands at GO, then re-send every ``every``-th under the same key."""
     store = SQLiteStore(path)
@@ -250,6 +260,7 @@ def hold(path: str) -> None:
 
 MODES = {
     "crash": crash,
+    "commit_and_wait": commit_and_wait,
     "inbox": inbox,
     "write": write,
     "lease": lease,

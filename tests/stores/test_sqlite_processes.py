@@ -23,11 +23,11 @@ from types import TracebackType
 
 import pytest
 
-from agentnb.errors import Fenced, LeaseHeld
+from agentnb.errors import Corrupt, Fenced, LeaseHeld, SessionNotFound
 from agentnb.events import Event
 from agentnb.log import Follow, Inbox, SessionLog
 from agentnb.stores.base import Lease
-from agentnb.stores.sqlite import SQLiteStore
+from agentnb.stores.sqlite import CATALOGUE, SQLiteStore
 from tests.stores._proc_child import (
     ITEM,
     KEY,
@@ -231,6 +231,56 @@ def _place_batches(events: list[Event], k: int, placed: dict[int, tuple[int, int
         pos += len(chunk)
         k += 1
     return k
+
+
+# --------------------------------------------------------------------------------------------
+
+
+class TestLostWal:
+    """A child commits a new session and is killed with SIGKILL; then its -wal is deleted."""
+
+    @staticmethod
+    def _kill_after_commit(tmp_path: Path) -> Path:
+        path = tmp_path / "lost.sqlite"
+        SQLiteStore(path).close()  # the empty store is checkpointed: the file holds no session
+        with Child(tmp_path, "commit_and_wait", path) as child:
+            assert child.expect("ACK") == ["1", str(len(batch_events(0)))]
+            child.kill()
+        wal = Path(f"{path}-wal")
+        assert wal.stat().st_size > 1  # the killed child's commit lives only in the -wal
+        wal.unlink()
+        Path(f"{path}-shm").unlink(missing_ok=True)
+        return path
+
+    def test_reopening_after_the_wal_is_lost_raises_corrupt_naming_the_file(
+        self, tmp_path: Path
+    ) -> None:
+        """The reopened store raises Corrupt naming the file (not SessionNotFound later)."""
+        path = self._kill_after_commit(tmp_path)
+        with pytest.raises(Corrupt, match="lost sessions") as info:
+            SQLiteStore(path)
+        assert str(path) in str(info.value)
+        assert f"delete {path}{CATALOGUE}" in str(info.value)
+
+    def test_without_the_record_the_loss_is_silent(self, tmp_path: Path) -> None:
+        """Deleting the -catalogue record (accepting the loss) opens the rolled-back store,
+        where the committed session is gone: what the record exists to catch."""
+        path = self._kill_after_commit(tmp_path)
+        Path(f"{path}{CATALOGUE}").unlink()
+        with opened(path) as store:
+            assert store.list_sessions() == []
+            with pytest.raises(SessionNotFound):
+                store.head(KEY)
+
+    def test_kill_9_with_the_wal_kept_reopens_with_everything(self, tmp_path: Path) -> None:
+        """A SIGKILL alone (the -wal kept) is no loss: the store opens with the session."""
+        path = tmp_path / "kept.sqlite"
+        SQLiteStore(path).close()
+        with Child(tmp_path, "commit_and_wait", path) as child:
+            last = int(child.expect("ACK")[1])
+            child.kill()
+        with opened(path) as store:
+            assert store.head(KEY) == last
 
 
 # --------------------------------------------------------------------------------------------
