@@ -22,6 +22,7 @@ from agentnb.errors import (
     InvalidLimit,
     LeaseHeld,
     NotRunning,
+    Parked,
     RecoveryLimitExceeded,
     SessionNotFound,
     StorageError,
@@ -34,6 +35,7 @@ from agentnb.ids import SessionKey
 from agentnb.log import Inbox, SessionLog
 from agentnb.projections.chat import ChatItem, ChatSnapshot
 from agentnb.records import (
+    Holder,
     InputReceipt,
     Inspection,
     Interaction,
@@ -68,6 +70,7 @@ __all__ = [
     "HistoryError",
     "HistoryPage",
     "HistoryTooLarge",
+    "Holder",
     "IdempotencyConflict",
     "Inbox",
     "InboxChanged",
@@ -85,6 +88,7 @@ __all__ = [
     "ModelError",
     "NotRunning",
     "Outcome",
+    "Parked",
     "Receipt",
     "RecoveryLimitExceeded",
     "Reply",

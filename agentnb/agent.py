@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentnb.errors import InvalidInput
-from agentnb.ids import check_id
+from agentnb.ids import check_id, check_seconds
 from agentnb.runtime.models.base import Model
 from agentnb.runtime.tools import Tool, tool
 
@@ -20,6 +20,9 @@ class Agent:
 
     ``tools`` may hold ``Tool`` objects (from ``@nb.tool``) or plain functions, which are
     wrapped with ``nb.tool``. ``max_steps`` bounds the reasoning iterations of one run.
+    ``max_turn_seconds`` bounds how long a task executes (over all its runs; time waiting for
+    a person does not count): past it the run is interrupted with the reason recorded, and
+    ``resume`` can continue it. ``submit(..., timeout=)`` sets it for one task.
     """
 
     name: str
@@ -28,6 +31,7 @@ class Agent:
     tools: tuple[Tool, ...] = ()
     instructions: str = ""
     max_steps: int = 25
+    max_turn_seconds: float | None = None
     _by_name: dict[str, Tool] = field(init=False, repr=False, compare=False)
 
     def __init__(
@@ -38,6 +42,7 @@ class Agent:
         tools: Iterable[Tool | Callable[..., Any]] = (),
         instructions: str = "",
         max_steps: int = 25,
+        max_turn_seconds: float | None = None,
     ) -> None:
         check_id(name, "name")
         check_id(agent_id, "agent_id")
@@ -50,6 +55,8 @@ class Agent:
             raise InvalidInput("instructions must be a string")
         if not isinstance(max_steps, int) or isinstance(max_steps, bool) or max_steps < 1:
             raise InvalidInput(f"max_steps must be a positive int, got {max_steps!r}")
+        if max_turn_seconds is not None:
+            max_turn_seconds = check_seconds(max_turn_seconds, "max_turn_seconds")
         wrapped = tuple(t if isinstance(t, Tool) else tool(t) for t in tools)
         by_name: dict[str, Tool] = {}
         for t in wrapped:
@@ -62,6 +69,7 @@ class Agent:
         object.__setattr__(self, "tools", wrapped)
         object.__setattr__(self, "instructions", instructions)
         object.__setattr__(self, "max_steps", max_steps)
+        object.__setattr__(self, "max_turn_seconds", max_turn_seconds)
         object.__setattr__(self, "_by_name", by_name)
 
     def tool_named(self, name: str) -> Tool | None:

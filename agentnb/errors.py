@@ -10,6 +10,7 @@ One tree, so callers can catch as broadly or as narrowly as they need::
     ├── CannotResume                 resume() refused (pending requests, finished turn, ...)
     │   └── UncertainToolCalls       dispatched tool calls with no result: reconcile first
     ├── SessionNotFound              open() of a session that does not exist
+    ├── Parked                       wait() on a task queued behind a turn that needs a person
     ├── HistoryError                 history paging
     │   ├── InvalidLimit
     │   ├── InvalidCursor
@@ -52,11 +53,13 @@ __all__ = [
     "InvalidLimit",
     "LeaseHeld",
     "NotRunning",
+    "Parked",
     "RecoveryLimitExceeded",
     "SessionNotFound",
     "StorageError",
     "UncertainToolCalls",
     "UnknownRequiredEvent",
+    "describe",
 ]
 
 
@@ -98,6 +101,38 @@ class UncertainToolCalls(CannotResume):
 
 class SessionNotFound(AgentnbError, LookupError):
     """The session does not exist; use ``runtime.session(...)`` to create it."""
+
+
+class Parked(AgentnbError):
+    """The task waits in the queue behind a turn that will not move without a person.
+
+    The queue parks behind a suspended, interrupted or failed turn (DESIGN: later tasks run
+    only after it is answered, resumed or cancelled). ``turn_id`` is the waiting task,
+    ``blocking_turn`` the turn it waits behind and ``blocking_status`` that turn's status;
+    the message names the ways out.
+    """
+
+    def __init__(
+        self, message: str, *, turn_id: str, blocking_turn: str, blocking_status: str
+    ) -> None:
+        super().__init__(message)
+        self.turn_id = turn_id
+        self.blocking_turn = blocking_turn
+        self.blocking_status = blocking_status
+
+
+def describe(exc: BaseException, limit: int = 2000, *, typed: bool = True) -> str:
+    """``"TypeName: message"`` (or the message alone) for any exception, never raising.
+
+    A broken ``__str__`` does not break the description: failures are recorded from here.
+    """
+    try:
+        text = str(exc)
+    except Exception:  # noqa: BLE001 - the description of an error must not fail itself
+        text = "<the error's message could not be read>"
+    name = type(exc).__name__
+    out = (f"{name}: {text}" if text else name) if typed or not text else text
+    return out if len(out) <= limit else out[: limit - 1] + "\u2026"
 
 
 class HistoryError(AgentnbError):

@@ -93,6 +93,19 @@ class FrozenDict(dict[str, Any]):
 
 
 _MAX_DEPTH = 64
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def clean_text(text: str) -> str:
+    """``text`` as valid Unicode: surrogate pairs joined, lone surrogates replaced by U+FFFD.
+
+    Python strings may hold lone surrogates (a tool's output, an emoji split across two
+    streamed chunks) that UTF-8 cannot encode; every text that enters an event passes here,
+    so no commit fails with a bare ``UnicodeEncodeError``.
+    """
+    if text.isascii() or _SURROGATE.search(text) is None:
+        return text
+    return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
 
 
 def freeze_json(value: Any, _path: str = "payload", _depth: int = 0) -> Any:
@@ -103,7 +116,9 @@ def freeze_json(value: Any, _path: str = "payload", _depth: int = 0) -> Any:
     """
     if _depth > _MAX_DEPTH:
         raise InvalidInput(f"{_path} is nested deeper than {_MAX_DEPTH} levels")
-    if value is None or isinstance(value, bool | str):
+    if isinstance(value, str):
+        return clean_text(value)
+    if value is None or isinstance(value, bool):
         return value
     if isinstance(value, int):
         return int(value)
@@ -118,7 +133,7 @@ def freeze_json(value: Any, _path: str = "payload", _depth: int = 0) -> Any:
         for k, v in value.items():
             if not isinstance(k, str):
                 raise InvalidInput(f"{_path} has a non-string key {k!r}; JSON keys are strings")
-            out[k] = freeze_json(v, f"{_path}.{k}", _depth + 1)
+            out[clean_text(k)] = freeze_json(v, f"{_path}.{k}", _depth + 1)
         return FrozenDict(out)
     if isinstance(value, list | tuple):
         return tuple(freeze_json(v, f"{_path}[{i}]", _depth + 1) for i, v in enumerate(value))
@@ -372,6 +387,8 @@ class ToolChunk(Payload):
     call_id: str
     index: int
     data: Any = None
+    skipped: int = 0
+    """Reports before this one that were not recorded (past the per-call bound)."""
 
 
 ToolResultStatus = Literal["success", "error", "cancelled", "denied", "unknown"]

@@ -22,6 +22,7 @@ __all__ = [
     "SystemClock",
     "UUID7Ids",
     "check_id",
+    "check_seconds",
     "new_id",
 ]
 
@@ -38,6 +39,17 @@ def check_id(value: object, what: str) -> str:
     if _CONTROL.search(value):
         raise InvalidInput(f"{what} must not contain control characters: {value!r}")
     return value
+
+
+def check_seconds(value: object, what: str) -> float:
+    """Return ``value`` as positive, finite seconds, else raise ``InvalidInput``."""
+    if (
+        not isinstance(value, int | float)
+        or isinstance(value, bool)
+        or not 0 < value < float("inf")
+    ):
+        raise InvalidInput(f"{what} must be a positive number of seconds, got {value!r}")
+    return float(value)
 
 
 @dataclass(frozen=True, slots=True)

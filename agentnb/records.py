@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from agentnb.session import Session
 
 __all__ = [
+    "Holder",
     "InputReceipt",
     "Inspection",
     "Interaction",
@@ -121,6 +122,21 @@ class ToolCallRef:
 
 
 @dataclass(frozen=True, slots=True)
+class Holder:
+    """Who holds the session's execution lease now."""
+
+    owner: str
+    """``host:pid:rt_...``: the runtime executing the session."""
+    epoch: int
+    expires_in: float
+    """Seconds until the lease runs out unless its holder renews it."""
+    alive: bool | None
+    """Whether the holder's process lives: None when it runs on another host (unknowable)."""
+    local: bool
+    """The holder is this runtime."""
+
+
+@dataclass(frozen=True, slots=True)
 class Inspection:
     """A read-only look at what the runtime would do next."""
 
@@ -131,3 +147,9 @@ class Inspection:
     next_context: tuple[Message, ...]
     exports: tuple[Any, ...] = ()
     """One ``ExportStatus`` per ``export_to`` sink: lag, failures, last error, next retry."""
+    blocked_by: str | None = None
+    """The turn queued tasks wait behind (suspended, interrupted or failed), if any."""
+    blocked_status: str | None = None
+    """That turn's status."""
+    holder: Holder | None = None
+    """The lease holder executing the session, or None when nobody holds the lease."""

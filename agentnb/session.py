@@ -25,7 +25,7 @@ from agentnb.errors import (
 from agentnb.events import Event, Message, canonical_json
 from agentnb.folds import ChatFolds, Folds
 from agentnb.history import DEFAULT_REPLAY_LIMIT, HistoryPage, HistoryPages, read_history
-from agentnb.ids import SessionKey, check_id, new_id
+from agentnb.ids import SessionKey, check_id, check_seconds, new_id
 from agentnb.limits import check_text
 from agentnb.log import Inbox, SessionLog
 from agentnb.projections.chat import interactions_of, tasks_of
@@ -36,8 +36,10 @@ from agentnb.projections.decisions import (
     check_resume,
     effective_status,
 )
+from agentnb.projections.queue import blocking_turn, parked_error
 from agentnb.projections.state import PROJECTOR_VERSION, InboxState, SessionState
 from agentnb.records import (
+    Holder,
     InputReceipt,
     Inspection,
     Interaction,
@@ -49,6 +51,7 @@ from agentnb.records import (
 )
 from agentnb.runtime.engine import build_context
 from agentnb.runtime.live import Subscription
+from agentnb.runtime.owner import holder_alive, holder_of
 
 if TYPE_CHECKING:
     from agentnb.projections.chat import ChatSnapshot
@@ -57,7 +60,11 @@ if TYPE_CHECKING:
 __all__ = ["Session"]
 
 _MISSING: Any = object()
-_ENDED_RUN = frozenset({"completed", "suspended", "interrupted", "failed", "cancelled"})
+
+
+def _answers_key(checked: Mapping[str, Any]) -> str:
+    """The idempotency key of a respond: the same answers give the same key."""
+    return "respond:" + hashlib.sha256(canonical_json(checked).encode()).hexdigest()[:40]
 
 
 def _check_text(value: object, what: str) -> str:
@@ -172,6 +179,7 @@ class Session:
             ]
             active = (state.active_run,) if state.active_run and executing else ()
             exporter = self.runtime.exporter
+            blocking = blocking_turn(state, inbox, executing=executing)
             return Inspection(
                 state.seq,
                 uncertain,
@@ -179,17 +187,42 @@ class Session:
                 interrupted,
                 tuple(build_context(self.runtime.agent.instructions, context)),
                 exporter.status(self.key) if exporter is not None else (),
+                blocked_by=blocking[0].turn_id if blocking else None,
+                blocked_status=blocking[1] if blocking else None,
+                holder=self._holder(),
             )
+
+    def _holder(self) -> Holder | None:
+        store = self.runtime.store
+        lease = store.current_lease(self.key)
+        if lease is None:
+            return None
+        return holder_of(
+            lease.owner,
+            lease.epoch,
+            lease.expires_at - store.clock.now(),
+            local=lease.owner == self.runtime.owner,
+        )
 
     # -- commands ----------------------------------------------------------------------------
 
-    def submit(self, input: str, key: str | None = None) -> Receipt:
-        """Durably accept a new task and return at once; it runs in the background."""
+    def submit(
+        self, input: str, key: str | None = None, *, timeout: float | None = None
+    ) -> Receipt:
+        """Durably accept a new task and return at once; it runs in the background.
+
+        ``timeout`` bounds how long the task executes (over all its runs; waiting for a person
+        does not count); past it the run is interrupted with the reason recorded. The
+        default is the agent's ``max_turn_seconds``.
+        """
         text = _check_text(input, "input")
         if key is not None:
             check_id(key, "key")
+        data = {} if timeout is None else {"timeout": check_seconds(timeout, "timeout")}
         self.runtime._check_open()
-        event, _ = self.inbox.accept("submit", key=key, turn_id=new_id("turn"), input=text)
+        event, _ = self.inbox.accept(
+            "submit", key=key, turn_id=new_id("turn"), input=text, data=data
+        )
         self.start()
         return Receipt(
             event.payload["command_id"], event.payload["turn_id"], None, "queued", None, self
@@ -290,10 +323,14 @@ class Session:
             return InboxState.load(self._folds.refresh_inbox().dump())
 
     def _executing(self) -> bool:
-        """Whether some runtime (here or elsewhere) holds the lease and executes now."""
-        return (
-            self.runtime.active(self.key) or self.runtime.store.current_lease(self.key) is not None
-        )
+        """Whether some runtime (here or elsewhere) holds the lease and executes now.
+
+        A lease whose holder is known to be dead (same host, process gone) does not count.
+        """
+        if self.runtime.active(self.key):
+            return True
+        lease = self.runtime.store.current_lease(self.key)
+        return lease is not None and holder_alive(lease.owner) is not False
 
     def _tool(self, name: str) -> Any:
         return self.runtime.agent.tool_named(name)
@@ -326,9 +363,8 @@ class Session:
         with self._lock:
             state, _ = self._refresh()
             turn_id, checked = check_respond(state, answers, tool=self._tool)
-            key = "respond:" + hashlib.sha256(canonical_json(checked).encode()).hexdigest()[:40]
             event, _ = self.inbox.accept(
-                "respond", key=key, turn_id=turn_id, data={"answers": checked}
+                "respond", key=_answers_key(checked), turn_id=turn_id, data={"answers": checked}
             )
         self.start()
         return Receipt(event.payload["command_id"], turn_id, None, "queued", None, self)
@@ -366,10 +402,11 @@ class Session:
         return Receipt(event.payload["command_id"], turn_id, None, "queued", None, self)
 
     def cancel(self, turn_id: str, timeout: float = 30.0) -> None:
-        """End a queued, suspended or interrupted turn; idempotent.
+        """End a queued, running, suspended or interrupted turn; idempotent.
 
-        Pending requests of the turn are closed and its unapplied steering is discarded.
-        Returns once the cancellation is committed.
+        A running turn is interrupted first (cooperatively, at its next boundary). Pending
+        requests of the turn are closed and its unapplied steering is discarded. Returns once
+        the cancellation is committed.
         """
         check_id(turn_id, "turn_id")
         with self._lock:
@@ -398,9 +435,23 @@ class Session:
                     )
                 return
             self.runtime._check_open()
+            run_id = state.active_run
+            if how == "running" and run_id and self._interrupt_pending(inbox, run_id) is None:
+                self.inbox.accept("interrupt", turn_id=turn_id, run_id=run_id)
             event, _ = self.inbox.accept("cancel", turn_id=turn_id)
         self.start()
         self._await_handled(event.payload["command_id"], timeout)
+
+    @staticmethod
+    def _interrupt_pending(inbox: InboxState, run_id: str) -> str | None:
+        return next(
+            (
+                c.command_id
+                for c in inbox.commands.values()
+                if c.kind == "interrupt" and c.run_id == run_id
+            ),
+            None,
+        )
 
     def reconcile(
         self, outcomes: Mapping[str, ToolOutcome], reason: str, timeout: float = 30.0
@@ -511,38 +562,71 @@ class Session:
 
     # -- waiting -----------------------------------------------------------------------------
 
-    def _outcome(self, receipt: Receipt) -> Outcome | None:
-        state, inbox = self._refresh()
+    def _outcome(
+        self, receipt: Receipt, state: SessionState, inbox: InboxState, *, executing: bool
+    ) -> Outcome | None:
+        """The settled state of the receipt's turn, or None while it is queued or runs.
+
+        A receipt follows its turn: once the run it started ended, it reports the turn's
+        latest run (a suspended turn that was answered and completed reports completed).
+        """
         turn = state.turns.get(receipt.turn_id)
-        if receipt.disposition == "steered":
-            if turn is None or not turn.run_ids:
-                return None
-            run = state.runs[turn.run_ids[-1]]
-        else:
+        if receipt.disposition != "steered":
             if receipt.command_id in inbox.rejected and (
                 turn is None or receipt.command_id not in state.run_of_command
             ):
                 return Outcome(
                     "cancelled", receipt.turn_id, None, None, inbox.rejected[receipt.command_id]
                 )
-            run_id = state.run_of_command.get(receipt.command_id)
-            if run_id is None:
+            if (
+                receipt.command_id not in state.run_of_command
+                and receipt.command_id not in state.handled
+            ):
                 return None
-            run = state.runs[run_id]
-        if run.status not in _ENDED_RUN:
+        if turn is None or not turn.run_ids:
             return None
-        output = turn.output if turn is not None and run.status == "completed" else None
-        return Outcome(run.status, run.turn_id, run.run_id, output, run.error)
+        run = state.runs[turn.run_ids[-1]]
+        status = run.status
+        if status == "running":
+            if executing:
+                return None
+            status = "interrupted"  # cut off: its process stopped (see effective_status)
+        if turn.status == "cancelled":
+            status = "cancelled"
+        output = turn.output if status == "completed" else None
+        error = run.error or (turn.error if status in {"failed", "cancelled"} else None)
+        if status == "interrupted" and run.status == "running":
+            error = "the process executing it stopped; resume() continues it"
+        return Outcome(status, run.turn_id, run.run_id, output, error)
+
+    def _settled(self, receipt: Receipt) -> tuple[Outcome | None, int]:
+        """(outcome or None, the seq it was decided at); ``Parked`` if it cannot move."""
+        # Whether anyone executes is read before and after the state: a run seen open with
+        # nobody executing on both sides of the read was really cut off.
+        before = self._executing()
+        state, inbox = self._refresh()
+        executing = before or self._executing()
+        outcome = self._outcome(receipt, state, inbox, executing=executing)
+        if outcome is None and not executing:
+            turn = state.turns.get(receipt.turn_id)
+            blocking = blocking_turn(state, inbox, executing=False)
+            if (turn is None or not turn.run_ids) and blocking is not None:
+                raise parked_error(state, receipt.turn_id, *blocking)
+        return outcome, state.seq
 
     def wait(self, receipt: Receipt, timeout: float | None = None) -> Outcome:
-        """Block until the run ``receipt`` started ends; observes only, never acts."""
+        """Block until the receipt's turn settles; observes only, never acts.
+
+        Returns when its run completes, suspends, is interrupted, fails or is cancelled (a
+        receipt follows its turn into later runs). Raises ``Parked`` when the task waits in
+        the queue behind a turn that only a person can move, naming that turn.
+        """
         if not isinstance(receipt, Receipt):
             raise InvalidInput(f"wait() takes a Receipt, got {type(receipt).__name__}")
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             with self._lock:
-                outcome = self._outcome(receipt)
-                seq = self._folds.state.seq
+                outcome, seq = self._settled(receipt)
             if outcome is not None:
                 return outcome
             remaining = None if deadline is None else deadline - time.monotonic()
@@ -553,8 +637,11 @@ class Session:
             )
 
     def events(self, maxsize: int = 1000) -> Subscription:
-        """Live notifications of this process (chunks before commit, status changes)."""
-        return self.runtime.hub.subscribe(maxsize)
+        """Live notifications of this session in this process (chunks before commit, status).
+
+        Only this session's: ``runtime.all_events()`` subscribes to every session's.
+        """
+        return self.runtime.hub.subscribe(maxsize, session=self.key)
 
     def close(self) -> None:
         """Stop dispatching this session from this runtime; committed data stays."""

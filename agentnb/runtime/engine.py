@@ -28,11 +28,11 @@ from agentnb.errors import (
     Fenced,
     IdempotencyConflict,
     InboxChanged,
-    InvalidAnswer,
     InvalidInput,
     LeaseHeld,
     SessionNotFound,
     StorageError,
+    describe,
 )
 from agentnb.events import Event, Message, ToolCallData
 from agentnb.folds import ChatFolds, Folds
@@ -48,6 +48,7 @@ from agentnb.runtime.models.base import (
     TextDelta,
     ToolCallDelta,
 )
+from agentnb.runtime.owner import holder_alive
 from agentnb.runtime.tools import InvalidToolArguments, ToolContext
 from agentnb.stores.base import Lease, SessionStore
 
@@ -67,6 +68,12 @@ CHUNK_COMMIT_INTERVAL = 0.1
 MODEL_RETRIES = 3
 LINGER = 0.5
 """Seconds an idle driver keeps the lease, waiting for more work, before releasing it."""
+MAX_PROGRESS_EVENTS = 1_000
+"""``tool/chunk`` events one tool call records at most; later reports are coalesced."""
+MAX_RECORDS = 1_000
+"""Application events (``ctx.record``) one tool call may commit."""
+FAULT_RETRIES = 3
+"""Attempts to commit the end of a run that failed before the session is given up."""
 _FATAL = (Fenced, AppendConflict, LeaseHeld, SessionNotFound)
 _NO_RETRY = (*_FATAL, InvalidInput, IdempotencyConflict)
 
@@ -146,7 +153,10 @@ class LogWriter:
         for i, event in enumerate(self.pending):
             self.pending[i] = event.with_seq(self.head + i + 1)
         if self.on_commit is not None:
-            self.on_commit(batch)
+            try:
+                self.on_commit(batch)
+            except Exception:  # an observer's failure must not look like a failed commit
+                log.exception("session %s: a commit observer failed", self.key)
 
 
 def build_context(instructions: str, context: list[Message]) -> list[Message]:
@@ -163,6 +173,10 @@ class _Stop(Exception):
 
 class _Cancelled(Exception):
     """The turn was cancelled after it was picked, before its first commit."""
+
+
+class _Broken(Exception):
+    """A failure could not be recorded even by the fault path: stop executing the session."""
 
 
 class _ChunkGroup:
@@ -236,9 +250,14 @@ class SessionDriver:
         """Tool calls of the last model reply whose arguments were not a JSON object."""
         self._stop = asyncio.Event()
         self._stop_command: str | None = None
+        self._stop_reason: str | None = None
+        """Why the run stops when no interrupt command asked (close, time limit)."""
+        self._abandon = asyncio.Event()
+        """Set by ``close`` when a sync tool ignores the stop: the run ends without it."""
         self._guard: tuple[str, int] | None = None
         self._tool_task: asyncio.Future[str] | None = None
         self._tool_is_async = False
+        self._tool_name = ""
         self._inbox_lock = threading.Lock()
         self._background: set[asyncio.Future[None]] = set()
         self.stopping = False
@@ -271,7 +290,14 @@ class SessionDriver:
             except _FATAL as exc:
                 log.warning("session %s: execution stopped: %s", self.key, exc)
                 self.writer.pending.clear()
-                await asyncio.to_thread(self._reload)
+                with contextlib.suppress(Exception):
+                    await asyncio.to_thread(self._reload)
+            except _Broken as exc:
+                # Even the fault path could not commit (the store keeps failing). Give the
+                # session up; a later driver closes the open run as a crash would be.
+                log.error("session %s: execution given up: %s", self.key, exc)
+                self.writer.pending.clear()
+                return
             finally:
                 await self._release()
             if not self.wake.is_set():
@@ -300,9 +326,14 @@ class SessionDriver:
         self.writer.head = self.state.seq
 
     def _reload(self) -> None:
-        """Throw away the in-memory folds (after a failed commit) and refold from the log."""
+        """Throw away the in-memory folds (after a failed commit) and refold from the log.
+
+        The new writer keeps the lease: the fault path commits under the lease that is held.
+        """
+        lease = self.writer.lease
         self.folds = Folds(self.store, self.key)
         self.writer = LogWriter(self.store, self.key, self.state)
+        self.writer.lease = lease
         self.writer.on_commit = self._committed
         self._refresh()
 
@@ -311,8 +342,8 @@ class SessionDriver:
         self.folds.put_snapshots(due)
         try:
             self.chat_folds.refresh(through=seq)
-        except AgentnbError as exc:  # a cache: a failure only makes a later read slower
-            log.info("session %s: chat snapshot not refreshed: %s", self.key, exc)
+        except Exception as exc:  # noqa: BLE001 - a cache: a failure only makes reads slower
+            log.info("session %s: chat snapshot not refreshed: %s", self.key, describe(exc))
 
     def _committed(self, events: list[Event]) -> None:
         """After each commit: tell live observers, and now and then snapshot the folds."""
@@ -335,6 +366,8 @@ class SessionDriver:
                     self.store.acquire_lease, self.key, self.runtime.owner, ttl
                 )
             except LeaseHeld:
+                if await asyncio.to_thread(self._take_over_dead_holder):
+                    continue
                 # Another process executes this session; it may crash, so look again later.
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self.wake.wait(), timeout=min(1.0, ttl / 4))
@@ -349,6 +382,20 @@ class SessionDriver:
                 await self._recover()
             return lease
         return None
+
+    def _take_over_dead_holder(self) -> bool:
+        """Release a lease whose holder is known dead (same host, process gone): True if so.
+
+        Its epoch is released exactly (a holder that took over meanwhile is not touched), so
+        the next acquire gets the session at once instead of after the lease's expiry.
+        """
+        current = self.store.current_lease(self.key)
+        if current is None or holder_alive(current.owner) is not False:
+            return False
+        log.info("session %s: taking over from dead holder %s", self.key, current.owner)
+        with contextlib.suppress(Fenced):
+            self.store.release_lease(current)
+        return True
 
     async def _renew(self, lease: Lease) -> None:
         ttl = self.runtime.lease_ttl
@@ -378,6 +425,11 @@ class SessionDriver:
     async def _execute_all(self) -> None:
         while not self.stopping:
             await asyncio.to_thread(self._refresh)
+            if self.state.active_run is not None:
+                # Every command ends the run it starts, so an open run here was left by a
+                # failure nobody could record: close it as a crash is closed, and go on.
+                await self._recover("an error left the run open", auto_resume=False)
+                continue
             command = next_command(self.inbox, self.state)
             if command is None:
                 return
@@ -385,26 +437,48 @@ class SessionDriver:
                 await self._execute(command)
             except _FATAL:
                 raise
-            except Exception as exc:
-                log.exception("session %s: command %s failed", self.key, command.command_id)
-                await self._fail_internal(command, exc)
+            except Exception as exc:  # noqa: BLE001 - every failure ends its run, recorded
+                await self._fail(command, exc)
 
-    async def _fail_internal(self, command: Command, exc: Exception) -> None:
-        """Record an unexpected error so the turn ends as failed instead of hanging."""
-        self.writer.pending.clear()
-        await asyncio.to_thread(self._reload)
-        error = f"internal error: {type(exc).__name__}: {exc}"
-        run = self.state.runs.get(self.state.active_run or "")
-        if run is not None:
-            await self._finish(run.turn_id, run.run_id, "failed", [], error=error)
-        elif command.command_id not in self.state.handled:
-            await asyncio.to_thread(
-                self.inbox_log.record,
-                "inbox/rejected",
-                {"command_id": command.command_id, "reason": error},
-                turn_id=command.turn_id,
-            )
-            await asyncio.to_thread(self._refresh)
+    async def _fail(self, command: Command, exc: Exception) -> None:
+        """End what a failed command left open, with the reason committed.
+
+        Nothing committed yet (the state moved since the caller checked, say): the command is
+        rejected in the inbox with why. A run already started: it ends ``failed`` with the
+        error. This path is itself retried; if it still cannot commit, ``_Broken`` gives the
+        session up and the next driver closes the run as it closes a crash.
+        """
+        if isinstance(exc, AgentnbError):
+            log.info("session %s: command %s failed: %s", self.key, command.command_id, exc)
+            reason = describe(exc, typed=False)
+        else:
+            log.error("session %s: command %s failed", self.key, command.command_id, exc_info=exc)
+            reason = f"internal error: {describe(exc)}"
+        for attempt in range(FAULT_RETRIES):
+            try:
+                self.writer.pending.clear()
+                await asyncio.to_thread(self._reload)
+                run = self.state.runs.get(self.state.active_run or "")
+                if run is not None:
+                    self._reset_stop(force=True)
+                    await self._finish(run.turn_id, run.run_id, "failed", [], error=reason)
+                elif (
+                    command.command_id not in self.state.handled
+                    and command.command_id not in self.inbox.rejected
+                ):
+                    await self._reject(command, reason)
+                return
+            except _FATAL:
+                raise
+            except Exception as again:  # noqa: BLE001 - retried, then the session is given up
+                log.warning(
+                    "session %s: recording a failure failed (attempt %d): %s",
+                    self.key,
+                    attempt + 1,
+                    describe(again),
+                )
+                await asyncio.sleep(0.05 * 2**attempt)
+        raise _Broken(f"could not record the end of command {command.command_id}: {reason}")
 
     async def _execute(self, command: Command) -> None:
         handler = {
@@ -417,13 +491,7 @@ class SessionDriver:
         if handler is None:
             await self._reject(command, f"{command.kind} commands are not dispatched")
             return
-        try:
-            await handler(command)
-        except (CannotResume, InvalidAnswer, InvalidInput) as exc:
-            # The state moved since the caller checked: refuse it, in the inbox, with why.
-            self.writer.pending.clear()
-            await asyncio.to_thread(self._reload)
-            await self._reject(command, str(exc))
+        await handler(command)
 
     async def _reject(self, command: Command, reason: str) -> None:
         await asyncio.to_thread(
@@ -439,8 +507,10 @@ class SessionDriver:
 
     # -- recovery, resume, respond, cancel, reconcile ---------------------------------------
 
-    async def _recover(self) -> None:
-        """Close a run that a crashed process left open (we hold the lease now)."""
+    async def _recover(
+        self, why: str = "the process executing it stopped", *, auto_resume: bool = True
+    ) -> None:
+        """Close a run that a crashed process (or an unrecorded failure) left open."""
         run = self.state.runs[self.state.active_run or ""]
         w = self.writer
         w.add(
@@ -449,12 +519,7 @@ class SessionDriver:
             turn_id=run.turn_id,
             run_id=run.run_id,
         )
-        w.add(
-            "turn/interrupted",
-            {"reason": "the process executing it stopped"},
-            turn_id=run.turn_id,
-            run_id=run.run_id,
-        )
+        w.add("turn/interrupted", {"reason": why}, turn_id=run.turn_id, run_id=run.run_id)
         w.add(
             "run/end",
             {"status": "interrupted", "reason": "crash", "inbox_seq": self.inbox.seq},
@@ -463,7 +528,7 @@ class SessionDriver:
         )
         await w.flush()
         self._publish("status", run.turn_id, run.run_id, status="interrupted")
-        if self.runtime.auto_resume:
+        if auto_resume and self.runtime.auto_resume:
             try:
                 check_resume(self.state, run.turn_id, executing=False, tool=self._tool)
             except CannotResume as exc:
@@ -543,10 +608,10 @@ class SessionDriver:
 
     async def _continue(self, turn_id: str, run_id: str) -> None:
         """Finish the turn's open tool calls (answered, re-runnable, not yet run), then go on."""
-        self._stop.clear()
-        self._stop_command = None
+        self._reset_stop()
         watch_stop = threading.Event()
         watcher = asyncio.create_task(self._watch(turn_id, run_id, watch_stop))
+        limit = self._arm_time_limit(turn_id)
         try:
             for call in self.state.open_calls(turn_id):
                 data = ToolCallData(call_id=call.call_id, name=call.name, arguments=call.arguments)
@@ -563,9 +628,11 @@ class SessionDriver:
                 await self._finish(turn_id, run_id, "suspended", [])
                 return
         except _Stop:
-            await self._finish(turn_id, run_id, "interrupted", [], error=None)
+            await self._finish(turn_id, run_id, "interrupted", [])
             return
         finally:
+            if limit is not None:
+                limit.cancel()
             watcher.cancel()
             watch_stop.set()  # and end the watcher's wait in its worker thread now
             self.store.wake_waiters()
@@ -745,8 +812,7 @@ class SessionDriver:
         # The turn starts only if nobody cancelled it since we picked it: the first commit
         # of the run is conditioned on the inbox head we decided from.
         self._guard = (turn_id, self.inbox.seq)
-        self._stop.clear()
-        self._stop_command = None
+        self._reset_stop()
         try:
             await self._run(turn_id, run_id, applied=[command.command_id])
         except _Cancelled:
@@ -754,7 +820,7 @@ class SessionDriver:
             await asyncio.to_thread(self._reload)
 
     def _publish(self, kind: str, turn_id: str, run_id: str, **data: Any) -> None:
-        self.runtime.hub.publish(LiveEvent(kind, turn_id, run_id, data))
+        self.runtime.hub.publish(LiveEvent(kind, turn_id, run_id, data, self.key))
 
     def _ev(self, type_: str, payload: Any, turn_id: str, run_id: str) -> Event:
         return Event.create(type_, payload, turn_id=turn_id, run_id=run_id)
@@ -765,6 +831,7 @@ class SessionDriver:
         self._publish("status", turn_id, run_id, status="running")
         watch_stop = threading.Event()
         watcher = asyncio.create_task(self._watch(turn_id, run_id, watch_stop))
+        limit = self._arm_time_limit(turn_id)
         step = 0
         step_id: str | None = None
         try:
@@ -813,8 +880,10 @@ class SessionDriver:
                 applied = []
                 step_id = None
         except _Stop:
-            await self._finish(turn_id, run_id, "interrupted", applied, step_id=step_id, error=None)
+            await self._finish(turn_id, run_id, "interrupted", applied, step_id=step_id)
         finally:
+            if limit is not None:
+                limit.cancel()
             watcher.cancel()
             watch_stop.set()  # and end the watcher's wait in its worker thread now
             self.store.wake_waiters()
@@ -847,9 +916,67 @@ class SessionDriver:
     def _request_stop(self, run_id: str) -> None:
         self._stop_command = self._interrupt_for(run_id)
         self._stop.set()
+        self._cancel_async_tool()
+
+    def _cancel_async_tool(self) -> None:
         task = self._tool_task
         if task is not None and not task.done() and self._tool_is_async:
             task.cancel()  # async tools stop now; sync tools finish first
+
+    def request_stop(self, reason: str) -> None:
+        """Stop the active run at its next boundary, recording ``reason`` (close, time limit).
+
+        On the runtime's loop. A stop already asked for keeps its first reason.
+        """
+        if not self._stop.is_set():
+            self._stop_reason = reason
+            self._stop.set()
+        self._cancel_async_tool()
+
+    def abandon_tool(self) -> str | None:
+        """End the run without waiting for a sync tool that ignores the stop (``close``).
+
+        Returns what is abandoned (for the caller's report), or None if no tool runs. Its call
+        stays uncertain: what it did is unknown.
+        """
+        task = self._tool_task
+        if task is None or task.done():
+            return None
+        self._abandon.set()
+        return self._tool_name
+
+    def _reset_stop(self, *, force: bool = False) -> None:
+        """A new run starts with no stop requested (unless the driver is closing)."""
+        if self.stopping and not force:
+            return  # closing: a run that starts now stops at its first boundary
+        self._stop.clear()
+        self._stop_command = None
+        self._stop_reason = None
+
+    def _arm_time_limit(self, turn_id: str) -> asyncio.TimerHandle | None:
+        """Stop the run when the turn has executed for its time limit (over all its runs)."""
+        limit = self._time_limit(turn_id)
+        if limit is None:
+            return None
+        used = 0.0
+        turn = self.state.turns.get(turn_id)
+        for run_id in turn.run_ids if turn is not None else ():
+            run = self.state.runs[run_id]
+            if run.started_at is not None and run.ended_at is not None:
+                used += (run.ended_at - run.started_at).total_seconds()
+        reason = f"time limit: the task ran for its limit of {limit:g} s"
+        return asyncio.get_running_loop().call_later(
+            max(0.0, limit - used), self.request_stop, reason
+        )
+
+    def _time_limit(self, turn_id: str) -> float | None:
+        """``submit(..., timeout=)`` of the turn, else ``Agent(max_turn_seconds=)``."""
+        turn = self.state.turns.get(turn_id)
+        command = self.inbox.commands.get(turn.command_id or "") if turn is not None else None
+        timeout = command.data.get("timeout") if command is not None else None
+        if isinstance(timeout, int | float):
+            return float(timeout)
+        return self.agent.max_turn_seconds
 
     async def _flush_before_side_effect(self, turn_id: str) -> None:
         """Commit before a side effect; the first commit of a new turn is guarded."""
@@ -972,6 +1099,7 @@ class SessionDriver:
     ) -> None:
         """End the run (failed, suspended, interrupted) in one commit."""
         w = self.writer
+        reason = None
         if status == "interrupted" and self._stop_command is not None:
             w.add(
                 "inbox/started",
@@ -985,6 +1113,9 @@ class SessionDriver:
                 turn_id=turn_id,
                 run_id=run_id,
             )
+        elif status == "interrupted" and self._stop_reason is not None:
+            reason = error = self._stop_reason
+            w.add("run/stop_requested", {"reason": reason}, turn_id=turn_id, run_id=run_id)
         for event in self._checkpoint(turn_id, run_id, applied):
             w.add_event(event)
         if step_id is not None:
@@ -994,10 +1125,10 @@ class SessionDriver:
                 turn_id=turn_id,
                 run_id=run_id,
             )
-        w.add(f"turn/{status}", {"error": error}, turn_id=turn_id, run_id=run_id)
+        w.add(f"turn/{status}", {"error": error, "reason": reason}, turn_id=turn_id, run_id=run_id)
         w.add(
             "run/end",
-            {"status": status, "error": error, "inbox_seq": self.inbox.seq},
+            {"status": status, "reason": reason, "error": error, "inbox_seq": self.inbox.seq},
             turn_id=turn_id,
             run_id=run_id,
         )
@@ -1116,6 +1247,19 @@ class SessionDriver:
         group.close()
         self._bad_arguments = {}
         tool_calls = collector.tool_calls(problems=self._bad_arguments)
+        message = Message(
+            id=f"msg_{call_id}",
+            role="assistant",
+            text=collector.text,
+            tool_calls=tuple(tool_calls),
+            turn_id=turn_id,
+        )
+        try:
+            reply = self._ev(
+                "message/assistant", {"message": message, "model_call_id": call_id}, turn_id, run_id
+            )
+        except InvalidInput as exc:
+            raise ModelError(f"the model's reply cannot be recorded: {exc}") from None
         usage = collector.usage
         w.add(
             "model/end",
@@ -1131,19 +1275,7 @@ class SessionDriver:
             turn_id=turn_id,
             run_id=run_id,
         )
-        message = Message(
-            id=f"msg_{call_id}",
-            role="assistant",
-            text=collector.text,
-            tool_calls=tuple(tool_calls),
-            turn_id=turn_id,
-        )
-        w.add(
-            "message/assistant",
-            {"message": message, "model_call_id": call_id},
-            turn_id=turn_id,
-            run_id=run_id,
-        )
+        w.add_event(reply)
         return collector.text, tool_calls
 
     # -- tool calls --------------------------------------------------------------------------
@@ -1259,18 +1391,21 @@ class SessionDriver:
             run_id=run_id,
         )
         await self._flush_before_side_effect(turn_id)
-        ctx = self._tool_context(turn_id, run_id, call.call_id)
+        reports = _Reports(w, turn_id, run_id, call.call_id, self._publish)
+        ctx = ToolContext(self.key, turn_id, run_id, call.call_id, reports.record, reports.progress)
         started = time.monotonic()
         task = asyncio.ensure_future(tool.invoke(arguments, ctx))
-        self._tool_task, self._tool_is_async = task, tool.is_async
+        self._tool_task, self._tool_is_async, self._tool_name = task, tool.is_async, tool.name
+        self._abandon.clear()
         try:
-            output = await task
+            output = await self._tool_output(task)
             status, action = "success", "returned"
         except asyncio.CancelledError:
             if not self._stop.is_set():
                 raise
             # Interrupted mid-call: what it did is unknown, so no result is recorded and
             # the call stays uncertain until it is reconciled (or re-run, if idempotent).
+            reports.close()
             w.add(
                 "action/end",
                 {"call_id": call.call_id, "name": tool.name, "status": "interrupted"},
@@ -1278,12 +1413,15 @@ class SessionDriver:
                 run_id=run_id,
             )
             raise _Stop from None
-        except Exception as exc:  # noqa: BLE001 - the model sees the error and can react
-            output = f"Error: {type(exc).__name__}: {exc}"
+        except BaseException as exc:
+            if isinstance(exc, GeneratorExit):
+                raise
+            output = f"Error: {describe(exc)}"
             status, action = "error", "failed"
         finally:
             self._tool_task = None
         await asyncio.sleep(0)  # let records/progress handed over from a worker thread land
+        reports.close()
         w.add(
             "action/end",
             {"call_id": call.call_id, "name": tool.name, "status": action},
@@ -1300,37 +1438,112 @@ class SessionDriver:
             duration_ms=round((time.monotonic() - started) * 1000, 3),
         )
 
-    def _tool_context(self, turn_id: str, run_id: str, call_id: str) -> ToolContext:
-        """The context a tool gets: ``record`` and ``progress`` work from any thread."""
-        w = self.writer
-        loop = asyncio.get_running_loop()
-        counter = iter(range(1 << 62))
+    async def _tool_output(self, task: asyncio.Future[str]) -> str:
+        """The tool's result; if ``close`` abandons a sync tool that ignores the stop, _Stop."""
+        abandon = asyncio.ensure_future(self._abandon.wait())
+        either: set[asyncio.Future[Any]] = {task, abandon}
+        try:
+            await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            task.cancel()
+            raise
+        finally:
+            abandon.cancel()
+        if task.done():
+            return task.result()
+        # The thread cannot be stopped: leave it behind (its result is never used) and end
+        # the run; the call stays uncertain.
+        task.add_done_callback(_ignore_result)
+        self._stop.set()
+        raise asyncio.CancelledError
 
-        def on_loop(event: Event) -> None:
-            try:
-                running = asyncio.get_running_loop()
-            except RuntimeError:
-                running = None
-            if running is loop:
-                w.add_event(event)
-            else:
-                loop.call_soon_threadsafe(w.add_event, event)
 
-        def record(type_: str, data: Any, required: bool) -> None:
-            # Created (and validated) in the caller's thread, so a bad payload raises there.
-            on_loop(Event.create(type_, data, required=required, turn_id=turn_id, run_id=run_id))
+def _ignore_result(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()
 
-        def progress(data: Any) -> None:
-            event = Event.create(
-                "tool/chunk",
-                {"call_id": call_id, "index": next(counter), "data": data},
-                turn_id=turn_id,
-                run_id=run_id,
-            )
-            self._publish("tool/chunk", turn_id, run_id, call_id=call_id, data=data)
-            on_loop(event)
 
-        return ToolContext(self.key, turn_id, run_id, call_id, record, progress)
+class _Reports:
+    """What a running tool reports: ``record`` and ``progress``, from any thread.
+
+    Both are bounded per call. ``progress`` keeps the first ``MAX_PROGRESS_EVENTS`` reports as
+    ``tool/chunk`` events; later ones are coalesced into one last event (the newest report,
+    with ``skipped`` counting those not recorded), so a chatty tool never fails its run.
+    ``record`` beyond ``MAX_RECORDS`` raises ``InvalidInput`` in the tool.
+    """
+
+    def __init__(
+        self,
+        writer: LogWriter,
+        turn_id: str,
+        run_id: str,
+        call_id: str,
+        publish: Callable[..., None],
+    ) -> None:
+        self.writer = writer
+        self.ids = (turn_id, run_id, call_id)
+        self.publish = publish
+        self.loop = asyncio.get_running_loop()
+        self.lock = threading.Lock()
+        self.reports = 0
+        self.records = 0
+        self.latest: tuple[int, Any] | None = None
+        """The newest report not recorded (index, data), once past the bound."""
+        self.skipped = 0
+        self.closed = False
+
+    def _on_loop(self, event: Event) -> None:
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is self.loop:
+            self._add(event)
+        else:
+            self.loop.call_soon_threadsafe(self._add, event)
+
+    def _add(self, event: Event) -> None:
+        if not self.closed:  # a report that lands after the call ended is dropped
+            self.writer.add_event(event)
+
+    def record(self, type_: str, data: Any, required: bool) -> None:
+        turn_id, run_id, _ = self.ids
+        with self.lock:
+            if self.records >= MAX_RECORDS:
+                raise InvalidInput(
+                    f"ctx.record: this tool call already recorded {MAX_RECORDS} events, the "
+                    "limit per call; gather the data into fewer events"
+                )
+            self.records += 1
+        # Created (and validated) in the caller's thread, so a bad payload raises there.
+        self._on_loop(Event.create(type_, data, required=required, turn_id=turn_id, run_id=run_id))
+
+    def progress(self, data: Any) -> None:
+        turn_id, run_id, call_id = self.ids
+        with self.lock:
+            index = self.reports
+            self.reports += 1
+            keep = index < MAX_PROGRESS_EVENTS - 1
+            if not keep:
+                if self.latest is not None:
+                    self.skipped += 1
+                self.latest = (index, data)
+        event = self._chunk(index, data, 0)  # validated in the caller's thread: a bad one raises
+        self.publish("tool/chunk", turn_id, run_id, call_id=call_id, data=data)
+        if keep:
+            self._on_loop(event)
+
+    def _chunk(self, index: int, data: Any, skipped: int) -> Event:
+        turn_id, run_id, call_id = self.ids
+        payload = {"call_id": call_id, "index": index, "data": data, "skipped": skipped}
+        return Event.create("tool/chunk", payload, turn_id=turn_id, run_id=run_id)
+
+    def close(self) -> None:
+        """On the loop, once the call ended: record the coalesced last report."""
+        with self.lock:
+            latest, skipped, self.closed = self.latest, self.skipped, True
+        if latest is not None:
+            self.writer.add_event(self._chunk(latest[0], latest[1], skipped))
 
 
 def _interaction_kind(tool: Any) -> str | None:

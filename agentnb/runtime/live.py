@@ -14,17 +14,23 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from agentnb.ids import SessionKey
+
 __all__ = ["Lagged", "LiveEvent", "LiveHub", "Subscription"]
 
 
 @dataclass(frozen=True, slots=True)
 class LiveEvent:
-    """A notification: ``kind`` (``model/chunk``, ``tool/chunk``, ``status``, ``committed``)."""
+    """A notification: ``kind`` (``model/chunk``, ``tool/chunk``, ``status``, ``committed``).
+
+    ``session`` is the session it belongs to.
+    """
 
     kind: str
     turn_id: str | None = None
     run_id: str | None = None
     data: dict[str, Any] = field(default_factory=dict)
+    session: SessionKey | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,8 +43,10 @@ class Lagged:
 class Subscription:
     """An iterator of ``LiveEvent`` / ``Lagged``; ``close()`` ends it."""
 
-    def __init__(self, hub: LiveHub, maxsize: int) -> None:
+    def __init__(self, hub: LiveHub, maxsize: int, session: SessionKey | None = None) -> None:
         self._hub = hub
+        self.session = session
+        """Only this session's notifications (None: every session's)."""
         self._queue: queue.Queue[LiveEvent | None] = queue.Queue(maxsize)
         self._dropped = 0
         self._lock = threading.Lock()
@@ -82,8 +90,9 @@ class LiveHub:
         self._subs: list[Subscription] = []
         self._lock = threading.Lock()
 
-    def subscribe(self, maxsize: int = 1000) -> Subscription:
-        sub = Subscription(self, maxsize)
+    def subscribe(self, maxsize: int = 1000, *, session: SessionKey | None = None) -> Subscription:
+        """A new subscriber: to ``session``'s notifications, or to every session's (None)."""
+        sub = Subscription(self, maxsize, session)
         with self._lock:
             self._subs.append(sub)
         return sub
@@ -97,4 +106,5 @@ class LiveHub:
         with self._lock:
             subs = list(self._subs)
         for sub in subs:
-            sub._offer(event)
+            if sub.session is None or sub.session == event.session:
+                sub._offer(event)

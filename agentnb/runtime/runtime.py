@@ -7,20 +7,22 @@ nesting event loops: callers hand coroutines to the runtime's loop and wait on a
 from __future__ import annotations
 
 import asyncio
+import atexit
 import concurrent.futures
 import contextlib
-import os
-import socket
+import logging
 import threading
+import weakref
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from agentnb.agent import Agent
 from agentnb.errors import InvalidInput, SessionNotFound, StorageError
 from agentnb.events import Event
-from agentnb.ids import SessionKey, check_id, new_id
+from agentnb.ids import SessionKey, check_id
 from agentnb.runtime.engine import SessionDriver
-from agentnb.runtime.live import LiveEvent, LiveHub
+from agentnb.runtime.live import LiveEvent, LiveHub, Subscription
+from agentnb.runtime.owner import new_owner
 from agentnb.stores import SessionStore, open_store
 
 if TYPE_CHECKING:
@@ -29,6 +31,45 @@ if TYPE_CHECKING:
 __all__ = ["Runtime"]
 
 T = TypeVar("T")
+
+log = logging.getLogger("agentnb.runtime")
+
+_open_runtimes: weakref.WeakSet[Runtime] = weakref.WeakSet()
+_exit_hook_lock = threading.Lock()
+_exit_hook_installed = False
+
+EXIT_CLOSE_TIMEOUT = 5.0
+"""Seconds a runtime still open at interpreter exit gets to stop its runs and release."""
+
+
+def _close_at_exit() -> None:
+    for runtime in list(_open_runtimes):
+        try:
+            runtime.close(timeout=EXIT_CLOSE_TIMEOUT)
+        except Exception:
+            log.exception("closing %r at interpreter exit failed", runtime)
+
+
+def _install_exit_hook() -> None:
+    """Close open runtimes at interpreter exit, before the thread pools shut down.
+
+    ``atexit`` runs after ``concurrent.futures`` has refused new work, too late for a clean
+    close (runs would end with "cannot schedule new futures after shutdown" and leases stay
+    held). ``threading._register_atexit`` hooks run before that, newest first; registering
+    after the pool module was imported puts this hook ahead of its shutdown.
+    """
+    global _exit_hook_installed
+    with _exit_hook_lock:
+        if _exit_hook_installed:
+            return
+        _exit_hook_installed = True
+    register = getattr(threading, "_register_atexit", None)
+    try:
+        if register is None:
+            raise RuntimeError("no threading exit hooks")
+        register(_close_at_exit)
+    except RuntimeError:  # an older Python, or the interpreter is already shutting down
+        atexit.register(_close_at_exit)
 
 
 class Runtime:
@@ -60,7 +101,7 @@ class Runtime:
         self.auto_resume = bool(auto_resume)
         self.export_to = tuple(export_to)
         self.namespace = check_id(namespace, "namespace")
-        self.owner = f"{socket.gethostname()}:{os.getpid()}:{new_id('rt')}"
+        self.owner = new_owner()
         self.hub = LiveHub()
         self._drivers: dict[SessionKey, SessionDriver] = {}
         self._sessions: dict[SessionKey, Session] = {}
@@ -79,6 +120,8 @@ class Runtime:
         from agentnb.export.live import LiveExporter
 
         self.exporter = LiveExporter.for_runtime(self)  # drains export_to in the background
+        _open_runtimes.add(self)
+        _install_exit_hook()
 
     # -- sessions ----------------------------------------------------------------------------
 
@@ -147,11 +190,20 @@ class Runtime:
             last = events[-1]
             self.hub.publish(
                 LiveEvent(
-                    "committed", last.turn_id, last.run_id, {"session": str(key), "seq": last.seq}
+                    "committed",
+                    last.turn_id,
+                    last.run_id,
+                    {"session": str(key), "seq": last.seq},
+                    key,
                 )
             )
 
         return on_commit
+
+    def all_events(self, maxsize: int = 1000) -> Subscription:
+        """Live notifications of every session this runtime executes (``LiveEvent.session``
+        says whose); ``session.events()`` has one session's only."""
+        return self.hub.subscribe(maxsize)
 
     def serve(self, poll: float = 1.0, stop: threading.Event | None = None) -> None:
         """Execute queued work of every session of this agent until ``stop`` is set.
@@ -175,20 +227,36 @@ class Runtime:
             raise StorageError("this runtime is closed; create a new nb.Runtime")
 
     def close(self, timeout: float = 10.0) -> None:
-        """Stop scheduling, let active work stop at its next boundary; committed data stays."""
+        """Stop scheduling; interrupt active runs and commit their ends; release the leases.
+
+        Runs stop cooperatively at their next boundary (``run/stop_requested`` with the
+        reason, then the run's end). A sync tool still running after ``timeout`` seconds is
+        left behind: its run ends interrupted with that call uncertain, and a warning names
+        it. Committed data stays. Also called at interpreter exit for runtimes left open.
+        """
         if self._closed:
             return
         self._closed = True
+        _open_runtimes.discard(self)
+        abandoned: list[str] = []
 
         async def stop_all() -> None:
             tasks = []
             for driver in self._drivers.values():
                 driver.stopping = True
+                driver.request_stop("the runtime was closed")
                 driver.wake.set()
                 if driver.task is not None and not driver.task.done():
                     tasks.append(driver.task)
             if tasks:
                 _, pending = await asyncio.wait(tasks, timeout=timeout)
+                if pending:
+                    # Sync tools that ignore the stop: end their runs without them.
+                    for driver in self._drivers.values():
+                        tool = driver.abandon_tool()
+                        if tool is not None:
+                            abandoned.append(f"{tool} in session {driver.key}")
+                    _, pending = await asyncio.wait(pending, timeout=2.0)
                 for task in pending:
                     task.cancel()
                 if pending:
@@ -199,7 +267,19 @@ class Runtime:
                 await asyncio.wait_for(self._loop.shutdown_default_executor(), timeout)
 
         try:
-            asyncio.run_coroutine_threadsafe(stop_all(), self._loop).result(timeout + 2)
+            if self._loop.is_running():
+                future = asyncio.run_coroutine_threadsafe(stop_all(), self._loop)
+                try:
+                    future.result(2 * timeout + 5)
+                except concurrent.futures.TimeoutError:
+                    log.warning("runtime close: work still running after %.1fs", 2 * timeout)
+            if abandoned:
+                log.warning(
+                    "runtime close: tool(s) did not stop within %.1fs: %s; their runs ended "
+                    "interrupted and those calls are uncertain (reconcile them)",
+                    timeout,
+                    ", ".join(abandoned),
+                )
         finally:
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(timeout=5)

@@ -155,6 +155,8 @@ class Crash:
     lease_epoch: int
     lease_expires: float
     side: list[tuple[str, str]]
+    killed_at: float
+    """Wall-clock time right after the kill: the holder was dead from then on."""
 
     @property
     def head(self) -> int:
@@ -199,9 +201,10 @@ def crash(child: Child, store: nb.SessionStore, kill_when: Callable[[Child], Non
     owner = child.expect(lambda parts: parts[0] == "OWNER")[1]
     kill_when(child)
     child.kill()
+    killed_at = time.time()
     lease_owner, lease_epoch, lease_expires = _lease_row(child.db)
     current = store.current_lease(KEY)
-    # The lease stays the dead owner's until it expires; nobody else may hold it yet.
+    # The lease stays the dead owner's until someone takes over; nobody else holds it yet.
     if current is None:
         assert lease_owner is None or time.time() >= lease_expires
     else:
@@ -216,6 +219,7 @@ def crash(child: Child, store: nb.SessionStore, kill_when: Callable[[Child], Non
         lease_epoch,
         lease_expires,
         side_lines(child.side),
+        killed_at,
     )
 
 
@@ -242,13 +246,6 @@ def recovering(case: str, child: Child, store: nb.SessionStore) -> Iterator[nb.S
         runtime.close()
 
 
-def wait_lease_expired(store: nb.SessionStore) -> None:
-    deadline = time.monotonic() + GUARD
-    while store.current_lease(KEY) is not None:
-        assert time.monotonic() < deadline, "the dead process's lease never expired"
-        time.sleep(0.02)
-
-
 def wait_recovered(session: nb.Session, after: int) -> nb.Event:
     """The ``recovery/applied`` the recovering runtime commits once it holds the lease."""
     for event in session.log.follow(after, idle_timeout=GUARD):
@@ -264,18 +261,20 @@ def recover_open_run(
     turn_id = crashed.events[0].turn_id or ""
     assert crashed.held_lease, "the child was executing, so it held the lease when it died"
     if patient:
-        # Once the dead lease expired, reads alone say the turn was cut off.
-        wait_lease_expired(store)
-        assert [t.status for t in session.tasks()] == ["interrupted"]
+        # The holder is dead (same host, process gone): reads say the turn was cut off at
+        # once, while its lease has not yet expired.
         inspection = session.inspect()
+        assert [t.status for t in session.tasks()] == ["interrupted"]
         assert inspection.interrupted_turn == turn_id
         assert inspection.active_runs == ()
         assert {c.call_id for c in inspection.uncertain_tool_calls} == crashed.uncertain()
-    session.start()  # takes over as soon as (and only when) the lease is free
+        holder = inspection.holder
+        assert holder is None or (holder.owner == crashed.child_owner and holder.alive is False)
+    session.start()  # takes over at once: the holder is known dead
     recovery = wait_recovered(session, crashed.head)
     assert recovery.payload["reason"] == "crash"
     assert recovery.turn_id == turn_id
-    assert recovery.occurred_at.timestamp() >= crashed.lease_expires
+    assert recovery.occurred_at.timestamp() >= crashed.killed_at
     assert [t.status for t in session.tasks()] == ["interrupted"]
     inspection = session.inspect()
     assert inspection.interrupted_turn == turn_id
@@ -288,7 +287,7 @@ def roles(session: nb.Session) -> list[str]:
 
 
 def check_log(session: nb.Session, crashed: Crash) -> list[nb.Event]:
-    """No acknowledged event lost, seqs gapless, nothing written before the lease expired."""
+    """No acknowledged event lost, seqs gapless, nothing written before the holder died."""
     events = list(session.log.scan())
     assert [e.seq for e in events] == list(range(1, len(events) + 1))
     for seq, type_ in crashed.seqs.items():
@@ -298,8 +297,8 @@ def check_log(session: nb.Session, crashed: Crash) -> list[nb.Event]:
     assert max(crashed.seqs, default=0) <= crashed.head
     if crashed.held_lease:
         for event in events[crashed.head :]:
-            assert event.occurred_at.timestamp() >= crashed.lease_expires, (
-                f"{event.type} (seq {event.seq}) was written before the dead lease expired"
+            assert event.occurred_at.timestamp() >= crashed.killed_at, (
+                f"{event.type} (seq {event.seq}) was written before its holder died"
             )
     if len(events) > crashed.head:  # the taker-over wrote under a newer lease epoch
         assert _lease_row(crashed.db)[1] > crashed.lease_epoch

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 
 import pytest
@@ -125,10 +126,22 @@ class TestApproval:
         session = make_runtime(model, [create_order]).session("s1")
         session.run("order", timeout=WAIT)
         request_id = next(iter(session.pending()))
-        with session._lock:  # hold the facade so both sends see the request as open
-            first = session.respond(request_id, True)
-            again = session.respond(request_id, True)
+        # Another holder keeps the lease, so the runtime cannot apply the first answer
+        # before the second is sent: both see the request open.
+        store = session.runtime.store
+        deadline = time.monotonic() + WAIT
+        while True:
+            try:
+                lease = store.acquire_lease(session.key, "elsewhere:1:rt_test", 60.0)
+                break
+            except nb.LeaseHeld:
+                assert time.monotonic() < deadline, "the runtime never released the lease"
+                time.sleep(0.05)
+        first = session.respond(request_id, True)
+        again = session.respond(request_id, True)
         assert again == first
+        store.release_lease(lease)
+        session.start()
         gate.wait_arrived()
         gate.release()
         first.wait(timeout=WAIT)

@@ -392,8 +392,10 @@ class TestFailures:
         assert outcome.status == "failed"
         assert "provider exploded" in (outcome.error or "")
         assert events_of(session, "model/end")[-1].payload["status"] == "failed"
-        with pytest.raises(TimeoutError):
-            queued.wait(timeout=0.5)
+        with pytest.raises(nb.Parked) as parked:
+            queued.wait(timeout=WAIT)
+        assert parked.value.blocking_turn == failing.turn_id
+        assert parked.value.blocking_status == "failed"
         assert [t.status for t in session.tasks()] == ["failed", "queued"]
 
     def test_retryable_model_error_is_retried(self, make_runtime: MakeRuntime) -> None:

@@ -1,0 +1,73 @@
+"""Why queued work does not move: the turn the queue is parked behind, and the ways out.
+
+The queue parks behind a suspended, interrupted or failed turn (``next_command``): later
+tasks wait until that turn is answered, resumed or cancelled. These pure functions name that
+turn for ``wait()`` (which raises ``Parked``), ``inspect()``, the command line and the view.
+"""
+
+from __future__ import annotations
+
+from agentnb.errors import Parked
+from agentnb.projections.decisions import effective_status
+from agentnb.projections.state import PARKING, InboxState, SessionState, TurnState
+
+__all__ = ["blocking_turn", "parked_error", "ways_out"]
+
+_UNPARKING = frozenset({"resume", "respond", "cancel", "reconcile"})
+
+
+def blocking_turn(
+    state: SessionState, inbox: InboxState, *, executing: bool
+) -> tuple[TurnState, str] | None:
+    """(turn, effective status) the queue waits behind, or None if the queue can move.
+
+    None too when a command that can move it (resume, respond, cancel, reconcile of that
+    turn) is accepted and not yet carried out.
+    """
+    latest = state.latest_turn
+    if latest is None:
+        return None
+    status = effective_status(state, latest, executing=executing)
+    if status not in PARKING:
+        return None
+    for command in inbox.commands.values():
+        if (
+            command.turn_id == latest.turn_id
+            and command.kind in _UNPARKING
+            and command.command_id not in state.handled
+            and command.command_id not in inbox.rejected
+        ):
+            return None
+    return latest, status
+
+
+def ways_out(state: SessionState, turn: TurnState, status: str) -> str:
+    """What a person can do so the turn stops blocking the queue, in one sentence."""
+    t = turn.turn_id
+    cancel = f"session.cancel({t!r}) drops it"
+    if status == "suspended":
+        ids = ", ".join(r["request_id"] for r in state.pending_of(t)) or "its requests"
+        return (
+            f"it waits for answers ({ids}): session.respond(...) continues it "
+            f"(see session.pending()), or {cancel}"
+        )
+    if status == "failed":
+        why = f" ({turn.error})" if turn.error else ""
+        return f"it failed{why}: session.resume({t!r}) tries it again, or {cancel}"
+    if state.uncertain_calls(t):
+        return (
+            "it was interrupted with tool calls of unknown outcome: reconcile them "
+            f"(see session.inspect()), then session.resume({t!r}); or {cancel}"
+        )
+    return f"it was interrupted: session.resume({t!r}) continues it, or {cancel}"
+
+
+def parked_error(state: SessionState, turn_id: str, blocking: TurnState, status: str) -> Parked:
+    """The ``Parked`` error for a task ``turn_id`` queued behind ``blocking``."""
+    return Parked(
+        f"task {turn_id} is queued behind turn {blocking.turn_id}, which is {status}; "
+        f"{ways_out(state, blocking, status)}",
+        turn_id=turn_id,
+        blocking_turn=blocking.turn_id,
+        blocking_status=status,
+    )
