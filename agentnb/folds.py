@@ -3,7 +3,9 @@
 Reopening a long session must not replay its whole log: the folds are saved now and then as
 store snapshots (a cache, never the truth), and a reader loads the newest snapshot and folds
 only the events after it. A snapshot that is missing, from another projector version, or
-ahead of the log is ignored and rebuilt.
+ahead of the log is ignored and rebuilt; so is one whose seal does not match (the store
+binds each snapshot to the committed event at its seq, see ``SessionStore.put_snapshot``):
+a snapshot row edited in the store file never changes what the folds show.
 """
 
 from __future__ import annotations

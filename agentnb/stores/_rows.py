@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 import math
 import zlib
@@ -205,3 +206,51 @@ def decode_raw(
         raise _damaged(key, seq, exc) from None
     check_readable(type_, bool(required), session=key, seq=seq)
     return (seq, event_id, type_, turn_id, run_id, bool(required), occurred_us, version, body)
+
+
+# -- snapshot seals ----------------------------------------------------------------------------
+
+SNAPSHOT_SEAL = b"agentnb-snapshot/1\n"
+"""What a sealed snapshot starts with; a 32-byte HMAC follows, then the data."""
+_MAC = 32
+
+
+def event_anchor(events: list[Any]) -> str:
+    """The digest of the committed event a snapshot is bound to (``""`` for seq 0).
+
+    ``events`` holds that one ``RawEvent`` (or none): every field of its envelope and its
+    payload text, so a log rewritten at that seq no longer matches.
+    """
+    if not events:
+        return ""
+    text = "\x1f".join("" if field is None else str(field) for field in events[0])
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _snapshot_mac(
+    secret: bytes, key: SessionKey, name: str, seq: int, anchor: str, data: bytes
+) -> bytes:
+    parts = (key.namespace, key.user_id, key.agent_id, key.session_id, name, str(seq), anchor)
+    head = "\x1f".join(parts).encode()
+    return hmac.new(secret, head + b"\x1e" + data, hashlib.sha256).digest()
+
+
+def seal_snapshot(
+    secret: bytes, key: SessionKey, name: str, seq: int, anchor: str, data: bytes
+) -> bytes:
+    """``data`` as stored: the seal, an HMAC over session, name, seq, anchor and data."""
+    return SNAPSHOT_SEAL + _snapshot_mac(secret, key, name, seq, anchor, data) + data
+
+
+def open_snapshot(
+    secret: bytes, key: SessionKey, name: str, seq: int, anchor: str, stored: bytes
+) -> bytes | None:
+    """The data of a sealed snapshot, or None when its seal does not match (altered,
+    moved from another session or name, or bound to an event the log no longer has)."""
+    if not stored.startswith(SNAPSHOT_SEAL):
+        return None
+    mac = stored[len(SNAPSHOT_SEAL) : len(SNAPSHOT_SEAL) + _MAC]
+    data = stored[len(SNAPSHOT_SEAL) + _MAC :]
+    if not hmac.compare_digest(mac, _snapshot_mac(secret, key, name, seq, anchor, data)):
+        return None
+    return data

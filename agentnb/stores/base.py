@@ -81,6 +81,7 @@ from agentnb.events import (
     freeze_json,
 )
 from agentnb.ids import Clock, SessionKey, SystemClock, check_id
+from agentnb.stores._rows import event_anchor, open_snapshot, seal_snapshot
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -574,7 +575,10 @@ class SessionStore(ABC):
         """Cache a projection of the log through ``seq`` under ``name``.
 
         A snapshot is a cache, never the truth: readers fold the log after ``seq`` on top of
-        it, and may ignore it. An older ``seq`` than the stored one is a no-op.
+        it, and may ignore it. An older ``seq`` than the stored one is a no-op. The data is
+        stored sealed: an HMAC, keyed by the store's ``secret()``, over the session, the
+        name, ``seq``, the digest of the committed event at ``seq`` (its envelope and
+        payload) and the data. ``get_snapshot`` checks it.
         """
         key = _key(key)
         check_id(name, "name")
@@ -584,14 +588,34 @@ class SessionStore(ABC):
         head = self._head(key)
         if seq > head:
             raise InvalidInput(f"session {key}: snapshot seq {seq} is past the head {head}")
-        self._put_snapshot(key, name, seq, data)
+        anchor = event_anchor(self._read_raw(key, seq - 1, seq) if seq else [])
+        self._put_snapshot(
+            key, name, seq, seal_snapshot(self._secret(), key, name, seq, anchor, data)
+        )
 
     @_guarded
     def get_snapshot(self, key: SessionKey, name: str) -> tuple[int, bytes] | None:
-        """The newest snapshot ``name`` as (seq, data), or None."""
+        """The newest snapshot ``name`` as (seq, data), or None.
+
+        None also when the stored snapshot does not match its seal (see ``put_snapshot``):
+        its bytes were altered, it was moved from another session or name, it is past the
+        head, or the event at its ``seq`` is not the one it summarised (the log was rolled
+        back or rewritten, or that event does not read back).
+        """
         key = _key(key)
         check_id(name, "name")
-        return self._get_snapshot(key, name)
+        found = self._get_snapshot(key, name)
+        if found is None:
+            return None
+        seq, stored = found
+        if seq > self._head(key):
+            return None
+        try:
+            anchor = event_anchor(self._read_raw(key, seq - 1, seq) if seq else [])
+        except Corrupt:
+            return None  # the reader folds from scratch and meets the damage itself
+        data = open_snapshot(self._secret(), key, name, seq, anchor, stored)
+        return None if data is None else (seq, data)
 
     @_guarded
     def secret(self) -> bytes:

@@ -694,10 +694,12 @@ class SQLiteStore(SessionStore):
     def _get_snapshot(self, key: SessionKey, name: str) -> tuple[int, bytes] | None:
         conn = self._conn()
         row = conn.execute(
-            "SELECT seq, data FROM snapshots WHERE session=? AND name=?",
+            "SELECT seq, CAST(data AS BLOB) FROM snapshots WHERE session=? AND name=?",
             (self._sid(key, conn), name),
         ).fetchone()
-        return (int(row[0]), bytes(row[1])) if row else None
+        if row is None or type(row[0]) is not int or row[1] is None:
+            return None  # an edited row: a cache the reader does without
+        return row[0], bytes(row[1])
 
     def _secret(self) -> bytes:
         row = self._conn().execute("SELECT value FROM agentnb_meta WHERE key='secret'").fetchone()
@@ -856,7 +858,8 @@ class _Connection(sqlite3.Connection):
 def _check_damage(exc: sqlite3.DatabaseError, conn: sqlite3.Connection) -> None:
     """Raise ``Corrupt`` for a damaged file; other errors are left to the caller."""
     code = getattr(exc, "sqlite_errorcode", 0) & 0xFF
-    if code in (_SQLITE_CORRUPT, _SQLITE_NOTADB):
+    # Text that is not UTF-8 was written by something other than agentnb.
+    if code in (_SQLITE_CORRUPT, _SQLITE_NOTADB) or str(exc).startswith("Could not decode"):
         raise Corrupt(
             f"{getattr(conn, 'path', 'the store file')} is damaged ({exc}); restore it from a "
             "backup, or export what is still readable and point the store at a new file"

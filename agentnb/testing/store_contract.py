@@ -42,6 +42,7 @@ from agentnb.events import (
 )
 from agentnb.ids import Clock, FakeClock, SessionKey
 from agentnb.log import Inbox, SessionLog
+from agentnb.stores._rows import event_anchor, seal_snapshot
 from agentnb.stores.base import MAX_BATCH, MAX_READ_LIMIT, SCAN_PAGE, Lease, SessionStore
 
 __all__ = ["StoreContract"]
@@ -1090,6 +1091,63 @@ class StoreContract:
         """SessionLog.follow with a negative position raises InvalidInput."""
         with pytest.raises(InvalidInput):
             SessionLog(store, key).follow(-1)
+
+    # -- snapshots ----------------------------------------------------------------------------
+
+    def test_snapshot_round_trips(self, store: SessionStore, key: SessionKey) -> None:
+        """get_snapshot returns the seq and bytes put_snapshot stored; None before that."""
+        assert store.get_snapshot(key, "state") is None
+        self.fill(store, key, 3)
+        store.put_snapshot(key, "state", 3, b"folded")
+        assert store.get_snapshot(key, "state") == (3, b"folded")
+
+    def test_older_snapshot_is_a_no_op(self, store: SessionStore, key: SessionKey) -> None:
+        """A snapshot with an older seq than the stored one leaves the stored one."""
+        self.fill(store, key, 3)
+        store.put_snapshot(key, "state", 3, b"newer")
+        store.put_snapshot(key, "state", 2, b"older")
+        assert store.get_snapshot(key, "state") == (3, b"newer")
+
+    def test_snapshot_past_the_head_is_invalid_input(
+        self, store: SessionStore, key: SessionKey
+    ) -> None:
+        """A snapshot seq past the head raises InvalidInput; nothing is stored."""
+        self.fill(store, key, 2)
+        with pytest.raises(InvalidInput):
+            store.put_snapshot(key, "state", 3, b"ahead")
+        assert store.get_snapshot(key, "state") is None
+
+    # The next tests play someone editing the stored bytes (through the backend's hooks).
+
+    def test_altered_snapshot_is_ignored(self, store: SessionStore, key: SessionKey) -> None:
+        """A snapshot whose stored bytes were changed reads as None (the reader folds the
+        log instead); the same bytes unchanged read back."""
+        self.fill(store, key, 2)
+        anchor = event_anchor(store.read_raw(key, 1, 1))
+        for name, data in (("kept", b"folded"), ("altered", b"folded")):
+            sealed = seal_snapshot(store.secret(), key, name, 2, anchor, data)
+            if name == "altered":
+                sealed = sealed.replace(b"folded", b"forged")
+            store._put_snapshot(key, name, 2, sealed)
+        assert store.get_snapshot(key, "kept") == (2, b"folded")
+        assert store.get_snapshot(key, "altered") is None
+
+    def test_snapshot_moved_to_another_session_or_name_is_ignored(
+        self, store: SessionStore, key: SessionKey
+    ) -> None:
+        """Stored snapshot bytes copied to another session, or under another name, read as
+        None: the seal binds them to where they were made."""
+        other = session_key("other")
+        store.create_session(other)
+        self.fill(store, key, 2)
+        self.fill(store, other, 2)
+        store.put_snapshot(key, "state", 2, b"folded")
+        found = store._get_snapshot(key, "state")
+        assert found is not None
+        store._put_snapshot(other, "state", 2, found[1])
+        store._put_snapshot(key, "chat", 2, found[1])
+        assert store.get_snapshot(other, "state") is None
+        assert store.get_snapshot(key, "chat") is None
 
     # -- secret -------------------------------------------------------------------------------
 

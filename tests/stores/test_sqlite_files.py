@@ -143,6 +143,17 @@ class TestDamage:
             list(store.scan(key))
         assert str(path) in str(info.value)
 
+    def test_text_that_is_not_utf8_is_corrupt_naming_the_file(self, tmp_path: Path) -> None:
+        """A payload rewritten in the file as bytes that are not UTF-8 raises Corrupt naming
+        the file, not a bare sqlite3.OperationalError."""
+        path = tmp_path / "agentnb.sqlite"
+        key = filled(path)
+        with sqlite3.connect(path, isolation_level=None) as conn:
+            conn.execute("UPDATE events SET payload=CAST(x'ff00fe' AS TEXT) WHERE seq=2")
+        conn.close()
+        with SQLiteStore(path) as store, pytest.raises(Corrupt, match=str(path)):
+            store.read_after(key, 0, 10)
+
 
 class TestLostSessions:
     def test_store_replaced_by_an_older_copy_is_corrupt(self, tmp_path: Path) -> None:
@@ -208,3 +219,31 @@ class TestReadOnlyOpen:
         key = filled(path)
         with SQLiteStore(path, create=False) as store:
             assert store.head(key) == 3
+
+
+class TestSnapshotSeal:
+    def test_snapshot_of_a_rewritten_event_is_ignored(self, tmp_path: Path) -> None:
+        """A snapshot whose seq now holds another event (the log's tail removed in the file
+        and written again) reads as None."""
+        path = tmp_path / "agentnb.sqlite"
+        key = filled(path)
+        with SQLiteStore(path) as store:
+            store.put_snapshot(key, "state", 3, b"folded")
+            assert store.get_snapshot(key, "state") == (3, b"folded")
+            with sqlite3.connect(path, isolation_level=None) as conn:
+                conn.execute("DELETE FROM events WHERE seq=3")
+            conn.close()
+            store.append(key, [step(30)], expected_seq=2, batch_id="again")
+            assert store.head(key) == 3
+            assert store.get_snapshot(key, "state") is None
+
+    def test_altered_snapshot_row_is_ignored(self, tmp_path: Path) -> None:
+        """A snapshot row whose data was edited in the file reads as None."""
+        path = tmp_path / "agentnb.sqlite"
+        key = filled(path)
+        with SQLiteStore(path) as store:
+            store.put_snapshot(key, "state", 3, b"folded")
+            with sqlite3.connect(path, isolation_level=None) as conn:
+                conn.execute("UPDATE snapshots SET data=replace(data, 'folded', 'forged')")
+            conn.close()
+            assert store.get_snapshot(key, "state") is None
