@@ -4,6 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.bench-installed
+DEMO_STAMP := $(VENV)/.demo-installed
 
 .PHONY: venv demo test lint bench clean
 
@@ -20,7 +21,14 @@ $(BENCH_STAMP): $(STAMP) pyproject.toml
 
 venv: $(STAMP)
 
-demo: $(STAMP)
+# The demo needs only the runtime and the export extra, not `dev` (JupyterLab, Playwright,
+# mypy...). Its own stamp, so `make test` still installs `dev` into the same venv afterwards.
+$(DEMO_STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet -e ".[export]"
+	touch $(DEMO_STAMP)
+
+demo: $(DEMO_STAMP)
 	$(BIN)/agentnb demo
 
 test: $(STAMP)

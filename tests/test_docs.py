@@ -76,26 +76,3 @@ def test_every_help_documents_the_exit_codes() -> None:
         assert re.search(r"^  2  usage error", text, flags=re.M), name
         assert re.search(r"^  3  not found", text, flags=re.M), name
         assert re.search(r"^  4  data error", text, flags=re.M), name
-
-
-def test_demo_runs_end_to_end(tmp_path: Path) -> None:
-    """`agentnb demo` completes every step on a fresh store and prints the timeline."""
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "agentnb.cli",
-            "demo",
-            "--store",
-            f"sqlite:///{tmp_path / 'demo.sqlite'}",
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-        cwd=REPO,
-        timeout=120,
-    )
-    assert "interrupted task 3 while it streamed: interrupted" in out.stdout
-    assert "resumed task 3 (same turn, new run): completed" in out.stdout
-    assert "approved; task 2 completed" in out.stdout
-    assert "the turns dataframe" in out.stdout
