@@ -457,7 +457,7 @@ def _tail(args: argparse.Namespace) -> int:
                 brief = ", ".join(f"{k}={_text(v)}" for k, v in shown)
                 print(
                     f"{event.seq:>7}  {event.occurred_at:%H:%M:%S.%f}  {event.type:<22} "
-                    f"{_cut(brief, 90)}",
+                    f"{_cut(brief, 90)}".rstrip(),
                     flush=True,
                 )
         except KeyboardInterrupt:
