@@ -9,6 +9,10 @@ Every function takes a ``source``:
 * a live store: a ``SessionStore``, a store URL (``sqlite:///...``), an SQLite store file, a
   ``SessionLog`` or a ``Session`` (just that session). Nothing is exported or written.
 
+Reading never creates anything: a store URL or export path that names nothing raises
+``InvalidInput`` (no folder, file or store appears), and a file that is not what its prefix
+says (``duckdb:`` naming an SQLite store, say) raises ``InvalidInput`` before DuckDB opens it.
+
 Frames: ``events``, ``turns``, ``runs``, ``steps``, ``model_calls``, ``tool_calls``,
 ``interactions``, ``inputs`` (the views of ``exporters/schema.sql``; columns documented there),
 each optionally narrowed with ``namespace=``, ``user_id=``, ``agent_id=``, ``session_id=``.
@@ -135,14 +139,14 @@ def _opened_path(kind: str, target: str) -> Iterator[duckdb.DuckDBPyConnection]:
             )
         con = connect()
         try:
-            _register_parquet(con, ParquetSink(target))
+            _register_parquet(con, ParquetSink(target, read_only=True))
             yield con
         finally:
             con.close()
     else:
         from agentnb.stores import open_store
 
-        store = open_store(target)
+        store = open_store(target, create=False)
         con = connect()
         try:
             _register_live(con, store)

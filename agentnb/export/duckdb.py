@@ -7,16 +7,28 @@ transaction, and ``turn_parts`` reads it: the ``turns`` view does not rescan the
 A DuckDB file open for writing locks out every other process (even read-only ones), so the
 sink opens it for one ``accept`` and closes it before returning: a notebook kernel never holds
 it longer. A writer that finds it locked retries with backoff for ``lock_timeout`` seconds.
+
+Files. A new export file is owner-only (0600) from the start: it is made in a private
+(0700) folder beside the target and linked into place, so it is never readable by others,
+not even empty; folders the sink creates are 0700. (While an ``accept`` runs, DuckDB's own
+``.wal`` file beside it has the process's default mode; it is gone when the file is
+closed. Keep exports in a folder of your own.) An existing file keeps its mode. Before
+DuckDB opens a file, its header is checked: an SQLite file (an agentnb store) raises
+``InvalidInput`` (DuckDB itself would try to download an extension to read it), any other
+file that is not a DuckDB database ``Corrupt``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
+import tempfile
 import threading
 import time
 from pathlib import Path
 
-from agentnb.errors import InvalidInput, StorageError
+from agentnb.errors import Corrupt, InvalidInput, StorageError
 from agentnb.export.base import sink_name
 from agentnb.export.columns import (
     FLATTEN_SQL,
@@ -29,23 +41,58 @@ from agentnb.export.columns import (
 from agentnb.export.rollup import Rollups
 from agentnb.export.sql import schema_sql
 from agentnb.ids import SessionKey
+from agentnb.stores.sqlite import make_private_dirs
 
 require_export_deps()
 
 import duckdb  # noqa: E402 - after the friendly check above
 import pyarrow as pa  # noqa: E402
 
-__all__ = ["DuckDBSink", "open_duckdb"]
+__all__ = ["DuckDBSink", "check_duckdb_file", "open_duckdb"]
 
 TABLE = "raw_events"
 ROLLUPS = "turn_rollups"
 """One row of ``turn_rollup`` per turn, kept by each ``accept`` (``turn_parts`` reads it)."""
 
 
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+_DUCKDB_MAGIC = b"DUCK"
+"""Bytes 8-11 of every DuckDB database file."""
+
+
+def check_duckdb_file(path: str) -> None:
+    """Refuse an existing file that is not a DuckDB database, before DuckDB reads it:
+    ``InvalidInput`` for an SQLite file (the wrong kind of source), ``Corrupt`` for any
+    other file."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(16)
+    except FileNotFoundError:
+        return
+    except IsADirectoryError:
+        raise InvalidInput(f"DuckDB path {path!r} is a folder; pass a file path") from None
+    except OSError as exc:
+        raise StorageError(f"cannot read DuckDB file {path!r}: {exc.strerror}") from None
+    if head.startswith(_SQLITE_MAGIC):
+        raise InvalidInput(
+            f"{path!r} is an SQLite database (an agentnb store?), not a DuckDB file: read a "
+            f"store as sqlite:///{path}, and export to a .duckdb file of its own"
+        )
+    if head[8:12] != _DUCKDB_MAGIC:
+        raise Corrupt(
+            f"{path!r} is not a DuckDB database file; pass a DuckDB export, or a new path "
+            "to export to"
+        )
+
+
 def open_duckdb(
     path: str, *, read_only: bool = False, lock_timeout: float = 30.0
 ) -> duckdb.DuckDBPyConnection:
-    """Open a DuckDB file, waiting (with backoff) while another process holds its lock."""
+    """Open a DuckDB file, waiting (with backoff) while another process holds its lock.
+
+    A file that exists but is not a DuckDB database raises ``InvalidInput`` first.
+    """
+    check_duckdb_file(path)
     deadline = time.monotonic() + lock_timeout
     delay = 0.02
     while True:
@@ -72,7 +119,8 @@ class DuckDBSink:
         resolved = Path(os.fspath(path)).expanduser().resolve()
         if resolved.is_dir():
             raise InvalidInput(f"DuckDB path {str(resolved)!r} is a folder; pass a file path")
-        resolved.parent.mkdir(parents=True, exist_ok=True)
+        check_duckdb_file(str(resolved))
+        make_private_dirs(resolved.parent)
         self.path = str(resolved)
         self.name = name if name is not None else sink_name("duckdb", self.path)
         self.lock_timeout = lock_timeout
@@ -91,6 +139,8 @@ class DuckDBSink:
         with self._mutex:
             if self._rollups is None:
                 self._rollups = Rollups()
+            if not os.path.exists(self.path):
+                self._create()
             con = open_duckdb(self.path, lock_timeout=self.lock_timeout)
             try:
                 con.register("batch", envelope)
@@ -103,6 +153,29 @@ class DuckDBSink:
                 con.execute("COMMIT")
             finally:
                 con.close()
+
+    def _create(self) -> None:
+        """Make the file, with its schema, owner-only from the start (see the module
+        docstring); a file another writer made meanwhile is kept."""
+        folder = tempfile.mkdtemp(prefix=".agentnb-", dir=os.path.dirname(self.path))
+        try:
+            tmp = os.path.join(folder, "new.duckdb")
+            con = connect(tmp)
+            try:
+                self._ensure_schema(con)
+            finally:
+                con.close()
+            os.chmod(tmp, 0o600)
+            try:
+                os.link(tmp, self.path)
+            except FileExistsError:
+                pass
+            except OSError:  # no hard links on this file system
+                if not os.path.exists(self.path):
+                    os.replace(tmp, self.path)
+        finally:
+            with contextlib.suppress(OSError):
+                shutil.rmtree(folder)
 
     @staticmethod
     def _roll_up(con: duckdb.DuckDBPyConnection, rollups: Rollups, inserted: pa.Table) -> None:

@@ -14,7 +14,21 @@ each commit added and removed, and the seq ranges of each session it holds; the 
 events it already holds, so a re-delivered batch writes no duplicate rows. Files renamed in
 before a crash cut off their manifest record are outside the manifest: readers that go by
 the manifest (``files()``, ``agentnb.analysis``, ``exporters/parquet.sql``) ignore them, the
-exporter delivers their events again, and ``compact()`` deletes them.
+exporter delivers their events again, and ``compact()`` deletes them (on a local root).
+
+Ownership. The sink writes only into a folder it made: an empty (or missing) root gets a
+``_agentnb.json`` marker before anything else; a root with that marker or a ``_manifest``
+folder (an export of an earlier agentnb) is taken up; any other non-empty folder is refused
+with ``InvalidInput``. ``compact()`` deletes only files the sink can prove it wrote: files
+the manifest lists as removed by a commit, and files a crashed commit left outside the
+manifest, recognised by name (``part-<batch>...``) and by that commit's ``_staging/<batch>``
+folder, which a commit removes only after its manifest record is in place. Any other file
+under the root is left alone.
+
+Modes. On a local root every file the sink writes is owner-only (0600) and every folder it
+creates is 0700, like the store: exports hold whole conversations. (Object stores have no
+modes: their access rules apply.) Exports written by earlier versions keep their modes:
+``chmod -R go= DIR`` tightens them.
 
 Turn rollups: each commit also writes the ``turn_rollup`` (``exporters/schema.sql``) of its
 turns, combined with the rows earlier commits held for those turns, and replaces the files
@@ -28,6 +42,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import threading
 from collections.abc import Iterator, Sequence
 from datetime import UTC, date, datetime
@@ -50,6 +65,7 @@ from agentnb.export.columns import (
 from agentnb.export.rollup import Rollups
 from agentnb.ids import SessionKey, new_id
 from agentnb.stores.base import RawEvent
+from agentnb.stores.sqlite import make_private_dirs
 
 require_export_deps()
 
@@ -72,6 +88,9 @@ ROLLUP_ROW_GROUP = 16_384
 """Rows per row group of a rollup file (sorted by turn id): the unit a commit reads."""
 
 STAGING = "_staging"
+MARKER = "_agentnb.json"
+"""Written first into a root the sink takes up: the folder is an agentnb export."""
+_OURS = re.compile(r"^part-(batch_[0-9a-f]+)(?:-\d+)?\.parquet$")
 FILE_COLUMNS = tuple(name for name, _ in COLUMNS if name != "event_date")
 """Columns stored in each file (``event_date`` is the Hive partition folder)."""
 
@@ -103,7 +122,10 @@ class ParquetSink:
 
     ``root`` is a local folder (created if missing) or a URI any pyarrow filesystem
     understands (``s3://bucket/prefix``, ``gs://...``, ``file:///...``); or pass
-    ``filesystem=`` with a path on it. ``name`` defaults to ``parquet:<root>``.
+    ``filesystem=`` with a path on it. ``name`` defaults to ``parquet:<root>``. A folder
+    that holds other files and no agentnb manifest is refused (``InvalidInput``).
+    ``read_only=True`` (readers such as ``agentnb.analysis``) creates and writes nothing
+    and refuses a missing root.
     """
 
     def __init__(
@@ -112,6 +134,7 @@ class ParquetSink:
         *,
         name: str | None = None,
         filesystem: pafs.FileSystem | None = None,
+        read_only: bool = False,
     ) -> None:
         text = os.fspath(root)
         if not isinstance(text, str) or not text:
@@ -127,12 +150,17 @@ class ParquetSink:
         else:
             self.fs, self.root = pafs.LocalFileSystem(), str(Path(text).expanduser().resolve())
         self.local = isinstance(self.fs, pafs.LocalFileSystem)
+        self.read_only = read_only
         info = self.fs.get_file_info(self.root)
         if info.type == pafs.FileType.File:
             raise InvalidInput(
                 f"Parquet root {self.root!r} is a file; pass a folder (it is created if missing)"
             )
-        self.fs.create_dir(self.root, recursive=True)
+        if info.type == pafs.FileType.NotFound and read_only:
+            raise InvalidInput(f"there is no Parquet export at {self.root!r}; check the path")
+        if not read_only:
+            self._mkdir(self.root)
+        self._adopt()
         self.name = (
             name
             if name is not None
@@ -150,10 +178,56 @@ class ParquetSink:
     def __repr__(self) -> str:
         return f"ParquetSink({self.root!r}, name={self.name!r})"
 
+    def _adopt(self) -> None:
+        """Take up the root if it is an agentnb export or empty (see the module docstring)."""
+        if self.fs.get_file_info(self.root).type != pafs.FileType.Directory:
+            return  # read_only on an object store prefix with nothing under it yet
+        names = sorted(i.base_name for i in self.fs.get_file_info(pafs.FileSelector(self.root)))
+        if MARKER in names:
+            return
+        if names and MANIFEST not in names:
+            shown = ", ".join(names[:5]) + (", ..." if len(names) > 5 else "")
+            raise InvalidInput(
+                f"{self.root!r} already holds files ({shown}) and no agentnb manifest "
+                f"({MANIFEST}/): agentnb exports only into an empty folder or one it made. "
+                "Choose a new folder"
+            )
+        if not self.read_only:
+            record = {"format": "agentnb-parquet", "version": VERSION}
+            self._write_file(f"{self.root}/{MARKER}", json.dumps(record).encode())
+
+    def _mkdir(self, path: str) -> None:
+        if self.local:
+            make_private_dirs(Path(path))
+        else:
+            self.fs.create_dir(path, recursive=True)
+
+    def _write_file(self, path: str, data: bytes) -> None:
+        """Write ``path`` whole (owner-only on a local root) and flush it to disk."""
+        if self.local:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+            try:
+                os.write(fd, data)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            return
+        with self.fs.open_output_stream(path) as out:
+            out.write(data)
+
+    def _private(self, path: str) -> None:
+        if self.local:
+            os.chmod(path, 0o600)
+
+    def _check_writable(self) -> None:
+        if self.read_only:
+            raise InvalidInput(f"{self!r} was opened read_only; open it without to write")
+
     # -- the ExportSink protocol ------------------------------------------------------------
 
     def accept(self, events: Batch) -> None:
         """Write the events not held yet as new files, then the manifest record (durable)."""
+        self._check_writable()
         with self._mutex, self._locked():
             self._refresh()
             fresh: dict[SessionKey, Sequence[Event | RawEvent]] = {}
@@ -220,39 +294,66 @@ class ParquetSink:
     # -- compaction --------------------------------------------------------------------------
 
     def compact(self, *, closed_before: date | None = None) -> int:
-        """Merge each closed partition's files into one and delete files nothing lists.
+        """Merge each closed partition's files into one and delete files the sink retired.
 
         A partition is closed when its date is before ``closed_before`` (default: today, UTC):
-        no new event can land there. Files a crash left outside the manifest are deleted:
-        the exporter re-delivers what the manifest does not hold. Rollup files that commits
-        replaced are deleted too, at once (commits delete them ``RETIRED_KEEP_S`` after: a
-        reader that listed them before may fail, so compact when nobody is reading). Returns
-        the number of files merged or deleted.
+        no new event can land there. Only files the sink can prove it wrote are deleted (see
+        the module docstring): those the manifest lists as removed, and, on a local root,
+        those a crashed commit left outside the manifest (the exporter re-delivers what the
+        manifest does not hold). Rollup files that commits replaced are deleted at once
+        (commits delete them ``RETIRED_KEEP_S`` after: a reader that listed them before may
+        fail, so compact when nobody is reading). Returns the number of files merged or
+        deleted.
         """
+        self._check_writable()
         limit = closed_before or datetime.now(UTC).date()
         done = 0
         with self._mutex, self._locked():
             self._refresh()
             held = self._added - self._removed
+            crashed = self._crashed_batches()
             for part in self._folders(EVENTS):
                 try:
                     day = date.fromisoformat(part.base_name.split("=", 1)[1])
                 except (IndexError, ValueError):
                     continue
-                if day >= limit:
-                    continue
                 names = self._parquet_files(part.path)
                 listed = [p for p in names if self._rel(p) in held]
-                if len(listed) >= 2:
+                stale = [p for p in names if self._retired_file(p, crashed)]
+                if day < limit and len(listed) >= 2:
                     self._compact_partition(listed)
                     done += len(listed)
-                done += self._delete([p for p in names if self._rel(p) not in held])
+                # In open partitions too: the staging folders that prove them go below.
+                done += self._delete(stale)
             folder = f"{self.root}/{TURN_PARTS}"
             if self.fs.get_file_info(folder).type == pafs.FileType.Directory:
                 names = self._parquet_files(folder)
-                done += self._delete([p for p in names if self._rel(p) not in held])
+                done += self._delete([p for p in names if self._retired_file(p, crashed)])
                 self._retired.clear()
+            for batch in crashed:
+                with contextlib.suppress(OSError):
+                    self.fs.delete_dir(f"{self.root}/{STAGING}/{batch}")
         return done
+
+    def _crashed_batches(self) -> set[str]:
+        """Batches whose staging folder is still there: commits a crash cut off (or that
+        finished but did not clean up). Only on a local root, where ``_locked`` keeps other
+        writers out, so none of them is in progress."""
+        folder = f"{self.root}/{STAGING}"
+        if not self.local or self.fs.get_file_info(folder).type != pafs.FileType.Directory:
+            return set()
+        infos = self.fs.get_file_info(pafs.FileSelector(folder))
+        return {i.base_name for i in infos if i.type == pafs.FileType.Directory}
+
+    def _retired_file(self, path: str, crashed: set[str]) -> bool:
+        """Whether ``path`` is a file of this sink that no commit lists any more."""
+        rel = self._rel(path)
+        if rel in self._removed:
+            return True
+        if rel in self._added:
+            return False
+        match = _OURS.match(rel.rsplit("/", 1)[-1])
+        return match is not None and match.group(1) in crashed
 
     def _folders(self, name: str) -> list[pafs.FileInfo]:
         base = f"{self.root}/{name}"
@@ -313,7 +414,7 @@ class ParquetSink:
     ) -> None:
         batch_id = new_id("batch")
         staging = f"{self.root}/{STAGING}/{batch_id}"
-        self.fs.create_dir(staging, recursive=True)
+        self._mkdir(staging)
         files: list[tuple[pa.Table, str]] = []
         dates = table.column("event_date").unique().to_pylist()
         import pyarrow.compute as pc
@@ -335,9 +436,10 @@ class ParquetSink:
             tmp = f"{staging}/{i}.parquet"
             groups = ROLLUP_ROW_GROUP if rel.startswith(TURN_PARTS) else None
             pq.write_table(data, tmp, filesystem=self.fs, row_group_size=groups)
+            self._private(tmp)  # inside the owner-only staging folder until then
             self._sync(tmp)
             folder = f"{self.root}/{rel.rsplit('/', 1)[0]}"
-            self.fs.create_dir(folder, recursive=True)
+            self._mkdir(folder)
             self.fs.move(tmp, f"{self.root}/{rel}")
             self._sync_dir(folder)
             added.append(rel)
@@ -352,10 +454,8 @@ class ParquetSink:
             "sessions": sessions,
         }
         tmp = f"{staging}/manifest.json"
-        with self.fs.open_output_stream(tmp) as out:
-            out.write(json.dumps(record, sort_keys=True).encode())
-        self._sync(tmp)
-        self.fs.create_dir(f"{self.root}/{MANIFEST}", recursive=True)
+        self._write_file(tmp, json.dumps(record, sort_keys=True).encode())
+        self._mkdir(f"{self.root}/{MANIFEST}")
         self.fs.move(tmp, f"{self.root}/{MANIFEST}/{batch_id}.json")
         self._sync_dir(f"{self.root}/{MANIFEST}")
         with contextlib.suppress(OSError):

@@ -190,7 +190,7 @@ class SQLiteStore(SessionStore):
             # No store file: a -catalogue record beside it belongs to a store deleted before.
             with contextlib.suppress(FileNotFoundError):
                 self._catalogue.unlink()
-            _make_dirs(self.path.parent)
+            make_private_dirs(self.path.parent)
             try:
                 os.close(os.open(self.path, _CREATE, 0o600))
             except FileExistsError:  # another process made it first (or a link appeared)
@@ -716,7 +716,7 @@ def _lstat(path: Path) -> os.stat_result | None:
         return None
 
 
-def _make_dirs(folder: Path) -> None:
+def make_private_dirs(folder: Path) -> None:
     """Create ``folder`` and missing parents, each owner-only (0700)."""
     missing = []
     while not folder.exists():

@@ -389,6 +389,47 @@ class TestBadInput:
             analysis.turns(f"parquet:{path}")
 
 
+class TestReadsCreateNothing:
+    def test_missing_sqlite_store_is_refused_and_nothing_created(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """turns("sqlite:///newdir/x.sqlite") raises InvalidInput; no folder or store
+        appears."""
+        monkeypatch.chdir(tmp_path)
+        with pytest.raises(nb.InvalidInput, match="no agentnb store"):
+            analysis.turns("sqlite:///newdir/x.sqlite")
+        with pytest.raises(nb.InvalidInput, match="no agentnb store"):
+            analysis.turns(f"sqlite:///{tmp_path / 'x.sqlite'}")
+        assert list(tmp_path.iterdir()) == []
+
+    def test_duckdb_prefix_on_an_sqlite_store_is_refused(self, known_session: Known) -> None:
+        """duckdb: naming an SQLite store raises InvalidInput before DuckDB opens it (which
+        would try to download an extension); the store is left as it was."""
+        before = known_session.path.read_bytes()
+        with pytest.raises(nb.InvalidInput, match="SQLite database"):
+            analysis.turns(f"duckdb:{known_session.path}")
+        assert known_session.path.read_bytes() == before
+
+    def test_file_that_is_no_export_is_refused(self, tmp_path: Path) -> None:
+        """A file that is neither an SQLite store nor a DuckDB export raises Corrupt."""
+        path = tmp_path / "notes.txt"
+        path.write_text("hello")
+        with pytest.raises(nb.Corrupt, match="not a DuckDB database"):
+            analysis.turns(str(path))
+
+    def test_folder_that_is_no_export_is_refused_untouched(self, tmp_path: Path) -> None:
+        """A folder of other files raises InvalidInput and gets no marker or manifest."""
+        (tmp_path / "data.csv").write_text("a,b")
+        with pytest.raises(nb.InvalidInput, match="no agentnb manifest"):
+            analysis.turns(str(tmp_path))
+        assert [p.name for p in tmp_path.iterdir()] == ["data.csv"]
+
+    def test_missing_parquet_uri_is_refused(self) -> None:
+        """parquet: naming a pyarrow URI where nothing exists raises InvalidInput."""
+        with pytest.raises(nb.InvalidInput, match="no Parquet export"):
+            analysis.turns("parquet:mock:///nothing/here")
+
+
 class TestTimeline:
     def test_timeline_draws_a_row_per_turn(self, known_parquet: Path, tmp_path: Path) -> None:
         """timeline() returns a figure with one y tick per turn and saves to PNG."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import stat
 import subprocess
 import sys
 import threading
@@ -327,10 +328,13 @@ class TestParquetSink:
         store = _store_with(30, start=start)
         sink = ParquetSink(tmp_path / "pq")
         Exporter(store, sink, batch_size=10).drain()
-        # a crash after the rename, before the manifest: a file the manifest does not know
+        # a crash after the rename, before the manifest: a file the manifest does not know,
+        # named by its commit's batch, whose staging folder is still there
         day = tmp_path / "pq" / "events" / "event_date=2026-03-01"
         orphan = sorted(day.glob("*.parquet"))[0]
-        (day / "part-orphan.parquet").write_bytes(orphan.read_bytes())
+        batch = "batch_" + "0" * 31 + "1"
+        (day / f"part-{batch}.parquet").write_bytes(orphan.read_bytes())
+        (tmp_path / "pq" / "_staging" / batch).mkdir(parents=True)
         assert len(_parquet_rows(tmp_path / "pq")) == 40
         assert sink.compact() == 4
         assert len(list(day.glob("*.parquet"))) == 1
@@ -338,6 +342,40 @@ class TestParquetSink:
         assert sorted(s for _, s in rows) == list(range(1, 31))
         assert len(ParquetSink(tmp_path / "pq").files()) == 1
         assert Exporter(store, sink).drain() == 0
+
+    def test_compact_leaves_files_it_did_not_write(self, tmp_path: Path) -> None:
+        """A Parquet file someone else put in the export (no manifest record, no staging
+        folder of a crashed commit) survives compact(), in a closed partition and in
+        turn_parts."""
+        start = datetime(2026, 3, 1, 10, tzinfo=UTC)
+        sink = ParquetSink(tmp_path / "pq")
+        Exporter(_store_with(30, start=start), sink, batch_size=10).drain()
+        day = tmp_path / "pq" / "events" / "event_date=2026-03-01"
+        theirs = [day / "part-theirs.parquet", day / "notes.parquet"]
+        theirs.append(tmp_path / "pq" / "turn_parts" / "part-batch_0123abcd.parquet")
+        theirs[-1].parent.mkdir(exist_ok=True)
+        for path in theirs:
+            path.write_bytes(b"not ours")
+        assert sink.compact() == 3  # the three listed files merged, nothing else touched
+        assert all(path.read_bytes() == b"not ours" for path in theirs)
+
+    def test_compact_deletes_what_a_killed_commit_left(
+        self, known_session: Known, tmp_path: Path
+    ) -> None:
+        """kill -9 after a commit renamed files in, before its manifest record: compact()
+        deletes those files and the commit's staging folder, and no listed file."""
+        root = tmp_path / "pq"
+        _kill_child_at_marker(tmp_path, known_session.url, "parquet", root, "mid-commit")
+        sink = ParquetSink(root)
+        listed = set(sink.files()) | set(sink.turn_part_files() or [])
+        on_disk = {str(p) for p in root.glob("**/*.parquet") if "_staging" not in p.parts}
+        left = on_disk - listed
+        assert left  # the killed commit's data and rollup files
+        assert list((root / "_staging").iterdir())
+        sink.compact(closed_before=date(2000, 1, 1))
+        assert not any(os.path.exists(p) for p in left)
+        assert all(os.path.exists(p) for p in listed)
+        assert not list((root / "_staging").iterdir())
 
     def test_compact_leaves_open_partitions_alone(self, tmp_path: Path) -> None:
         """Today's partition (still open) is not compacted."""
@@ -522,6 +560,60 @@ class TestParquetSink:
             ParquetSink(path)
 
 
+class TestOwnership:
+    def test_a_folder_with_other_files_is_refused(self, tmp_path: Path) -> None:
+        """A non-empty folder with no agentnb manifest raises InvalidInput and is left as it
+        was."""
+        root = tmp_path / "mine"
+        root.mkdir()
+        (root / "data.parquet").write_bytes(b"someone's")
+        with pytest.raises(nb.InvalidInput, match="no agentnb manifest"):
+            ParquetSink(root)
+        assert sorted(p.name for p in root.iterdir()) == ["data.parquet"]
+
+    def test_an_export_of_an_earlier_agentnb_is_taken_up(self, tmp_path: Path) -> None:
+        """A folder with a _manifest but no marker (written before the marker existed) is
+        still an export the sink writes to."""
+        root = tmp_path / "pq"
+        Exporter(_store_with(5), ParquetSink(root)).drain()
+        (root / "_agentnb.json").unlink()
+        sink = ParquetSink(root)
+        assert sink.position(KEY) == 5
+        assert (root / "_agentnb.json").is_file()
+
+    def test_an_empty_folder_is_taken_up(self, tmp_path: Path) -> None:
+        """An existing empty folder becomes an export (its marker is written first)."""
+        root = tmp_path / "empty"
+        root.mkdir()
+        assert Exporter(_store_with(5), ParquetSink(root)).drain() == 5
+
+
+class TestExportModes:
+    def test_parquet_files_and_folders_are_owner_only(
+        self, known_session: Known, tmp_path: Path
+    ) -> None:
+        """Every file a Parquet export writes is 0600 and every folder it makes 0700."""
+        root = tmp_path / "exports" / "pq"
+        store = known_session.store()
+        try:
+            Exporter(store, ParquetSink(root), batch_size=25).drain()
+        finally:
+            store.close()
+        paths = [tmp_path / "exports", root, *root.rglob("*")]
+        assert len(paths) > 10
+        for path in paths:
+            want = 0o700 if path.is_dir() else 0o600
+            assert stat.S_IMODE(path.stat().st_mode) == want, path
+
+    def test_duckdb_file_and_folder_are_owner_only(self, tmp_path: Path) -> None:
+        """A new DuckDB export file is 0600 and the folder made for it 0700."""
+        path = tmp_path / "exports" / "x.duckdb"
+        Exporter(_store_with(5), DuckDBSink(path)).drain()
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600
+        assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+        assert sorted(p.name for p in path.parent.iterdir()) == ["x.duckdb"]
+
+
 class TestDuckDBSink:
     def test_the_file_is_closed_after_each_accept(self, tmp_path: Path) -> None:
         """After accept returns, another process can open the file for writing at once."""
@@ -591,6 +683,25 @@ class TestDuckDBSink:
             assert analysis.turns(f"duckdb:{path}").equals(expected)
         finally:
             store.close()
+
+    def test_an_sqlite_file_is_refused_before_duckdb_opens_it(self, tmp_path: Path) -> None:
+        """DuckDBSink and open_duckdb on an SQLite file (a store) raise InvalidInput; the
+        file is left as it was."""
+        path = tmp_path / "store.sqlite"
+        nb.open_store(f"sqlite:///{path}").close()
+        before = path.read_bytes()
+        with pytest.raises(nb.InvalidInput, match="SQLite database"):
+            DuckDBSink(path)
+        with pytest.raises(nb.InvalidInput, match="SQLite database"):
+            open_duckdb(str(path), read_only=True)
+        assert path.read_bytes() == before
+
+    def test_a_file_that_is_not_duckdb_is_refused(self, tmp_path: Path) -> None:
+        """open_duckdb on a file of another kind raises Corrupt."""
+        path = tmp_path / "notes.duckdb"
+        path.write_text("not a database at all")
+        with pytest.raises(nb.Corrupt, match="not a DuckDB database"):
+            open_duckdb(str(path))
 
     def test_a_path_that_is_a_folder_is_refused(self, tmp_path: Path) -> None:
         """DuckDBSink(folder) raises InvalidInput."""
