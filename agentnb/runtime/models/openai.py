@@ -176,7 +176,7 @@ class OpenAIChatModel(Model):
         return f"OpenAIChatModel(model={self.model!r}, base_url={self.base_url!r})"
 
     def stream(self, request: ModelRequest) -> AsyncIterator[StreamItem]:
-        return self._stream(self._body(request))
+        return self._stream(request)
 
     def _body(self, request: ModelRequest) -> dict[str, Any]:
         body: dict[str, Any] = {
@@ -226,10 +226,10 @@ class OpenAIChatModel(Model):
         """A ``ModelError`` with ``text`` redacted, then cut to ``MAX_ERROR_TEXT``."""
         return ModelError(_cut(self._redact(text), MAX_ERROR_TEXT), retryable=retryable)
 
-    async def _stream(self, body: dict[str, Any]) -> AsyncIterator[StreamItem]:
+    async def _stream(self, request: ModelRequest) -> AsyncIterator[StreamItem]:
         failure: ModelError | None = None
         try:
-            async with contextlib.aclosing(self._exchange(body)) as items:
+            async with contextlib.aclosing(self._exchange(self._body(request))) as items:
                 async for item in items:
                     yield item
         except ModelError as exc:
