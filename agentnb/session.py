@@ -21,6 +21,7 @@ from agentnb.errors import (
     InvalidInput,
     LeaseHeld,
     NotRunning,
+    StorageError,
 )
 from agentnb.events import Event, Message, canonical_json
 from agentnb.folds import ChatFolds, Folds
@@ -36,8 +37,8 @@ from agentnb.projections.decisions import (
     check_resume,
     effective_status,
 )
-from agentnb.projections.queue import blocking_turn, parked_error
-from agentnb.projections.state import PROJECTOR_VERSION, InboxState, SessionState
+from agentnb.projections.queue import blocking_turn, parked_error, will_move
+from agentnb.projections.state import PARKING, PROJECTOR_VERSION, InboxState, SessionState
 from agentnb.records import (
     Holder,
     InputReceipt,
@@ -591,6 +592,8 @@ class Session:
             if executing:
                 return None
             status = "interrupted"  # cut off: its process stopped (see effective_status)
+        elif status in PARKING and will_move(state, inbox, turn.turn_id):
+            return None  # answered, resumed or cancelled meanwhile: it goes on
         if turn.status == "cancelled":
             status = "cancelled"
         output = turn.output if status == "completed" else None
@@ -606,12 +609,19 @@ class Session:
         before = self._executing()
         state, inbox = self._refresh()
         executing = before or self._executing()
-        outcome = self._outcome(receipt, state, inbox, executing=executing)
+        outcome = self._outcome(receipt, state, inbox, executing=True)  # as committed
         if outcome is None and not executing:
+            failure = self.runtime.failure(self.key)
+            if failure is not None:
+                raise StorageError(
+                    f"the runtime stopped executing session {self.key}: {failure}; fix the "
+                    "store, then call session.start() (an open run is closed as interrupted)"
+                )
             turn = state.turns.get(receipt.turn_id)
             blocking = blocking_turn(state, inbox, executing=False)
             if (turn is None or not turn.run_ids) and blocking is not None:
                 raise parked_error(state, receipt.turn_id, *blocking)
+            outcome = self._outcome(receipt, state, inbox, executing=False)  # cut off?
         return outcome, state.seq
 
     def wait(self, receipt: Receipt, timeout: float | None = None) -> Outcome:

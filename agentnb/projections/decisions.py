@@ -153,7 +153,8 @@ def check_respond(
 
 
 def check_cancel(state: SessionState, inbox: InboxState, turn_id: str, *, executing: bool) -> str:
-    """How to cancel: ``queued`` (inbox only), ``parked`` (runtime closes it) or ``done``."""
+    """How to cancel: ``queued`` (inbox only), ``parked`` (runtime closes it), ``running``
+    (interrupt first, then close it as parked) or ``done``."""
     turn = state.turns.get(turn_id)
     if turn is None:
         submit = next(
@@ -169,7 +170,7 @@ def check_cancel(state: SessionState, inbox: InboxState, turn_id: str, *, execut
     if status == "completed":
         raise InvalidInput(f"turn {turn_id} already completed; there is nothing to cancel")
     if status == "running":
-        raise InvalidInput(f"turn {turn_id} is running; interrupt() it first, then cancel it")
+        return "running"
     return "parked"
 
 

@@ -11,7 +11,7 @@ from agentnb.errors import Parked
 from agentnb.projections.decisions import effective_status
 from agentnb.projections.state import PARKING, InboxState, SessionState, TurnState
 
-__all__ = ["blocking_turn", "parked_error", "ways_out"]
+__all__ = ["blocking_turn", "parked_error", "ways_out", "will_move"]
 
 _UNPARKING = frozenset({"resume", "respond", "cancel", "reconcile"})
 
@@ -28,17 +28,20 @@ def blocking_turn(
     if latest is None:
         return None
     status = effective_status(state, latest, executing=executing)
-    if status not in PARKING:
+    if status not in PARKING or will_move(state, inbox, latest.turn_id):
         return None
-    for command in inbox.commands.values():
-        if (
-            command.turn_id == latest.turn_id
-            and command.kind in _UNPARKING
-            and command.command_id not in state.handled
-            and command.command_id not in inbox.rejected
-        ):
-            return None
     return latest, status
+
+
+def will_move(state: SessionState, inbox: InboxState, turn_id: str) -> bool:
+    """Whether a command that continues or ends ``turn_id`` is accepted and not yet done."""
+    return any(
+        command.turn_id == turn_id
+        and command.kind in _UNPARKING
+        and command.command_id not in state.handled
+        and command.command_id not in inbox.rejected
+        for command in inbox.commands.values()
+    )
 
 
 def ways_out(state: SessionState, turn: TurnState, status: str) -> str:

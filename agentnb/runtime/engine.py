@@ -18,7 +18,7 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from agentnb.errors import (
@@ -261,6 +261,8 @@ class SessionDriver:
         self._inbox_lock = threading.Lock()
         self._background: set[asyncio.Future[None]] = set()
         self.stopping = False
+        self.given_up: str | None = None
+        """Why this driver stopped executing the session after a failure it could not record."""
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -297,6 +299,7 @@ class SessionDriver:
                 # session up; a later driver closes the open run as a crash would be.
                 log.error("session %s: execution given up: %s", self.key, exc)
                 self.writer.pending.clear()
+                self.given_up = str(exc)
                 return
             finally:
                 await self._release()
@@ -459,13 +462,21 @@ class SessionDriver:
                 self.writer.pending.clear()
                 await asyncio.to_thread(self._reload)
                 run = self.state.runs.get(self.state.active_run or "")
-                if run is not None:
-                    self._reset_stop(force=True)
-                    await self._finish(run.turn_id, run.run_id, "failed", [], error=reason)
-                elif (
+                unhandled = (
                     command.command_id not in self.state.handled
                     and command.command_id not in self.inbox.rejected
-                ):
+                )
+                self._reset_stop(force=True)
+                if run is not None:
+                    await self._finish(run.turn_id, run.run_id, "failed", [], error=reason)
+                elif unhandled and command.kind == "submit":
+                    # Failed before its first commit: the task still becomes a failed turn,
+                    # so its waiter and tasks() see why.
+                    turn_id, run_id = self._open_turn(command)
+                    await self._finish(
+                        turn_id, run_id, "failed", [command.command_id], error=reason
+                    )
+                elif unhandled:
                     await self._reject(command, reason)
                 return
             except _FATAL:
@@ -766,6 +777,19 @@ class SessionDriver:
     # -- one run -----------------------------------------------------------------------------
 
     async def _start_turn(self, command: Command) -> None:
+        turn_id, run_id = self._open_turn(command)
+        # The turn starts only if nobody cancelled it since we picked it: the first commit
+        # of the run is conditioned on the inbox head we decided from.
+        self._guard = (turn_id, self.inbox.seq)
+        self._reset_stop()
+        try:
+            await self._run(turn_id, run_id, applied=[command.command_id])
+        except _Cancelled:
+            self.writer.pending.clear()
+            await asyncio.to_thread(self._reload)
+
+    def _open_turn(self, command: Command) -> tuple[str, str]:
+        """Add the events that start a submitted turn and its first run: (turn_id, run_id)."""
         turn_id = command.turn_id or new_id("turn")
         run_id = new_id("run")
         text = command.input or ""
@@ -809,18 +833,13 @@ class SessionDriver:
             turn_id=turn_id,
             run_id=run_id,
         )
-        # The turn starts only if nobody cancelled it since we picked it: the first commit
-        # of the run is conditioned on the inbox head we decided from.
-        self._guard = (turn_id, self.inbox.seq)
-        self._reset_stop()
-        try:
-            await self._run(turn_id, run_id, applied=[command.command_id])
-        except _Cancelled:
-            self.writer.pending.clear()
-            await asyncio.to_thread(self._reload)
+        return turn_id, run_id
 
     def _publish(self, kind: str, turn_id: str, run_id: str, **data: Any) -> None:
-        self.runtime.hub.publish(LiveEvent(kind, turn_id, run_id, data, self.key))
+        try:
+            self.runtime.hub.publish(LiveEvent(kind, turn_id, run_id, data, self.key))
+        except Exception:  # live observers are told best effort; the run is not theirs
+            log.exception("session %s: a live observer failed", self.key)
 
     def _ev(self, type_: str, payload: Any, turn_id: str, run_id: str) -> Event:
         return Event.create(type_, payload, turn_id=turn_id, run_id=run_id)
@@ -1394,7 +1413,7 @@ class SessionDriver:
         reports = _Reports(w, turn_id, run_id, call.call_id, self._publish)
         ctx = ToolContext(self.key, turn_id, run_id, call.call_id, reports.record, reports.progress)
         started = time.monotonic()
-        task = asyncio.ensure_future(tool.invoke(arguments, ctx))
+        task = asyncio.ensure_future(_contained(tool.invoke, arguments, ctx))
         self._tool_task, self._tool_is_async, self._tool_name = task, tool.is_async, tool.name
         self._abandon.clear()
         try:
@@ -1413,10 +1432,9 @@ class SessionDriver:
                 run_id=run_id,
             )
             raise _Stop from None
-        except BaseException as exc:
-            if isinstance(exc, GeneratorExit):
-                raise
-            output = f"Error: {describe(exc)}"
+        except Exception as exc:  # noqa: BLE001 - any failure of a tool is its result
+            cause = exc.__cause__ if isinstance(exc, _Exit) else None
+            output = f"Error: {describe(cause or exc)}"
             status, action = "error", "failed"
         finally:
             self._tool_task = None
@@ -1456,6 +1474,23 @@ class SessionDriver:
         task.add_done_callback(_ignore_result)
         self._stop.set()
         raise asyncio.CancelledError
+
+
+class _Exit(Exception):
+    """A tool raised ``SystemExit`` or ``KeyboardInterrupt`` (its ``__cause__``)."""
+
+
+async def _contained(invoke: Callable[..., Coroutine[Any, Any, str]], *args: Any) -> str:
+    """Run a tool call so that not even ``SystemExit`` escapes it.
+
+    asyncio lets ``SystemExit`` and ``KeyboardInterrupt`` out of a task and stops the loop
+    with them; raised by a tool, they are the tool's failure, which the model is told. The
+    call's coroutine is made here, so a task cancelled before it starts leaves none behind.
+    """
+    try:
+        return await invoke(*args)
+    except (SystemExit, KeyboardInterrupt) as exc:
+        raise _Exit from exc
 
 
 def _ignore_result(future: asyncio.Future[Any]) -> None:

@@ -10,6 +10,7 @@ import asyncio
 import atexit
 import concurrent.futures
 import contextlib
+import functools
 import logging
 import threading
 import weakref
@@ -17,7 +18,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from agentnb.agent import Agent
-from agentnb.errors import InvalidInput, SessionNotFound, StorageError
+from agentnb.errors import InvalidInput, SessionNotFound, StorageError, describe
 from agentnb.events import Event
 from agentnb.ids import SessionKey, check_id
 from agentnb.runtime.engine import SessionDriver
@@ -174,6 +175,9 @@ class Runtime:
         """Make sure a driver dispatches the session's accepted work (non-blocking)."""
         if self._closed:
             return
+        driver = self._drivers.get(key)
+        if driver is not None:
+            driver.given_up = None  # asked to try again: waiters wait for the new attempt
         self._loop.call_soon_threadsafe(self._ensure_driver, key)
 
     def _ensure_driver(self, key: SessionKey) -> None:
@@ -184,6 +188,27 @@ class Runtime:
         driver = SessionDriver(self, key)
         self._drivers[key] = driver
         driver.task = self._loop.create_task(driver.run(), name=f"agentnb-session-{key}")
+        driver.task.add_done_callback(functools.partial(self._driver_done, driver))
+
+    def _driver_done(self, driver: SessionDriver, task: asyncio.Task[None]) -> None:
+        """A driver ended: an error that escaped it is logged and kept for waiters."""
+        if task.cancelled():
+            return
+        exc = task.exception()
+        if exc is not None:
+            log.error("session %s: execution stopped by an error", driver.key, exc_info=exc)
+            driver.given_up = describe(exc)
+
+    def failure(self, key: SessionKey) -> str | None:
+        """Why this runtime stopped executing ``key`` after an error, while nothing runs it.
+
+        None when it executes the session now or never gave it up. ``Session.wait`` raises
+        it instead of waiting for work nobody will do.
+        """
+        driver = self._drivers.get(key)
+        if driver is None or self.active(key):
+            return None
+        return driver.given_up
 
     def _committed(self, key: SessionKey) -> Callable[[list[Event]], None]:
         def on_commit(events: list[Event]) -> None:
