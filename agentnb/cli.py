@@ -218,7 +218,22 @@ def _keys(store: nb.SessionStore, session_id: str, user: str | None, agent: str 
 
 
 def _executing(store: nb.SessionStore, key: nb.SessionKey) -> bool:
-    return store.current_lease(key) is not None
+    """Whether a live holder executes the session (a holder known dead does not count)."""
+    from agentnb.runtime.owner import holder_alive
+
+    lease = store.current_lease(key)
+    return lease is not None and holder_alive(lease.owner) is not False
+
+
+def _parked(state: Any, inbox: Any, executing: bool) -> dict[str, Any] | None:
+    """The turn queued work waits behind, its status and the ways out; None if none."""
+    from agentnb.projections.queue import blocking_turn, ways_out
+
+    blocking = blocking_turn(state, inbox, executing=executing)
+    if blocking is None:
+        return None
+    turn, status = blocking
+    return {"turn_id": turn.turn_id, "status": status, "ways_out": ways_out(state, turn, status)}
 
 
 # -- commands ------------------------------------------------------------------------------------
@@ -351,7 +366,8 @@ def _sessions(args: argparse.Namespace) -> int:
         for record in store.list_sessions(user_id=args.user, agent_id=args.agent):
             key = record.key
             state, inbox = Folds(store, key).refresh()
-            tasks = tasks_of(state, inbox, executing=_executing(store, key))
+            executing = _executing(store, key)
+            tasks = tasks_of(state, inbox, executing=executing)
             started = [t for t in tasks if t.status != "queued"]
             out.append(
                 {
@@ -360,6 +376,7 @@ def _sessions(args: argparse.Namespace) -> int:
                     "tasks": len(tasks),
                     "latest_status": started[-1].status if started else None,
                     "queued": sum(1 for t in tasks if t.status == "queued"),
+                    "parked_behind": _parked(state, inbox, executing),
                 }
             )
     finally:
@@ -376,7 +393,13 @@ def _sessions(args: argparse.Namespace) -> int:
             s["user_id"],
             s["agent_id"],
             str(s["events"]),
-            _text(s["latest_status"]) + (f" (+{s['queued']} queued)" if s["queued"] else ""),
+            _text(s["latest_status"])
+            + (f" (+{s['queued']} queued" if s["queued"] else "")
+            + (
+                f", parked behind {s['parked_behind']['turn_id']})"
+                if s["queued"] and s["parked_behind"]
+                else (")" if s["queued"] else "")
+            ),
         ]
         for s in out
     ]
@@ -390,7 +413,9 @@ def _show(args: argparse.Namespace) -> int:
     try:
         key = _keys(store, args.session, args.user, args.agent)
         state, inbox = Folds(store, key).refresh()
-        tasks = tasks_of(state, inbox, executing=_executing(store, key))
+        executing = _executing(store, key)
+        tasks = tasks_of(state, inbox, executing=executing)
+        parked = _parked(state, inbox, executing)
         pending = list(interactions_of(state).values())
         messages = list(state.context)
     finally:
@@ -401,6 +426,7 @@ def _show(args: argparse.Namespace) -> int:
                 "session": dataclasses.asdict(key),
                 "events": state.seq,
                 "tasks": tasks,
+                "parked_behind": parked,
                 "pending": pending,
                 "messages": messages,
             }
@@ -422,6 +448,12 @@ def _show(args: argparse.Namespace) -> int:
         line(
             f"  {task.turn_id}  {task.status:<11} {runs} run{'s' if runs != 1 else ''}  "
             f"{task.input!r}"
+        )
+    queued = sum(1 for t in tasks if t.status == "queued")
+    if parked is not None and queued:
+        line(
+            f"\n{queued} queued task{'s' if queued != 1 else ''} parked behind turn "
+            f"{parked['turn_id']}, which is {parked['status']}: {parked['ways_out']}"
         )
     if pending:
         print("\nwaiting for an answer:")

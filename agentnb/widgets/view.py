@@ -19,7 +19,7 @@ import html
 import json
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from agentnb.answers import Answer
@@ -32,7 +32,8 @@ from agentnb.projections.chat import (
     tasks_of,
 )
 from agentnb.projections.decisions import check_resume, effective_status, latest_unfinished
-from agentnb.projections.state import InboxState
+from agentnb.projections.queue import ways_out
+from agentnb.projections.state import PARKING, InboxState
 from agentnb.records import Interaction, Task
 from agentnb.session import Session
 
@@ -205,7 +206,7 @@ def status_html(
     else:
         parts.append("idle")
     if parked:
-        parts.append(f"parked: {_esc(parked)}")
+        parts.append(_esc(parked))
     if queued:
         parts.append(f"{queued} queued")
     joined = " \u00b7 ".join(parts)
@@ -222,21 +223,17 @@ def notice_html(text: str) -> str:
     return f'<div style="font-size:0.85em;opacity:0.8;">{_esc(text)}</div>' if text else ""
 
 
-def _parked_reason(
-    state: ChatState, pending: Mapping[str, Interaction], executing: bool
-) -> str | None:
+def _parked_reason(state: ChatState, executing: bool) -> str | None:
+    """Why queued work waits, with the ways out; None when the queue can move."""
     latest = state.session.latest_turn
     if latest is None:
         return None
     status = effective_status(state.session, latest, executing=executing)
-    if status == "suspended":
-        n = sum(1 for r in pending.values() if r.turn_id == latest.turn_id)
-        return f"turn {latest.turn_id} is suspended: answer its {n} pending request(s)"
-    if status == "interrupted":
-        return f"turn {latest.turn_id} was interrupted: resume or cancel it"
-    if status == "failed":
-        return f"turn {latest.turn_id} failed: {latest.error or 'see the log'}"
-    return None
+    if status not in PARKING:
+        return None
+    return f"parked behind turn {latest.turn_id}, which is {status}: " + ways_out(
+        state.session, latest, status
+    )
 
 
 # -- the view ---------------------------------------------------------------------------------
@@ -456,7 +453,7 @@ class SessionView:
                 tasks=tasks_of(state.session, self._inbox, executing=live),
                 running=running,
                 resumable=self._resumable(live),
-                parked=_parked_reason(state, pending, live),
+                parked=_parked_reason(state, live),
             )
 
     def _resumable(self, live: bool) -> str | None:

@@ -282,3 +282,31 @@ class TestTextOutput:
             assert not re.search(r"\b(None|NaN|NaT|nan|null)\b|<NA>", out), out
         approved = next(line for line in outputs[3].splitlines() if " approved " in line)
         assert f" {NULL} " in approved
+
+
+class TestParkedQueue:
+    def test_show_and_sessions_say_what_the_queue_waits_behind(
+        self, tmp_path: Path, capsys: Any
+    ) -> None:
+        """A task queued behind a failed turn: show and sessions name that turn and the way out."""
+        import agentnb as nb
+
+        url = f"sqlite:///{tmp_path / 'db.sqlite'}"
+        agent = nb.Agent(
+            name="P", agent_id="parked", model=nb.ScriptedModel([nb.ModelError("boom")])
+        )
+        with nb.Runtime(agent, store=url) as runtime:
+            session = runtime.session("p1")
+            failed = session.submit("one")
+            session.submit("two")
+            assert failed.wait(timeout=20).status == "failed"
+        code, out, _ = _run(["show", "p1", "--store", url, "--width", "0"], capsys)
+        assert code == EXIT_OK
+        assert f"1 queued task parked behind turn {failed.turn_id}, which is failed" in out
+        assert f"session.resume({failed.turn_id!r})" in out
+        code, out, _ = _run(["sessions", "--json", "--store", url], capsys)
+        (row,) = json.loads(out)
+        assert row["parked_behind"]["turn_id"] == failed.turn_id
+        assert row["parked_behind"]["status"] == "failed"
+        code, out, _ = _run(["sessions", "--store", url], capsys)
+        assert f"parked behind {failed.turn_id}" in out

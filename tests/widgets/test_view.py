@@ -258,7 +258,8 @@ class TestRunningTask:
         until(lambda: not view.resume_button.disabled, what="Resume to be enabled")
         assert view.interrupt_button.disabled
         assert "interrupted" in view.tasks.value
-        assert "resume or cancel" in view.status.value
+        assert f"parked behind turn {receipt.turn_id}, which is interrupted" in view.status.value
+        assert "resume(" in view.status.value
         view.resume_button.click()
         assert resumes.calls == [(receipt.turn_id,)]
         until(lambda: "Resumed, done." in transcript_text(view), what="the resumed reply")
