@@ -20,6 +20,11 @@ each optionally narrowed with ``namespace=``, ``user_id=``, ``agent_id=``, ``ses
 bound; ``connection(source)`` gives a DuckDB connection over the views for SQL of one's own.
 ``timeline(source)`` draws turns and runs on a time axis.
 
+Every frame has the same dtypes whatever the source and whether or not a column holds a
+null: pandas' nullable dtypes (``string``, ``Int64``/``Int32``, ``Float64``, ``boolean``),
+``datetime64[us, UTC]`` for every time (``event_date`` too: midnight UTC of the event's
+day), and Arrow-backed lists (``input_ids``); ``normalise`` does it.
+
 The chart uses matplotlib rather than Altair: it is already a dependency of the ``export``
 extra, renders to a static image with no browser or JavaScript (so it works headless, in CI,
 in ``agentnb demo`` and in nbval-checked notebooks), and the picture is a handful of bars.
@@ -43,6 +48,7 @@ from agentnb.stores.base import MAX_READ_LIMIT, SessionStore
 if TYPE_CHECKING:
     import duckdb
     import pandas as pd
+    import pyarrow as pa
     from matplotlib.figure import Figure
 
 __all__ = [
@@ -51,6 +57,7 @@ __all__ = [
     "inputs",
     "interactions",
     "model_calls",
+    "normalise",
     "query",
     "runs",
     "steps",
@@ -238,7 +245,9 @@ def _frames(source: Any, views: tuple[str, ...], filters: dict[str, str | None])
     clause = (" WHERE " + " AND ".join(where)) if where else ""
     with connection(source) as con:
         return [
-            con.execute(f"SELECT * FROM {view}{clause} ORDER BY {_ORDER[view]}", params).df()
+            _to_pandas(
+                con.sql(f"SELECT * FROM {view}{clause} ORDER BY {_ORDER[view]}", params=params)
+            )
             for view in views
         ]
 
@@ -254,8 +263,7 @@ def _frame(view: str, source: Any, filters: dict[str, str | None]) -> pd.DataFra
         sql += " WHERE " + " AND ".join(where)
     sql += f" ORDER BY {_ORDER[view]}"
     with connection(source) as con:
-        frame: pd.DataFrame = con.execute(sql, params).df()
-    return frame
+        return _to_pandas(con.sql(sql, params=params))
 
 
 def events(source: Any, **filters: str | None) -> pd.DataFrame:
@@ -322,8 +330,70 @@ def query(name: str, source: Any, **params: Any) -> pd.DataFrame:
     with connection(source) as con:
         for p in q.params:
             con.execute(f"SET VARIABLE {p.name} = ?", [params.get(p.name)])
-        frame: pd.DataFrame = con.execute(q.sql).df()
+        return _to_pandas(con.sql(q.sql))
+
+
+# -- dtypes ----------------------------------------------------------------------------------
+
+
+def _to_pandas(relation: duckdb.DuckDBPyRelation) -> pd.DataFrame:
+    """The relation as a dataframe with the normalised dtypes of the module docstring."""
+    return normalise(relation.to_arrow_table())
+
+
+def normalise(table: pa.Table) -> pd.DataFrame:
+    """An Arrow table as a dataframe with agentnb's dtypes: nullable pandas dtypes for
+    strings, integers, floats and booleans; tz-aware UTC microsecond times (dates become
+    midnight UTC); integral decimals (DuckDB's ``HUGEINT`` sums) as ``Int64``, others as
+    ``Float64``; lists and structs Arrow-backed. The dtype of a column never depends on
+    whether it holds a null."""
+    import pandas as pd
+    import pyarrow as pa
+    import pyarrow.types as pat
+
+    utc = pa.timestamp("us", tz="UTC")
+    columns = []
+    for column in table.columns:
+        kind = column.type
+        if pat.is_date(kind):
+            columns.append(column.cast(pa.timestamp("us")).cast(utc))
+        elif pat.is_timestamp(kind):
+            columns.append(column.cast(pa.timestamp("us", tz=kind.tz)).cast(utc))
+        elif pat.is_decimal(kind):
+            columns.append(column.cast(pa.int64() if kind.scale == 0 else pa.float64()))
+        elif pat.is_large_string(kind) or pat.is_string_view(kind):
+            columns.append(column.cast(pa.string()))
+        else:
+            columns.append(column)
+    table = pa.table(columns, names=table.column_names)
+    nullable = {arrow: pd.api.types.pandas_dtype(name) for arrow, name in _NULLABLE.items()}
+
+    def mapper(kind: pa.DataType) -> Any:
+        if pat.is_timestamp(kind):
+            return None  # pyarrow's own conversion: datetime64[us, UTC]
+        if pat.is_nested(kind):
+            return pd.ArrowDtype(kind)
+        return nullable.get(str(kind))
+
+    frame: pd.DataFrame = table.to_pandas(types_mapper=mapper)
     return frame
+
+
+_NULLABLE = {
+    # Arrow type name -> pandas nullable dtype name
+    "string": "string",
+    "bool": "boolean",
+    "int8": "Int8",
+    "int16": "Int16",
+    "int32": "Int32",
+    "int64": "Int64",
+    "uint8": "UInt8",
+    "uint16": "UInt16",
+    "uint32": "UInt32",
+    "uint64": "UInt64",
+    "float": "Float32",
+    "double": "Float64",
+}
 
 
 # -- the timeline --------------------------------------------------------------------------

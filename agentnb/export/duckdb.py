@@ -8,6 +8,14 @@ A DuckDB file open for writing locks out every other process (even read-only one
 sink opens it for one ``accept`` and closes it before returning: a notebook kernel never holds
 it longer. A writer that finds it locked retries with backoff for ``lock_timeout`` seconds.
 
+Storage version. DuckDB 2.0 writes a storage format (v2.0.0) that no DuckDB 1.x reads, the
+1.x command-line tool included. A new export file is created with
+``storage_compatibility_version`` set to ``STORAGE_VERSION`` (``v1.1.0``), so every DuckDB
+from 1.1 on, Python module or CLI, opens it; later writes keep the file's format. (DuckDB
+1.0 cannot: its catalog reader fails on the views of ``schema.sql`` whatever the format.) Pass
+``storage_version="v2.0.0"`` (or ``"latest"``) for the newest format when every reader is
+2.0 or later. A file that exists keeps the format it was made with.
+
 Files. A new export file is owner-only (0600) from the start: it is made in a private
 (0700) folder beside the target and linked into place, so it is never readable by others,
 not even empty; folders the sink creates are 0700. (While an ``accept`` runs, DuckDB's own
@@ -22,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import tempfile
 import threading
@@ -48,12 +57,17 @@ require_export_deps()
 import duckdb  # noqa: E402 - after the friendly check above
 import pyarrow as pa  # noqa: E402
 
-__all__ = ["DuckDBSink", "check_duckdb_file", "open_duckdb"]
+__all__ = ["STORAGE_VERSION", "DuckDBSink", "check_duckdb_file", "open_duckdb"]
 
 TABLE = "raw_events"
 ROLLUPS = "turn_rollups"
 """One row of ``turn_rollup`` per turn, kept by each ``accept`` (``turn_parts`` reads it)."""
 
+
+STORAGE_VERSION = "v1.1.0"
+"""The storage format of new export files: readable by DuckDB 1.1 and every later version
+(``tests/export/test_duckdb_compat.py`` opens one with DuckDB 1.1.0 and the 1.x CLI)."""
+_STORAGE_VERSION = re.compile(r"^(v\d+\.\d+\.\d+|latest)$")
 
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 _DUCKDB_MAGIC = b"DUCK"
@@ -110,12 +124,24 @@ def open_duckdb(
 class DuckDBSink:
     """Exports events into the DuckDB file at ``path`` (created if missing).
 
-    ``name`` defaults to ``duckdb:<absolute path>``.
+    ``name`` defaults to ``duckdb:<absolute path>``. ``storage_version`` is the DuckDB storage
+    format a new file is created with (see the module docstring); a malformed one raises
+    ``InvalidInput``.
     """
 
     def __init__(
-        self, path: str | os.PathLike[str], *, name: str | None = None, lock_timeout: float = 30.0
+        self,
+        path: str | os.PathLike[str],
+        *,
+        name: str | None = None,
+        lock_timeout: float = 30.0,
+        storage_version: str = STORAGE_VERSION,
     ) -> None:
+        if not isinstance(storage_version, str) or not _STORAGE_VERSION.match(storage_version):
+            raise InvalidInput(
+                "storage_version must look like 'v1.1.0' (the oldest DuckDB that must read "
+                f"the file) or be 'latest', got {storage_version!r}"
+            )
         resolved = Path(os.fspath(path)).expanduser().resolve()
         if resolved.is_dir():
             raise InvalidInput(f"DuckDB path {str(resolved)!r} is a folder; pass a file path")
@@ -124,6 +150,7 @@ class DuckDBSink:
         self.path = str(resolved)
         self.name = name if name is not None else sink_name("duckdb", self.path)
         self.lock_timeout = lock_timeout
+        self.storage_version = storage_version
         self._mutex = threading.Lock()
         self._rollups: Rollups | None = None
 
@@ -160,7 +187,16 @@ class DuckDBSink:
         folder = tempfile.mkdtemp(prefix=".agentnb-", dir=os.path.dirname(self.path))
         try:
             tmp = os.path.join(folder, "new.duckdb")
-            con = connect(tmp)
+            try:
+                con = duckdb.connect(
+                    tmp, config={"storage_compatibility_version": self.storage_version}
+                )
+            except duckdb.Error as exc:
+                raise InvalidInput(
+                    f"DuckDB {duckdb.__version__} cannot write storage version "
+                    f"{self.storage_version!r}: {exc}"
+                ) from None
+            con.execute("SET TimeZone = 'UTC'")
             try:
                 self._ensure_schema(con)
             finally:

@@ -438,3 +438,266 @@ class TestTimeline:
         assert len(ax.get_yticks()) == 7
         fig.savefig(tmp_path / "timeline.png")
         assert (tmp_path / "timeline.png").stat().st_size > 1000
+
+
+# The dtypes of every frame, whatever the source (pinned: analysts' code depends on them).
+DTYPES = {
+    "events": {
+        **dict.fromkeys(
+            [
+                "event_id",
+                "namespace",
+                "user_id",
+                "agent_id",
+                "session_id",
+                "type",
+                "turn_id",
+                "run_id",
+                "command_id",
+                "reason",
+                "status",
+                "error",
+                "step_id",
+                "model_call_id",
+                "model",
+                "finish_reason",
+                "call_id",
+                "tool_name",
+                "arguments",
+                "output",
+                "decision",
+                "request_id",
+                "kind",
+                "prompt",
+                "answer",
+                "input_id",
+                "text",
+                "message_id",
+                "role",
+                "payload",
+            ],
+            "string",
+        ),
+        **dict.fromkeys(
+            ["seq", "iteration", "attempt", "input_tokens", "output_tokens", "inbox_seq"], "Int64"
+        ),
+        **dict.fromkeys(["occurred_at", "event_date"], "datetime64[us, UTC]"),
+        **dict.fromkeys(["required", "synthetic", "reconciled", "idempotent"], "boolean"),
+        **dict.fromkeys(["schema_version"], "Int32"),
+        **dict.fromkeys(["latency_ms", "delay_s", "duration_ms"], "Float64"),
+        **dict.fromkeys(["input_ids"], "list<l: string>[pyarrow]"),
+    },
+    "turns": {
+        **dict.fromkeys(
+            [
+                "namespace",
+                "user_id",
+                "agent_id",
+                "session_id",
+                "turn_id",
+                "input",
+                "status",
+                "error",
+                "output",
+            ],
+            "string",
+        ),
+        **dict.fromkeys(["started_at", "ended_at", "last_event_at"], "datetime64[us, UTC]"),
+        **dict.fromkeys(
+            [
+                "duration_ms",
+                "runs",
+                "steps",
+                "model_calls",
+                "tool_calls",
+                "tool_errors",
+                "steers",
+                "interactions",
+                "interrupts",
+                "input_tokens",
+                "output_tokens",
+            ],
+            "Int64",
+        ),
+    },
+    "runs": {
+        **dict.fromkeys(
+            [
+                "namespace",
+                "user_id",
+                "agent_id",
+                "session_id",
+                "turn_id",
+                "run_id",
+                "reason",
+                "command_id",
+                "status",
+                "end_reason",
+                "error",
+            ],
+            "string",
+        ),
+        **dict.fromkeys(
+            [
+                "run_index",
+                "duration_ms",
+                "steps",
+                "model_calls",
+                "tool_calls",
+                "input_tokens",
+                "output_tokens",
+            ],
+            "Int64",
+        ),
+        **dict.fromkeys(["started_at", "ended_at"], "datetime64[us, UTC]"),
+        **dict.fromkeys(["stop_requested"], "boolean"),
+    },
+    "steps": {
+        **dict.fromkeys(
+            [
+                "namespace",
+                "user_id",
+                "agent_id",
+                "session_id",
+                "turn_id",
+                "run_id",
+                "step_id",
+                "status",
+            ],
+            "string",
+        ),
+        **dict.fromkeys(
+            ["iteration", "duration_ms", "model_calls", "tool_calls", "inputs"], "Int64"
+        ),
+        **dict.fromkeys(["started_at", "ended_at"], "datetime64[us, UTC]"),
+    },
+    "model_calls": {
+        **dict.fromkeys(
+            [
+                "namespace",
+                "user_id",
+                "agent_id",
+                "session_id",
+                "turn_id",
+                "run_id",
+                "step_id",
+                "model_call_id",
+                "request_model",
+                "status",
+                "finish_reason",
+                "error",
+            ],
+            "string",
+        ),
+        **dict.fromkeys(["started_at", "ended_at"], "datetime64[us, UTC]"),
+        **dict.fromkeys(["attempts", "retries", "input_tokens", "output_tokens"], "Int64"),
+        **dict.fromkeys(["latency_ms"], "Float64"),
+    },
+    "tool_calls": {
+        **dict.fromkeys(
+            [
+                "namespace",
+                "user_id",
+                "agent_id",
+                "session_id",
+                "turn_id",
+                "run_id",
+                "call_id",
+                "tool_name",
+                "arguments",
+                "decision",
+                "decision_reason",
+                "status",
+                "outcome",
+                "output",
+                "request_id",
+            ],
+            "string",
+        ),
+        **dict.fromkeys(["requested_at", "dispatched_at", "ended_at"], "datetime64[us, UTC]"),
+        **dict.fromkeys(["attempts", "approval_wait_ms"], "Int64"),
+        **dict.fromkeys(
+            ["idempotent", "synthetic", "reconciled", "uncertain", "approved"], "boolean"
+        ),
+        **dict.fromkeys(["duration_ms"], "Float64"),
+    },
+    "interactions": {
+        **dict.fromkeys(
+            [
+                "namespace",
+                "user_id",
+                "agent_id",
+                "session_id",
+                "turn_id",
+                "run_id",
+                "request_id",
+                "kind",
+                "call_id",
+                "tool_name",
+                "arguments",
+                "prompt",
+                "status",
+                "answer",
+                "reason",
+                "answer_output",
+                "answered_by",
+                "command_id",
+            ],
+            "string",
+        ),
+        **dict.fromkeys(["requested_at", "resolved_at"], "datetime64[us, UTC]"),
+        **dict.fromkeys(["approved"], "boolean"),
+        **dict.fromkeys(["wait_ms"], "Int64"),
+    },
+    "inputs": {
+        **dict.fromkeys(
+            [
+                "namespace",
+                "user_id",
+                "agent_id",
+                "session_id",
+                "turn_id",
+                "run_id",
+                "input_id",
+                "kind",
+                "text",
+                "command_id",
+                "applied_run_id",
+                "discard_reason",
+                "status",
+            ],
+            "string",
+        ),
+        **dict.fromkeys(["received_at", "applied_at", "discarded_at"], "datetime64[us, UTC]"),
+    },
+}
+
+
+class TestDtypes:
+    @pytest.mark.parametrize("view", analysis.VIEWS)
+    def test_every_frame_has_the_pinned_dtypes(self, known_source: Any, view: str) -> None:
+        """Nullable pandas dtypes and tz-aware UTC times, the same from every kind of source."""
+        df = getattr(analysis, view)(known_source)
+        assert dict(df.dtypes.astype(str)) == DTYPES[view]
+
+    def test_an_empty_frame_keeps_the_dtypes(self, known_parquet: Path) -> None:
+        """A filter that matches nothing still gives the pinned dtypes (never object)."""
+        df = analysis.tool_calls(str(known_parquet), session_id="nobody")
+        assert df.empty
+        assert dict(df.dtypes.astype(str)) == DTYPES["tool_calls"]
+
+    def test_event_date_is_midnight_utc_of_the_event(self, known_parquet: Path) -> None:
+        """event_date is a tz-aware UTC timestamp: the UTC day of occurred_at."""
+        df = analysis.events(str(known_parquet))
+        assert (df["event_date"] == df["occurred_at"].dt.floor("D")).all()
+
+    @pytest.mark.parametrize("name", list_queries())
+    def test_query_results_use_nullable_dtypes(
+        self, known_session: Known, known_duckdb: Path, name: str
+    ) -> None:
+        """Audit query columns are never numpy object, int64 or bool: sums are Int64 too."""
+        params = {"turn_id": known_session.turns["T5"]} if name == "turn_events" else {}
+        df = analysis.query(name, f"duckdb:{known_duckdb}", **params)
+        assert len(df)
+        loose = {c: str(t) for c, t in df.dtypes.items() if str(t) in {"object", "int64", "bool"}}
+        assert not loose, loose
