@@ -82,12 +82,19 @@ class Folds:
         return self.inbox
 
     def refresh(self) -> tuple[SessionState, InboxState]:
-        """Fold whatever was committed since the last call (both logs)."""
+        """Fold whatever was committed since the last call (both logs).
+
+        A refresh that had to fold a long tail (a log nobody snapshotted lately) saves a
+        snapshot, so the next reader does not fold it again; regular snapshots are the
+        executing driver's job, written off its loop.
+        """
         # Inbox first: a command seen there may have started by the time the log is read,
         # never the other way round.
         self.refresh_inbox()
+        before = self.state.seq
         self._fold_log()
-        self.save_if_due()
+        if self.state.seq - before >= SNAPSHOT_EVERY:
+            self.save_if_due()
         return self.state, self.inbox
 
     def _fold_log(self) -> None:
@@ -108,24 +115,29 @@ class Folds:
                     self.state.seq = raw.seq
             pos = page[-1].seq
 
-    def due_snapshots(self, every: int = SNAPSHOT_EVERY) -> list[tuple[str, int, bytes]]:
-        """Encoded snapshots of the folds that are due (the state must be committed)."""
-        due = []
+    def due_snapshots(self, every: int = SNAPSHOT_EVERY) -> list[tuple[str, int, Any]]:
+        """Snapshots of the folds that are due (the state must be committed), not encoded.
+
+        Each is a fresh structure that the folds never change afterwards, so it can be
+        encoded and written on another thread while the folds go on.
+        """
+        due: list[tuple[str, int, Any]] = []
         if self.state.seq - self._saved_seq >= every:
-            due.append((_STATE, self.state.seq, _encode(self.state.dump())))
+            due.append((_STATE, self.state.seq, self.state.dump()))
             self._saved_seq = self.state.seq
         if self.inbox.seq - self._saved_inbox >= every:
             # The inbox has its own sequence; the store checks snapshot seqs against the
             # execution head, so stamp it with one that is never past it.
-            due.append((_INBOX, min(self.inbox.seq, self.state.seq), _encode(self.inbox.dump())))
+            due.append((_INBOX, min(self.inbox.seq, self.state.seq), self.inbox.dump()))
             self._saved_inbox = self.inbox.seq
         return due
 
-    def put_snapshots(self, due: list[tuple[str, int, bytes]]) -> None:
-        """Write snapshots (best effort: a cache that cannot be written is only slower)."""
+    def put_snapshots(self, due: list[tuple[str, int, Any]]) -> None:
+        """Encode and write snapshots (best effort: a cache that cannot be written is only
+        slower)."""
         for name, seq, data in due:
             try:
-                self.store.put_snapshot(self.key, name, seq, data)
+                self.store.put_snapshot(self.key, name, seq, _encode(data))
             except AgentnbError as exc:
                 log.info("session %s: snapshot %s not saved: %s", self.key, name, exc)
 

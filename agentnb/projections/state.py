@@ -77,10 +77,14 @@ class ToolCallState:
 
 
 def _dc(value: Any) -> dict[str, Any]:
-    out = dataclasses.asdict(value)
+    """A dataclass's fields as JSON-ready data: a shallow copy (``asdict`` deep-copies every
+    nested dict, which made snapshots cost more the longer a session lived)."""
+    out = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
     for k, v in out.items():
         if isinstance(v, datetime):
             out[k] = v.isoformat()
+        elif isinstance(v, list):
+            out[k] = list(v)
     return out
 
 
@@ -109,6 +113,8 @@ class SessionState:
         """command_id -> the run that command started."""
         self.active_run: str | None = None
         self.context: list[Message] = []
+        self._context_json: list[Any] = []
+        """``context`` as JSON, message for message (what snapshots write)."""
         self.handled: set[str] = set()
         self.applied_inputs: set[str] = set()
         self.received_inputs: dict[str, dict[str, Any]] = {}
@@ -140,16 +146,16 @@ class SessionState:
             "seq": self.seq,
             "turns": [_dc(t) for t in self.turns.values()],
             "runs": [_dc(r) for r in self.runs.values()],
-            "run_of_command": self.run_of_command,
+            "run_of_command": dict(self.run_of_command),
             "active_run": self.active_run,
-            "context": [m.model_dump(mode="json") for m in self.context],
+            "context": list(self._context_json),
             "handled": sorted(self.handled),
             "applied_inputs": sorted(self.applied_inputs),
-            "received_inputs": self.received_inputs,
+            "received_inputs": dict(self.received_inputs),
             "tool_calls": [_dc(c) for c in self.tool_calls.values()],
-            "pending": self.pending,
-            "interactions": self.interactions,
-            "resolved": self.resolved,
+            "pending": dict(self.pending),
+            "interactions": dict(self.interactions),
+            "resolved": dict(self.resolved),
             "discarded_inputs": sorted(self.discarded_inputs),
             "last_checkpoint_seq": self.last_checkpoint_seq,
             "requested_messages": self.requested_messages,
@@ -167,6 +173,7 @@ class SessionState:
         state.run_of_command = dict(data["run_of_command"])
         state.active_run = data["active_run"]
         state.context = [Message.model_validate(m) for m in data["context"]]
+        state._context_json = list(data["context"])
         state.handled = set(data["handled"])
         state.applied_inputs = set(data["applied_inputs"])
         state.received_inputs = dict(data["received_inputs"])
@@ -279,6 +286,7 @@ class SessionState:
 
     def _on_message(self, event: Event, p: Any) -> None:
         self.context.append(Message.model_validate(p["message"]))
+        self._context_json.append(p["message"])
 
     def _on_input_received(self, event: Event, p: Any) -> None:
         self.received_inputs[p["input_id"]] = dict(p, turn_id=event.turn_id)
@@ -308,9 +316,9 @@ class SessionState:
         call = self.tool_calls.get(p["call_id"])
         if call is not None:
             call.result = dict(p)
-        self.context.append(
-            tool_message(p["call_id"], p["name"], p.get("output", ""), event.turn_id)
-        )
+        message = tool_message(p["call_id"], p["name"], p.get("output", ""), event.turn_id)
+        self.context.append(message)
+        self._context_json.append(message.model_dump(mode="json"))
 
     def _on_inbox_started(self, event: Event, p: Any) -> None:
         self.handled.add(p["command_id"])
@@ -333,6 +341,7 @@ class SessionState:
 
     def _on_baseline(self, event: Event, p: Any) -> None:
         self.context = [Message.model_validate(m) for m in p["state"].get("messages", ())]
+        self._context_json = [m.model_dump(mode="json") for m in self.context]
 
     def _on_input_discarded(self, event: Event, p: Any) -> None:
         self.discarded_inputs.update(p["input_ids"])
@@ -407,7 +416,7 @@ class InboxState:
         return {
             "version": PROJECTOR_VERSION,
             "seq": self.seq,
-            "rejected": self.rejected,
+            "rejected": dict(self.rejected),
             "commands": [
                 dict(_dc(c), accepted_at=c.accepted_at.isoformat()) for c in self.commands.values()
             ],
