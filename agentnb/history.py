@@ -36,6 +36,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from agentnb import html
 from agentnb.errors import (
     Corrupt,
     CrossSessionCursor,
@@ -88,6 +89,9 @@ class HistoryPage:
 
     messages: tuple[Message, ...]
     next_cursor: str | None
+
+    def _repr_html_(self) -> str:
+        return html.history_page_html(self)
 
 
 def read_history(

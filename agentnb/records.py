@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 
+from agentnb import html
 from agentnb.events import Message
 
 if TYPE_CHECKING:
@@ -41,6 +42,9 @@ class Outcome:
     output: str | None = None
     """The turn's final assistant text, if it produced one."""
     error: str | None = None
+
+    def _repr_html_(self) -> str:
+        return html.outcome_html(self)
 
 
 @dataclass(frozen=True)
@@ -88,6 +92,9 @@ class Task:
     ended_at: datetime | None
     error: str | None
 
+    def _repr_html_(self) -> str:
+        return html.task_html(self)
+
 
 @dataclass(frozen=True, slots=True)
 class Interaction:
@@ -108,6 +115,9 @@ class Transcript:
 
     messages: tuple[Message, ...]
     as_of_seq: int
+
+    def _repr_html_(self) -> str:
+        return html.transcript_html(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,3 +163,6 @@ class Inspection:
     """That turn's status."""
     holder: Holder | None = None
     """The lease holder executing the session, or None when nobody holds the lease."""
+
+    def _repr_html_(self) -> str:
+        return html.inspection_html(self)

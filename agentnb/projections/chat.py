@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from agentnb import html
 from agentnb.errors import InvalidInput
 from agentnb.events import Event, Message, canonical_json, freeze_json
 from agentnb.projections.decisions import effective_status
@@ -131,6 +132,9 @@ class ChatSnapshot:
     pending: dict[str, Interaction]
     tasks: tuple[Task, ...]
     cursor: int
+
+    def _repr_html_(self) -> str:
+        return html.chat_snapshot_html(self)
 
     def to_json(self) -> str:
         """Canonical JSON: the same facts always give the same text."""

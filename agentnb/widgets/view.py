@@ -9,7 +9,11 @@ and re-running the cell after a kernel restart shows the same conversation.
 Buttons only call ``Session`` operations; what they return or raise shows in the view.
 Everything that came from the model, a tool or a person is escaped with ``html.escape``
 before it goes into an ``HTML`` widget; the only markup is this module's constant tags.
-Only standard widgets are used (no custom JavaScript), so the view works in JupyterLab 4,
+Assistant replies are Markdown: ``markdown-it-py`` renders them in CommonMark with raw HTML
+disabled (so ``<script>`` in a reply stays text), images off (no remote fetches from a
+reply) and links checked by markdown-it (no ``javascript:``); it escapes every text it
+outputs. ``SessionView`` is itself an ipywidgets ``VBox``, so it goes inside layouts. Only
+standard widgets are used (no custom JavaScript), so the view works in JupyterLab 4,
 Notebook 7 and VS Code.
 """
 
@@ -24,6 +28,7 @@ from typing import Any
 
 from agentnb.answers import Answer
 from agentnb.errors import CannotResume
+from agentnb.html import STATUS_COLORS
 from agentnb.projections.chat import (
     ChatItem,
     ChatSnapshot,
@@ -39,8 +44,12 @@ from agentnb.session import Session
 
 try:
     import ipywidgets as w
+    from markdown_it import MarkdownIt
+    from markdown_it.rules_core import StateCore
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
-    raise ImportError('SessionView needs ipywidgets: pip install "agentnb[widgets]"') from exc
+    raise ImportError(
+        'SessionView needs ipywidgets and markdown-it-py: pip install "agentnb[widgets]"'
+    ) from exc
 
 __all__ = ["SessionView"]
 
@@ -79,21 +88,7 @@ _PRE = (
     "margin:2px 0 6px;padding:4px 6px;background:var(--jp-layout-color2,#f3f3f3);"
     "white-space:pre-wrap;word-break:break-word;font-family:var(--jp-code-font-family,monospace);"
 )
-_STATUS_COLOR = {
-    "completed": "#3b9c5a",
-    "success": "#3b9c5a",
-    "running": "#4a7bd0",
-    "streaming": "#4a7bd0",
-    "waiting": "#c77d00",
-    "suspended": "#c77d00",
-    "queued": "#777",
-    "interrupted": "#c77d00",
-    "failed": "#c0392b",
-    "error": "#c0392b",
-    "denied": "#c0392b",
-    "cancelled": "#777",
-    "unknown": "#c0392b",
-}
+_STATUS_COLOR = STATUS_COLORS
 _SOURCE_LABEL = {"steer": "steer", "inject": "material", "answer": "answer"}
 _DRAFTING = frozenset({"waiting", "streaming", "finishing"})
 
@@ -106,11 +101,34 @@ def _badge(status: str) -> str:
     )
 
 
+def _restyle(state: StateCore) -> None:
+    """Paragraphs as ``<div>`` blocks (a one-paragraph reply, the usual case, is one block
+    in the bubble, without the theme's ``<p>`` margins); links open in a new tab."""
+    for token in state.tokens:
+        if token.type in {"paragraph_open", "paragraph_close"}:
+            token.tag = "div"
+        for child in token.children or ():
+            if child.type == "link_open":
+                child.attrSet("target", "_blank")
+                child.attrSet("rel", "noopener noreferrer")
+
+
+_MARKDOWN = MarkdownIt("commonmark", {"html": False, "breaks": True}).disable("image")
+_MARKDOWN.core.ruler.push("agentnb_restyle", _restyle)
+
+
+def markdown_html(text: str) -> str:
+    """Assistant Markdown as HTML: raw HTML off, images off, every text escaped."""
+    rendered: str = _MARKDOWN.render(text)
+    return rendered.strip()
+
+
 def message_html(item: ChatItem) -> str:
     """A user, assistant or system message (assistant drafts show their streamed prefix)."""
     role = item.role
     label = role if item.source in {None, "submit"} else _SOURCE_LABEL.get(item.source or "", role)
-    text = _esc(item.text)
+    markdown = role == "assistant" and bool(item.text)
+    text = markdown_html(item.text) if markdown else _esc(item.text)
     tail = ""
     if item.status in _DRAFTING:
         tail = '<span style="opacity:0.6;">\u258c</span>'
@@ -121,6 +139,8 @@ def message_html(item: ChatItem) -> str:
     if not text and not tail and role == "assistant":
         return ""  # a reply that only calls tools: its cards say it
     style = _BOX + _ROLE_STYLE.get(role, _ROLE_STYLE["system"])
+    if markdown:  # blocks from the renderer: newlines between them are not text
+        style += "white-space:normal;"
     return (
         f'<div class="agentnb-msg" style="{style}">'
         f'<span style="{_LABEL}">{_esc(label)}</span>{text}{tail}</div>'
@@ -272,8 +292,9 @@ def read_fold(session: Session) -> tuple[ChatState, InboxState]:
     return state, session._inbox_copy()
 
 
-class SessionView:
-    """A live chat view of ``session``: display it (it is an ipywidgets ``VBox`` inside).
+class SessionView(w.VBox):  # type: ignore[misc]  # ipywidgets ships no type information
+    """A live chat view of ``session``, an ipywidgets ``VBox``: display it, or put it in a
+    layout (``widgets.HBox([view, other])``).
 
     Shows the newest ``max_items`` items (``Show earlier`` adds ``page`` more), pending
     requests with Approve / Reject (with a reason) or an answer box, the task list and a
@@ -294,6 +315,7 @@ class SessionView:
     ) -> None:
         if not isinstance(session, Session):
             raise TypeError(f"SessionView needs an agentnb Session, got {type(session).__name__}")
+        super().__init__()
         self.session = session
         self.max_items = max(1, int(max_items))
         self.page = max(1, int(page))
@@ -374,27 +396,28 @@ class SessionView:
                 self.resume_button,
             ]
         )
-        self.widget = classed(
-            w.VBox(
-                [
-                    self.status,
-                    self.earlier,
-                    self.transcript,
-                    self.requests,
-                    self.tasks,
-                    self.input,
-                    controls,
-                    self.error,
-                    self.notice,
-                ]
-            ),
-            "agentnb-view",
+        self.children = (
+            self.status,
+            self.earlier,
+            self.transcript,
+            self.requests,
+            self.tasks,
+            self.input,
+            controls,
+            self.error,
+            self.notice,
         )
+        self.add_class("agentnb-view")
+
+    @property
+    def widget(self) -> SessionView:
+        """The view itself (it is the ``VBox``); kept for code written when it held one."""
+        return self
 
     def _repr_mimebundle_(self, **kwargs: Any) -> Any:
         if self._closed:
             return {"text/plain": f"{self!r} (closed)"}
-        bundle = self.widget._repr_mimebundle_(**kwargs)
+        bundle = super()._repr_mimebundle_(**kwargs)
         # A stable text form (the widget's own repr lists its changing children).
         bundle["text/plain"] = f"SessionView({self.session.key})"
         return bundle
@@ -697,10 +720,15 @@ class SessionView:
         """Stop following and close every widget of the view."""
         self.stop()
         with self._draw_lock:
+            if self._closed:
+                return
             self._closed = True
-            _close_tree(self.widget)
+            for child in self.children:
+                _close_tree(child)
             self._item_widgets.clear()
             self._request_widgets.clear()
+            self.layout.close()
+            super().close()
 
     def _follow(self) -> None:
         follow = self.session.log.follow(after=self._state.seq, stop=self._stop)

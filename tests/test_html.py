@@ -1,0 +1,211 @@
+"""Notebook-native records: ``_repr_html_`` tables that colour statuses, fold long text and
+escape everything that came from a model, a tool or a person."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime
+from html.parser import HTMLParser
+
+import pytest
+
+import agentnb as nb
+from agentnb import html
+from agentnb.errors import InvalidInput
+from agentnb.events import Message, ToolCallData
+from agentnb.history import HistoryPage
+from agentnb.projections.chat import ChatSnapshot
+from agentnb.records import Holder, Inspection, Interaction, Outcome, Task, ToolCallRef, Transcript
+
+MakeRuntime = Callable[..., nb.Runtime]
+HOSTILE = '<script>alert(1)</script><img src=x onerror="alert(2)">'
+_ALLOWED = {
+    "table", "caption", "thead", "tbody", "tr", "th", "td", "span", "div", "code", "b",
+    "details", "summary", "br",
+}  # fmt: skip
+WHEN = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+
+
+class _Parsed(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: list[tuple[str, list[tuple[str, str | None]]]] = []
+        self.text: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append((tag, attrs))
+
+    def handle_data(self, data: str) -> None:
+        self.text.append(data)
+
+
+def inert(markup: str) -> str:
+    """Only the module's own tags with style attributes; returns the text a browser shows."""
+    parsed = _Parsed()
+    parsed.feed(markup)
+    parsed.close()
+    for tag, attrs in parsed.tags:
+        assert tag in _ALLOWED, f"unexpected <{tag}>"
+        assert {name for name, _ in attrs} <= {"style"}, attrs
+    return "".join(parsed.text)
+
+
+def _task(**changes: object) -> Task:
+    fields: dict[str, object] = {
+        "turn_id": "turn_1",
+        "status": "completed",
+        "input": "compare the plans",
+        "run_ids": ("run_1",),
+        "created_at": WHEN,
+        "started_at": WHEN,
+        "ended_at": WHEN,
+        "error": None,
+    }
+    fields.update(changes)
+    return Task(**fields)  # type: ignore[arg-type]
+
+
+def _message(role: str = "assistant", text: str = "hello") -> Message:
+    return Message(id="msg_1", role=role, text=text, turn_id="turn_1")  # type: ignore[arg-type]
+
+
+def _hostile_records() -> list[object]:
+    message = Message(
+        id=HOSTILE,
+        role="assistant",
+        text=HOSTILE,
+        tool_calls=(ToolCallData(call_id=HOSTILE, name=HOSTILE, arguments={HOSTILE: HOSTILE}),),
+        turn_id=HOSTILE,
+    )
+    task = Task(HOSTILE, HOSTILE, HOSTILE * 10, (HOSTILE,), WHEN, None, None, HOSTILE)
+    request = Interaction(HOSTILE, HOSTILE, HOSTILE, HOSTILE, HOSTILE, {HOSTILE: 1}, HOSTILE)
+    call = ToolCallRef(HOSTILE, HOSTILE, {HOSTILE: HOSTILE}, HOSTILE, HOSTILE)
+    holder = Holder(HOSTILE, 3, 2.5, False, local=False)
+    return [
+        task,
+        Transcript((message,), 7),
+        HistoryPage((message,), HOSTILE),
+        Outcome(HOSTILE, HOSTILE, HOSTILE, HOSTILE, HOSTILE),
+        Inspection(7, (call,), (HOSTILE,), HOSTILE, (message,), (), HOSTILE, HOSTILE, holder),
+        ChatSnapshot((), (message,), {HOSTILE: request}, (task,), 7),
+    ]
+
+
+class TestEscaping:
+    @pytest.mark.parametrize("record", _hostile_records(), ids=lambda r: type(r).__name__)
+    def test_every_field_of_every_record_shows_as_text(self, record: object) -> None:
+        """Hostile strings in any field render inert: the script shows, it never runs."""
+        markup = record._repr_html_()  # type: ignore[attr-defined]
+        shown = inert(markup)
+        assert "<script>alert(1)</script>" in shown
+
+    def test_show_escapes_lists_of_tasks_and_pending_requests(self) -> None:
+        """show() of session.tasks() and session.pending() is escaped the same way."""
+        request = Interaction(HOSTILE, "ask_user", "t", None, None, {}, HOSTILE)
+        for value in ([_task(input=HOSTILE)], {HOSTILE: request}):
+            assert "<script>" in inert(html.show(value)._repr_html_())
+
+
+class TestTables:
+    def test_statuses_are_coloured(self) -> None:
+        """A task's status is a pill in its status colour."""
+        markup = _task(status="failed", error="boom")._repr_html_()
+        assert html.STATUS_COLORS["failed"] in markup
+        assert "boom" in inert(markup)
+
+    def test_long_text_is_folded_and_kept_whole(self) -> None:
+        """Text over FOLD_AT characters shows its start; the whole text is in <details>."""
+        long = "word " * 100
+        markup = _task(input=long)._repr_html_()
+        assert "<details>" in markup
+        assert long.strip() in inert(markup)
+        assert "<details>" not in _task(input="short")._repr_html_()
+
+    def test_transcript_lists_roles_texts_and_tool_calls(self) -> None:
+        """Each message is a row: its role, its text and the tool calls it makes."""
+        call = ToolCallData(call_id="call_1", name="lookup_price", arguments={"plan": "pro"})
+        transcript = Transcript(
+            (
+                _message("user", "How much is pro?"),
+                Message(id="m2", role="assistant", tool_calls=(call,)),
+                _message("assistant", "$10"),
+            ),
+            as_of_seq=12,
+        )
+        shown = inert(transcript._repr_html_())
+        assert "3 message(s) as of seq 12" in shown
+        assert "How much is pro?" in shown
+        assert "lookup_price" in shown
+        assert '{"plan": "pro"}' in shown
+
+    def test_history_page_says_whether_more_follow(self) -> None:
+        """A page says 'more pages follow' while it has a next_cursor, else 'the last page'."""
+        assert "more pages follow" in inert(HistoryPage((_message(),), "c")._repr_html_())
+        assert "the last page" in inert(HistoryPage((_message(),), None)._repr_html_())
+
+    def test_outcome_shows_status_output_and_error(self) -> None:
+        """An Outcome shows its status, turn, run, output and error."""
+        shown = inert(Outcome("failed", "turn_1", "run_1", None, "model down")._repr_html_())
+        for part in ("failed", "turn_1", "run_1", "model down"):
+            assert part in shown
+
+    def test_inspection_lists_uncertain_calls_and_the_holder(self) -> None:
+        """Uncertain calls get a table; the holder says whether it is alive."""
+        call = ToolCallRef("call_9", "charge_card", {"amount": 5}, "turn_1", "run_1")
+        holder = Holder("host:1:rt_x", 2, 4.0, False, local=False)
+        inspection = Inspection(9, (call,), (), "turn_1", (), (), "turn_1", "interrupted", holder)
+        shown = inert(inspection._repr_html_())
+        assert "1 uncertain tool call(s)" in shown
+        assert "charge_card" in shown
+        assert "dead" in shown
+        assert "interrupted" in shown
+
+    def test_empty_lists_say_so(self) -> None:
+        """No tasks, no pending requests and no messages each say so in words."""
+        assert "No tasks." in inert(html.show([])._repr_html_())
+        assert "No messages." in inert(Transcript((), 0)._repr_html_())
+
+    def test_show_refuses_what_it_cannot_show(self) -> None:
+        """show() of something that is no record raises InvalidInput naming what it takes."""
+        with pytest.raises(InvalidInput, match=r"session\.tasks\(\)"):
+            html.show(42)
+        with pytest.raises(InvalidInput):
+            html.show(["not a task"])
+
+    def test_show_has_a_short_text_form(self) -> None:
+        """Outside a notebook, show() prints a one-line summary."""
+        assert repr(html.show([_task(), _task()])) == "2 task(s)"
+
+
+class TestFromASession:
+    def test_a_real_session_renders_every_record(self, make_runtime: MakeRuntime) -> None:
+        """tasks, transcript, history, inspect, snapshot and an outcome all render."""
+        session = make_runtime(nb.ScriptedModel(["**Pro** costs $10."])).session("s1")
+        outcome = session.run("How much is pro?", timeout=20)
+        rendered = [
+            outcome._repr_html_(),
+            html.show(session.tasks())._repr_html_(),
+            session.transcript()._repr_html_(),
+            session.history()._repr_html_(),
+            session.inspect()._repr_html_(),
+            session.snapshot()._repr_html_(),
+        ]
+        for markup in rendered:
+            inert(markup)
+        assert "How much is pro?" in inert(rendered[1])
+        assert "**Pro** costs $10." in inert(rendered[2])
+
+    def test_importing_the_records_stays_light(self) -> None:
+        """agentnb.html imports no optional dependency (pandas, ipywidgets, markdown-it)."""
+        import subprocess
+        import sys
+
+        code = (
+            "import sys, agentnb, agentnb.html; "
+            "print(sorted(m for m in ('pandas', 'ipywidgets', 'markdown_it', 'altair') "
+            "if m in sys.modules))"
+        )
+        done = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, check=True
+        )
+        assert done.stdout.strip() == "[]"
