@@ -48,3 +48,23 @@ def make_runtime(store_url: str) -> Iterator[Callable[..., nb.Runtime]]:
     yield make
     for runtime in runtimes:
         runtime.close()
+
+
+@pytest.fixture(scope="session")
+def pg_cluster() -> Iterator[Any]:
+    """One throwaway PostgreSQL cluster per test run (``tests/pg.py``); skipped without a
+    server, except under CI=true, where that fails."""
+    from tests.pg import cluster_or_skip
+
+    cluster = cluster_or_skip()
+    try:
+        yield cluster
+    finally:
+        cluster.remove()
+
+
+@pytest.fixture
+def pg_url(pg_cluster: Any) -> str:
+    """The URL of a fresh, empty database in that cluster (one per test)."""
+    url: str = pg_cluster.database()
+    return url

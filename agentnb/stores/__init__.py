@@ -31,9 +31,11 @@ def open_store(
     """Open the store a URL names (a ``SessionStore`` is returned as is).
 
     ``memory://``; ``sqlite:///relative/path.db`` or ``sqlite:////absolute/path.db`` (add
-    ``?synchronous=NORMAL`` to trade durability on power loss for speed). With
-    ``create=False`` (readers) a store file that does not exist raises ``InvalidInput`` and
-    nothing is created.
+    ``?synchronous=NORMAL`` to trade durability on power loss for speed);
+    ``postgresql://user:password@host:port/dbname`` (or ``postgres://``; any libpq URL,
+    e.g. ``?sslmode=require`` or ``?host=/run/postgresql`` for a unix socket), which needs
+    the ``postgres`` extra. With ``create=False`` (readers) a store file or database without
+    an agentnb store raises ``InvalidInput`` and nothing is created.
     """
     if isinstance(url, SessionStore):
         return url
@@ -70,7 +72,14 @@ def open_store(
             synchronous=options.get("synchronous", "FULL"),
             create=create,
         )
+    if scheme in ("postgresql", "postgres"):
+        from agentnb.stores.postgres import PostgresStore
+
+        return PostgresStore(url, clock=clock, create=create)
+    shown = url
+    if scheme and "@" in parts.netloc:  # never echo credentials, whatever the scheme
+        shown = url.replace(parts.netloc, "***@" + parts.netloc.rpartition("@")[2], 1)
     raise InvalidInput(
-        f"unsupported store URL {url!r}: use memory:// or sqlite:///path "
-        "(or pass a SessionStore instance)"
+        f"unsupported store URL {shown!r}: use memory://, sqlite:///path or "
+        "postgresql://user@host/dbname (or pass a SessionStore instance)"
     )

@@ -1,0 +1,231 @@
+"""A throwaway PostgreSQL cluster for tests and benchmarks: ``initdb`` + ``pg_ctl`` in a temp dir.
+
+The cluster listens only on a unix socket in its own folder (no TCP port to collide with), as
+the ``postgres`` user when this process runs as root (PostgreSQL refuses to run as root).
+``Cluster.database()`` clones a template database, so each test gets a fresh database in
+tens of milliseconds. Nothing here is agentnb-specific except the names.
+
+The same steps by hand (README, "Moving to PostgreSQL")::
+
+    initdb -D DIR/data -U postgres -A trust
+    pg_ctl -D DIR/data -l DIR/log -o "-k DIR -c listen_addresses=''" -w start
+    # postgresql://postgres@/postgres?host=DIR
+    pg_ctl -D DIR/data -m fast stop
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import pwd
+import queue
+import shutil
+import subprocess
+import tempfile
+import threading
+from pathlib import Path
+
+__all__ = ["Cluster", "ClusterUnavailable", "find_bindir"]
+
+_SERVICE_USER = "postgres"
+
+
+class ClusterUnavailable(RuntimeError):
+    """No PostgreSQL server binaries here (or they cannot run); the message says how to get them."""
+
+
+def find_bindir() -> Path:
+    """The folder holding ``initdb``, ``pg_ctl`` and ``postgres``.
+
+    ``pg_config --bindir`` first (it may be the client's only), then Debian's
+    ``/usr/lib/postgresql/<major>/bin`` (newest first), then ``initdb`` on the PATH.
+    """
+    candidates: list[Path] = []
+    pg_config = shutil.which("pg_config")
+    if pg_config:
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            out = subprocess.run(
+                [pg_config, "--bindir"], capture_output=True, text=True, check=True, timeout=10
+            ).stdout.strip()
+            candidates.append(Path(out))
+    debian = Path("/usr/lib/postgresql")
+    if debian.is_dir():
+        majors = sorted(
+            (p for p in debian.iterdir() if p.name.isdigit()),
+            key=lambda p: int(p.name),
+            reverse=True,
+        )
+        candidates += [p / "bin" for p in majors]
+    initdb = shutil.which("initdb")
+    if initdb:
+        candidates.append(Path(initdb).resolve().parent)
+    for bindir in candidates:
+        if all((bindir / tool).exists() for tool in ("initdb", "pg_ctl", "postgres")):
+            return bindir
+    raise ClusterUnavailable(
+        "no PostgreSQL server found (initdb, pg_ctl, postgres); install it, e.g. "
+        "`apt-get install postgresql-15`, or put its bin folder on the PATH"
+    )
+
+
+class Cluster:
+    """One throwaway PostgreSQL cluster; ``start()`` it, ``stop()`` it, ``remove()`` it."""
+
+    def __init__(self, root: Path | None = None, *, fsync: bool = False) -> None:
+        self.bindir = find_bindir()
+        # Short path: a unix socket path must stay under ~100 bytes.
+        self.root = Path(root or tempfile.mkdtemp(prefix="agentnb-pg-"))
+        self.data = self.root / "data"
+        self.log = self.root / "server.log"
+        self.fsync = fsync
+        self._as_user: list[str] = []
+        self._names = itertools.count(1)
+        self._ready: queue.Queue[str | BaseException] = queue.Queue(maxsize=2)
+        self._maker: threading.Thread | None = None
+        self._stopping = threading.Event()
+        if os.geteuid() == 0:
+            # PostgreSQL refuses root: run it as the service user, which owns the folder.
+            try:
+                user = pwd.getpwnam(_SERVICE_USER)
+            except KeyError:
+                raise ClusterUnavailable(
+                    f"running as root and there is no {_SERVICE_USER!r} user to run "
+                    "PostgreSQL as; install the server package (it creates the user)"
+                ) from None
+            os.chown(self.root, user.pw_uid, user.pw_gid)
+            self._as_user = ["runuser", "-u", _SERVICE_USER, "--"]
+        os.chmod(self.root, 0o700)
+
+    # -- process control ----------------------------------------------------------------------
+
+    def _run(self, tool: str, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        done = subprocess.run(
+            [*self._as_user, str(self.bindir / tool), *args],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=120,
+            stdin=subprocess.DEVNULL,
+        )
+        if check and done.returncode:
+            tail = self.log.read_text()[-2000:] if self.log.exists() else ""
+            raise ClusterUnavailable(
+                f"{tool} {' '.join(args)} failed ({done.returncode}): {done.stderr.strip()}\n{tail}"
+            )
+        return done
+
+    def start(self) -> Cluster:
+        """initdb (once) and start the server; returns self."""
+        if not self.data.exists():
+            self._run(
+                "initdb",
+                "-D",
+                str(self.data),
+                "-U",
+                "postgres",
+                "-A",
+                "trust",
+                "-E",
+                "UTF8",
+                "--locale=C",
+                "--no-sync",
+            )
+        self._pg_ctl("start")
+        return self
+
+    def _pg_ctl(self, action: str, *extra: str) -> None:
+        options = f"-k {self.root} -c listen_addresses='' -c max_connections=300"
+        if not self.fsync:
+            options += " -F"
+        args = ["-D", str(self.data), "-l", str(self.log), "-w", "-t", "60"]
+        if action in ("start", "restart"):
+            args += ["-o", options]
+        self._run("pg_ctl", *args, *extra, action)
+
+    def stop(self, mode: str = "fast") -> None:
+        """Stop the server (``immediate`` is a crash: no shutdown checkpoint)."""
+        self._pg_ctl("stop", "-m", mode)
+
+    def restart(self, mode: str = "fast") -> None:
+        self._pg_ctl("restart", "-m", mode)
+
+    def remove(self) -> None:
+        """Stop the server if it runs and delete the folder."""
+        self._stopping.set()
+        with contextlib.suppress(queue.Empty):
+            while True:
+                self._ready.get_nowait()  # unblocks the maker's put
+        if self._maker is not None:
+            self._maker.join(30)
+        with contextlib.suppress(ClusterUnavailable, subprocess.SubprocessError, OSError):
+            if (self.data / "postmaster.pid").exists():
+                self.stop("immediate")
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    # -- databases ----------------------------------------------------------------------------
+
+    def url(self, dbname: str = "postgres", *, user: str = "postgres") -> str:
+        """A libpq URL that reaches ``dbname`` through the unix socket."""
+        return f"postgresql://{user}@/{dbname}?host={self.root}"
+
+    def sql(self, statement: str, *, dbname: str = "postgres") -> list[tuple[object, ...]]:
+        """Run one statement in autocommit as the superuser; its rows (if it returns any)."""
+        import psycopg
+
+        with psycopg.connect(self.url(dbname), autocommit=True) as conn:
+            cur = conn.execute(statement)  # type: ignore[arg-type]
+            return cur.fetchall() if cur.description else []
+
+    def database(self, prefix: str = "t") -> str:
+        """A new, empty database; its URL.
+
+        CREATE DATABASE copies the template (a few hundred ms on a slow disk), so a thread
+        keeps a couple made ahead while tests run.
+        """
+        if self._maker is None:
+            self._maker = threading.Thread(target=self._make_ahead, daemon=True)
+            self._maker.start()
+        while True:
+            try:
+                name = self._ready.get(timeout=60)
+            except queue.Empty:
+                raise ClusterUnavailable(
+                    f"no database could be created in 60 s; see {self.log}"
+                ) from None
+            if isinstance(name, BaseException):
+                raise ClusterUnavailable(f"CREATE DATABASE failed: {name}") from name
+            return self.url(name)
+
+    def _make_ahead(self) -> None:
+        while not self._stopping.is_set():
+            name = f"t_{os.getpid()}_{next(self._names)}"
+            try:
+                self.sql(f'CREATE DATABASE "{name}" TEMPLATE template0')
+            except Exception as exc:  # handed to the test that waits for a database
+                self._ready.put(exc)
+                return
+            self._ready.put(name)
+
+
+def cluster_or_skip() -> Cluster:
+    """A started cluster, or a skip saying why not; under ``CI=true`` a failure instead.
+
+    CI installs the server (``.ci/run``), so there a missing server or driver is a broken
+    environment, never a reason to skip.
+    """
+    import pytest
+
+    try:
+        import psycopg  # noqa: F401
+        import psycopg_pool  # noqa: F401
+    except ImportError as exc:
+        reason = f'{exc}: pip install "agentnb[postgres]"'
+    else:
+        try:
+            return Cluster().start()
+        except (ClusterUnavailable, OSError, subprocess.SubprocessError) as exc:
+            reason = str(exc)
+    if os.environ.get("CI") == "true":
+        raise pytest.fail.Exception(f"PostgreSQL tests cannot run in CI: {reason}", pytrace=False)
+    raise pytest.skip.Exception(f"PostgreSQL tests need a server: {reason}")
