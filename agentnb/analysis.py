@@ -46,6 +46,7 @@ from agentnb.log import SessionLog
 from agentnb.stores.base import MAX_READ_LIMIT, SessionStore
 
 if TYPE_CHECKING:
+    import altair as alt
     import duckdb
     import pandas as pd
     import pyarrow as pa
@@ -62,6 +63,8 @@ __all__ = [
     "runs",
     "steps",
     "timeline",
+    "timeline_chart",
+    "timeline_data",
     "tool_calls",
     "turns",
 ]
@@ -406,6 +409,162 @@ STATUS_COLORS = {
     "failed": "#c62828",
     "cancelled": "#757575",
 }
+"""Run and turn colours by status (the legend shows only the statuses drawn)."""
+TOOL_COLORS = {"ok": "#37474f", "error": "#c62828", "uncertain": "#9e9e9e"}
+WAIT_COLOR = "#f9a825"
+PAGE_SIZE = 50
+"""Turns per page of ``timeline``: the figure grows with the rows up to this many turns."""
+_MIN_WIDTH = 0.006
+"""The shortest bar drawn, as a share of the time axis: a 40 ms approval stays visible."""
+_LANE = 0.5
+"""Height of one tool-call lane, in turn rows (a turn row is 1)."""
+_LABEL_ROOM = 0.008
+"""Room a tool call's label takes after its bar, per character, as a share of the axis."""
+
+
+def timeline_data(
+    source: Any,
+    *,
+    session_id: str | None = None,
+    user_id: str | None = None,
+    relative_to: str = "session",
+    page: int = 1,
+    page_size: int = PAGE_SIZE,
+) -> pd.DataFrame:
+    """The segments both timelines draw, one row each, for the turns of one page.
+
+    Columns: ``session`` (``user/session``), ``turn_id``, ``row`` (the turn's position,
+    0 at the top), ``kind`` (``turn``, ``run``, ``wait``, ``tool``), ``lane`` (tool calls:
+    0, 1, ... so calls that overlap in time never share one), ``label`` (the turn's input,
+    ``run N · reason``, the wait's kind, the tool's name), ``status``, ``start_s`` and
+    ``end_s`` (seconds since the session's, or with ``relative_to="turn"`` the turn's,
+    start; an open segment ends at the last event), ``shown_end_s`` (at least a minimum
+    width later than ``start_s``, so short waits and calls stay visible), ``started_at``,
+    ``ended_at`` (UTC), ``run_id``, ``call_id`` and ``detail`` (text for tooltips).
+    Sessions follow each other in order of their first turn; so do turns within one.
+    """
+    import pandas as pd
+
+    if relative_to not in {"session", "turn"}:
+        raise InvalidInput(f"relative_to must be 'session' or 'turn', got {relative_to!r}")
+    if isinstance(page_size, bool) or not isinstance(page_size, int) or page_size < 1:
+        raise InvalidInput(f"page_size must be a positive integer, got {page_size!r}")
+    if isinstance(page, bool) or not isinstance(page, int) or page < 1:
+        raise InvalidInput(f"page must be 1 or more, got {page!r}")
+    t, r, tc, ia = _frames(
+        source, ("turns", "runs", "tool_calls", "interactions"),
+        {"session_id": session_id, "user_id": user_id},
+    )  # fmt: skip
+    columns = [
+        "session", "turn_id", "row", "kind", "lane", "label", "status", "start_s", "end_s",
+        "shown_end_s", "started_at", "ended_at", "run_id", "call_id", "detail",
+    ]  # fmt: skip
+    t = t[t["started_at"].notna()].copy()
+    t["session"] = t["user_id"].astype(str) + "/" + t["session_id"].astype(str)
+    first = t.groupby("session")["started_at"].transform("min")
+    t = t.assign(_first=first).sort_values(["_first", "session", "started_at", "turn_id"])
+    pages = max(1, -(-len(t) // page_size))
+    if page > pages:
+        raise InvalidInput(f"page {page} is past the last page ({pages} of {page_size} turns)")
+    session_start = dict(zip(t["session"], t["_first"], strict=False))
+    t = t.iloc[(page - 1) * page_size : page * page_size]
+    if t.empty:
+        empty = pd.DataFrame({c: pd.Series(dtype=object) for c in columns})
+        empty.attrs.update(page=page, pages=pages)
+        return empty
+    last = max(x for x in (t["last_event_at"].max(), r["ended_at"].max()) if pd.notna(x))
+    rows: list[dict[str, Any]] = []
+    by_turn = {turn.turn_id: turn for turn in t.itertuples(index=False)}
+    origin = {
+        turn.turn_id: turn.started_at if relative_to == "turn" else session_start[turn.session]
+        for turn in by_turn.values()
+    }
+    row_of = {turn_id: n for n, turn_id in enumerate(by_turn)}
+
+    def add(turn_id: str, kind: str, start: Any, end: Any, **fields: Any) -> None:
+        open_end = end if pd.notna(end) else last
+        rows.append(
+            {
+                "session": by_turn[turn_id].session,
+                "turn_id": turn_id,
+                "row": row_of[turn_id],
+                "kind": kind,
+                "lane": fields.pop("lane", 0),
+                "start_s": (start - origin[turn_id]).total_seconds(),
+                "end_s": (max(open_end, start) - origin[turn_id]).total_seconds(),
+                "started_at": start,
+                "ended_at": end if pd.notna(end) else pd.NaT,
+                **fields,
+            }
+        )
+
+    for turn in by_turn.values():
+        end = turn.ended_at if pd.notna(turn.ended_at) else turn.last_event_at
+        text = "" if pd.isna(turn.input) else str(turn.input)
+        add(turn.turn_id, "turn", turn.started_at, end, label=text, status=turn.status,
+            run_id=None, call_id=None, detail=f"{turn.status}: {text}")  # fmt: skip
+    for run in r[r["turn_id"].isin(by_turn) & r["started_at"].notna()].itertuples(index=False):
+        label = f"run {run.run_index} \u00b7 {run.reason}"
+        add(run.turn_id, "run", run.started_at, run.ended_at, label=label, status=run.status,
+            run_id=run.run_id, call_id=None, detail=f"{label}: {run.status}")  # fmt: skip
+    for wait in ia[ia["turn_id"].isin(by_turn)].itertuples(index=False):
+        what = {"confirmation": "approval", "ask_user": "question"}.get(wait.kind, wait.kind)
+        add(wait.turn_id, "wait", wait.requested_at, wait.resolved_at, label=str(what),
+            status=wait.status, run_id=wait.run_id, call_id=wait.call_id,
+            detail=f"{what} of {wait.tool_name or 'a person'}: {wait.status}")  # fmt: skip
+    calls = tc[tc["turn_id"].isin(by_turn) & tc["dispatched_at"].notna()]
+    for call in calls.sort_values(["dispatched_at", "call_id"]).itertuples(index=False):
+        kind = "error" if call.outcome == "error" else "uncertain" if call.uncertain else "ok"
+        add(call.turn_id, "tool", call.dispatched_at, call.ended_at, label=str(call.tool_name),
+            status=kind, run_id=call.run_id, call_id=call.call_id,
+            detail=f"{call.tool_name}({call.arguments}): {call.status}")  # fmt: skip
+    frame = pd.DataFrame(rows, columns=columns)
+    span = max(float(frame["end_s"].max() - frame["start_s"].min()), 1e-3)
+    # Waits and tool calls are drawn at least _MIN_WIDTH of the axis wide; turns and runs
+    # as they are.
+    shortest = frame["start_s"] + span * _MIN_WIDTH
+    brief = frame["kind"].isin(["wait", "tool"]) & (frame["end_s"] < shortest)
+    frame["shown_end_s"] = frame["end_s"].where(~brief, shortest)
+    _assign_lanes(frame, span)
+    frame["lane"] = frame["lane"].astype("Int64")
+    frame["row"] = frame["row"].astype("Int64")
+    frame = frame.reset_index(drop=True)
+    frame.attrs.update(page=page, pages=pages)
+    return frame
+
+
+def _assign_lanes(frame: pd.DataFrame, span: float) -> None:
+    """Tool calls of one turn that overlap in time get different lanes; so does a call
+    that starts where the previous one's label is still written."""
+    tools = frame[frame["kind"] == "tool"].sort_values(["turn_id", "start_s", "call_id"])
+    ends: dict[str, list[float]] = {}
+    for index, call in tools.iterrows():
+        lanes = ends.setdefault(str(call["turn_id"]), [])
+        free = next((n for n, end in enumerate(lanes) if end <= call["start_s"]), len(lanes))
+        if free == len(lanes):
+            lanes.append(0.0)
+        label = span * _LABEL_ROOM * (len(str(call["label"])) + 2)
+        lanes[free] = float(call["shown_end_s"]) + label
+        frame.loc[index, "lane"] = free
+
+
+def _row_layout(data: pd.DataFrame) -> tuple[dict[str, float], float, list[tuple[str, float]]]:
+    """The y of each turn's row (rows with parallel calls are taller), the total height in
+    rows, and where each session's group starts."""
+    lanes = data[data["kind"] == "tool"].groupby("turn_id")["lane"].max().to_dict()
+    y = 0.0
+    groups: list[tuple[str, float]] = []
+    top: dict[str, float] = {}
+    session = None
+    for turn in data[data["kind"] == "turn"].itertuples(index=False):
+        if turn.session != session:
+            session = turn.session
+            y += 0.6 if groups else 0.0
+            groups.append((str(session), y))
+        top[str(turn.turn_id)] = y
+        n = lanes.get(turn.turn_id)
+        y += 1.0 + (0.0 if n is None else (int(n) + 1) * _LANE)
+    return top, y, groups
 
 
 def timeline(
@@ -415,13 +574,22 @@ def timeline(
     user_id: str | None = None,
     ax: Any = None,
     max_label: int = 28,
+    relative_to: str = "session",
+    page: int = 1,
+    page_size: int = PAGE_SIZE,
 ) -> Figure:
-    """A chart of turns (one row each) and their runs on a time axis, coloured by status.
+    """A chart of turns (one row each), their runs, tool calls and waits for a person.
 
-    Each turn's row has a thin line from its start to its end, a bar per run (colour = the
-    run's status), short black ticks for tool calls (red for errors, hatched grey for calls
-    whose outcome was uncertain) and hatched yellow spans for human-in-the-loop waits.
-    Returns the matplotlib ``Figure`` (displayed by Jupyter; ``fig.savefig(...)`` to save).
+    The x axis is time since the session started (``relative_to="turn"``: since each
+    turn started). Each turn's row has a thin line from its start to its end and a bar per
+    run coloured by the run's status; below it, one bar per tool call labelled with the
+    tool's name (dark: done, red: error, grey: uncertain), calls that overlap in time on
+    lanes of their own; hatched yellow spans are waits for a person, drawn at least a
+    minimum width so a quick approval still shows. Several sessions are grouped, each under
+    its ``user/session`` label. The legend lists only what is drawn. The figure grows with
+    the rows; past ``page_size`` turns, ``page=2, 3, ...`` draws the next ones (the title
+    says which). Returns the matplotlib ``Figure`` (``fig.savefig(...)`` to save).
+    ``timeline_chart`` draws the same data as an interactive Altair chart with tooltips.
     """
     require_export_deps()
     import matplotlib
@@ -429,83 +597,203 @@ def timeline(
     if ax is None and not os.environ.get("MPLBACKEND"):
         with contextlib.suppress(Exception):
             matplotlib.use("Agg", force=False)
-    import matplotlib.dates as mdates
     from matplotlib.figure import Figure
-    from matplotlib.patches import Patch
 
-    t, r, tc, ia = _frames(
-        source, ("turns", "runs", "tool_calls", "interactions"),
-        {"session_id": session_id, "user_id": user_id},
+    data = timeline_data(
+        source, session_id=session_id, user_id=user_id, relative_to=relative_to,
+        page=page, page_size=page_size,
     )  # fmt: skip
+    top, height, groups = _row_layout(data)
     if ax is None:
-        fig = Figure(figsize=(10, max(2.0, 0.55 * len(t) + 1.2)))
+        fig = Figure(figsize=(11, min(2.0 + 0.42 * height, 60.0)))
         ax = fig.add_subplot()
     else:
         fig = ax.figure
-    row = {turn: i for i, turn in enumerate(t["turn_id"])}
-    end_of_data = max(
-        [x for x in (t["last_event_at"].max(), r["ended_at"].max()) if x is not None] or [None]
-    )
+    turns = data[data["kind"] == "turn"]
+    span = float(data["shown_end_s"].max()) if len(data) else 1.0
+    scale, unit = (1.0, "seconds")
+    if span > 7200:
+        scale, unit = (3600.0, "hours")
+    elif span > 180:
+        scale, unit = (60.0, "minutes")
 
-    def num(x: Any) -> float:
-        return float(mdates.date2num(x))  # type: ignore[no-untyped-call]
-
-    def span(start: Any, end: Any) -> tuple[float, float]:
-        a = num(start)
-        b = num(end if end is not None and str(end) != "NaT" else end_of_data)
-        return a, max(b - a, 1e-7)
-
-    for _, turn in t.iterrows():
-        y = row[turn["turn_id"]]
-        a, w = span(
-            turn["started_at"],
-            turn["ended_at"] if turn["ended_at"] is not None else turn["last_event_at"],
-        )
-        ax.plot([a, a + w], [y, y], color=STATUS_COLORS.get(turn["status"], "black"), lw=1)
-    for _, run in r.iterrows():
-        if run["turn_id"] not in row or run["started_at"] is None:
-            continue
-        a, w = span(run["started_at"], run["ended_at"])
-        ax.broken_barh(
-            [(a, w)],
-            (row[run["turn_id"]] - 0.3, 0.6),
-            facecolors=STATUS_COLORS.get(run["status"], "black"),
-            alpha=0.85,
-        )
-    for _, i in ia.iterrows():
-        if i["turn_id"] not in row:
-            continue
-        a, w = span(i["requested_at"], i["resolved_at"])
-        ax.broken_barh(
-            [(a, w)],
-            (row[i["turn_id"]] - 0.2, 0.4),
-            facecolors="none",
-            edgecolors="#f9a825",
-            hatch="//",
-        )
-    for _, c in tc.iterrows():
-        if (
-            c["turn_id"] not in row
-            or c["dispatched_at"] is None
-            or str(c["dispatched_at"]) == "NaT"
-        ):
-            continue
-        a, w = span(c["dispatched_at"], c["ended_at"])
-        color = "#c62828" if c["outcome"] == "error" else ("#9e9e9e" if c["uncertain"] else "black")
-        ax.broken_barh([(a, w)], (row[c["turn_id"]] + 0.3, 0.15), facecolors=color)
+    statuses, tools = _draw_segments(ax, data, top, scale)
     labels = [
-        (text if len(text) <= max_label else text[: max_label - 1] + "…")
-        for text in (str(x) if x is not None else "" for x in t["input"])
+        text if len(text) <= max_label else text[: max_label - 1] + "\u2026"
+        for text in (str(v) for v in turns["label"])
     ]
-    ax.set_yticks(range(len(labels)), labels)
-    ax.invert_yaxis()
-    ax.xaxis_date()
-    ax.xaxis.set_major_formatter(mdates.DateFormatter("%H:%M:%S"))  # type: ignore[no-untyped-call]
-    ax.set_xlabel("time (UTC)")
-    ax.set_title("agentnb timeline: turns (rows) and runs (bars) by status")
-    handles = [Patch(color=c, label=s) for s, c in STATUS_COLORS.items()]
-    handles.append(Patch(facecolor="none", edgecolor="#f9a825", hatch="//", label="HITL wait"))
-    handles.append(Patch(color="black", label="tool call"))
-    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1), fontsize="small")
+    ax.set_yticks([top[str(t)] for t in turns["turn_id"]], labels)
+    ax.set_ylim(height + 0.2, -1.1 if len(groups) > 1 else -0.8)
+    if len(groups) > 1:
+        for n, (session, y) in enumerate(groups):
+            if n:
+                ax.axhline(y - 0.75, color="#bdbdbd", lw=0.8)
+            ax.text(0.0, y - 0.55, f" {session}", transform=ax.get_yaxis_transform(),
+                    va="bottom", ha="left", fontsize="small", color="#616161")  # fmt: skip
+    ax.set_xlim(left=0)
+    since = "its session" if relative_to == "session" else "its turn"
+    ax.set_xlabel(f"{unit} since {since} started")
+    total = int(data.attrs.get("pages", 1))
+    title = "agentnb timeline: turns (rows), runs (bars), tool calls and waits"
+    if total > 1:
+        title += f" \u00b7 page {page} of {total}"
+    ax.set_title(title, fontsize="medium")
+    _legend(ax, data, statuses, tools)
     fig.tight_layout()
     return fig
+
+
+def _draw_segments(
+    ax: Any, data: pd.DataFrame, top: dict[str, float], scale: float
+) -> tuple[set[str], set[str]]:
+    """Draw every segment; returns the run/turn statuses and tool-call kinds drawn."""
+
+    def x(value: Any) -> float:
+        return float(value) / scale
+
+    statuses: set[str] = set()
+    tools: set[str] = set()
+    for seg in data.itertuples(index=False):
+        y = top[str(seg.turn_id)]
+        a, b = x(seg.start_s), x(seg.shown_end_s)
+        if seg.kind == "turn":
+            color = STATUS_COLORS.get(str(seg.status), "black")
+            ax.plot([a, b], [y, y], color=color, lw=1)
+            statuses.add(str(seg.status))
+        elif seg.kind == "run":
+            color = STATUS_COLORS.get(str(seg.status), "black")
+            ax.broken_barh([(a, b - a)], (y - 0.3, 0.6), facecolors=color, alpha=0.85)
+            statuses.add(str(seg.status))
+        elif seg.kind == "wait":
+            ax.broken_barh([(a, b - a)], (y - 0.38, 0.76), facecolors="none",
+                           edgecolors=WAIT_COLOR, hatch="//", lw=1.2)  # fmt: skip
+        else:
+            lane_y = y + 0.45 + int(seg.lane) * _LANE
+            ax.broken_barh([(a, b - a)], (lane_y, _LANE * 0.8),
+                           facecolors=TOOL_COLORS[str(seg.status)])  # fmt: skip
+            ax.text(b, lane_y + _LANE * 0.4, f" {seg.label}", va="center", ha="left",
+                    fontsize="x-small", clip_on=True)  # fmt: skip
+            tools.add(str(seg.status))
+    return statuses, tools
+
+
+def _legend(ax: Any, data: pd.DataFrame, statuses: set[str], tools: set[str]) -> None:
+    """A legend of what is drawn only."""
+    from matplotlib.patches import Patch
+
+    handles = [Patch(color=c, label=s) for s, c in STATUS_COLORS.items() if s in statuses]
+    handles += [Patch(color="black", label=s) for s in sorted(statuses - set(STATUS_COLORS))]
+    if (data["kind"] == "wait").any():
+        handles.append(Patch(facecolor="none", edgecolor=WAIT_COLOR, hatch="//",
+                             label="waiting for a person"))  # fmt: skip
+    names = {"ok": "tool call", "error": "tool error", "uncertain": "uncertain call"}
+    handles += [Patch(color=TOOL_COLORS[k], label=names[k]) for k in TOOL_COLORS if k in tools]
+    if handles:
+        ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1), fontsize="small")
+
+
+_TOOL_NAMES = {"ok": "tool call", "error": "tool error", "uncertain": "uncertain call"}
+
+
+def timeline_chart(
+    source: Any,
+    *,
+    session_id: str | None = None,
+    user_id: str | None = None,
+    relative_to: str = "session",
+    page: int = 1,
+    page_size: int = PAGE_SIZE,
+    width: int = 640,
+) -> alt.Chart | alt.FacetChart:
+    """The timeline as an interactive Altair chart: the same segments as ``timeline``
+    (``timeline_data``), with tooltips (turn input, run, tool and arguments, status,
+    times, duration), zoom and pan on the time axis, and one panel per session when there
+    are several. Runs, waits and tool calls share each turn's band; tool calls that overlap
+    sit on lanes below the run. Needs ``altair`` (in the ``export`` extra).
+    """
+    try:
+        import altair as alt
+    except ImportError as exc:
+        raise ImportError(
+            f'timeline_chart needs altair: pip install "agentnb[export]" ({exc})'
+        ) from exc
+    import pandas as pd
+
+    data = timeline_data(
+        source, session_id=session_id, user_id=user_id, relative_to=relative_to,
+        page=page, page_size=page_size,
+    )  # fmt: skip
+    turns = data[data["kind"] == "turn"].set_index("turn_id")["label"].to_dict()
+    shown = data[data["kind"] != "turn"].copy()
+    shown["turn"] = [
+        f"{int(row) + 1}. {_short(turns.get(t, ''), 40)}"
+        for row, t in zip(shown["row"], shown["turn_id"], strict=True)
+    ]
+    shown["what"] = [
+        str(status) if kind == "run"
+        else "waiting for a person" if kind == "wait"
+        else _TOOL_NAMES.get(str(status), str(status))
+        for kind, status in zip(shown["kind"], shown["status"], strict=True)
+    ]  # fmt: skip
+    shown["band"] = [
+        "0" if kind != "tool" else str(int(lane) + 1)
+        for kind, lane in zip(shown["kind"], shown["lane"], strict=True)
+    ]
+    shown["duration_s"] = (shown["end_s"] - shown["start_s"]).round(3)
+    for column in ("started_at", "ended_at"):
+        shown[column] = [
+            "" if pd.isna(v) else v.isoformat(timespec="milliseconds") for v in shown[column]
+        ]
+    plain = shown[
+        ["session", "turn", "kind", "what", "band", "label", "status", "start_s", "shown_end_s",
+         "duration_s", "started_at", "ended_at", "run_id", "call_id", "detail"]
+    ].astype(object).where(shown.notna(), None)  # fmt: skip
+    present = list(dict.fromkeys(plain["what"]))
+    palette = {
+        **STATUS_COLORS,
+        "waiting for a person": WAIT_COLOR,
+        **{_TOOL_NAMES[k]: c for k, c in TOOL_COLORS.items()},
+    }
+    order = sorted(dict.fromkeys(plain["turn"]), key=lambda t: int(t.split(".", 1)[0]))
+    since = "session" if relative_to == "session" else "turn"
+    chart = (
+        alt.Chart(plain)
+        .mark_bar(cornerRadius=2)
+        .encode(
+            x=alt.X("start_s:Q", title=f"seconds since the {since} started"),
+            x2="shown_end_s:Q",
+            y=alt.Y("turn:N", sort=order, title=None),
+            yOffset=alt.YOffset("band:N"),
+            color=alt.Color(
+                "what:N",
+                title=None,
+                scale=alt.Scale(domain=present, range=[palette.get(w, "#000") for w in present]),
+            ),
+            opacity=alt.condition("datum.kind == 'wait'", alt.value(0.55), alt.value(0.95)),
+            tooltip=[
+                alt.Tooltip("turn:N"),
+                alt.Tooltip("kind:N"),
+                alt.Tooltip("label:N"),
+                alt.Tooltip("status:N"),
+                alt.Tooltip("detail:N"),
+                alt.Tooltip("duration_s:Q", title="seconds"),
+                alt.Tooltip("started_at:N"),
+                alt.Tooltip("ended_at:N"),
+                alt.Tooltip("run_id:N"),
+                alt.Tooltip("call_id:N"),
+            ],
+        )
+        .properties(width=width, height=alt.Step(12))
+        .interactive(bind_y=False)
+    )
+    if plain["session"].nunique() > 1:
+        facets: alt.FacetChart = chart.facet(row=alt.Row("session:N", title=None))
+        resolved: alt.FacetChart = facets.resolve_scale(y="independent")
+        return resolved
+    result: alt.Chart = chart
+    return result
+
+
+def _short(text: str, width: int) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= width else text[: width - 1] + "\u2026"

@@ -439,6 +439,118 @@ class TestTimeline:
         fig.savefig(tmp_path / "timeline.png")
         assert (tmp_path / "timeline.png").stat().st_size > 1000
 
+    def test_time_is_measured_from_the_session_or_the_turn_start(self, known_parquet: Path) -> None:
+        """Each session starts at 0 s; with relative_to="turn" every turn does."""
+        data = analysis.timeline_data(str(known_parquet))
+        assert data.groupby("session")["start_s"].min().tolist() == [0.0, 0.0]
+        per_turn = analysis.timeline_data(str(known_parquet), relative_to="turn")
+        assert (per_turn[per_turn["kind"] == "turn"]["start_s"] == 0).all()
+
+    def test_every_tool_call_is_labelled_and_overlapping_calls_are_apart(
+        self, known_parquet: Path
+    ) -> None:
+        """Each dispatched call is a segment named after its tool; calls of one turn that
+        overlap in time never share a lane."""
+        data = analysis.timeline_data(str(known_parquet))
+        tools = data[data["kind"] == "tool"]
+        calls = analysis.tool_calls(str(known_parquet))
+        dispatched = calls[calls["dispatched_at"].notna()]
+        assert sorted(tools["call_id"]) == sorted(dispatched["call_id"])
+        assert dict(zip(tools["call_id"], tools["label"], strict=True)) == dict(
+            zip(dispatched["call_id"], dispatched["tool_name"], strict=True)
+        )
+        for _, turn in tools.groupby("turn_id"):
+            rows = list(turn.itertuples(index=False))
+            for a in rows:
+                for b in rows:
+                    if a.call_id != b.call_id and a.lane == b.lane:
+                        assert a.end_s <= b.start_s or b.end_s <= a.start_s
+
+    def test_calls_running_at_once_get_their_own_lanes(self) -> None:
+        """Two calls that overlap in time are drawn on two lanes of their turn's row."""
+        import pandas as pd
+
+        frame = pd.DataFrame(
+            {
+                "turn_id": ["t", "t", "t"],
+                "kind": ["tool"] * 3,
+                "call_id": ["a", "b", "c"],
+                "label": ["x", "y", "z"],
+                "start_s": [0.0, 0.5, 5.0],
+                "shown_end_s": [1.0, 1.5, 6.0],
+                "lane": [0, 0, 0],
+            }
+        )
+        analysis._assign_lanes(frame, span=6.0)
+        assert frame["lane"].tolist() == [0, 1, 0]
+
+    def test_short_waits_are_drawn_with_a_minimum_width(self, known_parquet: Path) -> None:
+        """A wait for a person shorter than the minimum is drawn at the minimum width."""
+        data = analysis.timeline_data(str(known_parquet))
+        span = data["end_s"].max() - data["start_s"].min()
+        waits = data[data["kind"] == "wait"]
+        assert len(waits) == 2
+        assert ((waits["shown_end_s"] - waits["start_s"]) >= span * 0.006 - 1e-9).all()
+        assert (waits["shown_end_s"] >= waits["end_s"]).all()
+
+    def test_sessions_are_grouped(self, known_parquet: Path, tmp_path: Path) -> None:
+        """Rows of one session are contiguous, each group labelled user/session."""
+        data = analysis.timeline_data(str(known_parquet))
+        turns = data[data["kind"] == "turn"].sort_values("row")
+        order = list(dict.fromkeys(turns["session"]))
+        assert order == ["alice/audit-001", "bob/audit-002"]
+        assert turns["session"].tolist() == ["alice/audit-001"] * 7 + ["bob/audit-002"] * 2
+        fig = analysis.timeline(str(known_parquet))
+        texts = [t.get_text().strip() for t in fig.axes[0].texts]
+        assert {"alice/audit-001", "bob/audit-002"} <= set(texts)
+
+    def test_the_legend_lists_only_what_is_drawn(self, known_parquet: Path) -> None:
+        """Bob's session has no suspended or interrupted run: neither is in its legend."""
+        fig = analysis.timeline(str(known_parquet), session_id=BOB.session_id)
+        legend = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+        assert "failed" in legend
+        assert "completed" in legend
+        assert "suspended" not in legend
+        assert "interrupted" not in legend
+        assert "waiting for a person" not in legend
+
+    def test_height_scales_and_pages(self, known_parquet: Path) -> None:
+        """More turns make a taller figure; past page_size turns the chart pages."""
+        small = analysis.timeline(str(known_parquet), session_id=BOB.session_id)
+        large = analysis.timeline(str(known_parquet))
+        assert large.get_figheight() > small.get_figheight()
+        paged = analysis.timeline(str(known_parquet), page=3, page_size=4)
+        assert len(paged.axes[0].get_yticks()) == 1
+        assert "page 3 of 3" in paged.axes[0].get_title()
+
+    @pytest.mark.parametrize(
+        ("kwargs", "match"),
+        [
+            ({"relative_to": "run"}, "relative_to"),
+            ({"page": 0}, "page"),
+            ({"page": 9, "page_size": 4}, "past the last page"),
+            ({"page_size": 0}, "page_size"),
+        ],
+    )
+    def test_bad_arguments_are_refused(
+        self, known_parquet: Path, kwargs: dict[str, Any], match: str
+    ) -> None:
+        """Unknown axis origins and impossible pages raise InvalidInput."""
+        with pytest.raises(nb.InvalidInput, match=match):
+            analysis.timeline(str(known_parquet), **kwargs)
+
+    def test_the_interactive_chart_has_tooltips_and_a_panel_per_session(
+        self, known_parquet: Path
+    ) -> None:
+        """timeline_chart is an Altair chart with tooltips; several sessions are facets."""
+        one = analysis.timeline_chart(str(known_parquet), session_id=ALICE.session_id)
+        spec = one.to_dict()
+        fields = {t["field"] for t in spec["encoding"]["tooltip"]}
+        assert {"turn", "label", "status", "detail", "duration_s"} <= fields
+        assert spec["encoding"]["yOffset"]["field"] == "band"
+        both = analysis.timeline_chart(str(known_parquet)).to_dict()
+        assert both["facet"]["row"]["field"] == "session"
+
 
 # The dtypes of every frame, whatever the source (pinned: analysts' code depends on them).
 DTYPES = {
