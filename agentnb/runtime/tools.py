@@ -2,8 +2,9 @@
 
 ``@tool`` turns a function into a ``Tool``. The schema comes from the signature (through
 pydantic, so defaults, ``Optional``, ``Literal``, lists and nested pydantic models all work) and
-the docstring: its first paragraph describes the tool, a Google-style ``Args:`` section
-describes each parameter. The flags say how the runtime treats a call:
+the docstring: its first paragraph describes the tool, and its parameter section (Google
+``Args:``, NumPy ``Parameters`` or Sphinx ``:param x:``) describes each parameter. The flags
+say how the runtime treats a call:
 
 - ``idempotent``: safe to run again after a crash left the call's outcome unknown; the runtime
   re-runs it on resume instead of asking a person to reconcile it.
@@ -30,6 +31,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Annotated, Any, overload
 
+import docstring_parser
 import pydantic_core
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 from pydantic.errors import PydanticSchemaGenerationError, PydanticUserError
@@ -255,10 +257,10 @@ def tool(
     """Make a ``Tool`` from a function; use as ``@tool`` or ``@tool(idempotent=True)``.
 
     ``name`` defaults to the function's name, ``description`` to the docstring's first
-    paragraph. Parameters described in a Google-style ``Args:`` section get those descriptions
-    in the schema. Raises ``InvalidInput`` for ``confirm`` together with ``external``, for
-    ``*args``/``**kwargs`` or positional-only parameters, and for parameter types that have no
-    JSON schema.
+    paragraph. Parameters described in the docstring (Google ``Args:``, NumPy ``Parameters``
+    or Sphinx ``:param x:``) get those descriptions in the schema. Raises ``InvalidInput`` for
+    ``confirm`` together with ``external``, for ``*args``/``**kwargs`` or positional-only
+    parameters, and for parameter types that have no JSON schema.
     """
 
     def wrap(func: Callable[..., Any]) -> Tool:
@@ -435,48 +437,35 @@ def _strip_titles(schema: Any) -> Any:
     return out
 
 
-_SECTION_HEADER = re.compile(r"^[A-Z][A-Za-z ]*:\s*$")
-_ARGS_HEADERS = frozenset({"Args:", "Arguments:", "Parameters:", "Params:"})
-_ARG_LINE = re.compile(r"^\*{0,2}([A-Za-z_]\w*)\s*(?:\([^)]*\))?\s*:\s*(.*)$")
-
-
 def _parse_docstring(doc: str | None) -> tuple[str, dict[str, str]]:
-    """The first paragraph, and per-parameter text from a Google-style ``Args:`` section."""
+    """The first paragraph, and per-parameter text from the docstring's parameter section.
+
+    Google (``Args:``), NumPy (``Parameters`` underlined) and Sphinx (``:param x:``) styles
+    are read by ``docstring_parser``; whitespace inside each text is folded to single spaces.
+    A docstring it cannot read still gives its first paragraph, without parameter texts.
+    """
     if not doc:
         return "", {}
-    lines = doc.splitlines()
-    summary: list[str] = []
-    for line in lines:
-        if not line.strip() or _SECTION_HEADER.match(line.strip()):
-            break
-        summary.append(line.strip())
+    try:
+        parsed = docstring_parser.parse(doc)
+    except Exception:  # noqa: BLE001 -- an unreadable docstring must not stop the tool being made
+        return _first_paragraph(doc), {}
+    summary = parsed.short_description or ""
+    if parsed.long_description and not parsed.blank_after_short_description:
+        summary += "\n" + parsed.long_description.split("\n\n", 1)[0]
+    args = {}
+    for param in parsed.params:
+        text = " ".join((param.description or "").split())
+        # NumPy style may describe several parameters at once: "x, y : int".
+        for part in param.arg_name.split(","):
+            name = part.strip().lstrip("*")
+            if name and text:
+                args[name] = text
+    return " ".join(summary.split()), args
 
-    args: dict[str, str] = {}
-    header_indent: int | None = None
-    entry_indent: int | None = None
-    current: str | None = None
-    for line in lines:
-        stripped = line.strip()
-        indent = len(line) - len(line.lstrip())
-        if header_indent is None:
-            if stripped in _ARGS_HEADERS:
-                header_indent = indent
-            continue
-        if not stripped:
-            continue
-        if indent <= header_indent:
-            break
-        if entry_indent is None:
-            entry_indent = indent
-        if indent <= entry_indent:
-            match = _ARG_LINE.match(stripped)
-            current = None
-            if match:
-                current = match.group(1)
-                args[current] = match.group(2).strip()
-        elif current is not None:
-            args[current] = f"{args[current]} {stripped}".strip()
-    return " ".join(summary), {k: v for k, v in args.items() if v}
+
+def _first_paragraph(doc: str) -> str:
+    return " ".join(doc.strip().split("\n\n", 1)[0].split())
 
 
 def _describe_error(err: Mapping[str, Any]) -> str:

@@ -230,6 +230,108 @@ class TestSchema:
         assert "item" in create_order.parameters["properties"]
 
 
+class TestDocstringStyles:
+    def test_numpy_parameters_section_describes_parameters(self) -> None:
+        """A NumPy-style Parameters section gives each parameter its (folded) description."""
+
+        @tool
+        def order(item: str, qty: int = 1) -> str:
+            """Create an order.
+
+            Parameters
+            ----------
+            item : str
+                The catalogue name,
+                exactly as listed.
+            qty : int, optional
+                How many to order.
+
+            Returns
+            -------
+            str
+                The order line.
+            """
+            return item
+
+        props = order.parameters["properties"]
+        assert order.description == "Create an order."
+        assert props["item"]["description"] == "The catalogue name, exactly as listed."
+        assert props["qty"]["description"] == "How many to order."
+
+    def test_numpy_shared_entry_describes_each_named_parameter(self) -> None:
+        """A NumPy entry naming several parameters ("x, y : int") describes each of them."""
+
+        @tool
+        def span(x: int, y: int) -> int:
+            """Measure a span.
+
+            Parameters
+            ----------
+            x, y : int
+                The two ends.
+            """
+            return y - x
+
+        props = span.parameters["properties"]
+        assert props["x"]["description"] == props["y"]["description"] == "The two ends."
+
+    def test_sphinx_params_describe_parameters(self) -> None:
+        """Sphinx-style :param: fields, typed or not, give parameter descriptions."""
+
+        @tool
+        def order(item: str, qty: int = 1) -> str:
+            """Create an order.
+
+            :param item: The catalogue name,
+                exactly as listed.
+            :param int qty: How many to order.
+            :returns: the order line
+            """
+            return item
+
+        props = order.parameters["properties"]
+        assert order.description == "Create an order."
+        assert props["item"]["description"] == "The catalogue name, exactly as listed."
+        assert props["qty"]["description"] == "How many to order."
+
+    def test_summary_without_blank_line_stops_at_the_section(self) -> None:
+        """A summary directly followed by Args: is the whole first paragraph, not the section."""
+
+        @tool
+        def lookup(plan: str) -> str:
+            """Look up the price
+            of a plan.
+            Args:
+                plan: The plan name.
+            """
+            return plan
+
+        assert lookup.description == "Look up the price of a plan."
+        assert lookup.parameters["properties"]["plan"]["description"] == "The plan name."
+
+    def test_unreadable_docstring_keeps_its_first_paragraph(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A docstring the parser fails on still describes the tool, without parameter texts."""
+
+        def broken(doc: str) -> None:
+            raise ValueError("cannot parse")
+
+        monkeypatch.setattr("docstring_parser.parse", broken)
+
+        @tool
+        def lookup(plan: str) -> str:
+            """Look up a plan.
+
+            Args:
+                plan: The plan name.
+            """
+            return plan
+
+        assert lookup.description == "Look up a plan."
+        assert "description" not in lookup.parameters["properties"]["plan"]
+
+
 class TestDefinitionErrors:
     def test_confirm_and_external_together_is_refused(self) -> None:
         """confirm=True with external=True raises InvalidInput."""
