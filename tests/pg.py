@@ -174,7 +174,7 @@ class Cluster:
         import psycopg
 
         with psycopg.connect(self.url(dbname), autocommit=True) as conn:
-            cur = conn.execute(statement)  # type: ignore[arg-type]
+            cur = conn.execute(statement)
             return cur.fetchall() if cur.description else []
 
     def database(self, prefix: str = "t") -> str:

@@ -85,7 +85,7 @@ log = logging.getLogger("agentnb.stores.postgres")
 
 CHANNEL = "agentnb"
 """The ``LISTEN``/``NOTIFY`` channel; payloads are ``e:<row id>:<head>`` or ``i:...``."""
-_LOCK_ID = 0x6167_6E62  # pg_advisory_xact_lock key serializing migrations ("agnb")
+_LOCK_ID = 0x6167_6E62  # advisory lock key serializing migrations ("agnb"); freed on close
 
 # Each entry migrates from version i to i + 1; the list index is the version.
 MIGRATIONS: tuple[tuple[str, ...], ...] = (
@@ -480,9 +480,11 @@ class PostgresStore(SessionStore):
                     f"there is no agentnb store in {self.url}; check the URL (opening a store "
                     "to read it never creates one)"
                 )
+            # Two processes opening a new database together: one migrates, one waits. The
+            # lock is taken before the transaction starts, so the transaction sees (in its
+            # catalogue too) whatever the other one committed.
+            conn.execute("SELECT pg_advisory_lock(%s)", (_LOCK_ID,))
             with conn.transaction():
-                # Two processes opening a new database together: one migrates, one waits.
-                conn.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_ID,))
                 version = self._version(conn)
                 if version > SCHEMA_VERSION:
                     raise self._newer(version)

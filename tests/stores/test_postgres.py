@@ -1,14 +1,48 @@
-"""The PostgreSQL store passes the store contract, plus what is special to a shared server."""
+"""The PostgreSQL store passes the store contract, plus what is special to a shared server.
+
+Everything runs against real PostgreSQL servers started by ``tests/pg.py`` (``initdb`` +
+``pg_ctl``): one shared cluster with a fresh database per test, and clusters of their own for
+the tests that restart or reconfigure the server. Other processes are real children
+(``tests/stores/_pg_child.py``). Timeouts only stop a broken test from hanging; a wake-up is
+judged against its timeout, never against a fixed time.
+"""
 
 from __future__ import annotations
 
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
+import psycopg
 import pytest
 
-from agentnb.ids import Clock
-from agentnb.stores import SessionStore
-from agentnb.testing.store_contract import StoreContract
+from agentnb.errors import (
+    Corrupt,
+    Fenced,
+    IdempotencyConflict,
+    InvalidInput,
+    LeaseHeld,
+    StorageError,
+)
+from agentnb.events import Event
+from agentnb.ids import Clock, FakeClock, SessionKey
+from agentnb.log import SessionLog
+from agentnb.stores import SessionStore, open_store
+from agentnb.stores.postgres import SCHEMA_VERSION, PostgresStore
+from agentnb.testing.store_contract import StoreContract, command, step
+from tests.pg import Cluster, cluster_or_skip
+from tests.stores._pg_child import key as child_key
+
+REPO = Path(__file__).resolve().parents[2]
+GUARD = 30.0
+"""Seconds any one wait may take before the test fails instead of hanging."""
 
 
 class TestPostgresStore(StoreContract):
@@ -17,6 +51,601 @@ class TestPostgresStore(StoreContract):
         self.url = pg_url
 
     def make_store(self, tmp_path: Path, *, clock: Clock | None = None) -> SessionStore:
-        from agentnb.stores.postgres import PostgresStore
-
         return PostgresStore(self.url, clock=clock)
+
+
+# --------------------------------------------------------------------------------------------
+# helpers
+
+
+@pytest.fixture
+def store(pg_url: str) -> Iterator[PostgresStore]:
+    store = PostgresStore(pg_url)
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+@pytest.fixture
+def own_cluster() -> Iterator[Cluster]:
+    """A cluster of this test's own, for restarting or reconfiguring the server."""
+    cluster = cluster_or_skip()
+    try:
+        yield cluster
+    finally:
+        cluster.remove()
+
+
+def sql(url: str, statement: str, params: Any = None) -> list[tuple[Any, ...]]:
+    """One statement on a plain psycopg connection, as someone outside agentnb would."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        cur = conn.execute(statement, params)
+        return cur.fetchall() if cur.description else []
+
+
+def child(mode: str, url: str, session_id: str, *args: object, skew: float = 0.0) -> Any:
+    """Run ``_pg_child`` to completion; its JSON line."""
+    pre = ["--skew", str(skew)] if skew else []
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.stores._pg_child", *pre, mode, url, session_id]
+        + [str(a) for a in args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=GUARD * 2,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def spawn(mode: str, url: str, session_id: str, *args: object) -> subprocess.Popen[str]:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.stores._pg_child", mode, url, session_id]
+        + [str(a) for a in args],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def wait_until(condition: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + GUARD
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting until {what}"
+        time.sleep(0.02)
+
+
+def listeners(url: str) -> int:
+    """How many connections LISTEN (seen from the server, not from the store's insides)."""
+    rows = sql(url, "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'LISTEN %'")
+    return int(rows[0][0])
+
+
+def in_background(target: Callable[[], Any]) -> tuple[threading.Thread, list[Any]]:
+    """Run ``target`` in a thread; the list gets its result or the exception it raised."""
+    out: list[Any] = []
+
+    def run() -> None:
+        try:
+            out.append(target())
+        except BaseException as exc:  # handed to the test thread
+            out.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread, out
+
+
+def append_retrying(
+    store: PostgresStore, key: SessionKey, events: list[Event], expected: int, batch_id: str
+) -> list[Event]:
+    """Append as the runtime's LogWriter does: a StorageError is retried, same batch id."""
+    deadline = time.monotonic() + GUARD
+    while True:
+        try:
+            return store.append(key, events, expected_seq=expected, batch_id=batch_id)
+        except (Fenced, IdempotencyConflict, InvalidInput):
+            raise
+        except StorageError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+# --------------------------------------------------------------------------------------------
+
+
+class TestSchema:
+    def test_new_database_gets_the_current_schema(self, pg_url: str) -> None:
+        """Opening an empty database creates the agentnb schema at the current version."""
+        PostgresStore(pg_url).close()
+        assert sql(pg_url, "SELECT max(version) FROM agentnb.migrations") == [(SCHEMA_VERSION,)]
+
+    def test_reopen_keeps_everything(self, pg_url: str) -> None:
+        """A second store on the database sees the log, inbox, lease, watermark, blob, secret."""
+        clock = FakeClock()
+        key = child_key("s1")
+        first = PostgresStore(pg_url, clock=clock)
+        record = first.create_session(key)
+        events = first.append(key, [step(1), step(2)], expected_seq=0, batch_id="b1")
+        accepted, _ = first.inbox_append(key, command("a"), dedupe_key="k", fingerprint="f")
+        lease = first.acquire_lease(key, "owner-a", ttl=60)
+        first.advance_watermark(key, "sink", 2)
+        blob = first.put_blob(b"bytes")
+        secret = first.secret()
+        first.close()
+        again = PostgresStore(pg_url, clock=clock)
+        try:
+            assert again.get_session(key) == record
+            assert again.read_after(key, 0, 10) == events
+            assert again.inbox_read_after(key, 0, 10) == [accepted]
+            assert again.current_lease(key) == lease
+            assert again.watermark(key, "sink") == 2
+            assert again.get_blob(blob) == b"bytes"
+            assert again.secret() == secret
+        finally:
+            again.close()
+
+    def test_newer_schema_is_refused(self, pg_url: str) -> None:
+        """A database migrated by a newer agentnb raises StorageError saying to upgrade,
+        naming the database without its password, and nothing is changed."""
+        PostgresStore(pg_url).close()
+        sql(pg_url, "INSERT INTO agentnb.migrations (version, note) VALUES (%s, 'future')", (99,))
+        tables = sql(pg_url, "SELECT count(*) FROM information_schema.tables")
+        with pytest.raises(StorageError, match="newer") as info:
+            PostgresStore(pg_url)
+        assert "upgrade agentnb" in str(info.value)
+        assert not isinstance(info.value, Corrupt)
+        assert sql(pg_url, "SELECT count(*) FROM information_schema.tables") == tables
+
+    def test_foreign_agentnb_schema_is_refused(self, pg_url: str) -> None:
+        """An 'agentnb' schema that agentnb did not create raises Corrupt; it is not touched."""
+        sql(pg_url, "CREATE SCHEMA agentnb")
+        sql(pg_url, "CREATE TABLE agentnb.mine (x int)")
+        with pytest.raises(Corrupt, match="did not create"):
+            PostgresStore(pg_url)
+        assert sql(pg_url, "SELECT to_regclass('agentnb.sessions')") == [(None,)]
+
+    def test_reader_does_not_create_a_store(self, pg_url: str) -> None:
+        """create=False on a database without agentnb raises InvalidInput, creating nothing."""
+        with pytest.raises(InvalidInput, match="no agentnb store"):
+            open_store(pg_url, create=False)
+        assert sql(pg_url, "SELECT to_regnamespace('agentnb')") == [(None,)]
+        PostgresStore(pg_url).close()
+        open_store(pg_url, create=False).close()
+
+    def test_processes_opening_a_new_database_together_agree(self, pg_url: str) -> None:
+        """Stores opened at once on an empty database all work and share one secret."""
+        stores: list[PostgresStore] = []
+        lock = threading.Lock()
+
+        def open_one() -> None:
+            opened = PostgresStore(pg_url)
+            with lock:
+                stores.append(opened)
+
+        threads = [threading.Thread(target=open_one) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(GUARD)
+        try:
+            assert len(stores) == 4
+            assert len({s.secret() for s in stores}) == 1
+            assert sql(pg_url, "SELECT count(*) FROM agentnb.migrations") == [(SCHEMA_VERSION,)]
+        finally:
+            for s in stores:
+                s.close()
+
+
+class TestUrls:
+    def test_open_store_dispatches_both_schemes(self, pg_url: str) -> None:
+        """open_store gives a PostgresStore for postgresql:// and postgres:// URLs."""
+        for url in (pg_url, pg_url.replace("postgresql://", "postgres://", 1)):
+            opened = open_store(url)
+            try:
+                assert isinstance(opened, PostgresStore)
+            finally:
+                opened.close()
+
+    def test_password_never_shows(self, pg_url: str) -> None:
+        """A password in the URL (authority or query) is masked in url, repr and errors."""
+        url = pg_url.replace("postgres@", "postgres:s3cret-pw@", 1) + "&sslpassword=s3cret-2"
+        opened = PostgresStore(url)  # trust authentication ignores the password
+        try:
+            assert "s3cret" not in opened.url
+            assert "s3cret" not in repr(opened)
+            assert ":***@" in opened.url
+        finally:
+            opened.close()
+        with pytest.raises(StorageError) as info:
+            opened.head(child_key("x"))
+        assert "s3cret" not in str(info.value)
+
+    def test_unreachable_server_names_host_and_port_not_password(self) -> None:
+        """No server at the address raises StorageError naming host:port, never the password."""
+        port = free_port()
+        url = f"postgresql://alice:s3cret-pw@127.0.0.1:{port}/agentnb?connect_timeout=5"
+        with pytest.raises(StorageError) as info:
+            open_store(url)
+        text = str(info.value)
+        assert f"127.0.0.1:{port}" in text
+        assert "s3cret" not in text
+        assert "check that the server runs" in text
+
+    @pytest.mark.parametrize(
+        "url",
+        [
+            "postgresql://alice:s3cret-pw@localhost/db?no_such_option=1",
+            "postgresql://alice:s3cret-pw@localhost:notaport/db",
+        ],
+    )
+    def test_malformed_url_is_invalid_input(self, url: str) -> None:
+        """A URL libpq cannot read raises InvalidInput saying the form, never the password."""
+        with pytest.raises((InvalidInput, StorageError)) as info:
+            open_store(url)
+        assert "s3cret" not in str(info.value)
+
+    def test_unsupported_scheme_does_not_echo_credentials(self) -> None:
+        """An unknown scheme raises InvalidInput without the credentials of the URL."""
+        with pytest.raises(InvalidInput) as info:
+            open_store("mysql://alice:s3cret-pw@db/x")
+        assert "s3cret" not in str(info.value)
+        assert "postgresql://" in str(info.value)
+
+    def test_import_agentnb_does_not_import_psycopg(self) -> None:
+        """`import agentnb` (and opening SQLite) loads no psycopg module."""
+        code = (
+            "import sys, agentnb; agentnb.open_store('memory://'); "
+            "assert not [m for m in sys.modules if m.startswith('psycopg')], 'psycopg loaded'"
+        )
+        subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO, timeout=GUARD * 2)
+
+    def test_missing_driver_says_what_to_install(self) -> None:
+        """Without psycopg, a postgresql:// URL raises ImportError naming the extra."""
+        code = (
+            "import sys\n"
+            "class Block:\n"
+            "    def find_spec(self, name, path=None, target=None):\n"
+            "        if name.split('.')[0] in ('psycopg', 'psycopg_pool'):\n"
+            "            raise ImportError(f'No module named {name!r}')\n"
+            "sys.meta_path.insert(0, Block())\n"
+            "import agentnb\n"
+            "try:\n"
+            "    agentnb.open_store('postgresql://u@localhost/db')\n"
+            "except ImportError as exc:\n"
+            "    print(exc)\n"
+        )
+        done = subprocess.run(
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            timeout=GUARD * 2,
+            check=True,
+        )
+        assert 'pip install "agentnb[postgres]"' in done.stdout
+
+
+class TestNotify:
+    @pytest.mark.parametrize("inbox", [False, True], ids=["head", "inbox"])
+    def test_commit_in_another_process_wakes_a_waiter(
+        self, store: PostgresStore, pg_url: str, inbox: bool
+    ) -> None:
+        """A commit by another process wakes wait_for_head / wait_for_inbox through NOTIFY:
+        with polling pushed past the timeout, the waiter still returns well before it."""
+        key = child_key("s1")
+        store.create_session(key)
+        timeout = GUARD
+        store.poll_interval = timeout * 4  # only a notification can wake the waiter in time
+        wait = store.wait_for_inbox if inbox else store.wait_for_head
+        assert wait(key, 0, 0.01) == 0  # starts the listener
+        wait_until(lambda: listeners(pg_url) == 1, "the store listens")
+        started = time.monotonic()
+        thread, result = in_background(lambda: (wait(key, 0, timeout), time.monotonic()))
+        got = child("command" if inbox else "append", pg_url, "s1", *(() if inbox else (1,)))
+        thread.join(timeout + GUARD)
+        (value, woke), *_ = result
+        assert value == 1
+        assert got == ({"seq": 1} if inbox else {"head": 1})
+        assert woke - started < timeout / 2, "the waiter slept until its timeout"
+
+    def test_follow_sees_another_process_commit_everything_once(
+        self, store: PostgresStore, pg_url: str
+    ) -> None:
+        """SessionLog.follow in this process yields every event another process commits,
+        once and in order."""
+        key = child_key("s1")
+        store.create_session(key)
+        store.poll_interval = GUARD * 4
+        log = SessionLog(store, key)
+        writer = spawn("append", pg_url, "s1", 200, 7, 0.002)
+        got = [e.seq for e in _take(log.follow(0, idle_timeout=GUARD), 200)]
+        _, err = writer.communicate(timeout=GUARD)
+        assert writer.returncode == 0, err
+        assert got == list(range(1, 201))
+
+    def test_commits_to_other_sessions_do_not_end_a_wait(
+        self, store: PostgresStore, pg_url: str
+    ) -> None:
+        """A waiter woken by a notification for another session returns only at its own
+        commit (or timeout), with the right head."""
+        quiet, busy = child_key("quiet"), child_key("busy")
+        for k in (quiet, busy):
+            store.create_session(k)
+        store.poll_interval = GUARD * 4
+        assert store.wait_for_head(quiet, 0, 0.01) == 0
+        wait_until(lambda: listeners(pg_url) == 1, "the store listens")
+        thread, result = in_background(lambda: store.wait_for_head(quiet, 0, GUARD))
+        child("append", pg_url, "busy", 20, 1)
+        assert thread.is_alive()
+        child("append", pg_url, "quiet", 3, 3)
+        thread.join(GUARD)
+        assert result == [3]
+
+
+def _take(follow: Any, n: int) -> list[Event]:
+    out: list[Event] = []
+    for event in follow:
+        out.append(event)
+        if len(out) == n:
+            break
+    return out
+
+
+class TestDatabaseClock:
+    def test_skewed_machines_agree_on_a_live_lease(self, store: PostgresStore, pg_url: str) -> None:
+        """A process whose clock runs an hour ahead cannot take a lease that is live on the
+        database's clock, and sees it as live; its store clock reads the database time."""
+        key = child_key("s1")
+        store.create_session(key)
+        lease = store.acquire_lease(key, "here", ttl=GUARD)
+        ahead = child("acquire", pg_url, "s1", "ahead", 10, skew=3600)
+        assert ahead["ok"] is False
+        assert ahead["error"] == LeaseHeld.__name__
+        assert ahead["current"] == ["here", lease.epoch]
+        assert abs(ahead["clock_minus_time"] + 3600) < 60  # the database time, not its own
+
+    def test_a_lease_expires_on_the_database_clock(self, store: PostgresStore, pg_url: str) -> None:
+        """A process whose clock runs an hour behind takes over a lease as soon as it
+        expired on the database's clock (by its own clock it would be live for an hour)."""
+        key = child_key("s1")
+        store.create_session(key)
+        lease = store.acquire_lease(key, "here", ttl=0.5)
+        wait_until(lambda: store.current_lease(key) is None, "the lease expires")
+        behind = child("acquire", pg_url, "s1", "behind", GUARD, skew=-3600)
+        assert behind["ok"] is True
+        assert behind["epoch"] == lease.epoch + 1
+        assert 0 < behind["expires_in"] - 3600 <= GUARD + 5
+        with pytest.raises(Fenced):
+            store.append(key, [step()], expected_seq=0, batch_id="b", fence=lease)
+        with pytest.raises(LeaseHeld):
+            store.acquire_lease(key, "here")
+
+
+class TestConnectionLoss:
+    def test_connection_killed_mid_commit_is_uncertain_then_settled_once(
+        self, store: PostgresStore, pg_url: str
+    ) -> None:
+        """A commit whose connection is terminated while it runs raises StorageError saying
+        the commit is uncertain; retrying the same batch id commits it exactly once."""
+        key = child_key("s1")
+        store.create_session(key)
+        store.append(key, [step(1)], expected_seq=0, batch_id="seed")
+        blocker = psycopg.connect(pg_url, autocommit=True)
+        try:
+            blocker.execute("BEGIN")
+            blocker.execute("SELECT * FROM agentnb.sessions FOR UPDATE")
+            events = [step(2), step(3)]
+            thread, result = in_background(
+                lambda: store.append(key, events, expected_seq=1, batch_id="b2")
+            )
+            wait_until(lambda: bool(_waiting_backends(pg_url)), "the commit waits for the lock")
+            (pid,) = _waiting_backends(pg_url)
+            sql(pg_url, "SELECT pg_terminate_backend(%s)", (pid,))
+            thread.join(GUARD)
+            (error,) = result
+            assert isinstance(error, StorageError)
+            assert "may or may not have committed" in str(error)
+        finally:
+            blocker.execute("ROLLBACK")
+            blocker.close()
+        committed = append_retrying(store, key, events, 1, "b2")
+        assert [e.seq for e in committed] == [2, 3]
+        assert [e.event_id for e in store.read_after(key, 0, 10)][1:] == [
+            e.event_id for e in events
+        ]
+        assert append_retrying(store, key, events, 1, "b2") == committed
+        assert store.head(key) == 3
+
+    def test_commit_durable_but_unacknowledged_is_settled_by_the_retry(
+        self, own_cluster: Cluster
+    ) -> None:
+        """A commit that is durable on the server but whose connection dies before the
+        acknowledgement raises an uncertain StorageError; the retry with the same batch id
+        finds it committed and writes nothing more."""
+        url = own_cluster.database()
+        store = PostgresStore(url)
+        key = child_key("s1")
+        try:
+            store.create_session(key)
+            store.append(key, [step(1)], expected_seq=0, batch_id="seed")
+            # A synchronous standby that never comes: commits are written, never acknowledged.
+            sql(url, "ALTER SYSTEM SET synchronous_standby_names = 'nobody'")
+            sql(url, "SELECT pg_reload_conf()")
+            wait_until(
+                lambda: sql(url, "SHOW synchronous_standby_names") == [("nobody",)],
+                "the server reloads its configuration",
+            )
+            events = [step(2)]
+            thread, result = in_background(
+                lambda: store.append(key, events, expected_seq=1, batch_id="b2")
+            )
+            wait_until(lambda: bool(_syncrep_backends(url)), "the commit waits for the standby")
+            (pid,) = _syncrep_backends(url)
+            sql(url, "SELECT pg_terminate_backend(%s)", (pid,))
+            thread.join(GUARD)
+            (error,) = result
+            assert isinstance(error, StorageError)
+            assert "may or may not have committed" in str(error)
+            sql(url, "ALTER SYSTEM RESET synchronous_standby_names")
+            sql(url, "SELECT pg_reload_conf()")
+            wait_until(
+                lambda: sql(url, "SHOW synchronous_standby_names") == [("",)],
+                "the server reloads its configuration",
+            )
+            assert store.head(key) == 2  # it had committed
+            again = append_retrying(store, key, events, 1, "b2")
+            assert [e.seq for e in again] == [2]
+            assert store.head(key) == 2
+            assert [e.event_id for e in store.read_after(key, 1, 10)] == [events[0].event_id]
+        finally:
+            store.close()
+
+    def test_server_restart_under_a_waiter_and_a_follower_loses_nothing(
+        self, own_cluster: Cluster
+    ) -> None:
+        """Across a crash restart of the server (pg_ctl restart -m immediate), a waiter
+        wakes on the next commit and a follower yields every event once, in order."""
+        url = own_cluster.database()
+        store = PostgresStore(url)
+        try:
+            key = child_key("s1")
+            store.create_session(key)
+            store.poll_interval = GUARD * 4  # no polling: the reconnect and NOTIFY wake them
+            log = SessionLog(store, key)
+            follower, followed = in_background(
+                lambda: [e.seq for e in _take(log.follow(0, idle_timeout=GUARD * 2), 20)]
+            )
+            child("append", url, "s1", 10, 3)
+            wait_until(lambda: listeners(url) == 1, "the store listens")
+            head = store.head(key)
+            assert head == 10
+            started = time.monotonic()
+            waiter, woke = in_background(
+                lambda: (store.wait_for_head(key, head, GUARD * 2), time.monotonic())
+            )
+            own_cluster.restart(mode="immediate")
+            child("append", url, "s1", 10, 4)
+            waiter.join(GUARD * 2 + GUARD)
+            follower.join(GUARD * 2 + GUARD)
+            (value, at), *_ = woke
+            assert value > head
+            assert at - started < GUARD, "the waiter slept until its timeout"
+            assert followed == [list(range(1, 21))]
+            assert [e.seq for e in store.read_after(key, 0, 100)] == list(range(1, 21))
+        finally:
+            store.close()
+
+
+def _waiting_backends(url: str) -> list[int]:
+    rows = sql(
+        url,
+        "SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+        "AND query LIKE 'WITH s AS (UPDATE agentnb.sessions%%'",
+    )
+    return [int(r[0]) for r in rows]
+
+
+def _syncrep_backends(url: str) -> list[int]:
+    rows = sql(url, "SELECT pid FROM pg_stat_activity WHERE wait_event = 'SyncRep'")
+    return [int(r[0]) for r in rows]
+
+
+class TestErrors:
+    def test_altered_row_is_corrupt_in_every_read(self, store: PostgresStore, pg_url: str) -> None:
+        """A stored event changed outside agentnb raises Corrupt naming its seq, row by row
+        and columnar."""
+        key = child_key("s1")
+        store.create_session(key)
+        store.append(key, [step(1), step(2), step(3)], expected_seq=0, batch_id="b")
+        sql(pg_url, "UPDATE agentnb.events SET payload = replace(payload, '2', '9') WHERE seq = 2")
+        with pytest.raises(Corrupt, match="seq 2"):
+            store.read_after(key, 0, 10)
+        pytest.importorskip("pyarrow")
+        with pytest.raises(Corrupt, match="seq 2"):
+            store.read_arrow(key, 0, 10)
+
+    def test_missing_event_is_a_gap(self, store: PostgresStore, pg_url: str) -> None:
+        """An event deleted outside agentnb raises Corrupt (a gap), never a silent skip."""
+        key = child_key("s1")
+        store.create_session(key)
+        store.append(key, [step(1), step(2), step(3)], expected_seq=0, batch_id="b")
+        sql(pg_url, "DELETE FROM agentnb.events WHERE seq = 2")
+        with pytest.raises(Corrupt, match="gap"):
+            store.read_after(key, 0, 10)
+
+    def test_a_lock_held_too_long_is_a_storage_error(self, pg_url: str) -> None:
+        """A commit that waits longer than lock_timeout raises StorageError saying to retry;
+        nothing is written."""
+        store = PostgresStore(pg_url, lock_timeout=0.2)
+        key = child_key("s1")
+        try:
+            store.create_session(key)
+            with psycopg.connect(pg_url) as blocker:
+                blocker.execute("SELECT * FROM agentnb.sessions FOR UPDATE")
+                with pytest.raises(StorageError, match="retry"):
+                    store.append(key, [step()], expected_seq=0, batch_id="b")
+            assert store.head(key) == 0
+            store.append(key, [step()], expected_seq=0, batch_id="b")
+            assert store.head(key) == 1
+        finally:
+            store.close()
+
+    def test_dropped_tables_are_corrupt(self, store: PostgresStore, pg_url: str) -> None:
+        """Tables dropped under a running store raise Corrupt saying to restore."""
+        key = child_key("s1")
+        store.create_session(key)
+        sql(pg_url, "DROP TABLE agentnb.events")
+        with pytest.raises(Corrupt, match="restore"):
+            store.read_after(key, 0, 10)
+
+
+class TestPendingWork:
+    def test_claimers_take_disjoint_sessions_with_accepted_work(self, store: PostgresStore) -> None:
+        """Only sessions with accepted commands are claimed; two claimers never share one."""
+        keys = [child_key(f"s{i}") for i in range(6)]
+        for k in keys:
+            store.create_session(k)
+        for k in keys[:4]:
+            store.inbox_append(k, command("go"))
+        first = store.claim_pending("w1", limit=3)
+        second = store.claim_pending("w2", limit=3)
+        claimed = [lease.key for lease in first + second]
+        assert sorted(claimed, key=str) == sorted(keys[:4], key=str)
+        assert all(lease.epoch == 1 for lease in first + second)
+        assert store.claim_pending("w3", limit=3) == []
+        for lease in first:
+            assert store.current_lease(lease.key) == lease
+
+    def test_settle_keeps_work_that_arrived_meanwhile(self, store: PostgresStore) -> None:
+        """settle_pending clears the mark only if no command arrived since the holder read
+        the inbox; a crashed holder's session is claimable again after its lease expires."""
+        key = child_key("s1")
+        store.create_session(key)
+        store.inbox_append(key, command("a"))
+        (lease,) = store.claim_pending("w1", ttl=0.5)
+        store.inbox_append(key, command("b"))
+        assert store.settle_pending(lease, inbox_seen=1) is False
+        assert store.settle_pending(lease, inbox_seen=2) is True
+        assert store.claim_pending("w2") == []
+        store.inbox_append(key, command("c"))
+        wait_until(lambda: store.current_lease(key) is None, "the lease expires")
+        (again,) = store.claim_pending("w2")
+        assert again.epoch == lease.epoch + 1
+        with pytest.raises(Fenced):
+            store.append(key, [step()], expected_seq=0, batch_id="b", fence=lease)
