@@ -272,13 +272,12 @@ def inspection_html(inspection: Any) -> str:
     if inspection.blocked_by:
         blocked = f"<code>{esc(inspection.blocked_by)}</code> {badge(inspection.blocked_status)}"
     pairs = [
-        ("as of seq", esc(inspection.as_of_seq)),
         ("active runs", esc(", ".join(inspection.active_runs)) or "none"),
         ("interrupted turn", f"<code>{esc(inspection.interrupted_turn or '')}</code>"),
         ("queue blocked by", blocked or "nothing"),
         ("lease holder", _holder(inspection.holder)),
     ]
-    parts = [_fields(pairs)]
+    parts = [_title(f"Inspection as of seq {esc(inspection.as_of_seq)}"), _fields(pairs)]
     calls = tuple(inspection.uncertain_tool_calls)
     if calls:
         rows = [
