@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import random
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -10,8 +11,11 @@ from typing import Any
 import pytest
 
 from agentnb.errors import InvalidInput
-from agentnb.events import Message, ToolCallData
+from agentnb.events import Message, ToolCallData, canonical_json
 from agentnb.runtime.models import (
+    MESSAGE_TOKENS,
+    REPLY_TOKENS,
+    Backoff,
     Completion,
     Finish,
     Model,
@@ -26,7 +30,12 @@ from agentnb.runtime.models import (
     ToolCall,
     ToolCallDelta,
     Usage,
+    count_tokens_with,
+    estimate_text_tokens,
+    estimate_tokens,
 )
+
+SPEC = {"name": "lookup", "description": "Look up a plan.", "parameters": {"type": "object"}}
 
 
 def request(*texts: str) -> ModelRequest:
@@ -150,11 +159,16 @@ class TestStreaming:
         assert sum(isinstance(i, Usage | Finish) for i in out) == 2
 
     def test_derived_usage_is_deterministic(self) -> None:
-        """Without Reply.usage, tokens are (input chars // 4 + 1, output chars // 4 + 1)."""
+        """Without Reply.usage, input tokens are count_tokens(messages, tools) and output
+        tokens the estimate of the reply's text, tool names and arguments."""
         model = ScriptedModel([Reply(text="abcdefgh", tool_calls=[ToolCall("t", {"q": 1})])])
-        out = items(model, request("12345678", "1234"))
-        # input: 12 chars -> 4; output: "abcdefgh" + '{"q":1}' = 15 chars -> 4
-        assert Usage(input_tokens=4, output_tokens=4) in out
+        req = ModelRequest(messages=request("12345678", "1234").messages, tools=(SPEC,))
+        out = items(model, req)
+        # input: reply primer 3; per message 3 + "user" 1 + text (8 bytes -> 2, 4 -> 1);
+        # the tool spec 3 + its JSON; output: "abcdefgh" 2 + "t" 1 + '{"q":1}' 2
+        spec_tokens = 3 + -(-len(canonical_json(SPEC)) // 4)
+        assert Usage(input_tokens=3 + 6 + 5 + spec_tokens, output_tokens=5) in out
+        assert model.count_tokens(req.messages, req.tools) == 3 + 6 + 5 + spec_tokens
 
     def test_chunk_delay_passes_between_pieces(self) -> None:
         """chunk_delay seconds pass between streamed pieces."""
@@ -414,6 +428,177 @@ class TestModelPort:
         assert not ModelError("x").retryable
         assert ModelError("x", retryable=True).retryable
         assert ModelError("x", True).retryable
+
+    def test_model_error_carries_retry_after(self) -> None:
+        """retry_after is None by default and a float of seconds when given."""
+        assert ModelError("x").retry_after is None
+        assert ModelError("x", True, retry_after=2).retry_after == 2.0
+
+    @pytest.mark.parametrize("bad", [-1, float("nan"), float("inf"), "3", True])
+    def test_model_error_refuses_bad_retry_after(self, bad: Any) -> None:
+        """A retry_after that is not a finite number of seconds >= 0 raises InvalidInput."""
+        with pytest.raises(InvalidInput, match="retry_after"):
+            ModelError("x", True, retry_after=bad)
+
+    def test_usage_extra_counts_default_to_none(self) -> None:
+        """Usage(input, output) still works; cached and reasoning tokens default to None."""
+        usage = Usage(10, 2)
+        assert (usage.cached_tokens, usage.reasoning_tokens) == (None, None)
+        assert Usage(10, 2, cached_tokens=8, reasoning_tokens=1).cached_tokens == 8
+
+    def test_defaults_of_a_minimal_model(self) -> None:
+        """A model that defines only stream has no context window, the default backoff, the
+        estimate as its token count and an aclose that does nothing."""
+
+        class Minimal(Model):
+            name = "minimal"
+
+            async def stream(self, request: ModelRequest) -> AsyncIterator[StreamItem]:
+                yield Finish("stop")
+
+        model = Minimal()
+        msgs = request("hello").messages
+        assert model.context_window is None
+        assert model.backoff == Backoff()
+        assert model.count_tokens(msgs) == estimate_tokens(msgs)
+        asyncio.run(model.aclose())
+
+
+class TestTokenEstimate:
+    def test_text_tokens_are_utf8_bytes_over_four(self) -> None:
+        """A text counts its UTF-8 bytes / 4, rounded up: ASCII, accents and CJK alike."""
+        assert estimate_text_tokens("") == 0
+        assert estimate_text_tokens("abcd") == 1
+        assert estimate_text_tokens("abcde") == 2
+        assert estimate_text_tokens("été") == 2  # 5 bytes
+        assert estimate_text_tokens("東京都") == 3  # 9 bytes
+
+    def test_lone_surrogates_are_counted(self) -> None:
+        """A text with a lone surrogate is counted, not refused."""
+        assert estimate_text_tokens("a\ud800") == 1
+
+    def test_framing_of_messages_calls_and_tools(self) -> None:
+        """Each message, tool call and tool schema adds MESSAGE_TOKENS; the request adds
+        REPLY_TOKENS once."""
+        call = ToolCallData(call_id="c1", name="lookup", arguments={"plan": "pro"})
+        msgs = [
+            Message(id="a", role="assistant", text="", tool_calls=(call,)),
+            Message(id="t", role="tool", text="42", call_id="c1", name="lookup"),
+        ]
+
+        def ones(text: str) -> int:
+            return 1
+
+        # texts: assistant (role, text) + call (name, args) + tool (role, text, name, call_id)
+        assert count_tokens_with(ones, msgs, [SPEC]) == (
+            REPLY_TOKENS + 2 * MESSAGE_TOKENS + 2 + MESSAGE_TOKENS + 2 + 4 + MESSAGE_TOKENS + 1
+        )
+
+    def test_empty_request_is_the_reply_primer(self) -> None:
+        """No messages and no tools count REPLY_TOKENS."""
+        assert estimate_tokens([]) == REPLY_TOKENS
+
+    def test_tools_count(self) -> None:
+        """Offering tools makes a request count more."""
+        msgs = request("hi").messages
+        assert estimate_tokens(msgs, [SPEC]) > estimate_tokens(msgs)
+
+    @pytest.mark.parametrize("bad", ["hello", Message(id="m", role="user"), [1], None])
+    def test_bad_messages_are_refused(self, bad: Any) -> None:
+        """Messages that are not a sequence of Message raise InvalidInput."""
+        with pytest.raises(InvalidInput, match="messages"):
+            estimate_tokens(bad)
+
+    @pytest.mark.parametrize("bad", [SPEC, ["lookup"], [{"f": object()}]])
+    def test_bad_tools_are_refused(self, bad: Any) -> None:
+        """Tool specs that are not JSON objects raise InvalidInput."""
+        with pytest.raises(InvalidInput, match="tools"):
+            estimate_tokens(request("hi").messages, bad)
+
+
+class TestScriptedTokens:
+    def test_count_tokens_is_the_estimate(self) -> None:
+        """ScriptedModel counts with the port's deterministic estimate."""
+        msgs = request("hello there", "again").messages
+        assert ScriptedModel(["x"]).count_tokens(msgs, [SPEC]) == estimate_tokens(msgs, [SPEC])
+
+    def test_context_window(self) -> None:
+        """context_window is reported as given, None by default."""
+        assert ScriptedModel(["x"], context_window=4096).context_window == 4096
+        assert ScriptedModel(["x"]).context_window is None
+
+    @pytest.mark.parametrize("bad", [0, -5, 1.5, True, "4k"])
+    def test_bad_context_window_is_refused(self, bad: Any) -> None:
+        """A context_window that is not a positive int raises InvalidInput."""
+        with pytest.raises(InvalidInput, match="context_window"):
+            ScriptedModel(["x"], context_window=bad)
+
+
+class Seq:
+    """A random source that returns the given values in turn."""
+
+    def __init__(self, *values: float) -> None:
+        self.values = list(values)
+
+    def __call__(self) -> float:
+        return self.values.pop(0)
+
+
+class TestBackoff:
+    def test_ceiling_grows_exponentially_up_to_the_cap(self) -> None:
+        """The ceiling is base * factor ** (attempt - 1), capped."""
+        backoff = Backoff(base=0.5, factor=2, cap=3)
+        assert [backoff.ceiling(n) for n in (1, 2, 3, 4, 50_000)] == [0.5, 1.0, 2.0, 3.0, 3.0]
+
+    def test_jitter_draws_within_its_range(self) -> None:
+        """A delay lies in [ceiling * (1 - jitter), ceiling], placed by the random source."""
+        backoff = Backoff(base=1, factor=2, jitter=0.5, rng=Seq(0.0, 0.999, 0.5))
+        assert backoff.delay(3) == 4.0
+        assert backoff.delay(3) == pytest.approx(4.0 * (1 - 0.5 * 0.999))
+        assert backoff.delay(3) == 3.0
+
+    def test_seeded_delays_repeat_and_vary(self) -> None:
+        """Delays from a seeded source are repeatable, and not all equal."""
+        backoff = Backoff(base=1, jitter=1, rng=random.Random(7).random)
+        delays = [backoff.delay(1) for _ in range(5)]
+        again = random.Random(7)
+        assert delays == [1 - again.random() for _ in range(5)]
+        assert len(set(delays)) == 5
+        assert all(0 < d <= 1 for d in delays)
+
+    def test_retry_after_is_a_floor(self) -> None:
+        """A server's retry_after is waited at least, even when the backoff is shorter."""
+        backoff = Backoff(base=0.5, jitter=0)
+        assert backoff.delay(1, ModelError("429", True, retry_after=7)) == 7.0
+        assert backoff.delay(5, ModelError("429", True, retry_after=1)) == 8.0
+
+    def test_retry_after_beyond_the_limit_is_ignored(self) -> None:
+        """A retry_after above max_retry_after falls back to the computed delay."""
+        backoff = Backoff(base=0.5, jitter=0, max_retry_after=60)
+        assert backoff.delay(1, ModelError("503", True, retry_after=3600)) == 0.5
+
+    @pytest.mark.parametrize(
+        ("argument", "value"),
+        [
+            ("base", -1),
+            ("base", float("nan")),
+            ("cap", "5"),
+            ("factor", 0.5),
+            ("jitter", 1.5),
+            ("max_retry_after", -0.1),
+            ("rng", 3),
+        ],
+    )
+    def test_bad_settings_are_refused(self, argument: str, value: Any) -> None:
+        """A Backoff setting out of range raises InvalidInput naming it."""
+        with pytest.raises(InvalidInput, match=argument):
+            Backoff(**{argument: value})
+
+    @pytest.mark.parametrize("attempt", [0, -1, 1.5, True])
+    def test_bad_attempt_is_refused(self, attempt: Any) -> None:
+        """Attempts are numbered from 1; anything else raises InvalidInput."""
+        with pytest.raises(InvalidInput, match="attempt"):
+            Backoff().delay(attempt)
 
 
 class TestStreamCollector:

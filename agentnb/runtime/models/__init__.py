@@ -2,7 +2,8 @@
 
 ``ScriptedModel`` is deterministic and offline (tests, notebooks, the demo).
 ``OpenAIChatModel`` talks to any OpenAI-compatible ``/chat/completions`` endpoint; it needs the
-optional ``httpx`` dependency (``pip install "agentnb[openai]"``) and is imported on first use.
+optional ``httpx`` and ``httpx-sse`` dependencies (``pip install "agentnb[openai]"``) and is
+imported on first use.
 """
 
 from __future__ import annotations
@@ -10,6 +11,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from agentnb.runtime.models.base import (
+    MESSAGE_TOKENS,
+    REPLY_TOKENS,
+    Backoff,
     Completion,
     Finish,
     Model,
@@ -20,6 +24,9 @@ from agentnb.runtime.models.base import (
     TextDelta,
     ToolCallDelta,
     Usage,
+    count_tokens_with,
+    estimate_text_tokens,
+    estimate_tokens,
 )
 from agentnb.runtime.models.scripted import Reply, ScriptedModel, ScriptExhausted, ToolCall
 
@@ -27,6 +34,9 @@ if TYPE_CHECKING:
     from agentnb.runtime.models.openai import OpenAIChatModel
 
 __all__ = [
+    "MESSAGE_TOKENS",
+    "REPLY_TOKENS",
+    "Backoff",
     "Completion",
     "Finish",
     "Model",
@@ -42,6 +52,9 @@ __all__ = [
     "ToolCall",
     "ToolCallDelta",
     "Usage",
+    "count_tokens_with",
+    "estimate_text_tokens",
+    "estimate_tokens",
 ]
 
 

@@ -5,21 +5,30 @@ stream of ``StreamItem`` values: text and tool-call argument fragments as they a
 token usage, then the finish reason. The runtime commits those pieces to the session log in
 small groups, so a reply that is cut off (interrupt, crash, error) leaves exactly the part that
 was streamed. ``StreamCollector`` reassembles a stream into complete text and tool calls.
+
+A model also counts tokens (``Model.count_tokens``, with ``estimate_tokens`` as the documented
+fallback), states its ``context_window``, and says how long to wait before a failed call is
+tried again (``Backoff``, which honours a server's ``ModelError.retry_after``).
 """
 
 from __future__ import annotations
 
 import json
+import math
+import random
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from agentnb.errors import AgentnbError
-from agentnb.events import Message, ToolCallData
+from agentnb.errors import AgentnbError, InvalidInput
+from agentnb.events import Message, ToolCallData, canonical_json
 from agentnb.ids import new_id
 
 __all__ = [
+    "MESSAGE_TOKENS",
+    "REPLY_TOKENS",
+    "Backoff",
     "Completion",
     "Finish",
     "Model",
@@ -30,6 +39,9 @@ __all__ = [
     "TextDelta",
     "ToolCallDelta",
     "Usage",
+    "count_tokens_with",
+    "estimate_text_tokens",
+    "estimate_tokens",
 ]
 
 
@@ -58,10 +70,17 @@ class ToolCallDelta:
 
 @dataclass(frozen=True)
 class Usage:
-    """Tokens the call consumed, as the provider counts them."""
+    """Tokens the call consumed, as the provider counts them.
+
+    ``cached_tokens`` (the part of ``input_tokens`` served from the provider's prompt cache) and
+    ``reasoning_tokens`` (the part of ``output_tokens`` spent on hidden reasoning) are None when
+    the provider does not report them.
+    """
 
     input_tokens: int
     output_tokens: int
+    cached_tokens: int | None = None
+    reasoning_tokens: int | None = None
 
 
 @dataclass(frozen=True)
@@ -98,14 +117,105 @@ class ModelError(AgentnbError):
 
     ``retryable`` is True for transient failures (rate limits, server errors, lost
     connections): the runtime may try the call again after a delay. False means trying again
-    will fail the same way (bad request, authentication, a script that ran out).
+    will fail the same way (bad request, authentication, a script that ran out), or that the
+    call already streamed part of its reply (see ``Model``).
+
+    ``retry_after`` is the wait in seconds the provider asked for (an HTTP ``Retry-After``), or
+    None; ``Backoff.delay`` waits at least that long. A value that is not a finite number of
+    seconds >= 0 raises ``InvalidInput``.
     """
 
     retryable: bool = False
+    retry_after: float | None = None
 
-    def __init__(self, message: str, retryable: bool = False) -> None:
+    def __init__(
+        self, message: str, retryable: bool = False, *, retry_after: float | None = None
+    ) -> None:
         super().__init__(message)
+        if retry_after is not None:
+            if (
+                isinstance(retry_after, bool)
+                or not isinstance(retry_after, int | float)
+                or not math.isfinite(retry_after)
+                or retry_after < 0
+            ):
+                raise InvalidInput(
+                    f"retry_after must be a finite number of seconds >= 0, got {retry_after!r}"
+                )
+            retry_after = float(retry_after)
         self.retryable = retryable
+        self.retry_after = retry_after
+
+
+def _check_seconds(name: str, value: object, *, positive: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise InvalidInput(f"{name} must be a finite number of seconds, got {value!r}")
+    if value < 0 or (positive and value == 0):
+        raise InvalidInput(f"{name} must be {'> 0' if positive else '>= 0'}, got {value!r}")
+    return float(value)
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """How long to wait before trying a failed model call again: exponential, with jitter.
+
+    Before retry number ``attempt`` (1 for the first retry) the ceiling is
+    ``min(cap, base * factor ** (attempt - 1))``; the delay is drawn uniformly from
+    ``[ceiling * (1 - jitter), ceiling]``, so ``jitter=0`` waits exactly the ceiling and
+    ``jitter=1`` anywhere from 0 to it ("full jitter"): many clients that failed together do
+    not all come back at the same moment. When the error carries ``retry_after`` (the server's
+    ``Retry-After``) of at most ``max_retry_after`` seconds, the delay is at least that; a longer
+    request is ignored in favour of the computed delay, as the OpenAI and Anthropic SDKs do,
+    rather than parking the call for minutes. ``rng`` returns floats in [0, 1); pass
+    ``random.Random(seed).random`` for repeatable delays. Bad values raise ``InvalidInput``.
+    """
+
+    base: float = 0.5
+    factor: float = 2.0
+    cap: float = 30.0
+    jitter: float = 0.5
+    max_retry_after: float = 60.0
+    rng: Callable[[], float] = field(default=random.random, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        _check_seconds("Backoff base", self.base)
+        _check_seconds("Backoff cap", self.cap)
+        _check_seconds("Backoff max_retry_after", self.max_retry_after)
+        if (
+            isinstance(self.factor, bool)
+            or not isinstance(self.factor, int | float)
+            or not 1 <= self.factor < math.inf
+        ):
+            raise InvalidInput(f"Backoff factor must be a number >= 1, got {self.factor!r}")
+        if (
+            isinstance(self.jitter, bool)
+            or not isinstance(self.jitter, int | float)
+            or not 0 <= self.jitter <= 1
+        ):
+            raise InvalidInput(f"Backoff jitter must be between 0 and 1, got {self.jitter!r}")
+        if not callable(self.rng):
+            raise InvalidInput(f"Backoff rng must be a callable, got {self.rng!r}")
+
+    def ceiling(self, attempt: int) -> float:
+        """The longest computed delay before retry ``attempt`` (1-based), before any jitter."""
+        if isinstance(attempt, bool) or not isinstance(attempt, int) or attempt < 1:
+            raise InvalidInput(f"attempt must be an int >= 1, got {attempt!r}")
+        # Capped before the power overflows: factor ** n grows past any cap quickly.
+        steps = min(attempt - 1, 1_000)
+        try:
+            raw = self.base * self.factor**steps
+        except OverflowError:
+            raw = math.inf
+        return min(self.cap, raw)
+
+    def delay(self, attempt: int, error: BaseException | None = None) -> float:
+        """Seconds to wait before retry ``attempt`` (1-based) of a call that raised ``error``."""
+        ceiling = self.ceiling(attempt)
+        delay = ceiling * (1 - self.jitter * self.rng())
+        retry_after = getattr(error, "retry_after", None)
+        if isinstance(retry_after, int | float) and 0 <= retry_after <= self.max_retry_after:
+            delay = max(delay, float(retry_after))
+        return delay
 
 
 class Completion(NamedTuple):
@@ -117,10 +227,76 @@ class Completion(NamedTuple):
     finish_reason: str | None
 
 
+MESSAGE_TOKENS = 3
+"""Tokens of framing per message, per tool call and per tool schema (``count_tokens_with``)."""
+REPLY_TOKENS = 3
+"""Tokens that prime the reply, once per request."""
+
+
+def estimate_text_tokens(text: str) -> int:
+    """Tokens of ``text`` without a tokenizer: its UTF-8 bytes / 4, rounded up.
+
+    BPE tokenizers average about four bytes per token on English text; counting bytes rather
+    than characters makes accented and CJK text (2-3 bytes a character) count more, closer to
+    what tokenizers do with it, and so errs on the safe side for a context budget.
+    """
+    return -(-len(text.encode("utf-8", "surrogatepass")) // 4)
+
+
+def count_tokens_with(
+    text_tokens: Callable[[str], int],
+    messages: Iterable[Message],
+    tools: Iterable[Mapping[str, Any]] = (),
+) -> int:
+    """Tokens of a chat request, with ``text_tokens`` counting each piece of text.
+
+    The framing follows OpenAI's published rule of thumb for chat requests: each message costs
+    ``MESSAGE_TOKENS`` plus the tokens of its role, text, ``name`` and ``call_id``; each tool call
+    it makes ``MESSAGE_TOKENS`` plus its name and JSON arguments; each tool schema
+    ``MESSAGE_TOKENS`` plus its compact JSON; and every request ``REPLY_TOKENS`` for the reply
+    primer. Providers serialise tools in undocumented ways, so even with an exact tokenizer the
+    result is an estimate. Raises ``InvalidInput`` for messages that are not ``Message`` values
+    and tool schemas that are not JSON objects.
+    """
+    if isinstance(messages, str | bytes | Message) or not isinstance(messages, Iterable):
+        raise InvalidInput(f"messages must be a sequence of Message, got {type(messages).__name__}")
+    if isinstance(tools, str | bytes | Mapping) or not isinstance(tools, Iterable):
+        raise InvalidInput(f"tools must be a sequence of tool specs, got {type(tools).__name__}")
+    total = REPLY_TOKENS
+    for i, message in enumerate(messages):
+        if not isinstance(message, Message):
+            raise InvalidInput(f"messages[{i}] must be a Message, got {type(message).__name__}")
+        total += MESSAGE_TOKENS + text_tokens(message.role) + text_tokens(message.text)
+        for extra in (message.name, message.call_id):
+            if extra:
+                total += text_tokens(extra)
+        for call in message.tool_calls:
+            total += MESSAGE_TOKENS + text_tokens(call.name)
+            total += text_tokens(canonical_json(call.arguments))
+    for i, spec in enumerate(tools):
+        if not isinstance(spec, Mapping):
+            raise InvalidInput(f"tools[{i}] must be a tool spec (a dict), got {spec!r:.60}")
+        try:
+            text = canonical_json(dict(spec))
+        except (TypeError, ValueError) as exc:
+            raise InvalidInput(f"tools[{i}] is not plain JSON: {exc}") from None
+        total += MESSAGE_TOKENS + text_tokens(text)
+    return total
+
+
+def estimate_tokens(messages: Iterable[Message], tools: Iterable[Mapping[str, Any]] = ()) -> int:
+    """Tokens of a chat request without a tokenizer: ``count_tokens_with`` over
+    ``estimate_text_tokens``. Deterministic: the same messages and tools give the same count."""
+    return count_tokens_with(estimate_text_tokens, messages, tools)
+
+
 class Model(ABC):
     """A language model, seen as a stream of reply pieces.
 
     Implementations set ``name`` (recorded with every call) and implement ``stream``.
+    ``context_window`` is the most tokens one call may hold (input and output together), or
+    None when unknown. ``backoff`` says how long to wait before the runtime tries a failed
+    call again (``Backoff()`` unless the model sets its own).
 
     **What ``stream(request)`` returns.** An async iterator, usually an async generator, that
     yields, in this order:
@@ -134,9 +310,13 @@ class Model(ABC):
     The same request to a deterministic model (``ScriptedModel``) yields the same items.
 
     **Errors.** A failed call raises ``ModelError`` from the iterator, before or after some
-    pieces were yielded; ``retryable`` says whether trying again may help. The runtime treats
-    any other exception as a non-retryable failure of the call. Pieces yielded before an error
-    belong to a failed attempt: a retry starts the reply afresh.
+    pieces were yielded; ``retryable`` says whether trying again may help, and ``retry_after``
+    how long the provider asked to wait. The runtime treats any other exception as a
+    non-retryable failure of the call. Once a text or tool-call piece was yielded it may be in
+    the session log, so a real model raises any later failure with ``retryable=False``: a retry
+    would show the reader the start of the reply twice. (A ``ScriptedModel`` raises what its
+    script says, so tests can also script the other case.) Pieces yielded before an error belong
+    to a failed attempt: a retry starts the reply afresh.
 
     **Cancellation.** The consumer may stop at any point (an interrupt cancels the task or
     closes the iterator). Implementations release what they hold in ``finally`` blocks and let
@@ -144,13 +324,37 @@ class Model(ABC):
 
     **Sharing.** One instance may serve several sessions and calls at once: ``stream`` must not
     change the request, and any per-call state lives in the iterator, not on the instance.
+
+    **Tokens.** ``count_tokens(messages, tools)`` says how many tokens a request with those
+    messages and tool specs would take as input. The default is ``estimate_tokens``
+    (deterministic, no tokenizer); a model with an exact tokenizer overrides it. Either way it is
+    a count for budgeting, not a promise: the provider's reported ``Usage`` is the truth.
+
+    **Closing.** ``aclose()`` releases what the model holds across calls (an HTTP connection
+    pool); the runtime awaits it when it closes, on its own event loop. The model stays usable:
+    a later call opens what it needs again. The default does nothing.
     """
 
     name: str
+    context_window: int | None = None
+    backoff: Backoff = Backoff()
 
     @abstractmethod
     def stream(self, request: ModelRequest) -> AsyncIterator[StreamItem]:
         """Stream the reply to ``request`` (see the class docstring for the contract)."""
+
+    def count_tokens(
+        self, messages: Iterable[Message], tools: Iterable[Mapping[str, Any]] = ()
+    ) -> int:
+        """Input tokens of a request with ``messages`` and ``tools`` (``Tool.spec()`` dicts).
+
+        Raises ``InvalidInput`` for messages that are not ``Message`` values.
+        """
+        return estimate_tokens(messages, tools)
+
+    async def aclose(self) -> None:
+        """Release what the model holds across calls (see the class docstring)."""
+        return  # a model that holds nothing across calls has nothing to release
 
     async def complete(
         self,

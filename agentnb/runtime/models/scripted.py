@@ -20,6 +20,7 @@ from agentnb.runtime.models.base import (
     TextDelta,
     ToolCallDelta,
     Usage,
+    estimate_text_tokens,
 )
 
 __all__ = ["Reply", "ScriptExhausted", "ScriptedModel", "ToolCall"]
@@ -54,10 +55,10 @@ class ToolCall:
 class Reply:
     """A scripted reply with any mix of text and tool calls.
 
-    ``usage`` is ``(input_tokens, output_tokens)``; without it the counts are derived from the
-    text lengths. ``finish_reason`` overrides the default (``"tool_calls"`` when there are tool
-    calls, else ``"stop"``). ``error``, if set, is raised after the text and tool-call pieces
-    were streamed, before usage and finish: a call that fails part-way through its reply.
+    ``usage`` is ``(input_tokens, output_tokens)``; without it the counts are derived as
+    ``ScriptedModel`` says. ``finish_reason`` overrides the default (``"tool_calls"`` when there
+    are tool calls, else ``"stop"``). ``error``, if set, is raised after the text and tool-call
+    pieces were streamed, before usage and finish: a call that fails part-way through its reply.
     """
 
     text: str = ""
@@ -115,6 +116,12 @@ class ScriptedModel(Model):
     interleaved round-robin, with ``chunk_delay`` seconds between pieces; then ``Usage`` and
     ``Finish``. The same script and requests always give the same stream.
 
+    Tokens are counted by the model port's documented estimate (``estimate_tokens``: UTF-8
+    bytes / 4 per piece of text, plus framing), so ``count_tokens`` is deterministic. A reply
+    without ``Reply.usage`` reports ``input_tokens = count_tokens(request.messages,
+    request.tools)`` and ``output_tokens`` = the estimate of its text plus each call's name and
+    JSON arguments. ``context_window`` (tokens, or None) is reported as given.
+
     ``requests`` holds the messages of every call received, in order; ``calls`` counts them.
     """
 
@@ -125,6 +132,7 @@ class ScriptedModel(Model):
         chunk_size: int = 16,
         chunk_delay: float = 0.0,
         name: str = "scripted",
+        context_window: int | None = None,
     ) -> None:
         if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
             raise InvalidInput(f"chunk_size must be a positive int, got {chunk_size!r}")
@@ -134,6 +142,15 @@ class ScriptedModel(Model):
             raise InvalidInput(f"chunk_delay must be >= 0 seconds, got {chunk_delay!r}")
         if not isinstance(name, str) or not name:
             raise InvalidInput(f"name must be a non-empty string, got {name!r}")
+        if context_window is not None and (
+            isinstance(context_window, bool)
+            or not isinstance(context_window, int)
+            or context_window < 1
+        ):
+            raise InvalidInput(
+                f"context_window must be a positive number of tokens or None, got "
+                f"{context_window!r}"
+            )
         self._replies: tuple[Reply, ...] | None = None
         self._function: ScriptFunction | None = None
         if isinstance(script, list | tuple):
@@ -153,6 +170,7 @@ class ScriptedModel(Model):
         self.name = name
         self.chunk_size = chunk_size
         self.chunk_delay = float(chunk_delay)
+        self.context_window = context_window
         self.requests: list[list[Message]] = []
         self._lock = threading.Lock()
 
@@ -170,9 +188,11 @@ class ScriptedModel(Model):
         with self._lock:
             index = len(self.requests)
             self.requests.append(messages)
-        return self._stream(index, messages)
+        return self._stream(index, messages, request.tools)
 
-    async def _stream(self, index: int, messages: list[Message]) -> AsyncIterator[StreamItem]:
+    async def _stream(
+        self, index: int, messages: list[Message], tools: tuple[dict[str, Any], ...]
+    ) -> AsyncIterator[StreamItem]:
         await asyncio.sleep(0)
         reply = await self._reply(index, messages)
 
@@ -202,8 +222,12 @@ class ScriptedModel(Model):
             yield Usage(input_tokens=reply.usage[0], output_tokens=reply.usage[1])
         else:
             yield Usage(
-                input_tokens=sum(len(m.text) for m in messages) // 4 + 1,
-                output_tokens=len(reply.text + "".join(arguments)) // 4 + 1,
+                input_tokens=self.count_tokens(messages, tools),
+                output_tokens=estimate_text_tokens(reply.text)
+                + sum(
+                    estimate_text_tokens(call.name) + estimate_text_tokens(args)
+                    for call, args in zip(reply.tool_calls, arguments, strict=True)
+                ),
             )
         default_reason = "tool_calls" if reply.tool_calls else "stop"
         yield Finish(reply.finish_reason or default_reason)
