@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import email.utils
 import importlib
 import json
 import sys
+import time
+import types
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -26,6 +29,8 @@ from agentnb.runtime.models import (
     TextDelta,
     ToolCallDelta,
     Usage,
+    count_tokens_with,
+    estimate_tokens,
 )
 from agentnb.runtime.models.openai import MAX_ERROR_TEXT, OpenAIChatModel
 
@@ -52,6 +57,13 @@ def usage(prompt: int, completion: int) -> dict[str, Any]:
     return {"choices": [], "usage": {"prompt_tokens": prompt, "completion_tokens": completion}}
 
 
+def ok(body: bytes, **headers: str) -> httpx.Response:
+    """A 200 event-stream response with ``body``."""
+    return httpx.Response(
+        200, headers={"content-type": "text/event-stream", **headers}, content=body
+    )
+
+
 def model_with(
     handler: Callable[[httpx.Request], httpx.Response], **kwargs: Any
 ) -> OpenAIChatModel:
@@ -63,7 +75,7 @@ def replying(body: bytes, seen: list[httpx.Request] | None = None) -> OpenAIChat
     def handler(request: httpx.Request) -> httpx.Response:
         if seen is not None:
             seen.append(request)
-        return httpx.Response(200, headers={"content-type": "text/event-stream"}, content=body)
+        return ok(body)
 
     return model_with(handler)
 
@@ -130,11 +142,52 @@ class TestStreaming:
         body = b": keep-alive\n\nevent: message\n" + sse(delta(content="ok"), finish("stop"))
         assert items(replying(body))[0] == TextDelta("ok")
 
-    def test_stream_cut_short_is_retryable(self) -> None:
-        """A stream that ends without [DONE] or a finish reason raises a retryable error."""
+    def test_stream_cut_short_before_output_is_retryable(self) -> None:
+        """A stream that ends without [DONE] or a finish reason, before any reply text, raises a
+        retryable error."""
+        with pytest.raises(ModelError, match="ended before the reply was complete") as info:
+            items(replying(sse(delta(role="assistant", content=""), done=False)))
+        assert info.value.retryable
+
+    def test_stream_cut_short_after_output_is_not_retryable(self) -> None:
+        """A stream that ends early after some reply text raises a non-retryable error that
+        says part of the reply was streamed."""
         with pytest.raises(ModelError, match="ended before the reply was complete") as info:
             items(replying(sse(delta(content="par"), done=False)))
-        assert info.value.retryable
+        assert not info.value.retryable
+        assert "after part of it was streamed" in str(info.value)
+        assert info.value.retry_after is None
+
+    def test_error_after_output_is_not_retryable(self) -> None:
+        """A retryable-looking failure after a tool-call fragment was streamed is not
+        retryable."""
+        body = sse(
+            delta(tool_calls=[{"index": 0, "id": "c", "function": {"name": "lookup"}}]),
+            {"error": {"message": "overloaded"}},
+        )
+
+        def handler(request: httpx.Request) -> httpx.Response:
+            return ok(body)
+
+        with pytest.raises(ModelError, match="overloaded") as info:
+            items(model_with(handler))
+        assert not info.value.retryable
+
+    def test_error_event_raises_its_message(self) -> None:
+        """An SSE 'event: error' raises ModelError with the message of its data."""
+        body = b'event: error\ndata: {"error": {"message": "quota gone"}}\n\n'
+        with pytest.raises(ModelError, match="reported: quota gone"):
+            items(replying(body))
+
+    def test_events_after_done_are_ignored(self) -> None:
+        """Anything after [DONE] is read past, not turned into reply pieces."""
+        body = sse(delta(content="a"), finish("stop")) + sse(delta(content="late"), done=False)
+        assert items(replying(body)) == [TextDelta("a"), Finish("stop")]
+
+    def test_keep_alive_events_without_data_are_skipped(self) -> None:
+        """An event whose data is empty (a keep-alive) yields nothing."""
+        body = b"data:\n\n" + sse(delta(content="ok"), finish("stop"))
+        assert items(replying(body)) == [TextDelta("ok"), Finish("stop")]
 
     def test_error_chunk_in_stream(self) -> None:
         """An error object inside the stream raises ModelError with its message."""
@@ -208,7 +261,7 @@ class TestRequestShape:
 
         def handler(request: httpx.Request) -> httpx.Response:
             seen.append(request)
-            return httpx.Response(200, content=sse(finish("stop")))
+            return ok(sse(finish("stop")))
 
         items(OpenAIChatModel("m", transport=httpx.MockTransport(handler)))
         assert seen[0].headers["authorization"] == "Bearer sk-from-env"
@@ -220,7 +273,7 @@ class TestRequestShape:
 
         def handler(request: httpx.Request) -> httpx.Response:
             seen.append(request)
-            return httpx.Response(200, content=sse(finish("stop")))
+            return ok(sse(finish("stop")))
 
         model = OpenAIChatModel(
             "local", base_url="http://localhost:8000/v1/", transport=httpx.MockTransport(handler)
@@ -323,7 +376,7 @@ class TestKeyFromAFile:
 
         def handler(request: httpx.Request) -> httpx.Response:
             seen.append(request)
-            return httpx.Response(200, content=sse(finish("stop")))
+            return ok(sse(finish("stop")))
 
         items(model_with(handler, api_key=SECRET + end))
         assert seen[0].headers["authorization"] == f"Bearer {SECRET}"
@@ -335,7 +388,7 @@ class TestKeyFromAFile:
 
         def handler(request: httpx.Request) -> httpx.Response:
             seen.append(request)
-            return httpx.Response(200, content=sse(finish("stop")))
+            return ok(sse(finish("stop")))
 
         items(OpenAIChatModel("m", transport=httpx.MockTransport(handler)))
         assert seen[0].headers["authorization"] == f"Bearer {SECRET}"
@@ -438,7 +491,7 @@ class TestBaseUrlCredentials:
 
         def handler(request: httpx.Request) -> httpx.Response:
             seen.append(request)
-            return httpx.Response(200, content=sse(finish("stop")))
+            return ok(sse(finish("stop")))
 
         items(
             OpenAIChatModel(
@@ -482,3 +535,331 @@ class TestRunErrorHasNoKey:
             logged = "".join(canonical_json(e.payload) for e in session.log.scan())
         assert SECRET[:10] not in logged
         assert SECRET[:10].encode() not in (tmp_path / "s.sqlite").read_bytes()
+
+
+class TestNotAnEventStream:
+    def test_json_answer_is_a_clear_error(self) -> None:
+        """A 200 answer that is JSON instead of an event stream raises a non-retryable error
+        naming the content type and the server's message."""
+        model = model_with(lambda r: httpx.Response(200, json={"error": {"message": "no"}}))
+        err = failure(model)
+        assert "content-type 'application/json' instead of an event stream" in str(err)
+        assert "no" in str(err)
+        assert not err.retryable
+
+    def test_missing_content_type_is_a_clear_error(self) -> None:
+        """A 200 answer without a content type is refused with the same advice."""
+        err = failure(model_with(lambda r: httpx.Response(200, content=sse(finish("stop")))))
+        assert "content-type 'none'" in str(err)
+        assert "supports streaming" in str(err)
+
+
+def tool_spec() -> dict[str, Any]:
+    return {"name": "lookup", "description": "Look up.", "parameters": {"type": "object"}}
+
+
+def sent_body(req: ModelRequest, **kwargs: Any) -> dict[str, Any]:
+    """The JSON body a model made with ``kwargs`` posts for ``req``."""
+    seen: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return ok(sse(finish("stop")))
+
+    items(model_with(handler, **kwargs), req)
+    body: dict[str, Any] = json.loads(seen[0].content)
+    return body
+
+
+class TestRequestOptions:
+    def test_constructor_options_are_sent(self) -> None:
+        """tool_choice, parallel_tool_calls and response_format given to the constructor are
+        sent with a request that has tools."""
+        body = sent_body(
+            request(tools=(tool_spec(),)),
+            tool_choice="required",
+            parallel_tool_calls=False,
+            response_format={"type": "json_object"},
+        )
+        assert body["tool_choice"] == "required"
+        assert body["parallel_tool_calls"] is False
+        assert body["response_format"] == {"type": "json_object"}
+
+    def test_tool_options_are_left_out_without_tools(self) -> None:
+        """A request without tools carries neither tool_choice nor parallel_tool_calls (the
+        API refuses them), but keeps response_format."""
+        body = sent_body(
+            request(),
+            tool_choice={"type": "function", "function": {"name": "lookup"}},
+            parallel_tool_calls=True,
+            response_format={"type": "json_object"},
+        )
+        assert "tool_choice" not in body
+        assert "parallel_tool_calls" not in body
+        assert body["response_format"] == {"type": "json_object"}
+
+    def test_request_options_override_constructor_options(self) -> None:
+        """ModelRequest.options set or remove (None) the constructor's choices per call."""
+        req = ModelRequest(
+            messages=request().messages,
+            tools=(tool_spec(),),
+            options={"tool_choice": "none", "response_format": {"type": "text"}},
+        )
+        body = sent_body(req, tool_choice="auto")
+        assert body["tool_choice"] == "none"
+        assert body["response_format"] == {"type": "text"}
+
+    @pytest.mark.parametrize(
+        ("argument", "value"),
+        [
+            ("tool_choice", "sometimes"),
+            ("tool_choice", 3),
+            ("tool_choice", ["auto"]),
+            ("parallel_tool_calls", "yes"),
+            ("response_format", "json"),
+            ("response_format", {"schema": {}}),
+            ("options", [("temperature", 1)]),
+            ("timeout", 0),
+            ("timeout", float("nan")),
+            ("timeout", True),
+            ("context_window", 0),
+            ("context_window", 1.5),
+            ("tokenizer", "tiktoken"),
+            ("backoff", 2.0),
+            ("name", ""),
+        ],
+    )
+    def test_bad_constructor_arguments_are_refused(self, argument: str, value: Any) -> None:
+        """A constructor argument of the wrong kind raises InvalidInput naming it."""
+        with pytest.raises(InvalidInput, match=argument):
+            OpenAIChatModel("gpt-test", api_key=SECRET, **{argument: value})
+
+
+def usage_with(**details: Any) -> dict[str, Any]:
+    return {"choices": [], "usage": {"prompt_tokens": 50, "completion_tokens": 20, **details}}
+
+
+class TestUsageDetails:
+    def test_cached_and_reasoning_tokens_are_recorded(self) -> None:
+        """prompt_tokens_details.cached_tokens and completion_tokens_details.reasoning_tokens
+        become Usage.cached_tokens and Usage.reasoning_tokens."""
+        body = sse(
+            finish("stop"),
+            usage_with(
+                prompt_tokens_details={"cached_tokens": 32},
+                completion_tokens_details={"reasoning_tokens": 12},
+            ),
+        )
+        assert items(replying(body))[0] == Usage(50, 20, cached_tokens=32, reasoning_tokens=12)
+
+    def test_details_not_reported_are_none(self) -> None:
+        """Without the detail objects the extra counts are None."""
+        assert items(replying(sse(finish("stop"), usage_with())))[0] == Usage(50, 20)
+
+    def test_malformed_counts_are_ignored(self) -> None:
+        """Counts that are not non-negative integers are left out rather than failing."""
+        body = sse(
+            finish("stop"),
+            {
+                "choices": [],
+                "usage": {
+                    "prompt_tokens": "many",
+                    "completion_tokens": 3,
+                    "prompt_tokens_details": {"cached_tokens": -1},
+                    "completion_tokens_details": "n/a",
+                },
+            },
+        )
+        assert items(replying(body))[0] == Usage(0, 3)
+
+    def test_usage_is_asked_for(self) -> None:
+        """Every request asks for usage in the stream."""
+        body = sent_body(request())
+        assert body["stream_options"] == {"include_usage": True}
+
+
+def answering(status: int, **headers: str) -> OpenAIChatModel:
+    return model_with(
+        lambda r: httpx.Response(status, headers=headers, json={"error": {"message": "wait"}})
+    )
+
+
+class TestRetryAfter:
+    def test_seconds(self) -> None:
+        """Retry-After in seconds becomes ModelError.retry_after."""
+        err = failure(answering(429, **{"retry-after": "7"}))
+        assert err.retryable
+        assert err.retry_after == 7.0
+
+    def test_milliseconds_header_wins(self) -> None:
+        """retry-after-ms, when present, is used before Retry-After."""
+        err = failure(answering(429, **{"retry-after-ms": "1500", "retry-after": "9"}))
+        assert err.retry_after == 1.5
+
+    def test_http_date_in_the_past_means_now(self) -> None:
+        """A Retry-After date already past gives a wait of 0 seconds."""
+        err = failure(answering(503, **{"retry-after": "Wed, 21 Oct 2015 07:28:00 GMT"}))
+        assert err.retry_after == 0.0
+
+    def test_http_date_in_the_future(self) -> None:
+        """A Retry-After date a day ahead gives about a day in seconds."""
+        when = email.utils.formatdate(time.time() + 86_400, usegmt=True)
+        err = failure(answering(503, **{"retry-after": when}))
+        assert err.retry_after is not None
+        assert 86_000 < err.retry_after <= 86_400
+
+    @pytest.mark.parametrize("value", ["soon", "-5", "nan", "inf", ""])
+    def test_unreadable_values_are_ignored(self, value: str) -> None:
+        """A Retry-After that is no number of seconds and no date leaves retry_after None."""
+        err = failure(answering(429, **{"retry-after": value}))
+        assert err.retryable
+        assert err.retry_after is None
+
+    def test_not_set_on_errors_that_are_not_retried(self) -> None:
+        """A 400 with Retry-After is still not retryable, and carries no retry_after."""
+        err = failure(answering(400, **{"retry-after": "3"}))
+        assert not err.retryable
+        assert err.retry_after is None
+
+    @pytest.mark.parametrize(
+        ("status", "header", "retryable"), [(400, "true", True), (503, "false", False)]
+    )
+    def test_x_should_retry_decides(self, status: int, header: str, retryable: bool) -> None:
+        """The server's x-should-retry header overrides the status code's rule."""
+        assert failure(answering(status, **{"x-should-retry": header})).retryable is retryable
+
+
+def messages(*texts: str) -> list[Message]:
+    return [Message(id=f"m{i}", role="user", text=t) for i, t in enumerate(texts)]
+
+
+def fake_bpe_openai() -> types.ModuleType:
+    """A stand-in for the bpe-openai package: one token per word, encoding names recorded."""
+    module = types.ModuleType("bpe_openai")
+    module.loaded = []  # type: ignore[attr-defined]
+
+    class Encoding:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        def encode_ordinary(self, text: str) -> list[int]:
+            return [0] * len(text.split())
+
+    def get_encoding(name: str) -> Encoding:
+        module.loaded.append(name)  # type: ignore[attr-defined]
+        return Encoding(name)
+
+    module.get_encoding = get_encoding  # type: ignore[attr-defined]
+    return module
+
+
+class TestTokenCounting:
+    def test_without_tokenizer_it_is_the_ports_estimate(self) -> None:
+        """tokenizer=None counts with estimate_tokens, tools included."""
+        model = OpenAIChatModel("gpt-4o", api_key=SECRET, tokenizer=None)
+        msgs = messages("hello there", "x" * 400)
+        assert model.encoding is None
+        assert model.count_tokens(msgs, [tool_spec()]) == estimate_tokens(msgs, [tool_spec()])
+        assert model.count_tokens(msgs, [tool_spec()]) > model.count_tokens(msgs)
+
+    def test_custom_tokenizer_counts_each_text(self) -> None:
+        """A tokenizer function counts every piece of text, inside the port's framing."""
+
+        def words(text: str) -> int:
+            return len(text.split())
+
+        model = OpenAIChatModel("local", api_key=SECRET, tokenizer=words)
+        msgs = messages("one two three")
+        assert model.encoding == "custom"
+        assert model.count_tokens(msgs) == count_tokens_with(words, msgs)
+
+    def test_tokenizer_returning_no_count_is_refused(self) -> None:
+        """A tokenizer returning something other than an int >= 0 raises InvalidInput."""
+        model = OpenAIChatModel("local", api_key=SECRET, tokenizer=lambda text: "many")  # type: ignore[arg-type,return-value]
+        with pytest.raises(InvalidInput, match="tokenizer returned 'many'"):
+            model.count_tokens(messages("hi"))
+
+    @pytest.mark.parametrize(
+        ("model_name", "encoding"),
+        [
+            ("gpt-4o-mini", "o200k_base"),
+            ("gpt-5", "o200k_base"),
+            ("o3-mini", "o200k_base"),
+            ("openai/gpt-4.1", "o200k_base"),
+            ("gpt-4-turbo", "cl100k_base"),
+            ("gpt-3.5-turbo", "cl100k_base"),
+        ],
+    )
+    def test_auto_uses_bpe_openai_for_openai_families(
+        self, monkeypatch: pytest.MonkeyPatch, model_name: str, encoding: str
+    ) -> None:
+        """With bpe-openai installed, "auto" counts with the encoding of the model's family."""
+        fake = fake_bpe_openai()
+        monkeypatch.setitem(sys.modules, "bpe_openai", fake)
+        model = OpenAIChatModel(model_name, api_key=SECRET)
+        msgs = messages("one two three")
+        assert model.encoding == encoding
+        assert model.count_tokens(msgs) == count_tokens_with(lambda t: len(t.split()), msgs)
+        assert fake.loaded == [encoding]  # type: ignore[attr-defined]
+
+    def test_auto_loads_an_encoding_once(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """Two models of one family share the encoding loaded for the first."""
+        fake = fake_bpe_openai()
+        monkeypatch.setitem(sys.modules, "bpe_openai", fake)
+        for name in ("gpt-4o", "gpt-4o-mini"):
+            OpenAIChatModel(name, api_key=SECRET).count_tokens(messages("hi"))
+        assert fake.loaded == ["o200k_base"]  # type: ignore[attr-defined]
+
+    def test_auto_estimates_for_other_models(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """A model outside the OpenAI families (a local Llama) is estimated."""
+        monkeypatch.setitem(sys.modules, "bpe_openai", fake_bpe_openai())
+        model = OpenAIChatModel("llama-3.1-8b", api_key=SECRET)
+        assert model.encoding is None
+        assert model.count_tokens(messages("a b")) == estimate_tokens(messages("a b"))
+
+    def test_auto_estimates_without_bpe_openai(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """Without bpe-openai installed, "auto" falls back to the estimate."""
+        monkeypatch.setitem(sys.modules, "bpe_openai", None)
+        model = OpenAIChatModel("gpt-4o", api_key=SECRET)
+        assert model.encoding is None
+        assert model.count_tokens(messages("a b")) == estimate_tokens(messages("a b"))
+
+    def test_real_bpe_openai_counts_offline(self) -> None:
+        """The real bpe-openai package (when installed) counts o200k tokens with no network."""
+        pytest.importorskip("bpe_openai")
+        model = OpenAIChatModel("gpt-4o", api_key=SECRET)
+        assert model.encoding == "o200k_base"
+        # "hello world" is 2 tokens in o200k_base; role "user" 1; framing 3 + 3.
+        assert model.count_tokens(messages("hello world")) == 3 + 1 + 2 + 3
+
+    def test_reported_usage_scales_the_estimate_up(self) -> None:
+        """After the server reports more prompt tokens than estimated, the estimate follows."""
+        req = request()
+        estimate = estimate_tokens(req.messages)
+        model = model_with(
+            lambda r: ok(sse(finish("stop"), usage(estimate * 2, 1))), tokenizer=None
+        )
+        items(model, req)
+        assert model.count_tokens(req.messages) == estimate * 2
+
+    def test_reported_usage_never_scales_down(self) -> None:
+        """A server counting fewer tokens than the estimate leaves the estimate as it is."""
+        req = request()
+        model = model_with(lambda r: ok(sse(finish("stop"), usage(1, 1))), tokenizer=None)
+        items(model, req)
+        assert model.count_tokens(req.messages) == estimate_tokens(req.messages)
+
+    def test_bad_messages_are_refused(self) -> None:
+        """Counting something that is not a list of Message raises InvalidInput."""
+        model = OpenAIChatModel("m", api_key=SECRET, tokenizer=None)
+        with pytest.raises(InvalidInput, match="messages"):
+            model.count_tokens("hello")  # type: ignore[arg-type]
+
+
+class TestContextWindow:
+    def test_context_window_is_reported(self) -> None:
+        """context_window is the value given, None by default."""
+        assert OpenAIChatModel("m", api_key=SECRET, context_window=128_000).context_window == (
+            128_000
+        )
+        assert OpenAIChatModel("m", api_key=SECRET).context_window is None

@@ -2,25 +2,36 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
+import email.utils
+import importlib
 import json
+import math
 import os
 import re
-from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Mapping
-from typing import Any
+import threading
+import time
+import weakref
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable, Mapping
+from datetime import UTC
+from types import ModuleType
+from typing import Any, Literal
 from urllib.parse import quote, quote_plus, unquote, urlsplit, urlunsplit
 
 try:
     import httpx
+    import httpx_sse
 except ImportError as exc:  # pragma: no cover - exercised by a test that hides httpx
     raise ImportError(
-        'OpenAIChatModel needs httpx: pip install "agentnb[openai]"', name=exc.name
+        f'OpenAIChatModel needs {exc.name}: pip install "agentnb[openai]"', name=exc.name
     ) from exc
 
 from agentnb.errors import InvalidInput
 from agentnb.events import Message, canonical_json
 from agentnb.runtime.models.base import (
+    Backoff,
     Finish,
     Model,
     ModelError,
@@ -29,11 +40,23 @@ from agentnb.runtime.models.base import (
     TextDelta,
     ToolCallDelta,
     Usage,
+    count_tokens_with,
+    estimate_text_tokens,
+    estimate_tokens,
 )
 
 __all__ = ["OpenAIChatModel"]
 
 _RETRYABLE_STATUS = frozenset({408, 409, 429})
+MAX_ERROR_BODY = 64 * 1024
+"""Bytes of an error response read at most (the rest is not waited for)."""
+_AFTER_DONE = 64
+"""Events read at most after ``[DONE]``, so the connection can go back to the pool."""
+_MAX_SCALE = 4.0
+"""The calibrated estimate counts at most this many times the plain estimate."""
+_TOOL_CHOICES = frozenset({"auto", "none", "required"})
+_TOOLS_ONLY = ("tool_choice", "parallel_tool_calls")
+"""Options the chat API refuses in a request without tools."""
 MAX_ERROR_TEXT = 600
 """Longest error message the adapter raises (cut after redaction, never before)."""
 _DETAIL = 300
@@ -133,10 +156,39 @@ class OpenAIChatModel(Model):
     in ``base_url`` (which shows ``***@``) or in an error: every exception that leaves the
     adapter is a ``ModelError`` whose text has them redacted, raw or escaped (repr, JSON,
     percent, base64 of the basic credentials), before it is cut to ``MAX_ERROR_TEXT``.
-    ``options`` (temperature, max_tokens, ...) go into every request
-    body; a request's own options override them, and an option set to None is left out.
-    ``transport`` replaces the HTTP transport (tests pass ``httpx.MockTransport``).
-    ``timeout`` bounds connecting and each wait for the next piece of the stream.
+
+    **Request.** ``options`` (temperature, max_tokens, ...) go into every request body; a
+    request's own options (``ModelRequest.options``) override them, and an option set to None
+    is left out. ``tool_choice`` (``"auto"``, ``"none"``, ``"required"`` or a dict naming a
+    function), ``parallel_tool_calls`` (bool) and ``response_format`` (a dict such as
+    ``{"type": "json_object"}``) are the same as setting those options; ``tool_choice`` and
+    ``parallel_tool_calls`` are left out of a request without tools, which the API refuses.
+    Usage is asked for with ``stream_options: {"include_usage": true}``; cached and reasoning
+    tokens are recorded when the server reports them.
+
+    **Connections.** Calls share one pooled ``httpx.AsyncClient`` per event loop, made on first
+    use; ``aclose()`` closes the running loop's client (the runtime calls it when it closes) and
+    a later call makes a new one. ``transport`` replaces the HTTP transport (tests pass
+    ``httpx.MockTransport``). ``timeout`` bounds connecting and each wait for the next piece of
+    the stream.
+
+    **Failures and retries.** The adapter never retries by itself: every retry is the
+    runtime's, recorded in the log. A failure before any reply text or tool call was streamed
+    is ``retryable`` when trying again may help (HTTP 408, 409, 429, 5xx, a lost connection, a
+    stream cut short; a server's ``x-should-retry`` header decides when present), with
+    ``retry_after`` from ``retry-after-ms`` or ``Retry-After`` (seconds or an HTTP date).
+    A failure after that is never retryable: part of the reply may already be in the log.
+    ``backoff`` (default ``Backoff()``) says how long the runtime waits between attempts.
+
+    **Tokens.** ``count_tokens`` uses an exact tokenizer when it has one: ``tokenizer`` is a
+    function counting the tokens of one text, or ``"auto"`` (the default) to use the
+    ``bpe-openai`` package when it is installed (``pip install "agentnb[tokens]"``; it ships
+    the ``o200k_base`` and ``cl100k_base`` encodings, so it works offline) and the model name is
+    a known OpenAI family, or None for the estimate. Without a tokenizer it is the port's
+    ``estimate_tokens``, scaled by how far the server's last reported prompt tokens exceeded the
+    estimate of that request (never down, at most ``_MAX_SCALE`` times). The first count with
+    ``bpe-openai`` loads its encoding (about a second). ``encoding`` names what is used.
+    ``context_window`` is the model's window in tokens, or None when not given.
     """
 
     def __init__(
@@ -149,12 +201,63 @@ class OpenAIChatModel(Model):
         options: Mapping[str, Any] | None = None,
         timeout: float = 60.0,
         name: str | None = None,
+        context_window: int | None = None,
+        tokenizer: Callable[[str], int] | Literal["auto"] | None = "auto",
+        backoff: Backoff | None = None,
+        tool_choice: str | Mapping[str, Any] | None = None,
+        parallel_tool_calls: bool | None = None,
+        response_format: Mapping[str, Any] | None = None,
     ) -> None:
         if not isinstance(model, str) or not model:
             raise InvalidInput(f"model must be a non-empty model name, got {model!r}")
         if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
             shown = _mask_userinfo(base_url) if isinstance(base_url, str) else base_url
             raise InvalidInput(f"base_url must be an http(s) URL, got {shown!r}")
+        if name is not None and (not isinstance(name, str) or not name):
+            raise InvalidInput(f"name must be a non-empty string or None, got {name!r}")
+        if options is not None and not isinstance(options, Mapping):
+            raise InvalidInput(f"options must be a dict, got {type(options).__name__}")
+        if (
+            isinstance(timeout, bool)
+            or not isinstance(timeout, int | float)
+            or not 0 < timeout < math.inf
+        ):
+            raise InvalidInput(f"timeout must be a number of seconds > 0, got {timeout!r}")
+        if context_window is not None and (
+            isinstance(context_window, bool)
+            or not isinstance(context_window, int)
+            or context_window < 1
+        ):
+            raise InvalidInput(
+                f"context_window must be a positive number of tokens or None, got "
+                f"{context_window!r}"
+            )
+        if tokenizer is not None and tokenizer != "auto" and not callable(tokenizer):
+            raise InvalidInput(
+                f'tokenizer must be "auto", None or a function counting the tokens of a text, '
+                f"got {tokenizer!r}"
+            )
+        if backoff is not None and not isinstance(backoff, Backoff):
+            raise InvalidInput(f"backoff must be a Backoff or None, got {backoff!r}")
+        if tool_choice is not None and not (
+            isinstance(tool_choice, Mapping)
+            or (isinstance(tool_choice, str) and tool_choice in _TOOL_CHOICES)
+        ):
+            raise InvalidInput(
+                f'tool_choice must be "auto", "none", "required" or a dict such as '
+                f'{{"type": "function", "function": {{"name": ...}}}}, got {tool_choice!r}'
+            )
+        if parallel_tool_calls is not None and not isinstance(parallel_tool_calls, bool):
+            raise InvalidInput(
+                f"parallel_tool_calls must be True, False or None, got {parallel_tool_calls!r}"
+            )
+        if response_format is not None and not (
+            isinstance(response_format, Mapping) and isinstance(response_format.get("type"), str)
+        ):
+            raise InvalidInput(
+                "response_format must be a dict with a 'type', such as "
+                f'{{"type": "json_object"}}, got {response_format!r}'
+            )
         if api_key is None:
             key = _clean_key(os.environ.get("OPENAI_API_KEY"), "OPENAI_API_KEY")
         else:
@@ -167,13 +270,94 @@ class OpenAIChatModel(Model):
         self.base_url = _mask_userinfo(base_url.rstrip("/"))
         """The endpoint as shown in reprs and errors (credentials as ``***@``)."""
         self.options = dict(options or {})
-        self.timeout = timeout
+        for option, value in (
+            ("tool_choice", tool_choice),
+            ("parallel_tool_calls", parallel_tool_calls),
+            ("response_format", response_format),
+        ):
+            if value is not None:
+                self.options[option] = dict(value) if isinstance(value, Mapping) else value
+        self.timeout = float(timeout)
+        self.context_window = context_window
+        self.backoff = backoff or Backoff()
         self._api_key = _Secret(key)
         self._userinfo = _Secret(userinfo or None)
         self._transport = transport
+        self._tokenizer = tokenizer
+        self._counter: tuple[str, Callable[[str], int]] | None = None
+        self._counter_known = False
+        self._scale = 1.0
+        self._lock = threading.Lock()
+        self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, httpx.AsyncClient]
+        self._clients = weakref.WeakKeyDictionary()
 
     def __repr__(self) -> str:
         return f"OpenAIChatModel(model={self.model!r}, base_url={self.base_url!r})"
+
+    # -- tokens ------------------------------------------------------------------------------
+
+    @property
+    def encoding(self) -> str | None:
+        """The tokenizer ``count_tokens`` uses (``"o200k_base"``, ``"cl100k_base"``,
+        ``"custom"``), or None when it estimates."""
+        counter = self._text_counter()
+        return counter[0] if counter else None
+
+    def count_tokens(
+        self, messages: Iterable[Message], tools: Iterable[Mapping[str, Any]] = ()
+    ) -> int:
+        counter = self._text_counter()
+        if counter is not None:
+            return count_tokens_with(counter[1], messages, tools)
+        return math.ceil(estimate_tokens(messages, tools) * self._scale)
+
+    def _text_counter(self) -> tuple[str, Callable[[str], int]] | None:
+        with self._lock:
+            if not self._counter_known:
+                if callable(self._tokenizer):
+                    self._counter = ("custom", _checked_counter(self._tokenizer))
+                elif self._tokenizer == "auto":
+                    encoding = _encoding_for(self.model)
+                    counter = _load_encoding(encoding) if encoding else None
+                    self._counter = (encoding, counter) if encoding and counter else None
+                self._counter_known = True
+            return self._counter
+
+    def _calibrate(self, request: ModelRequest, usage: Usage) -> None:
+        # Tracks tokenizers the estimate does not know (vLLM-served models, other providers):
+        # the ratio of what the server counted to what the estimate said, never below 1.
+        # count_tokens uses it only when it has no tokenizer.
+        if usage.input_tokens > 0:
+            estimate = estimate_tokens(request.messages, request.tools)
+            self._scale = min(_MAX_SCALE, max(1.0, usage.input_tokens / estimate))
+
+    # -- connections -------------------------------------------------------------------------
+
+    def _client(self) -> httpx.AsyncClient:
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            client = self._clients.get(loop)
+            if client is None or client.is_closed:
+                # An httpx client is bound to the loop it first ran on: one per loop.
+                client = httpx.AsyncClient(
+                    transport=self._transport,
+                    timeout=httpx.Timeout(self.timeout, connect=min(self.timeout, 10.0)),
+                )
+                self._clients[loop] = client
+            return client
+
+    async def aclose(self) -> None:
+        """Close the connection pool of the running event loop (see the class docstring)."""
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            client = self._clients.pop(loop, None)
+            # Clients of loops that ended cannot be closed any more; let them go.
+            for ended in [other for other in self._clients if other.is_closed()]:
+                del self._clients[ended]
+        if client is not None:
+            await client.aclose()
+
+    # -- the call ----------------------------------------------------------------------------
 
     def stream(self, request: ModelRequest) -> AsyncIterator[StreamItem]:
         return self._stream(request)
@@ -189,6 +373,9 @@ class OpenAIChatModel(Model):
             body["tools"] = [{"type": "function", "function": dict(t)} for t in request.tools]
         body.update(self.options)
         body.update(request.options)
+        if not request.tools:
+            for option in _TOOLS_ONLY:
+                body.pop(option, None)
         return {k: v for k, v in body.items() if v is not None}
 
     def _headers(self) -> dict[str, str]:
@@ -222,26 +409,54 @@ class OpenAIChatModel(Model):
     def _redact(self, text: str) -> str:
         return _scrub(text, self._secrets(), self._api_key.reveal())
 
-    def _error(self, text: str, *, retryable: bool = False) -> ModelError:
-        """A ``ModelError`` with ``text`` redacted, then cut to ``MAX_ERROR_TEXT``."""
-        return ModelError(_cut(self._redact(text), MAX_ERROR_TEXT), retryable=retryable)
+    def _error(
+        self,
+        text: str,
+        *,
+        retryable: bool = False,
+        retry_after: float | None = None,
+        streamed: bool = False,
+    ) -> ModelError:
+        """A ``ModelError`` with ``text`` redacted, then cut to ``MAX_ERROR_TEXT``; a failure
+        after part of the reply was streamed is never retryable."""
+        if streamed:
+            text = (
+                "the reply broke off after part of it was streamed (not retried: that part may "
+                f"already be recorded): {text}"
+            )
+            retryable, retry_after = False, None
+        return ModelError(
+            _cut(self._redact(text), MAX_ERROR_TEXT),
+            retryable=retryable,
+            retry_after=retry_after if retryable else None,
+        )
 
     async def _stream(self, request: ModelRequest) -> AsyncIterator[StreamItem]:
         failure: ModelError | None = None
+        streamed = False
         try:
             async with contextlib.aclosing(self._exchange(self._body(request))) as items:
                 async for item in items:
+                    if isinstance(item, Usage):
+                        self._calibrate(request, item)
+                    streamed = streamed or isinstance(item, TextDelta | ToolCallDelta)
                     yield item
         except ModelError as exc:
-            failure = self._error(str(exc), retryable=exc.retryable)
+            failure = self._error(
+                str(exc), retryable=exc.retryable, retry_after=exc.retry_after, streamed=streamed
+            )
+        except httpx_sse.SSEError as exc:
+            failure = self._error(f"{self.base_url} sent no event stream: {exc}", streamed=streamed)
         except httpx.TransportError as exc:
             failure = self._error(
                 f"connection to {self.base_url} failed: {type(exc).__name__}: {exc}",
                 retryable=True,
+                streamed=streamed,
             )
         except Exception as exc:  # noqa: BLE001 - whatever else fails leaves as a ModelError
             failure = self._error(
-                f"the call to {self.base_url} failed: {type(exc).__name__}: {exc}"
+                f"the call to {self.base_url} failed: {type(exc).__name__}: {exc}",
+                streamed=streamed,
             )
         if failure is not None:
             # Raised outside the handler: the original error (which may quote a credential)
@@ -250,48 +465,56 @@ class OpenAIChatModel(Model):
 
     async def _exchange(self, body: dict[str, Any]) -> AsyncGenerator[StreamItem, None]:
         url = f"{self._url}/chat/completions"
-        timeout = httpx.Timeout(self.timeout, connect=min(self.timeout, 10.0))
         finish_reason: str | None = None
         usage: Usage | None = None
         done = False
-        # One client per call: the runtime's loop may differ between calls, and an httpx
-        # client is bound to the loop it was first used on.
-        async with (
-            httpx.AsyncClient(transport=self._transport, timeout=timeout) as client,
-            client.stream(
-                "POST", url, json=body, headers=self._headers(), auth=self._auth()
-            ) as response,
-        ):
+        after_done = 0
+        async with self._client().stream(
+            "POST", url, json=body, headers=self._headers(), auth=self._auth()
+        ) as response:
             if response.status_code >= 400:
-                await response.aread()
-                raise self._status_error(response)
-            async for line in response.aiter_lines():
-                data = _sse_data(line)
-                if data is None:
-                    continue
-                if data == "[DONE]":
-                    done = True
-                    break
-                chunk = self._decode(data)
-                if chunk.get("usage"):
-                    usage = Usage(
-                        input_tokens=int(chunk["usage"].get("prompt_tokens") or 0),
-                        output_tokens=int(chunk["usage"].get("completion_tokens") or 0),
-                    )
-                for choice in chunk.get("choices") or ():
-                    delta = choice.get("delta") or {}
-                    if delta.get("content"):
-                        yield TextDelta(delta["content"])
-                    for position, call in enumerate(delta.get("tool_calls") or ()):
-                        function = call.get("function") or {}
-                        yield ToolCallDelta(
-                            index=int(call.get("index", position)),
-                            call_id=call.get("id"),
-                            name=function.get("name"),
-                            arguments_delta=function.get("arguments") or "",
-                        )
-                    if choice.get("finish_reason"):
-                        finish_reason = choice["finish_reason"]
+                raise self._status_error(response, await _read_some(response))
+            content_type = response.headers.get("content-type", "").partition(";")[0].strip()
+            if content_type.lower() != "text/event-stream":
+                raise self._not_a_stream(content_type, await _read_some(response))
+            # Server-sent events are UTF-8 whatever the header says (a sequence split across
+            # network chunks is decoded incrementally).
+            response.encoding = "utf-8"
+            events = httpx_sse.EventSource(response).aiter_sse()
+            async with contextlib.aclosing(events):
+                async for event in events:
+                    if done:
+                        # Read on to the end so the connection can be reused, but not forever.
+                        after_done += 1
+                        if after_done > _AFTER_DONE:
+                            break
+                        continue
+                    data = event.data.strip()
+                    if event.event == "error":
+                        detail = _cut(self._redact(_error_text(_json_or_text(data))), _DETAIL)
+                        raise ModelError(f"{self.base_url} reported: {detail}")
+                    if not data:
+                        continue
+                    if data == "[DONE]":
+                        done = True
+                        continue
+                    chunk = self._decode(data)
+                    if isinstance(chunk.get("usage"), dict):
+                        usage = _usage(chunk["usage"])
+                    for choice in chunk.get("choices") or ():
+                        delta = choice.get("delta") or {}
+                        if delta.get("content"):
+                            yield TextDelta(delta["content"])
+                        for position, call in enumerate(delta.get("tool_calls") or ()):
+                            function = call.get("function") or {}
+                            yield ToolCallDelta(
+                                index=int(call.get("index", position)),
+                                call_id=call.get("id"),
+                                name=function.get("name"),
+                                arguments_delta=function.get("arguments") or "",
+                            )
+                        if choice.get("finish_reason"):
+                            finish_reason = choice["finish_reason"]
         if not done and finish_reason is None:
             raise ModelError(
                 f"the stream from {self.base_url} ended before the reply was complete",
@@ -316,19 +539,29 @@ class OpenAIChatModel(Model):
             raise ModelError(f"{self.base_url} reported: {detail}")
         return chunk
 
-    def _status_error(self, response: httpx.Response) -> ModelError:
+    def _status_error(self, response: httpx.Response, text: str) -> ModelError:
         status = response.status_code
         retryable = status in _RETRYABLE_STATUS or status >= 500
-        try:
-            detail = _error_text(response.json())
-        except ValueError:
-            detail = response.text
+        should_retry = response.headers.get("x-should-retry", "").strip().lower()
+        if should_retry in ("true", "false"):
+            retryable = should_retry == "true"
+        detail = _error_text(_json_or_text(text))
         hint = {401: "; check the API key (OPENAI_API_KEY)", 404: "; check the model name"}.get(
             status, ""
         )
         detail = _cut(self._redact(detail), _DETAIL)
         return ModelError(
-            f"{self.base_url} answered HTTP {status}: {detail}{hint}", retryable=retryable
+            f"{self.base_url} answered HTTP {status}: {detail}{hint}",
+            retryable=retryable,
+            retry_after=_retry_after(response.headers, time.time()) if retryable else None,
+        )
+
+    def _not_a_stream(self, content_type: str, text: str) -> ModelError:
+        detail = _cut(self._redact(_error_text(_json_or_text(text))), _DETAIL)
+        return ModelError(
+            f"{self.base_url} answered with content-type {content_type or 'none'!r} instead of "
+            f"an event stream: {detail!r}; check base_url (it ends in /v1 for most servers) and "
+            "that the endpoint supports streaming (stream=true)"
         )
 
 
@@ -351,13 +584,6 @@ def _message(message: Message) -> dict[str, Any]:
     return {"role": message.role, "content": message.text}
 
 
-def _sse_data(line: str) -> str | None:
-    """The data of one server-sent-events line, or None for blank, comment and other fields."""
-    if not line.startswith("data:"):
-        return None
-    return line[5:].strip()
-
-
 def _error_text(payload: Any) -> str:
     """The message of an error body, whole (the caller redacts, then cuts)."""
     if isinstance(payload, dict):
@@ -366,3 +592,128 @@ def _error_text(payload: Any) -> str:
             return str(error.get("message") or error)
         return str(error)
     return str(payload)
+
+
+def _json_or_text(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+async def _read_some(response: httpx.Response) -> str:
+    """Up to ``MAX_ERROR_BODY`` bytes of the response body, as text."""
+    parts: list[bytes] = []
+    size = 0
+    async for part in response.aiter_bytes():
+        parts.append(part)
+        size += len(part)
+        if size >= MAX_ERROR_BODY:
+            break
+    return b"".join(parts)[:MAX_ERROR_BODY].decode("utf-8", "replace")
+
+
+def _count(value: Any) -> int | None:
+    """A token count from a usage object, or None for anything that is not one."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        return None
+    return value
+
+
+def _usage(data: Mapping[str, Any]) -> Usage:
+    prompt = data.get("prompt_tokens_details")
+    completion = data.get("completion_tokens_details")
+    return Usage(
+        input_tokens=_count(data.get("prompt_tokens")) or 0,
+        output_tokens=_count(data.get("completion_tokens")) or 0,
+        cached_tokens=_count(prompt.get("cached_tokens")) if isinstance(prompt, dict) else None,
+        reasoning_tokens=(
+            _count(completion.get("reasoning_tokens")) if isinstance(completion, dict) else None
+        ),
+    )
+
+
+def _retry_after(headers: httpx.Headers, now: float) -> float | None:
+    """The wait the server asked for: ``retry-after-ms``, else ``Retry-After`` in seconds or as
+    an HTTP date (a date in the past means now); None when absent or unreadable."""
+    millis = headers.get("retry-after-ms")
+    if millis is not None:
+        with contextlib.suppress(ValueError):
+            seconds = float(millis) / 1000
+            if math.isfinite(seconds) and seconds >= 0:
+                return seconds
+    value = headers.get("retry-after")
+    if value is None:
+        return None
+    value = value.strip()
+    with contextlib.suppress(ValueError):
+        seconds = float(value)
+        return seconds if math.isfinite(seconds) and seconds >= 0 else None
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, when.timestamp() - now)
+
+
+def _encoding_for(model: str) -> str | None:
+    """The tokenizer encoding of an OpenAI model family (as tiktoken maps them), else None."""
+    name = model.rsplit("/", 1)[-1].lower()
+    if name.startswith(("gpt-4o", "chatgpt-4o", "gpt-4.1", "gpt-4.5", "gpt-5", "gpt-oss")) or (
+        re.match(r"o\d(-|$)", name)
+    ):
+        return "o200k_base"
+    if name.startswith(("gpt-4", "gpt-3.5", "gpt-35")):
+        return "cl100k_base"
+    return None
+
+
+_ENCODINGS: weakref.WeakKeyDictionary[ModuleType, dict[str, Callable[[str], int] | None]]
+_ENCODINGS = weakref.WeakKeyDictionary()
+"""Token counters by tokenizer module and encoding name: an encoding loads once a process."""
+_ENCODINGS_LOCK = threading.Lock()
+
+
+def _load_encoding(name: str) -> Callable[[str], int] | None:
+    """A token counter for encoding ``name`` from ``bpe-openai``, or None without it."""
+    try:
+        # Optional (pip install "agentnb[tokens]"): it ships its encoding files, so unlike
+        # tiktoken it never downloads anything.
+        module = importlib.import_module("bpe_openai")
+    except ImportError:
+        return None
+    with _ENCODINGS_LOCK:
+        loaded = _ENCODINGS.setdefault(module, {})
+        if name not in loaded:
+            loaded[name] = _open_encoding(module, name)
+        return loaded[name]
+
+
+def _open_encoding(module: Any, name: str) -> Callable[[str], int] | None:
+    try:
+        encoding = module.get_encoding(name)
+    except Exception:  # noqa: BLE001 - a broken optional tokenizer falls back to the estimate
+        return None
+
+    def count(text: str) -> int:
+        try:
+            return len(encoding.encode_ordinary(text))
+        except Exception:  # noqa: BLE001 - e.g. its limit on very long texts: estimate that one
+            return estimate_text_tokens(text)
+
+    return count
+
+
+def _checked_counter(tokenizer: Callable[[str], int]) -> Callable[[str], int]:
+    def count(text: str) -> int:
+        tokens = tokenizer(text)
+        if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 0:
+            raise InvalidInput(
+                f"the tokenizer returned {tokens!r}; it must return the number of tokens of "
+                "the text it is given (an int >= 0)"
+            )
+        return tokens
+
+    return count
