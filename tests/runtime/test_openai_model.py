@@ -325,6 +325,13 @@ class TestErrors:
         with pytest.raises(ImportError, match=r'pip install "agentnb\[openai\]"'):
             importlib.import_module("agentnb.runtime.models.openai")
 
+    def test_missing_httpx_sse_gives_install_hint(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """Without httpx-sse, importing the adapter names it and the extra to install."""
+        monkeypatch.setitem(sys.modules, "httpx_sse", None)
+        monkeypatch.delitem(sys.modules, "agentnb.runtime.models.openai")
+        with pytest.raises(ImportError, match=r'httpx_sse: pip install "agentnb\[openai\]"'):
+            importlib.import_module("agentnb.runtime.models.openai")
+
 
 class TestKeyHygiene:
     def test_key_not_in_repr_or_str(self) -> None:

@@ -186,7 +186,7 @@ class OpenAIChatModel(Model):
     the ``o200k_base`` and ``cl100k_base`` encodings, so it works offline) and the model name is
     a known OpenAI family, or None for the estimate. Without a tokenizer it is the port's
     ``estimate_tokens``, scaled by how far the server's last reported prompt tokens exceeded the
-    estimate of that request (never down, at most ``_MAX_SCALE`` times). The first count with
+    estimate of that request (never down, at most 4 times up). The first count with
     ``bpe-openai`` loads its encoding (about a second). ``encoding`` names what is used.
     ``context_window`` is the model's window in tokens, or None when not given.
     """
