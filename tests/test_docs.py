@@ -76,3 +76,26 @@ def test_every_help_documents_the_exit_codes() -> None:
         assert re.search(r"^  2  usage error", text, flags=re.M), name
         assert re.search(r"^  3  not found", text, flags=re.M), name
         assert re.search(r"^  4  data error", text, flags=re.M), name
+
+
+def test_every_notebook_is_listed_in_the_readmes() -> None:
+    """README.md and notebooks/README.md name each notebook of notebooks/, and only those."""
+    notebooks = sorted(p.name for p in (REPO / "notebooks").glob("*.ipynb"))
+    assert len(notebooks) >= 4
+    readme = (REPO / "README.md").read_text()
+    section = readme.split("## Notebooks", 1)[1].split("\n## ", 1)[0]
+    assert sorted(re.findall(r"notebooks/([\w-]+\.ipynb)", section)) == notebooks
+    listed = re.findall(
+        r"^- `([\w-]+\.ipynb)`", (REPO / "notebooks" / "README.md").read_text(), re.M
+    )
+    assert sorted(listed) == notebooks
+
+
+def test_the_comparison_table_names_each_peer() -> None:
+    """The README's comparison table has a column per peer the design card names."""
+    readme = (REPO / "README.md").read_text()
+    header = next(line for line in readme.splitlines() if line.startswith("| | agentnb |"))
+    for peer in ("AgentScope", "Everruns", "LangGraph", "DBOS", "OpenAI Agents SDK"):
+        assert peer in header, peer
+    rows = [line for line in readme.split(header, 1)[1].splitlines() if line.startswith("|")]
+    assert all(line.count("|") == header.count("|") for line in rows[1:])
