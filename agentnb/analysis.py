@@ -18,16 +18,19 @@ Frames: ``events``, ``turns``, ``runs``, ``steps``, ``model_calls``, ``tool_call
 each optionally narrowed with ``namespace=``, ``user_id=``, ``agent_id=``, ``session_id=``.
 ``query(name, source, **params)`` runs ``exporters/queries/NAME.sql`` with its parameters
 bound; ``connection(source)`` gives a DuckDB connection over the views for SQL of one's own.
-``timeline(source)`` draws turns and runs on a time axis.
+``timeline(source)`` draws turns, runs, tool calls and waits for a person on a time axis,
+``timeline_chart(source)`` the same as an interactive Altair chart, and ``timeline_data``
+returns the segments both draw.
 
 Every frame has the same dtypes whatever the source and whether or not a column holds a
 null: pandas' nullable dtypes (``string``, ``Int64``/``Int32``, ``Float64``, ``boolean``),
 ``datetime64[us, UTC]`` for every time (``event_date`` too: midnight UTC of the event's
 day), and Arrow-backed lists (``input_ids``); ``normalise`` does it.
 
-The chart uses matplotlib rather than Altair: it is already a dependency of the ``export``
-extra, renders to a static image with no browser or JavaScript (so it works headless, in CI,
-in ``agentnb demo`` and in nbval-checked notebooks), and the picture is a handful of bars.
+``timeline`` uses matplotlib: a static image with no browser or JavaScript, so it works
+headless, in CI, in ``agentnb demo`` and in nbval-checked notebooks. ``timeline_chart`` adds
+tooltips and zoom with Altair (both in the ``export`` extra); its JavaScript renders in
+JupyterLab, Notebook 7 and VS Code.
 """
 
 from __future__ import annotations
