@@ -214,18 +214,30 @@ def cluster_or_skip() -> Cluster:
     CI installs the server (``.ci/run``), so there a missing server or driver is a broken
     environment, never a reason to skip.
     """
-    import pytest
+    require_server()
+    try:
+        return Cluster().start()
+    except (ClusterUnavailable, OSError, subprocess.SubprocessError) as exc:
+        _skip_or_fail(str(exc))
+        raise
 
+
+def require_server() -> None:
+    """Skip (fail under ``CI=true``) unless the server binaries and psycopg are here."""
     try:
         import psycopg  # noqa: F401
         import psycopg_pool  # noqa: F401
     except ImportError as exc:
-        reason = f'{exc}: pip install "agentnb[postgres]"'
-    else:
-        try:
-            return Cluster().start()
-        except (ClusterUnavailable, OSError, subprocess.SubprocessError) as exc:
-            reason = str(exc)
+        _skip_or_fail(f'{exc}: pip install "agentnb[postgres]"')
+    try:
+        find_bindir()
+    except ClusterUnavailable as exc:
+        _skip_or_fail(str(exc))
+
+
+def _skip_or_fail(reason: str) -> None:
+    import pytest
+
     if os.environ.get("CI") == "true":
         raise pytest.fail.Exception(f"PostgreSQL tests cannot run in CI: {reason}", pytrace=False)
     raise pytest.skip.Exception(f"PostgreSQL tests need a server: {reason}")

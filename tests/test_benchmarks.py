@@ -64,3 +64,20 @@ def test_widgets_quick_run_prints_one_json_line_per_metric() -> None:
     }
     latency = next(r for r in records if r["metric"] == "commit_to_widget_ms")
     assert latency["p95"] >= latency["value"]
+
+
+def test_postgres_quick_run_prints_one_json_line_per_metric() -> None:
+    """`bench_postgres.py --quick` (its own throwaway server) prints JSON with value,
+    baseline, ratio; the wake-up latency line adds its p95."""
+    from tests.pg import require_server
+
+    require_server()
+    records = _records("bench_postgres.py", "--quick")
+    assert {r["metric"] for r in records} == {
+        "single_commit",
+        "batch100_commit",
+        "wake_ms",
+        "read_arrow_10k",
+    }
+    wake = next(r for r in records if r["metric"] == "wake_ms")
+    assert wake["p95"] >= wake["value"]

@@ -163,9 +163,16 @@ _EVENT_COLUMNS = (
     "blob, crc"
 )
 _UNNEST = (
-    "unnest(%(seq)s::int8[], %(event_id)s::text[], %(type)s::text[], %(turn_id)s::text[], "
-    "%(run_id)s::text[], %(required)s::int2[], %(occurred_us)s::int8[], "
-    "%(schema_version)s::int4[], %(payload)s::text[], %(blob)s::text[], %(crc)s::int8[]) "
+    "unnest(%(seq)b::int8[], %(event_id)b::text[], %(type)b::text[], %(turn_id)b::text[], "
+    "%(run_id)b::text[], %(required)b::int2[], %(occurred_us)b::int8[], "
+    "%(schema_version)b::int4[], %(payload)b::text[], %(blob)b::text[], %(crc)b::int8[]) "
+    f"AS u({_EVENT_COLUMNS})"
+)
+# A single event (the common commit) binds scalars: no arrays to build and dump.
+_ONE_ROW = (
+    "(VALUES (%(seq)s::int8, %(event_id)s::text, %(type)s::text, %(turn_id)s::text, "
+    "%(run_id)s::text, %(required)s::int2, %(occurred_us)s::int8, %(schema_version)s::int4, "
+    "%(payload)s::text, %(blob)s::text, %(crc)s::int8)) "
     f"AS u({_EVENT_COLUMNS})"
 )
 _BLOBS = (
@@ -182,11 +189,15 @@ _APPEND = (
     "{blobs}"
     "e AS (INSERT INTO agentnb.events (session, " + _EVENT_COLUMNS + ", batch_id, digest) "
     "SELECT s.id, u.*, CASE WHEN u.seq = %(first)s THEN %(batch_id)s END, "
-    "CASE WHEN u.seq = %(first)s THEN %(digest)s END FROM s, " + _UNNEST + ") "
+    "CASE WHEN u.seq = %(first)s THEN %(digest)s END FROM s, {rows}) "
     "SELECT pg_notify('" + CHANNEL + "', 'e:' || id || ':' || head) FROM s"
 )
-_APPEND_PLAIN = _APPEND.format(blobs="")
-_APPEND_BLOBS = _APPEND.format(blobs=_BLOBS)
+_APPENDS = {
+    (many, blobs): _APPEND.format(blobs=_BLOBS if blobs else "", rows=_UNNEST if many else _ONE_ROW)
+    for many in (False, True)
+    for blobs in (False, True)
+}
+"""The append statement by (more than one event, with blobs)."""
 _APPEND_STATE = (
     "SELECT s.lease_owner, s.lease_epoch, s.lease_expires, s.head, s.inbox_head, "
     "b.digest, b.seq, " + _NOW + " FROM agentnb.sessions AS s "
@@ -656,12 +667,12 @@ class PostgresStore(SessionStore):
             "first": expected_seq + 1,
             "batch_id": batch_id,
             "digest": digest,
-            **_columns(rows),
+            **(_columns(rows) if len(rows) > 1 else rows[0]._asdict()),
         }
         if blobs:
             params["blob_digests"] = list(blobs)
             params["blob_data"] = list(blobs.values())
-        statement = _APPEND_BLOBS if blobs else _APPEND_PLAIN
+        statement = _APPENDS[len(rows) > 1, bool(blobs)]
 
         def commit(c: psycopg.Connection[Any]) -> bool:
             try:
