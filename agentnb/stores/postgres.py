@@ -333,6 +333,7 @@ class PostgresStore(SessionStore):
         self._secret_bytes: bytes | None = None
         self._heads: dict[int, int] = {}
         self._inbox_heads: dict[int, int] = {}
+        self._seen_lock = threading.Lock()
         self._resyncs = 0
         self._listener: _Listener | None = None
         self._listener_lock = threading.Lock()
@@ -414,6 +415,8 @@ class PostgresStore(SessionStore):
             try:
                 with self._conn(timeout) as conn:
                     return what(conn)
+            except UnicodeEncodeError as exc:
+                raise _unencodable(exc) from None
             except psycopg.Error as exc:
                 if not _lost(exc) or attempt == attempts - 1:
                     self._raise(exc)
@@ -425,6 +428,8 @@ class PostgresStore(SessionStore):
         try:
             with self._conn() as conn:
                 return what(conn)
+        except UnicodeEncodeError as exc:
+            raise _unencodable(exc) from None
         except psycopg.Error as exc:
             if _lost(exc):
                 self._recheck()
@@ -468,7 +473,7 @@ class PostgresStore(SessionStore):
                 f"the agentnb tables are missing from {self.url} ({text}); they were "
                 "dropped outside agentnb: restore the database from a backup"
             ) from None
-        if isinstance(exc, pg_errors.DataError | UnicodeError):
+        if isinstance(exc, pg_errors.DataError):
             raise InvalidInput(f"PostgreSQL cannot store this value ({text})") from None
         if _lost(exc):
             raise StorageError(
@@ -954,10 +959,10 @@ class PostgresStore(SessionStore):
 
     # -- waiting -----------------------------------------------------------------------------
 
-    @staticmethod
-    def _seen(heads: dict[int, int], sid: int, seq: int) -> None:
-        if heads.get(sid, 0) < seq:
-            heads[sid] = seq
+    def _seen(self, heads: dict[int, int], sid: int, seq: int) -> None:
+        with self._seen_lock:  # writers and the listener race; a head only moves up
+            if heads.get(sid, 0) < seq:
+                heads[sid] = seq
 
     def _on_notify(self, payload: str) -> None:
         kind, _, rest = payload.partition(":")
@@ -1218,6 +1223,13 @@ def _columns(rows: list[_rows.Row]) -> dict[str, list[Any]]:
     """The rows as one list per column (the ``unnest`` arrays)."""
     names = _rows.Row._fields
     return {name: list(values) for name, values in zip(names, zip(*rows, strict=True), strict=True)}
+
+
+def _unencodable(exc: UnicodeEncodeError) -> InvalidInput:
+    return InvalidInput(
+        f"text {exc.object[exc.start : exc.end]!r} cannot be stored: it is not valid Unicode "
+        "(a lone surrogate); replace it (str.encode('utf-8', 'replace')) first"
+    )
 
 
 def _lost(exc: BaseException) -> bool:

@@ -32,6 +32,7 @@ from agentnb.errors import (
     InvalidInput,
     LeaseHeld,
     SessionNotFound,
+    StorageError,
 )
 from agentnb.events import (
     BLOB_THRESHOLD,
@@ -1091,6 +1092,26 @@ class StoreContract:
         """SessionLog.follow with a negative position raises InvalidInput."""
         with pytest.raises(InvalidInput):
             SessionLog(store, key).follow(-1)
+
+    def test_calls_after_close_raise_storage_error(
+        self, store: SessionStore, key: SessionKey
+    ) -> None:
+        """Once closed, every call raises StorageError (never a driver error); closing twice is
+        harmless."""
+        store.append(key, [step()], expected_seq=0, batch_id="b")
+        store.close()
+        calls: list[Callable[[], object]] = [
+            lambda: store.head(key),
+            lambda: store.append(key, [step()], expected_seq=1, batch_id="b2"),
+            lambda: store.read_after(key, 0, 10),
+            lambda: store.inbox_append(key, command()),
+            lambda: store.acquire_lease(key, "owner"),
+            lambda: store.create_session(session_key("new")),
+        ]
+        for call in calls:
+            with pytest.raises(StorageError):
+                call()
+        store.close()
 
     # -- snapshots ----------------------------------------------------------------------------
 

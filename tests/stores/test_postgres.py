@@ -606,6 +606,13 @@ class TestErrors:
         finally:
             store.close()
 
+    def test_text_that_is_not_unicode_is_invalid_input(self, store: PostgresStore) -> None:
+        """An id holding a lone surrogate (not encodable as UTF-8) raises InvalidInput, not a
+        codec error, and creates nothing."""
+        with pytest.raises(InvalidInput, match="not valid Unicode"):
+            store.create_session(child_key("s\ud800"))
+        assert store.list_sessions() == []
+
     def test_dropped_tables_are_corrupt(self, store: PostgresStore, pg_url: str) -> None:
         """Tables dropped under a running store raise Corrupt saying to restore."""
         key = child_key("s1")
