@@ -258,6 +258,19 @@ _SETTLE = (
 _T = TypeVar("_T")
 
 
+class _Connection(psycopg.Connection[Any]):
+    """A pooled connection that knows when it was last handed back."""
+
+    idle_since = 0.0
+
+
+def _check_idle(conn: _Connection) -> None:
+    # A round trip on every checkout would cost the hot path; a connection that sat idle
+    # (through a server restart, or a proxy reaping idle sockets) is checked before use.
+    if time.monotonic() - conn.idle_since > 1.0:
+        ConnectionPool.check_connection(conn)
+
+
 class _DatabaseClock:
     """The database server's clock, read locally through an offset.
 
@@ -337,10 +350,7 @@ class PostgresStore(SessionStore):
         self._resyncs = 0
         self._listener: _Listener | None = None
         self._listener_lock = threading.Lock()
-        self._idle_since: weakref.WeakKeyDictionary[psycopg.Connection[Any], float] = (
-            weakref.WeakKeyDictionary()
-        )
-        self._pool: ConnectionPool[psycopg.Connection[Any]] | None = None
+        self._pool: ConnectionPool[_Connection] | None = None
         with self._connect() as conn:
             self._migrate(conn, create)
         self._pool = ConnectionPool(
@@ -350,8 +360,8 @@ class PostgresStore(SessionStore):
             max_size=pool_size,
             open=False,
             configure=self._configure,
-            check=self._check_idle,
-            reset=self._mark_idle,
+            connection_class=_Connection,
+            check=_check_idle,
             name="agentnb",
             timeout=max(connect_timeout, 5.0) * 3,
         )
@@ -382,23 +392,17 @@ class PostgresStore(SessionStore):
             (ms,),
         )
 
-    def _mark_idle(self, conn: psycopg.Connection[Any]) -> None:
-        self._idle_since[conn] = time.monotonic()
-
-    def _check_idle(self, conn: psycopg.Connection[Any]) -> None:
-        # A round trip on every checkout would cost the hot path; a connection that sat idle
-        # (a server restart, a proxy reaping idle sockets) is checked before use.
-        if time.monotonic() - self._idle_since.get(conn, 0.0) > 1.0:
-            ConnectionPool.check_connection(conn)
-
     @contextlib.contextmanager
-    def _conn(self, timeout: float | None = None) -> Iterator[psycopg.Connection[Any]]:
+    def _conn(self, timeout: float | None = None) -> Iterator[_Connection]:
         pool = self._pool
         if pool is None:
             raise StorageError(f"store {self.url} is closed; open it again to use it")
         try:
             with pool.connection(timeout) as conn:
-                yield conn
+                try:
+                    yield conn
+                finally:
+                    conn.idle_since = time.monotonic()
         except PoolTimeout:
             raise StorageError(
                 f"no connection to PostgreSQL at {self._where} within "
