@@ -10,6 +10,7 @@ a snapshot row edited in the store file never changes what the folds show.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import threading
@@ -17,8 +18,16 @@ import zlib
 from typing import Any
 
 from agentnb.errors import AgentnbError, Corrupt
+from agentnb.events import Message
 from agentnb.ids import SessionKey
-from agentnb.projections.state import FOLDED_TYPES, InboxState, SessionState
+from agentnb.projections.state import (
+    CONTEXT_TYPES,
+    FOLDED_TYPES,
+    KEEP_TURNS,
+    InboxState,
+    SessionState,
+    retire_turns,
+)
 from agentnb.stores.base import MAX_READ_LIMIT, SessionStore
 
 __all__ = ["SNAPSHOT_EVERY", "ChatFolds", "Folds"]
@@ -27,7 +36,8 @@ log = logging.getLogger("agentnb.folds")
 
 SNAPSHOT_EVERY = 1_000
 """Events folded since the last snapshot after which a new one is saved."""
-_STATE, _INBOX = "session-state", "inbox-state"
+_FOLDS = "session-folds"
+"""One snapshot of both folds (the execution log's and the inbox's), taken together."""
 
 
 def _encode(data: dict[str, Any]) -> bytes:
@@ -41,36 +51,62 @@ def _decode(blob: bytes) -> dict[str, Any]:
     return value
 
 
+def load_context(store: SessionStore, key: SessionKey, through: int) -> list[Message]:
+    """The working context committed at or below ``through``, folded from the log.
+
+    Only the message events are decoded; the same fold rule builds them as ``SessionState``.
+    """
+    state = SessionState()
+    pos = 0
+    while pos < through:
+        page = store.read_raw(key, pos, min(MAX_READ_LIMIT, through - pos))
+        if not page:
+            raise Corrupt(f"session {key}: events after seq {pos} are missing (up to {through})")
+        for raw in page:
+            if raw.type in CONTEXT_TYPES:
+                state.apply(raw.to_event())
+        pos = page[-1].seq
+    return state.context
+
+
 class Folds:
     """``SessionState`` and ``InboxState`` of one session, brought up to date on ``refresh``."""
 
-    def __init__(self, store: SessionStore, key: SessionKey) -> None:
+    def __init__(self, store: SessionStore, key: SessionKey, *, whole: bool = False) -> None:
         self.store = store
         self.key = key
         self.state = SessionState()
         self.inbox = InboxState()
-        self._loaded = False
+        self.whole = whole
+        """Fold every turn from the start and retire none (a reader of the history)."""
+        self._loaded = whole
         self._saved_seq = 0
         self._saved_inbox = 0
 
     def _load(self) -> None:
+        """Start from the newest snapshot of both folds, taken together (never one alone:
+        retiring old turns changes both, so a state and an inbox of different moments could
+        make a retired command look unhandled)."""
         self._loaded = True
-        head = self.store.head(self.key)
-        inbox_head = self.store.inbox_head(self.key)
-        for name, limit in ((_STATE, head), (_INBOX, inbox_head)):
-            found = self.store.get_snapshot(self.key, name)
-            if found is None or found[0] > limit:
-                continue
-            try:
-                data = _decode(found[1])
-                if name == _STATE:
-                    self.state = SessionState.load(data)
-                    self._saved_seq = self.state.seq
-                else:
-                    self.inbox = InboxState.load(data)
-                    self._saved_inbox = self.inbox.seq
-            except (ValueError, KeyError, TypeError, zlib.error) as exc:
-                log.info("session %s: ignoring snapshot %s (%s)", self.key, name, exc)
+        found = self.store.get_snapshot(self.key, _FOLDS)
+        if found is None or found[0] > self.store.head(self.key):
+            return
+        try:
+            data = _decode(found[1])
+            state = SessionState.load(data["state"], self.context_loader)
+            inbox = InboxState.load(data["inbox"])
+        except (ValueError, KeyError, TypeError, zlib.error) as exc:
+            log.info("session %s: ignoring snapshot %s (%s)", self.key, _FOLDS, exc)
+            return
+        if inbox.seq > self.store.inbox_head(self.key):
+            return  # an inbox that lost commands it had: fold both logs from the start
+        self.state, self.inbox = state, inbox
+        self._saved_seq, self._saved_inbox = state.seq, inbox.seq
+
+    @property
+    def context_loader(self) -> functools.partial[list[Message]]:
+        """Reads this session's context from the log (for states loaded from a snapshot)."""
+        return functools.partial(load_context, self.store, self.key)
 
     def refresh_inbox(self) -> InboxState:
         """Fold the inbox commands accepted since the last call."""
@@ -93,7 +129,9 @@ class Folds:
         self.refresh_inbox()
         before = self.state.seq
         self._fold_log()
-        if self.state.seq - before >= SNAPSHOT_EVERY:
+        if not self.whole and len(self.state.turns) > 2 * KEEP_TURNS:
+            retire_turns(self.state, self.inbox)
+        if self.state.seq - before >= SNAPSHOT_EVERY and not self.whole:
             self.save_if_due()
         return self.state, self.inbox
 
@@ -121,16 +159,15 @@ class Folds:
         Each is a fresh structure that the folds never change afterwards, so it can be
         encoded and written on another thread while the folds go on.
         """
-        due: list[tuple[str, int, Any]] = []
-        if self.state.seq - self._saved_seq >= every:
-            due.append((_STATE, self.state.seq, self.state.dump()))
-            self._saved_seq = self.state.seq
-        if self.inbox.seq - self._saved_inbox >= every:
-            # The inbox has its own sequence; the store checks snapshot seqs against the
-            # execution head, so stamp it with one that is never past it.
-            due.append((_INBOX, min(self.inbox.seq, self.state.seq), self.inbox.dump()))
-            self._saved_inbox = self.inbox.seq
-        return due
+        if (
+            self.state.seq - self._saved_seq < every
+            and self.inbox.seq - self._saved_inbox < every
+        ) or self.state.seq == 0:
+            return []
+        retire_turns(self.state, self.inbox)  # both folds at once: never half retired
+        self._saved_seq, self._saved_inbox = self.state.seq, self.inbox.seq
+        data = {"state": self.state.dump(), "inbox": self.inbox.dump()}
+        return [(_FOLDS, self.state.seq, data)]
 
     def put_snapshots(self, due: list[tuple[str, int, Any]]) -> None:
         """Encode and write snapshots (best effort: a cache that cannot be written is only
@@ -147,30 +184,67 @@ class Folds:
 
 
 _CHAT = "chat-state"
+_ITEMS_WINDOW = 4096
+"""Events read per step when older chat items are read back from the log."""
+
+
+def load_items(store: SessionStore, key: SessionKey, through: int, count: int) -> list[Any]:
+    """The newest ``count`` chat items of the log at or below ``through``, oldest first.
+
+    Read backwards by windows that start at a ``turn/start`` (a turn's events are contiguous
+    in the log), each folded on its own, until ``count`` items or the start of the log.
+    """
+    from agentnb.projections.chat import ChatState
+
+    window = _ITEMS_WINDOW
+    while True:
+        low = max(0, through - window)
+        events = list(store.scan(key, low, through))
+        starts = [e.seq for e in events if e.type == "turn/start"]
+        begin = 0 if low == 0 else (starts[0] - 1 if starts else None)
+        if begin is not None:
+            chat = ChatState()
+            for event in events:
+                if event.seq > begin:
+                    chat.apply(event)
+            items = chat.items
+            if len(items) >= count or begin == 0:
+                return list(items[-count:])
+        window *= 2
 
 
 class ChatFolds:
-    """The chat fold of one session (``Session.snapshot()``), cached like ``Folds``."""
+    """The chat fold of one session (``Session.snapshot()``), cached like ``Folds``.
+
+    Items of finished turns older than the newest ``KEEP_TURNS`` are retired (read back from
+    the log by page when asked for), so the fold and its snapshot stay bounded.
+    """
 
     def __init__(self, store: SessionStore, key: SessionKey) -> None:
-        from agentnb.projections.chat import ChatState
-
         self.store = store
         self.key = key
-        self.chat = ChatState()
+        self.chat = self._new(None)
         self._loaded = False
         self._saved_seq = 0
         self._lock = threading.Lock()
 
-    def _load(self, limit: int) -> None:
+    def _new(self, data: dict[str, Any] | None) -> Any:
+        """A chat fold (from a dump, or empty) wired to read the log when it must."""
         from agentnb.projections.chat import ChatState
 
+        loader = functools.partial(load_context, self.store, self.key)
+        chat = ChatState() if data is None else ChatState.load(data, loader)
+        chat.session.context_loader = loader
+        chat.items_loader = functools.partial(load_items, self.store, self.key)
+        return chat
+
+    def _load(self, limit: int) -> None:
         self._loaded = True
         found = self.store.get_snapshot(self.key, _CHAT)
         if found is None or found[0] > limit:
             return
         try:
-            self.chat = ChatState.load(_decode(found[1]))
+            self.chat = self._new(_decode(found[1]))
             self._saved_seq = self.chat.seq
         except (ValueError, KeyError, TypeError, zlib.error) as exc:
             log.info("session %s: ignoring snapshot %s (%s)", self.key, _CHAT, exc)
@@ -182,10 +256,8 @@ class ChatFolds:
 
     def copy(self, through: int) -> Any:
         """A private ``ChatState`` of exactly ``(0, through]`` that the caller may fold on."""
-        from agentnb.projections.chat import ChatState
-
         with self._lock:
-            return ChatState.load(self._refresh(through).dump())
+            return self._new(self._refresh(through).dump())
 
     def refresh(self, through: int | None = None) -> None:
         """Fold up to ``through`` (default: the head now), saving a snapshot when due."""
@@ -197,11 +269,14 @@ class ChatFolds:
         if not self._loaded:
             self._load(head)
         if self.chat.seq > head:  # asked for an older prefix: fold it from scratch
-            from agentnb.projections.chat import ChatState
-
-            return ChatState.fold(self.store.scan(self.key, 0, head))
+            older = self._new(None)
+            for event in self.store.scan(self.key, 0, head):
+                older.apply(event)
+            return older
         for event in self.store.scan(self.key, self.chat.seq, head):
             self.chat.apply(event)
+        if len(self.chat.session.turns) > 2 * KEEP_TURNS:
+            self.chat.retire()
         if self.chat.seq - self._saved_seq >= SNAPSHOT_EVERY:
             try:
                 self.store.put_snapshot(self.key, _CHAT, self.chat.seq, _encode(self.chat.dump()))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Generator
+from collections.abc import Generator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
@@ -154,7 +154,8 @@ class Inspection:
     uncertain_tool_calls: tuple[ToolCallRef, ...]
     active_runs: tuple[str, ...]
     interrupted_turn: str | None
-    next_context: tuple[Message, ...]
+    next_context: Sequence[Message]
+    """The messages the next model call would see; read from the log when first used."""
     exports: tuple[Any, ...] = ()
     """One ``ExportStatus`` per ``export_to`` sink: lag, failures, last error, next retry."""
     blocked_by: str | None = None

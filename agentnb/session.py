@@ -38,7 +38,13 @@ from agentnb.projections.decisions import (
     effective_status,
 )
 from agentnb.projections.queue import blocking_turn, parked_error, will_move
-from agentnb.projections.state import PARKING, PROJECTOR_VERSION, InboxState, SessionState
+from agentnb.projections.state import (
+    PARKING,
+    PROJECTOR_VERSION,
+    InboxState,
+    LazyMessages,
+    SessionState,
+)
 from agentnb.records import (
     Holder,
     InputReceipt,
@@ -92,19 +98,53 @@ class Session:
         with self._lock:
             return self._folds.refresh()
 
-    def tasks(self) -> list[Task]:
-        """One task per turn, in submission order, with its status and runs."""
+    def tasks(self, limit: int | None = None, before: str | None = None) -> list[Task]:
+        """One task per turn, in submission order, with its status and runs.
+
+        ``limit`` keeps the newest ``limit`` of them, ``before`` only those submitted before
+        that task (a turn id): a page. The newest tasks are at hand; older ones of a long
+        session are read from the log, so a page of recent tasks costs the same whatever the
+        session's length.
+        """
+        if limit is not None and (not isinstance(limit, int) or limit < 1):
+            raise InvalidInput(f"limit must be a positive int or None, got {limit!r}")
+        if before is not None:
+            check_id(before, "before")
         with self._lock:
             state, inbox = self._refresh()
-            return tasks_of(state, inbox, executing=self._executing())
+            tasks = tasks_of(state, inbox, executing=self._executing())
+            if state.retired_turns and not self._page_at_hand(tasks, limit, before):
+                whole, whole_inbox = self._whole()
+                tasks = tasks_of(whole, whole_inbox, executing=self._executing())
+        if before is not None:
+            ids = [t.turn_id for t in tasks]
+            if before not in ids:
+                raise InvalidInput(f"no task {before!r} in session {self.key}; see tasks()")
+            tasks = tasks[: ids.index(before)]
+        return tasks if limit is None else tasks[-limit:]
+
+    @staticmethod
+    def _page_at_hand(tasks: list[Task], limit: int | None, before: str | None) -> bool:
+        """Whether the kept tasks hold the whole page asked for."""
+        if limit is None:
+            return False
+        ids = [t.turn_id for t in tasks]
+        end = ids.index(before) if before in ids else (len(ids) if before is None else -1)
+        return end >= limit
+
+    def _whole(self) -> tuple[SessionState, InboxState]:
+        """Both folds over the whole history, nothing retired (reads every event once)."""
+        return Folds(self.runtime.store, self.key, whole=True).refresh()
 
     def task(self, command_id: str) -> Task:
         """The task a submit's ``command_id`` (or a turn id) created."""
         with self._lock:
-            _, inbox = self._refresh()
+            state, inbox = self._refresh()
+            if command_id not in inbox.commands and state.retired_turns:
+                state, inbox = self._whole()
             command = inbox.commands.get(command_id)
             turn_id = command.turn_id if command else command_id
-            for task in self.tasks():
+            for task in tasks_of(state, inbox, executing=self._executing()):
                 if task.turn_id == turn_id:
                     return task
         raise InvalidInput(f"no task for {command_id!r} in session {self.key}")
@@ -163,7 +203,6 @@ class Session:
                 and effective_status(state, latest, executing=executing) == "interrupted"
                 else None
             )
-            context = list(state.context)
             # Material injected or steering accepted but not yet applied joins the next call.
             waiting = [c for c in inbox.injects() if c.command_id not in state.received_inputs]
             if latest is not None and latest.status not in {"completed", "cancelled"}:
@@ -172,12 +211,15 @@ class Session:
                     for c in inbox.steers_for(latest.turn_id)
                     if c.command_id not in state.received_inputs
                 ]
-            context += [
+            extra = [
                 Message(
                     id=f"msg_{c.command_id}", role="user", text=c.input or "", turn_id=c.turn_id
                 )
                 for c in sorted(waiting, key=lambda c: c.seq)
             ]
+            so_far = state.messages_through(state.seq)
+            instructions = self.runtime.agent.instructions
+            next_context = LazyMessages(lambda: build_context(instructions, [*so_far, *extra]))
             active = (state.active_run,) if state.active_run and executing else ()
             exporter = self.runtime.exporter
             blocking = blocking_turn(state, inbox, executing=executing)
@@ -186,7 +228,7 @@ class Session:
                 uncertain,
                 active,
                 interrupted,
-                tuple(build_context(self.runtime.agent.instructions, context)),
+                next_context,
                 exporter.status(self.key) if exporter is not None else (),
                 blocked_by=blocking[0].turn_id if blocking else None,
                 blocked_status=blocking[1] if blocking else None,
@@ -609,6 +651,12 @@ class Session:
         before = self._executing()
         state, inbox = self._refresh()
         executing = before or self._executing()
+        if (
+            state.retired_turns
+            and receipt.turn_id not in state.turns
+            and receipt.command_id not in inbox.commands
+        ):
+            state, inbox = self._whole()  # a receipt of a turn retired from the folds
         outcome = self._outcome(receipt, state, inbox, executing=True)  # as committed
         if outcome is None and not executing:
             failure = self.runtime.failure(self.key)

@@ -53,8 +53,13 @@ def five_step_script(messages: list[nb.Message]) -> Any:
 
 
 def make_agent() -> nb.Agent:
+    """The agent: its scripted model keeps no record of requests (that record is a test
+    double's, and grows with the square of the conversation)."""
     return nb.Agent(
-        name="Scale", agent_id="scale", model=nb.ScriptedModel(five_step_script), tools=[noop]
+        name="Scale",
+        agent_id="scale",
+        model=nb.ScriptedModel(five_step_script, keep_requests=0),
+        tools=[noop],
     )
 
 

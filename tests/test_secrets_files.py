@@ -21,18 +21,18 @@ def _runtime(path: Path, replies: list[str]) -> nb.Runtime:
 
 
 def _tamper(path: Path, old: str, new: str) -> None:
-    """Rewrite the text inside the session-state snapshot row as someone with the file could:
+    """Rewrite the text inside the session-folds snapshot row as someone with the file could:
     the stored bytes before the compressed JSON (any header) are kept as they were."""
     conn = sqlite3.connect(path, isolation_level=None)
     try:
-        (stored,) = conn.execute("SELECT data FROM snapshots WHERE name='session-state'").fetchone()
+        (stored,) = conn.execute("SELECT data FROM snapshots WHERE name='session-folds'").fetchone()
         stored = bytes(stored)
         start = stored.index(b"\x78\x01")  # where the zlib stream starts
         state = json.loads(zlib.decompress(stored[start:]))
         text = json.dumps(state).replace(old, new)
         assert text != json.dumps(state)
         altered = stored[:start] + zlib.compress(text.encode(), 1)
-        conn.execute("UPDATE snapshots SET data=? WHERE name='session-state'", (altered,))
+        conn.execute("UPDATE snapshots SET data=? WHERE name='session-folds'", (altered,))
     finally:
         conn.close()
 
@@ -41,7 +41,7 @@ class TestSnapshotSeal:
     def test_altered_snapshot_row_changes_neither_transcript_nor_next_context(
         self, tmp_path: Path
     ) -> None:
-        """A session-state snapshot edited in the file is ignored: transcript() and the
+        """A session-folds snapshot edited in the file is ignored: transcript() and the
         context of the next model call are what the log says."""
         path = tmp_path / "agentnb.sqlite"
         with _runtime(path, ["The answer is 42."]) as runtime:

@@ -22,7 +22,7 @@ at or below the cursor, changes nothing.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -31,7 +31,14 @@ from agentnb import html
 from agentnb.errors import InvalidInput
 from agentnb.events import Event, Message, canonical_json, freeze_json
 from agentnb.projections.decisions import effective_status
-from agentnb.projections.state import InboxState, SessionState, TurnState
+from agentnb.projections.state import (
+    KEEP_TURNS,
+    ContextLoader,
+    InboxState,
+    SessionState,
+    TurnState,
+    retire_turns,
+)
 from agentnb.records import Interaction, Task
 
 __all__ = [
@@ -128,7 +135,8 @@ class ChatSnapshot:
     """
 
     items: tuple[ChatItem, ...]
-    messages: tuple[Message, ...]
+    messages: Sequence[Message]
+    """Read from the log the first time they are used (a ``LazyMessages``)."""
     pending: dict[str, Interaction]
     tasks: tuple[Task, ...]
     cursor: int
@@ -152,16 +160,22 @@ class ChatSnapshot:
 PROGRESS_KEEP = 100
 """Progress reports a tool card keeps (the newest ones)."""
 
-CHAT_VERSION = 1
+CHAT_VERSION = 2
+
+ItemsLoader = Callable[[int, int], list["ChatItem"]]
+"""(through_seq, count) -> the newest ``count`` chat items of the log at or below that seq."""
 """Bumped whenever the chat fold changes: older snapshots are then ignored and rebuilt."""
 
 
 def _plain(value: Any) -> Any:
-    """JSON-ready copy of an item field (frozen mappings and tuples become dicts and lists)."""
-    if isinstance(value, Mapping):
-        return {k: _plain(v) for k, v in value.items()}
+    """JSON-ready copy of an item field: lists copied, the frozen JSON inside shared.
+
+    Item mappings are frozen (``FrozenDict``, JSON as it is) and never change, so only the
+    item's own lists are copied: a deep copy made every snapshot cost more the longer the
+    session lived.
+    """
     if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
+        return list(value)
     return value
 
 
@@ -270,6 +284,12 @@ class ChatState:
         self._open: set[str] = set()
         """Keys of items whose status is in ``IN_FLIGHT``."""
         self._order: list[str] | None = None
+        self.retired_items = 0
+        """Items of retired turns (``retire``), no longer kept here."""
+        self.items_loader: ItemsLoader | None = None
+        """Reads older items from the log (see ``last_items``)."""
+        self._older: list[ChatItem] = []
+        """Retired items read back so far, oldest first (they never change)."""
 
     @classmethod
     def fold(cls, events: Iterable[Event]) -> ChatState:
@@ -296,16 +316,21 @@ class ChatState:
             "by_message": self._by_message,
             "sources": self._sources,
             "open": sorted(self._open),
+            "retired_items": self.retired_items,
         }
 
     @classmethod
-    def load(cls, data: dict[str, Any]) -> ChatState:
-        """The fold ``dump`` described; ``ValueError`` if it comes from another version."""
+    def load(cls, data: dict[str, Any], context_loader: ContextLoader | None = None) -> ChatState:
+        """The fold ``dump`` described; ``ValueError`` if it comes from another version.
+
+        ``context_loader`` reads the messages from the log when first asked for (a snapshot
+        does not carry them).
+        """
         if data.get("version") != CHAT_VERSION:
             raise ValueError(f"chat snapshot version {data.get('version')} is not {CHAT_VERSION}")
         state = cls()
         state.seq = data["seq"]
-        state.session = SessionState.load(data["session"])
+        state.session = SessionState.load(data["session"], context_loader)
         for raw in data["items"]:
             item = _Item.__new__(_Item)
             for name in _ITEM_FIELDS:
@@ -322,7 +347,28 @@ class ChatState:
         state._by_message = dict(data["by_message"])
         state._sources = dict(data["sources"])
         state._open = set(data["open"])
+        state.retired_items = data["retired_items"]
         return state
+
+    def retire(self, keep: int = KEEP_TURNS) -> None:
+        """Forget the items of finished turns older than the newest ``keep`` (see
+        ``retire_turns``); ``last_items`` reads them back from the log when asked."""
+        ids = retire_turns(self.session, None, keep)
+        if not ids:
+            return
+        gone = {k for k, item in self._items.items() if item.turn_id in ids}
+        for key in gone:
+            del self._items[key]
+        self.retired_items += len(gone)
+        self._alias = {a: k for a, k in self._alias.items() if k not in gone}
+        self._drafts = {
+            mc: d for mc, d in self._drafts.items() if not gone.intersection(d.values())
+        }
+        self._by_message = {m: k for m, k in self._by_message.items() if k not in gone}
+        self._sources = {i: kind for i, kind in self._sources.items() if f"msg_{i}" not in gone}
+        self._open -= gone
+        self._order = None
+        self._older = []
 
     # -- reading -----------------------------------------------------------------------------
 
@@ -332,16 +378,27 @@ class ChatState:
         return tuple(item.frozen() for item in self._items.values())
 
     def __len__(self) -> int:
-        return len(self._items)
+        """Every item of ``(0, seq]``: those kept here and those of retired turns."""
+        return len(self._items) + self.retired_items
 
     def last_items(self, n: int) -> tuple[ChatItem, ...]:
-        """The newest ``n`` items, oldest first, without freezing the others."""
+        """The newest ``n`` items, oldest first, without freezing the others.
+
+        Past the items kept here, older ones are read from the log (``items_loader``) by
+        page and kept: those of retired turns never change.
+        """
         if n <= 0:
             return ()
         keys = self._order
         if keys is None or len(keys) != len(self._items):
             keys = self._order = list(self._items)
-        return tuple(self._items[k].frozen() for k in keys[-n:])
+        newest = tuple(self._items[k].frozen() for k in keys[-n:])
+        wanted = min(n - len(newest), self.retired_items)
+        if wanted <= 0 or self.items_loader is None:
+            return newest
+        if len(self._older) < wanted:
+            self._older = self.items_loader(self.session.retired_through, wanted)
+        return tuple(self._older[-wanted:]) + newest
 
     def to_json(self) -> str:
         """Canonical JSON of the fold (cursor, items, messages, pending requests)."""
@@ -365,7 +422,7 @@ class ChatState:
         state = self.session
         return ChatSnapshot(
             items=self.items,
-            messages=tuple(state.context),
+            messages=state.messages_through(self.seq),
             pending=interactions_of(state),
             tasks=tuple(tasks_of(state, inbox, executing=executing)),
             cursor=self.seq,
@@ -720,10 +777,21 @@ def tasks_of(state: SessionState, inbox: InboxState | None, *, executing: bool) 
     out: list[Task] = []
     if inbox is None:
         return [_task(state, t, t.created_at, executing) for t in state.turns.values()]
+    # The two folds may have retired different old turns (see ``retire_turns``): turns whose
+    # submit the inbox no longer holds come first; submits older than the state's oldest
+    # kept turn belong to turns the state retired, not to queued work.
+    submits = {c.turn_id for c in inbox.commands.values() if c.kind == "submit"}
+    for kept in state.turns.values():
+        if kept.turn_id not in submits:
+            out.append(_task(state, kept, kept.created_at, executing))
+    oldest = next(iter(state.turns.values()), None) if state.retired_turns else None
+    first = inbox.commands.get(oldest.command_id or "") if oldest is not None else None
     for command in inbox.commands.values():
         if command.kind != "submit" or command.turn_id is None:
             continue
         turn = state.turns.get(command.turn_id)
+        if turn is None and first is not None and command.seq < first.seq:
+            continue  # a turn the state retired
         if turn is None:
             status = "cancelled" if command.command_id in inbox.rejected else "queued"
             out.append(

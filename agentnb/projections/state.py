@@ -8,26 +8,31 @@ for steering). ``next_command`` decides which accepted command runs next. No I/O
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, overload
 
+from agentnb.errors import Corrupt
 from agentnb.events import Event, Message
 
 __all__ = [
+    "CONTEXT_TYPES",
     "FOLDED_TYPES",
     "TERMINAL_TURN",
     "Command",
+    "ContextLoader",
     "InboxState",
+    "LazyMessages",
     "RunState",
     "SessionState",
     "TurnState",
     "next_command",
+    "retire_turns",
     "tool_message",
 ]
 
-PROJECTOR_VERSION = 1
+PROJECTOR_VERSION = 2
 """Bumped whenever the fold changes: older snapshots are then ignored and rebuilt."""
 
 TERMINAL_TURN = frozenset({"completed", "cancelled"})
@@ -48,6 +53,8 @@ class TurnState:
     error: str | None = None
     output: str | None = None
     command_id: str | None = None
+    first_seq: int = 0
+    """The seq of the turn's ``turn/start``: a turn's events follow it contiguously."""
 
 
 @dataclass
@@ -102,8 +109,73 @@ def tool_message(call_id: str, name: str, output: str, turn_id: str | None) -> M
     )
 
 
+ContextLoader = Callable[[int], list[Message]]
+"""through_seq -> the context messages committed at or below that seq (read from the log)."""
+
+
+class LazyMessages(Sequence[Message]):
+    """Messages that are read the first time they are used (then kept).
+
+    What only grows with a conversation (its messages) is read from the log when asked for,
+    not whenever a session is opened: ``Inspection.next_context`` and
+    ``ChatSnapshot.messages`` are these. It compares equal to a sequence of the same messages.
+    """
+
+    __slots__ = ("_items", "_load")
+
+    def __init__(self, load: Callable[[], Sequence[Message]]) -> None:
+        self._load: Callable[[], Sequence[Message]] | None = load
+        self._items: tuple[Message, ...] | None = None
+
+    @classmethod
+    def of(cls, messages: Sequence[Message]) -> LazyMessages:
+        """Messages already at hand."""
+        lazy = cls(tuple)
+        lazy._items = tuple(messages)
+        lazy._load = None
+        return lazy
+
+    def _all(self) -> tuple[Message, ...]:
+        if self._items is None:
+            assert self._load is not None
+            self._items = tuple(self._load())
+            self._load = None
+        return self._items
+
+    def __len__(self) -> int:
+        return len(self._all())
+
+    @overload
+    def __getitem__(self, index: int) -> Message: ...
+    @overload
+    def __getitem__(self, index: slice) -> tuple[Message, ...]: ...
+    def __getitem__(self, index: int | slice) -> Message | tuple[Message, ...]:
+        return self._all()[index]
+
+    def __iter__(self) -> Iterator[Message]:
+        return iter(self._all())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, LazyMessages | tuple | list):
+            return self._all() == tuple(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        if self._items is None:
+            return "LazyMessages(<not read yet>)"
+        return f"LazyMessages({list(self._items)!r})"
+
+
 class SessionState:
-    """Fold of the execution log. ``apply`` one event at a time, in seq order."""
+    """Fold of the execution log. ``apply`` one event at a time, in seq order.
+
+    The working context (``context``) only grows, so a snapshot does not carry it: a state
+    loaded from one holds the context's length and the seq it stands at, and reads the
+    messages from the log (``context_loader``) the first time someone asks for them.
+    Messages folded meanwhile wait in a tail and join them then.
+    """
 
     def __init__(self) -> None:
         self.seq = 0
@@ -112,9 +184,18 @@ class SessionState:
         self.run_of_command: dict[str, str] = {}
         """command_id -> the run that command started."""
         self.active_run: str | None = None
-        self.context: list[Message] = []
-        self._context_json: list[Any] = []
-        """``context`` as JSON, message for message (what snapshots write)."""
+        self._context: list[Message] | None = []
+        """The messages, or None while the part through ``_context_through`` is unread."""
+        self._context_tail: list[Message] = []
+        """Messages folded while the context was unread (they follow it)."""
+        self._context_through = 0
+        self.context_count = 0
+        """How many messages the context holds (known without reading them)."""
+        self.context_loader: ContextLoader | None = None
+        self.retired_turns = 0
+        """Finished turns no longer kept here (``retire_turns``): read them from the log."""
+        self.retired_through = 0
+        """Every event at or below this seq belongs to a retired turn (0: none retired)."""
         self.handled: set[str] = set()
         self.applied_inputs: set[str] = set()
         self.received_inputs: dict[str, dict[str, Any]] = {}
@@ -137,6 +218,56 @@ class SessionState:
             state.apply(event)
         return state
 
+    # -- the working context -----------------------------------------------------------------
+
+    @property
+    def context(self) -> list[Message]:
+        """Every message of the working context, in order (read from the log if unread)."""
+        if self._context is None:
+            if self.context_loader is None:
+                raise RuntimeError("this state's context was not loaded and has no loader")
+            loaded = self.context_loader(self._context_through)
+            self._context = loaded + self._context_tail
+            self._context_tail = []
+            if len(self._context) != self.context_count:
+                raise Corrupt(
+                    f"the log holds {len(self._context)} context messages through seq "
+                    f"{self.seq}, the fold counted {self.context_count}"
+                )
+        return self._context
+
+    @property
+    def context_loaded(self) -> bool:
+        return self._context is not None
+
+    def _add_message(self, message: Message) -> None:
+        if self._context is None:
+            self._context_tail.append(message)
+        else:
+            self._context.append(message)
+        self.context_count += 1
+
+    def messages_through(self, seq: int) -> LazyMessages:
+        """The context as it stood at ``seq`` (this state's seq or earlier), read lazily.
+
+        In memory: copied now. Unread: read from the log when first used, so the result never
+        changes as this state folds on.
+        """
+        if self._context is not None and seq == self.seq:
+            return LazyMessages.of(self._context)
+        loader = self.context_loader
+        if loader is None:
+            return LazyMessages.of(self.context)
+        return LazyMessages(lambda: loader(seq))
+
+    def last_message(self) -> Message | None:
+        """The newest context message, without reading the whole context."""
+        if self._context_tail:
+            return self._context_tail[-1]
+        if self.context_count == 0:
+            return None
+        return self.context[-1]
+
     # -- snapshots (a cache of the fold, so reopening a long session need not replay it) --
 
     def dump(self) -> dict[str, Any]:
@@ -148,7 +279,9 @@ class SessionState:
             "runs": [_dc(r) for r in self.runs.values()],
             "run_of_command": dict(self.run_of_command),
             "active_run": self.active_run,
-            "context": list(self._context_json),
+            "context_count": self.context_count,
+            "retired_turns": self.retired_turns,
+            "retired_through": self.retired_through,
             "handled": sorted(self.handled),
             "applied_inputs": sorted(self.applied_inputs),
             "received_inputs": dict(self.received_inputs),
@@ -162,8 +295,13 @@ class SessionState:
         }
 
     @classmethod
-    def load(cls, data: dict[str, Any]) -> SessionState:
-        """The state ``dump`` described; ``ValueError`` if it comes from another version."""
+    def load(
+        cls, data: dict[str, Any], context_loader: ContextLoader | None = None
+    ) -> SessionState:
+        """The state ``dump`` described; ``ValueError`` if it comes from another version.
+
+        ``context_loader`` reads the context's messages from the log when first asked for.
+        """
         if data.get("version") != PROJECTOR_VERSION:
             raise ValueError(f"snapshot version {data.get('version')} is not {PROJECTOR_VERSION}")
         state = cls()
@@ -172,8 +310,12 @@ class SessionState:
         state.runs = {r["run_id"]: RunState(**_dates(r)) for r in data["runs"]}
         state.run_of_command = dict(data["run_of_command"])
         state.active_run = data["active_run"]
-        state.context = [Message.model_validate(m) for m in data["context"]]
-        state._context_json = list(data["context"])
+        state.context_loader = context_loader
+        state._context = None if data["context_count"] else []
+        state._context_through = state.seq
+        state.context_count = data["context_count"]
+        state.retired_turns = data["retired_turns"]
+        state.retired_through = data["retired_through"]
         state.handled = set(data["handled"])
         state.applied_inputs = set(data["applied_inputs"])
         state.received_inputs = dict(data["received_inputs"])
@@ -238,6 +380,7 @@ class SessionState:
             turn = self.turns[tid] = TurnState(tid, p["input"], created_at=event.occurred_at)
         turn.command_id = p.get("command_id")
         turn.started_at = turn.started_at or event.occurred_at
+        turn.first_seq = turn.first_seq or event.seq
 
     def _on_run_start(self, event: Event, p: Any) -> None:
         rid = event.run_id or ""
@@ -285,8 +428,7 @@ class SessionState:
             run.steps += 1
 
     def _on_message(self, event: Event, p: Any) -> None:
-        self.context.append(Message.model_validate(p["message"]))
-        self._context_json.append(p["message"])
+        self._add_message(Message.model_validate(p["message"]))
 
     def _on_input_received(self, event: Event, p: Any) -> None:
         self.received_inputs[p["input_id"]] = dict(p, turn_id=event.turn_id)
@@ -295,7 +437,7 @@ class SessionState:
         self.applied_inputs.update(p["input_ids"])
 
     def _on_request_prepared(self, event: Event, p: Any) -> None:
-        self.requested_messages = len(self.context)
+        self.requested_messages = self.context_count
 
     def _on_tool_requested(self, event: Event, p: Any) -> None:
         self.tool_calls[p["call_id"]] = ToolCallState(
@@ -316,9 +458,7 @@ class SessionState:
         call = self.tool_calls.get(p["call_id"])
         if call is not None:
             call.result = dict(p)
-        message = tool_message(p["call_id"], p["name"], p.get("output", ""), event.turn_id)
-        self.context.append(message)
-        self._context_json.append(message.model_dump(mode="json"))
+        self._add_message(tool_message(p["call_id"], p["name"], p.get("output", ""), event.turn_id))
 
     def _on_inbox_started(self, event: Event, p: Any) -> None:
         self.handled.add(p["command_id"])
@@ -340,8 +480,9 @@ class SessionState:
         self.resolved[p["request_id"]] = dict(p)
 
     def _on_baseline(self, event: Event, p: Any) -> None:
-        self.context = [Message.model_validate(m) for m in p["state"].get("messages", ())]
-        self._context_json = [m.model_dump(mode="json") for m in self.context]
+        self._context = [Message.model_validate(m) for m in p["state"].get("messages", ())]
+        self._context_tail = []
+        self.context_count = len(self._context)
 
     def _on_input_discarded(self, event: Event, p: Any) -> None:
         self.discarded_inputs.update(p["input_ids"])
@@ -489,5 +630,74 @@ def next_command(inbox: InboxState, state: SessionState) -> Command | None:
     return None
 
 
+KEEP_TURNS = 20
+"""Finished turns a fold keeps (in memory and in its snapshot) besides the unfinished ones."""
+
+
+def retire_turns(
+    state: SessionState, inbox: InboxState | None, keep: int = KEEP_TURNS
+) -> set[str]:
+    """Forget finished turns older than the newest ``keep``: what only grows stays bounded.
+
+    A completed or cancelled turn that ``keep`` newer turns follow can no longer change: its
+    runs, tool calls, requests, inputs and inbox commands leave both folds (``inbox`` too, so
+    a command never looks unhandled), and the counts say how many turns were retired. Readers
+    that want them (``Session.tasks()``, a receipt of an old turn, older chat items) read the
+    log. Returns the retired turn ids.
+    """
+    turns = list(state.turns.values())
+    if len(turns) <= keep:
+        return set()
+    old: list[TurnState] = []
+    for turn in turns[:-keep]:
+        if turn.status not in TERMINAL_TURN:
+            break  # retire a prefix only, so "everything before seq X" stays true
+        old.append(turn)
+    if not old:
+        return set()
+    ids = {t.turn_id for t in old}
+    commands: set[str] = set()
+    for turn in old:
+        del state.turns[turn.turn_id]
+        if turn.command_id:
+            commands.add(turn.command_id)
+        for run_id in turn.run_ids:
+            run = state.runs.pop(run_id, None)
+            if run is not None and run.command_id:
+                commands.add(run.command_id)
+                state.run_of_command.pop(run.command_id, None)
+    state.tool_calls = {k: c for k, c in state.tool_calls.items() if c.turn_id not in ids}
+    requests = {r for r, i in state.interactions.items() if i.get("turn_id") in ids}
+    for request_id in requests:
+        state.interactions.pop(request_id, None)
+        state.resolved.pop(request_id, None)
+    inputs = {i for i, r in state.received_inputs.items() if r.get("turn_id") in ids}
+    for input_id in inputs:
+        state.received_inputs.pop(input_id, None)
+    state.applied_inputs -= inputs
+    state.discarded_inputs -= inputs
+    commands |= inputs
+    state.retired_turns += len(old)
+    newest = turns[len(old)] if len(turns) > len(old) else None
+    state.retired_through = (newest.first_seq - 1) if newest is not None else state.seq
+    if inbox is not None:
+        first_kept = inbox.commands.get(newest.command_id or "") if newest else None
+        for command in list(inbox.commands.values()):
+            if command.turn_id in ids or command.command_id in commands or (
+                first_kept is not None
+                and command.seq < first_kept.seq
+                and command.command_id in inbox.rejected
+            ):
+                commands.add(command.command_id)
+                del inbox.commands[command.command_id]
+                inbox.rejected.pop(command.command_id, None)
+    state.handled -= commands
+    return ids
+
+
+CONTEXT_TYPES = frozenset(
+    {"message/user", "message/assistant", "message/system", "tool/result", "migration/baseline"}
+)
+"""The event types that add to (or replace) the working context."""
 FOLDED_TYPES = frozenset(_HANDLERS)
 """The event types ``SessionState`` reads; it only advances its seq past any other type."""

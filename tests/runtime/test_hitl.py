@@ -528,7 +528,7 @@ class TestSnapshots:
         full = SessionState.fold(session.log.scan())
         again = Folds(runtime.store, session.key)
         state, _ = again.refresh()
-        assert runtime.store.get_snapshot(session.key, "session-state") is not None
+        assert runtime.store.get_snapshot(session.key, "session-folds") is not None
         # Equal as the JSON a snapshot is (the fold keeps frozen tuples where JSON has lists).
         assert canonical_json(state.dump()) == canonical_json(full.dump())
         assert again._saved_seq == full.seq  # loaded from the snapshot, not replayed

@@ -662,3 +662,20 @@ class TestStreamCollector:
         for piece in ["Hel", "lo"]:
             collector.add(TextDelta(piece))
         assert collector.text == "Hello"
+
+
+class TestKeepRequests:
+    def test_keep_requests_keeps_only_the_newest(self) -> None:
+        """keep_requests=N records the newest N calls; calls still counts every call."""
+        model = ScriptedModel(["a", "b", "c"], keep_requests=1)
+        items(model, request("first"))
+        items(model, request("second"))
+        items(model, request("third"))
+        assert [[m.text for m in msgs] for msgs in model.requests] == [["third"]]
+        assert model.calls == 3
+
+    def test_bad_keep_requests_is_refused(self) -> None:
+        """keep_requests must be None or an int >= 0."""
+        for bad in [-1, 1.5, True, "2"]:
+            with pytest.raises(InvalidInput):
+                ScriptedModel(["a"], keep_requests=bad)  # type: ignore[arg-type]

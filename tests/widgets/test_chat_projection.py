@@ -426,8 +426,14 @@ class TestChatSnapshotCache:
     def test_dump_and_load_give_the_same_fold(self, make_runtime: MakeRuntime) -> None:
         """A chat fold saved as a snapshot and loaded again renders the same JSON."""
         session = TestSnapshot()._multi_step(make_runtime)
+        from agentnb.folds import load_context
+
         fold = ChatState.fold(session.log.scan())
-        again = ChatState.load(json.loads(json.dumps(fold.dump())))
+        store = session.runtime.store
+        again = ChatState.load(
+            json.loads(json.dumps(fold.dump())),
+            lambda through: load_context(store, session.key, through),
+        )
         assert again.to_json() == fold.to_json()
         assert again.snapshot().tasks == fold.snapshot().tasks
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import threading
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -243,6 +244,32 @@ def estimate_text_tokens(text: str) -> int:
     return -(-len(text.encode("utf-8", "surrogatepass")) // 4)
 
 
+_MEMO: dict[tuple[int, int], tuple[Callable[[str], int], Message, int]] = {}
+_MEMO_MAX = 200_000
+_memo_lock = threading.Lock()
+
+
+def _message_tokens(text_tokens: Callable[[str], int], message: Message) -> int:
+    """One message's tokens, remembered: every call of a conversation counts the same
+    (immutable) messages again, which made a count cost more the longer it grew."""
+    key = (id(text_tokens), id(message))
+    hit = _MEMO.get(key)
+    if hit is not None and hit[0] is text_tokens and hit[1] is message:
+        return hit[2]
+    tokens = MESSAGE_TOKENS + text_tokens(message.role) + text_tokens(message.text)
+    for extra in (message.name, message.call_id):
+        if extra:
+            tokens += text_tokens(extra)
+    for call in message.tool_calls:
+        tokens += MESSAGE_TOKENS + text_tokens(call.name)
+        tokens += text_tokens(canonical_json(call.arguments))
+    with _memo_lock:
+        if len(_MEMO) >= _MEMO_MAX:
+            _MEMO.clear()  # the entries hold their messages, so ids stay unique while kept
+        _MEMO[key] = (text_tokens, message, tokens)
+    return tokens
+
+
 def count_tokens_with(
     text_tokens: Callable[[str], int],
     messages: Iterable[Message],
@@ -266,13 +293,7 @@ def count_tokens_with(
     for i, message in enumerate(messages):
         if not isinstance(message, Message):
             raise InvalidInput(f"messages[{i}] must be a Message, got {type(message).__name__}")
-        total += MESSAGE_TOKENS + text_tokens(message.role) + text_tokens(message.text)
-        for extra in (message.name, message.call_id):
-            if extra:
-                total += text_tokens(extra)
-        for call in message.tool_calls:
-            total += MESSAGE_TOKENS + text_tokens(call.name)
-            total += text_tokens(canonical_json(call.arguments))
+        total += _message_tokens(text_tokens, message)
     for i, spec in enumerate(tools):
         if not isinstance(spec, Mapping):
             raise InvalidInput(f"tools[{i}] must be a tool spec (a dict), got {spec!r:.60}")

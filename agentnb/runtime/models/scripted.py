@@ -123,6 +123,8 @@ class ScriptedModel(Model):
     JSON arguments. ``context_window`` (tokens, or None) is reported as given.
 
     ``requests`` holds the messages of every call received, in order; ``calls`` counts them.
+    ``keep_requests`` (None: all) keeps only the newest that many: a long conversation's
+    record otherwise grows with the square of its length.
     """
 
     def __init__(
@@ -133,7 +135,16 @@ class ScriptedModel(Model):
         chunk_delay: float = 0.0,
         name: str = "scripted",
         context_window: int | None = None,
+        keep_requests: int | None = None,
     ) -> None:
+        if keep_requests is not None and (
+            isinstance(keep_requests, bool)
+            or not isinstance(keep_requests, int)
+            or keep_requests < 0
+        ):
+            raise InvalidInput(f"keep_requests must be an int >= 0 or None, got {keep_requests!r}")
+        self.keep_requests = keep_requests
+        self._calls = 0
         if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
             raise InvalidInput(f"chunk_size must be a positive int, got {chunk_size!r}")
         if isinstance(chunk_delay, bool) or not isinstance(chunk_delay, int | float):
@@ -177,7 +188,7 @@ class ScriptedModel(Model):
     @property
     def calls(self) -> int:
         """How many times ``stream`` was called."""
-        return len(self.requests)
+        return self._calls
 
     def __repr__(self) -> str:
         script = "callable" if self._replies is None else f"{len(self._replies)} replies"
@@ -186,8 +197,11 @@ class ScriptedModel(Model):
     def stream(self, request: ModelRequest) -> AsyncIterator[StreamItem]:
         messages = list(request.messages)
         with self._lock:
-            index = len(self.requests)
+            index = self._calls
+            self._calls += 1
             self.requests.append(messages)
+            if self.keep_requests is not None and len(self.requests) > self.keep_requests:
+                del self.requests[: len(self.requests) - self.keep_requests]
         return self._stream(index, messages, request.tools)
 
     async def _stream(
