@@ -34,7 +34,7 @@ __all__ = ["SNAPSHOT_EVERY", "ChatFolds", "Folds"]
 
 log = logging.getLogger("agentnb.folds")
 
-SNAPSHOT_EVERY = 1_000
+SNAPSHOT_EVERY = 250
 """Events folded since the last snapshot after which a new one is saved."""
 _FOLDS = "session-folds"
 """One snapshot of both folds (the execution log's and the inbox's), taken together."""

@@ -18,7 +18,7 @@ import math
 import random
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -270,6 +270,42 @@ def _message_tokens(text_tokens: Callable[[str], int], message: Message) -> int:
     return tokens
 
 
+_PREFIXES: dict[tuple[int, int], tuple[Callable[[str], int], Message, int, int]] = {}
+_PREFIX_LOOKBACK = 64
+
+
+def _messages_tokens(text_tokens: Callable[[str], int], messages: Iterable[Message]) -> int:
+    """The tokens of ``messages``, counting on from the longest prefix counted before.
+
+    A conversation's calls send the same message objects again, each call a few more: the
+    sum up to a message (by identity and position) is remembered, so a call counts only
+    what is new instead of the whole, ever longer, context.
+    """
+    items = messages if isinstance(messages, Sequence) else list(messages)
+    start, total = 0, 0
+    for k in range(len(items) - 1, max(-1, len(items) - 1 - _PREFIX_LOOKBACK), -1):
+        hit = _PREFIXES.get((id(text_tokens), id(items[k])))
+        if hit is not None and hit[0] is text_tokens and hit[1] is items[k] and hit[2] == k:
+            start, total = k + 1, hit[3]
+            break
+    for i in range(start, len(items)):
+        message = items[i]
+        if not isinstance(message, Message):
+            raise InvalidInput(f"messages[{i}] must be a Message, got {type(message).__name__}")
+        total += _message_tokens(text_tokens, message)
+    if items:
+        with _memo_lock:
+            if len(_PREFIXES) >= _MEMO_MAX:
+                _PREFIXES.clear()
+            _PREFIXES[(id(text_tokens), id(items[-1]))] = (
+                text_tokens,
+                items[-1],
+                len(items) - 1,
+                total,
+            )
+    return total
+
+
 def count_tokens_with(
     text_tokens: Callable[[str], int],
     messages: Iterable[Message],
@@ -289,11 +325,7 @@ def count_tokens_with(
         raise InvalidInput(f"messages must be a sequence of Message, got {type(messages).__name__}")
     if isinstance(tools, str | bytes | Mapping) or not isinstance(tools, Iterable):
         raise InvalidInput(f"tools must be a sequence of tool specs, got {type(tools).__name__}")
-    total = REPLY_TOKENS
-    for i, message in enumerate(messages):
-        if not isinstance(message, Message):
-            raise InvalidInput(f"messages[{i}] must be a Message, got {type(message).__name__}")
-        total += _message_tokens(text_tokens, message)
+    total = REPLY_TOKENS + _messages_tokens(text_tokens, messages)
     for i, spec in enumerate(tools):
         if not isinstance(spec, Mapping):
             raise InvalidInput(f"tools[{i}] must be a tool spec (a dict), got {spec!r:.60}")
