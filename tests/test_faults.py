@@ -753,3 +753,19 @@ class TestProcesses:
             assert "closed" in (events[-1].payload["reason"] or "")
         finally:
             store.close()
+
+
+class TestModelRetries:
+    def test_a_retryable_error_after_streamed_output_is_not_retried(self) -> None:
+        """Once part of a reply streamed, a 'retryable' failure fails the turn, said why."""
+        failing = nb.Reply(text="half an ans", error=nb.ModelError("connection reset", True))
+        model = nb.ScriptedModel([failing, "never asked"])
+        runtime, session = make_session("memory://", model=model)
+        try:
+            outcome = session.submit("hi").wait(timeout=WAIT)
+            assert outcome.status == "failed"
+            assert "not retried" in (outcome.error or "")
+            assert model.calls == 1
+            assert events_of(session, "model/retry") == []
+        finally:
+            runtime.close()

@@ -1204,7 +1204,7 @@ class SessionDriver:
                         run_id=run_id,
                     )
                     raise
-                delay = 0.2 * 2 ** (attempt - 1)
+                delay = agent.model.backoff.delay(attempt, exc)
                 w.add(
                     "model/retry",
                     {
@@ -1253,12 +1253,20 @@ class SessionDriver:
                 if now - last_commit >= CHUNK_COMMIT_INTERVAL and w.pending:
                     await w.flush()
                     last_commit = time.monotonic()
-        except (ModelError, _Stop):
+        except ModelError as exc:
+            group.close()
+            if exc.retryable and group.pieces:
+                # Part of the reply was streamed (and may be committed): never retried.
+                raise ModelError(
+                    f"{exc} (after part of the reply was streamed, so it is not retried)"
+                ) from exc
+            raise
+        except _Stop:
             group.close()
             raise
         except Exception as exc:
             group.close()
-            raise ModelError(f"{type(exc).__name__}: {exc}") from exc
+            raise ModelError(describe(exc)) from exc
         finally:
             close = getattr(stream, "aclose", None)
             if close is not None:

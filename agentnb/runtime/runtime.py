@@ -286,6 +286,10 @@ class Runtime:
                     task.cancel()
                 if pending:
                     await asyncio.wait(pending, timeout=1.0)
+            try:  # the model's connection pool lives on this loop
+                await asyncio.wait_for(self.agent.model.aclose(), timeout)
+            except Exception as exc:  # noqa: BLE001 - closing must go on
+                log.warning("runtime close: the model did not close cleanly: %s", describe(exc))
             # Store calls run in worker threads, and cancelling a task does not stop its
             # thread: wait for them, so nothing uses the store once close() returns.
             with contextlib.suppress(TimeoutError):
