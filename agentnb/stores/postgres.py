@@ -53,7 +53,7 @@ from agentnb.errors import (
     StorageError,
 )
 from agentnb.events import Event
-from agentnb.ids import Clock, SessionKey, check_id
+from agentnb.ids import Clock, SessionKey, check_id, check_seconds
 from agentnb.stores import _rows
 from agentnb.stores.base import (
     Lease,
@@ -288,7 +288,7 @@ class _DatabaseClock:
         self.offset = server_now - (sent + received) / 2
 
 
-def redact(url: str) -> str:
+def _redact(url: str) -> str:
     """``url`` with any password masked (in the authority and in the query)."""
     try:
         parts = urlsplit(url)
@@ -336,9 +336,11 @@ class PostgresStore(SessionStore):
         super().__init__(clock=clock or self._db_clock)
         if not isinstance(url, str):
             raise InvalidInput(f"url must be a string, got {type(url).__name__}")
-        self.url = redact(url)
+        self.url = _redact(url)
         if not isinstance(pool_size, int) or isinstance(pool_size, bool) or pool_size < 1:
             raise InvalidInput(f"pool_size must be a positive int, got {pool_size!r}")
+        check_seconds(connect_timeout, "connect_timeout")
+        check_seconds(lock_timeout, "lock_timeout")
         self._conninfo, self._where = _parse(url, self.url, connect_timeout)
         self._secrets = _secrets_of(url)
         self._lock_timeout = lock_timeout
@@ -373,15 +375,15 @@ class PostgresStore(SessionStore):
     # -- connections -------------------------------------------------------------------------
 
     def _connect(self) -> psycopg.Connection[Any]:
-        """A new connection outside the pool (schema setup, the listener)."""
+        """A connection outside the pool, for the schema check when the store opens."""
         try:
             conn = psycopg.connect(self._conninfo, autocommit=True)
+            self._configure(conn)
         except psycopg.Error as exc:
             raise StorageError(
                 f"cannot connect to PostgreSQL at {self._where}: {self._clean(exc)}; check "
                 f"that the server runs and the URL {self.url} is right"
             ) from None
-        self._configure(conn)
         return conn
 
     def _configure(self, conn: psycopg.Connection[Any]) -> None:
@@ -460,8 +462,8 @@ class PostgresStore(SessionStore):
         text = self._clean(exc)
         if isinstance(exc, pg_errors.LockNotAvailable | pg_errors.QueryCanceled):
             raise StorageError(
-                f"PostgreSQL at {self._where} timed out waiting for a lock ({text}); "
-                "another transaction holds it: retry later"
+                f"PostgreSQL at {self._where} cancelled a statement that waited too long "
+                f"({text}); another transaction probably holds a lock it needs: retry later"
             ) from None
         if isinstance(exc, pg_errors.SerializationFailure | pg_errors.DeadlockDetected):
             raise StorageError(

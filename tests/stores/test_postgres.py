@@ -124,7 +124,11 @@ def wait_until(condition: Callable[[], bool], what: str) -> None:
 
 def listeners(url: str) -> int:
     """How many connections LISTEN (seen from the server, not from the store's insides)."""
-    rows = sql(url, "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'LISTEN %'")
+    rows = sql(
+        url,
+        "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'LISTEN %' "
+        "AND datname = current_database()",
+    )
     return int(rows[0][0])
 
 
@@ -144,7 +148,7 @@ def in_background(target: Callable[[], Any]) -> tuple[threading.Thread, list[Any
 
 
 def append_retrying(
-    store: PostgresStore, key: SessionKey, events: list[Event], expected: int, batch_id: str
+    store: SessionStore, key: SessionKey, events: list[Event], expected: int, batch_id: str
 ) -> list[Event]:
     """Append as the runtime's LogWriter does: a StorageError is retried, same batch id."""
     deadline = time.monotonic() + GUARD
@@ -479,42 +483,32 @@ class TestConnectionLoss:
         acknowledgement raises an uncertain StorageError; the retry with the same batch id
         finds it committed and writes nothing more."""
         url = own_cluster.database()
-        store = PostgresStore(url)
         key = child_key("s1")
-        try:
-            store.create_session(key)
-            store.append(key, [step(1)], expected_seq=0, batch_id="seed")
-            # A synchronous standby that never comes: commits are written, never acknowledged.
-            sql(url, "ALTER SYSTEM SET synchronous_standby_names = 'nobody'")
-            sql(url, "SELECT pg_reload_conf()")
-            wait_until(
-                lambda: sql(url, "SHOW synchronous_standby_names") == [("nobody",)],
-                "the server reloads its configuration",
-            )
-            events = [step(2)]
+        with PostgresStore(url) as first:
+            first.create_session(key)
+            first.append(key, [step(1)], expected_seq=0, batch_id="seed")
+        # A synchronous standby that never comes: commits are written, never acknowledged.
+        # Each store opens after the reload, so its connections start with the new setting.
+        _reconfigure(url, "synchronous_standby_names", "nobody")
+        events = [step(2)]
+        with PostgresStore(url) as stuck:
             thread, result = in_background(
-                lambda: store.append(key, events, expected_seq=1, batch_id="b2")
+                lambda: stuck.append(key, events, expected_seq=1, batch_id="b2")
             )
             wait_until(lambda: bool(_syncrep_backends(url)), "the commit waits for the standby")
             (pid,) = _syncrep_backends(url)
             sql(url, "SELECT pg_terminate_backend(%s)", (pid,))
             thread.join(GUARD)
-            (error,) = result
-            assert isinstance(error, StorageError)
-            assert "may or may not have committed" in str(error)
-            sql(url, "ALTER SYSTEM RESET synchronous_standby_names")
-            sql(url, "SELECT pg_reload_conf()")
-            wait_until(
-                lambda: sql(url, "SHOW synchronous_standby_names") == [("",)],
-                "the server reloads its configuration",
-            )
+        (error,) = result
+        assert isinstance(error, StorageError)
+        assert "may or may not have committed" in str(error)
+        _reconfigure(url, "synchronous_standby_names", None)
+        with PostgresStore(url) as store:
             assert store.head(key) == 2  # it had committed
             again = append_retrying(store, key, events, 1, "b2")
             assert [e.seq for e in again] == [2]
             assert store.head(key) == 2
             assert [e.event_id for e in store.read_after(key, 1, 10)] == [events[0].event_id]
-        finally:
-            store.close()
 
     def test_server_restart_under_a_waiter_and_a_follower_loses_nothing(
         self, own_cluster: Cluster
@@ -556,13 +550,30 @@ def _waiting_backends(url: str) -> list[int]:
     rows = sql(
         url,
         "SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-        "AND query LIKE 'WITH s AS (UPDATE agentnb.sessions%%'",
+        "AND datname = current_database() AND query LIKE 'WITH s AS (UPDATE agentnb.sessions%%'",
     )
     return [int(r[0]) for r in rows]
 
 
+def _reconfigure(url: str, name: str, value: str | None) -> None:
+    """Set (None: reset) a server setting and wait until new connections see it."""
+    if value is None:
+        sql(url, f"ALTER SYSTEM RESET {name}")
+    else:
+        sql(url, f"ALTER SYSTEM SET {name} = '{value}'")
+    sql(url, "SELECT pg_reload_conf()")
+    wait_until(
+        lambda: sql(url, f"SHOW {name}") == [(value or "",)], "the server reloads its settings"
+    )
+
+
 def _syncrep_backends(url: str) -> list[int]:
-    rows = sql(url, "SELECT pid FROM pg_stat_activity WHERE wait_event = 'SyncRep'")
+    # Only this database's: the cluster may be making the next test database meanwhile.
+    rows = sql(
+        url,
+        "SELECT pid FROM pg_stat_activity WHERE wait_event = 'SyncRep' "
+        "AND datname = current_database()",
+    )
     return [int(r[0]) for r in rows]
 
 
