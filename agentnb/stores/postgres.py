@@ -1141,7 +1141,7 @@ class _Listener(threading.Thread):
 
     def run(self) -> None:
         backoff = 0.05
-        while not self._stopped.is_set():
+        while not self._stopped.is_set() and self._store() is not None:
             try:
                 self._serve()
                 backoff = 0.05
