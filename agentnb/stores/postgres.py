@@ -1119,13 +1119,26 @@ class PostgresStore(SessionStore):
             return cur.rowcount == 1
 
 
+_KEEPALIVES = {
+    "keepalives": 1,
+    "keepalives_idle": 30,
+    "keepalives_interval": 10,
+    "keepalives_count": 3,
+}
+
+
 class _Listener(threading.Thread):
     """One connection LISTENing on ``CHANNEL`` for a store; reconnects until stopped."""
 
     def __init__(self, store: PostgresStore) -> None:
         super().__init__(name="agentnb-pg-listener", daemon=True)
         self._store = weakref.ref(store)
-        self._conninfo = store._conninfo
+        # TCP keepalives (unless the URL sets its own): a silent network drop ends the
+        # listener's connection within about a minute instead of the system's hours.
+        params = conninfo_to_dict(store._conninfo)
+        for name, value in _KEEPALIVES.items():
+            params.setdefault(name, value)
+        self._conninfo = psycopg.conninfo.make_conninfo("", **params)
         self._stopped = threading.Event()
         self._wake_r, self._wake_w = socket.socketpair()
         self.listening = False
