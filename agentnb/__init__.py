@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from agentnb.agent import Agent
 from agentnb.answers import Answer, ToolOutcome
 from agentnb.errors import (
@@ -33,6 +35,8 @@ from agentnb.events import Event, Message, register_event_type
 from agentnb.history import HistoryPage
 from agentnb.ids import SessionKey
 from agentnb.log import Inbox, SessionLog
+from agentnb.models.base import Model, ModelError
+from agentnb.models.scripted import Reply, ScriptedModel, ToolCall
 from agentnb.projections.chat import ChatItem, ChatSnapshot
 from agentnb.records import (
     Holder,
@@ -45,14 +49,25 @@ from agentnb.records import (
     ToolCallRef,
     Transcript,
 )
-from agentnb.runtime.models.base import Model, ModelError
-from agentnb.runtime.models.scripted import Reply, ScriptedModel, ToolCall
 from agentnb.runtime.runtime import Runtime
-from agentnb.runtime.tools import Tool, ToolContext, ask_user, tool
 from agentnb.session import Session
 from agentnb.stores import MemoryStore, SessionStore, open_store
+from agentnb.tools import Tool, ToolContext, ask_user, tool
 
 __version__ = "0.1.0"
+
+
+def _show_session(session: Session, include: Any, exclude: Any) -> Any:
+    """A session displayed in a notebook: its live ``SessionView``, or text without the
+    widgets extra."""
+    try:
+        from agentnb.widgets import SessionView  # optional: the widgets extra
+    except ImportError:
+        return {"text/plain": repr(session)}
+    return SessionView(session)._repr_mimebundle_(include=include, exclude=exclude)
+
+
+Session.display = _show_session
 
 __all__ = [
     "Agent",

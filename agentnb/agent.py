@@ -8,8 +8,8 @@ from typing import Any
 
 from agentnb.errors import InvalidInput
 from agentnb.ids import check_id, check_seconds
-from agentnb.runtime.models.base import Model
-from agentnb.runtime.tools import Tool, tool
+from agentnb.models.base import Model
+from agentnb.tools import Tool, tool
 
 __all__ = ["Agent"]
 

@@ -219,7 +219,7 @@ def _keys(store: nb.SessionStore, session_id: str, user: str | None, agent: str 
 
 def _executing(store: nb.SessionStore, key: nb.SessionKey) -> bool:
     """Whether a live holder executes the session (a holder known dead does not count)."""
-    from agentnb.runtime.owner import holder_alive
+    from agentnb.holders import holder_alive
 
     lease = store.current_lease(key)
     return lease is not None and holder_alive(lease.owner) is not False

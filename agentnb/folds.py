@@ -160,8 +160,7 @@ class Folds:
         encoded and written on another thread while the folds go on.
         """
         if (
-            self.state.seq - self._saved_seq < every
-            and self.inbox.seq - self._saved_inbox < every
+            self.state.seq - self._saved_seq < every and self.inbox.seq - self._saved_inbox < every
         ) or self.state.seq == 0:
             return []
         retire_turns(self.state, self.inbox)  # both folds at once: never half retired

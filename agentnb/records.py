@@ -6,13 +6,10 @@ import asyncio
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal, Protocol
 
 from agentnb import html
 from agentnb.events import Message
-
-if TYPE_CHECKING:
-    from agentnb.session import Session
 
 __all__ = [
     "Holder",
@@ -47,6 +44,12 @@ class Outcome:
         return html.outcome_html(self)
 
 
+class Waiter(Protocol):
+    """What a ``Receipt`` waits through: the session that accepted its command."""
+
+    def wait(self, receipt: Receipt, timeout: float | None = None) -> Outcome: ...
+
+
 @dataclass(frozen=True)
 class Receipt:
     """Proof that a command was durably accepted; ``wait()`` (or ``await``) observes its run."""
@@ -58,7 +61,7 @@ class Receipt:
     status: str
     disposition: str | None = None
     """For ``send`` only: ``started``, ``queued`` or ``steered``."""
-    _session: Session | None = field(default=None, repr=False, compare=False, hash=False)
+    _session: Waiter | None = field(default=None, repr=False, compare=False, hash=False)
 
     def wait(self, timeout: float | None = None) -> Outcome:
         """Block until the run this command started ends (or ``TimeoutError``)."""

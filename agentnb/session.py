@@ -9,9 +9,9 @@ from __future__ import annotations
 import hashlib
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from agentnb.answers import ToolOutcome
 from agentnb.errors import (
@@ -26,8 +26,10 @@ from agentnb.errors import (
 from agentnb.events import Event, Message, canonical_json
 from agentnb.folds import ChatFolds, Folds
 from agentnb.history import DEFAULT_REPLAY_LIMIT, HistoryPage, HistoryPages, read_history
+from agentnb.holders import holder_alive, holder_of
 from agentnb.ids import SessionKey, check_id, check_seconds, new_id
 from agentnb.limits import check_text
+from agentnb.live import Subscription
 from agentnb.log import Inbox, SessionLog
 from agentnb.projections.chat import interactions_of, tasks_of
 from agentnb.projections.decisions import (
@@ -44,6 +46,7 @@ from agentnb.projections.state import (
     InboxState,
     LazyMessages,
     SessionState,
+    build_context,
 )
 from agentnb.records import (
     Holder,
@@ -56,13 +59,11 @@ from agentnb.records import (
     ToolCallRef,
     Transcript,
 )
-from agentnb.runtime.engine import build_context
-from agentnb.runtime.live import Subscription
-from agentnb.runtime.owner import holder_alive, holder_of
 
 if TYPE_CHECKING:
-    from agentnb.projections.chat import ChatSnapshot
-    from agentnb.runtime.runtime import Runtime
+    from agentnb.agent import Agent
+    from agentnb.projections.chat import ChatSnapshot, ChatState
+    from agentnb.stores.base import SessionStore
 
 __all__ = ["Session"]
 
@@ -79,10 +80,44 @@ def _check_text(value: object, what: str) -> str:
     return check_text(value, what)
 
 
+class SessionHost(Protocol):
+    """What a ``Session`` asks of the runtime that made it: the one seam between them.
+
+    ``Runtime`` is one; a test double or a read-only host can be another.
+    """
+
+    store: SessionStore
+    agent: Agent
+    owner: str
+    exporter: Any
+    """Something with ``status(key)`` (the live exporter), or None."""
+
+    def check_open(self) -> None:
+        """Raise ``StorageError`` if the host no longer accepts commands."""
+
+    def kick(self, key: SessionKey) -> None:
+        """Make sure accepted work of ``key`` gets dispatched (non-blocking)."""
+
+    def executing(self, key: SessionKey) -> bool:
+        """Whether this host executes ``key`` right now."""
+
+    def failure(self, key: SessionKey) -> str | None:
+        """Why the host gave ``key`` up after an error it could not record, if it did."""
+
+    def subscribe(self, maxsize: int = 1000, *, session: SessionKey | None = None) -> Subscription:
+        """Live notifications of ``session`` in this process."""
+
+    def stop(self, key: SessionKey) -> None:
+        """Stop dispatching ``key``; committed data stays."""
+
+    def session(self, session_id: str, user_id: str = "default") -> Session:
+        """Get or create another session of the same agent."""
+
+
 class Session:
     """One continuing conversation. Get it from ``runtime.session(...)``."""
 
-    def __init__(self, runtime: Runtime, key: SessionKey) -> None:
+    def __init__(self, runtime: SessionHost, key: SessionKey) -> None:
         self.runtime = runtime
         self.key = key
         self.log = SessionLog(runtime.store, key)
@@ -262,7 +297,7 @@ class Session:
         if key is not None:
             check_id(key, "key")
         data = {} if timeout is None else {"timeout": check_seconds(timeout, "timeout")}
-        self.runtime._check_open()
+        self.runtime.check_open()
         event, _ = self.inbox.accept(
             "submit", key=key, turn_id=new_id("turn"), input=text, data=data
         )
@@ -360,17 +395,23 @@ class Session:
 
     # -- people in the loop, interrupts, recovery ------------------------------------------
 
-    def _inbox_copy(self) -> InboxState:
-        """A copy of the inbox fold at its head, for a reader that folds on by itself."""
+    def chat_copy(self) -> tuple[ChatState, InboxState]:
+        """Private copies of the chat fold at the log's head and of the inbox fold at its
+        head, for a reader that folds on by itself (the ``SessionView``)."""
+        chat: ChatState = self._chat.copy(self.log.head())
         with self._lock:
-            return InboxState.load(self._folds.refresh_inbox().dump())
+            return chat, InboxState.load(self._folds.refresh_inbox().dump())
+
+    def executing(self) -> bool:
+        """Whether some runtime (here or elsewhere) holds the lease and executes now."""
+        return self._executing()
 
     def _executing(self) -> bool:
         """Whether some runtime (here or elsewhere) holds the lease and executes now.
 
         A lease whose holder is known to be dead (same host, process gone) does not count.
         """
-        if self.runtime.active(self.key):
+        if self.runtime.executing(self.key):
             return True
         lease = self.runtime.store.current_lease(self.key)
         return lease is not None and holder_alive(lease.owner) is not False
@@ -402,7 +443,7 @@ class Session:
             if answer is _MISSING:
                 raise InvalidAnswer("respond(request_id, answer) needs the answer")
             answers = {request_id: answer}
-        self.runtime._check_open()
+        self.runtime.check_open()
         with self._lock:
             state, _ = self._refresh()
             turn_id, checked = check_respond(state, answers, tool=self._tool)
@@ -436,7 +477,7 @@ class Session:
     def resume(self, turn_id: str) -> Receipt:
         """Continue the latest unfinished turn in a new run (same turn id)."""
         check_id(turn_id, "turn_id")
-        self.runtime._check_open()
+        self.runtime.check_open()
         with self._lock:
             state, _ = self._refresh()
             check_resume(state, turn_id, executing=self._executing(), tool=self._tool)
@@ -477,7 +518,7 @@ class Session:
                         "interrupt() it, then cancel it"
                     )
                 return
-            self.runtime._check_open()
+            self.runtime.check_open()
             run_id = state.active_run
             if how == "running" and run_id and self._interrupt_pending(inbox, run_id) is None:
                 self.inbox.accept("interrupt", turn_id=turn_id, run_id=run_id)
@@ -504,7 +545,7 @@ class Session:
         ``outcomes`` must cover exactly the uncertain calls (``inspect()``); ``reason`` says
         who checked what. Returns once recorded; then ``resume`` can continue the turn.
         """
-        self.runtime._check_open()
+        self.runtime.check_open()
         with self._lock:
             state, _ = self._refresh()
             checked = check_reconcile(state, outcomes, reason)
@@ -600,7 +641,7 @@ class Session:
 
     def start(self) -> None:
         """Dispatch accepted queued work (needed after a restart; submit calls it)."""
-        self.runtime._check_open()
+        self.runtime.check_open()
         self.runtime.kick(self.key)
 
     # -- waiting -----------------------------------------------------------------------------
@@ -699,13 +740,11 @@ class Session:
 
         Only this session's: ``runtime.all_events()`` subscribes to every session's.
         """
-        return self.runtime.hub.subscribe(maxsize, session=self.key)
+        return self.runtime.subscribe(maxsize, session=self.key)
 
     def close(self) -> None:
         """Stop dispatching this session from this runtime; committed data stays."""
-        driver = self.runtime._drivers.get(self.key)
-        if driver is not None:
-            driver.stopping = True
+        self.runtime.stop(self.key)
 
     def __repr__(self) -> str:
         return f"Session({self.key})"
@@ -713,10 +752,11 @@ class Session:
     def _repr_pretty_(self, p: Any, cycle: bool) -> None:
         p.text(repr(self))
 
+    display: ClassVar[Callable[[Session, Any, Any], Any] | None] = None
+    """How a notebook shows a session: ``agentnb`` sets it to the live ``SessionView``."""
+
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> Any:
         """In a notebook a session shows as its live ``SessionView`` (text without ipywidgets)."""
-        try:
-            from agentnb.widgets import SessionView
-        except ImportError:
+        if Session.display is None:
             return {"text/plain": repr(self)}
-        return SessionView(self)._repr_mimebundle_(include=include, exclude=exclude)
+        return Session.display(self, include, exclude)

@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 
 import agentnb as nb
+from agentnb.models.base import Finish, ModelRequest, StreamItem, TextDelta
 from agentnb.runtime.engine import MAX_PROGRESS_EVENTS, MAX_RECORDS
-from agentnb.runtime.models.base import Finish, ModelRequest, StreamItem, TextDelta
 from agentnb.stores.sqlite import SQLiteStore
 from tests.runtime.helpers import WAIT, events_of
 

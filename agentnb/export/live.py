@@ -17,15 +17,12 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from agentnb.errors import InvalidInput
 from agentnb.export.base import Exporter, ExportSink
 from agentnb.ids import SessionKey
 from agentnb.stores.base import SessionStore
-
-if TYPE_CHECKING:
-    from agentnb.runtime.runtime import Runtime
 
 __all__ = ["ExportStatus", "LiveExporter"]
 
@@ -94,11 +91,17 @@ class LiveExporter:
         self._thread: threading.Thread | None = None
 
     @classmethod
-    def for_runtime(cls, runtime: Runtime) -> LiveExporter | None:
-        """The exporter a runtime starts for its ``export_to`` sinks (None when there are none)."""
-        if not runtime.export_to:
+    def started(
+        cls,
+        store: SessionStore,
+        sinks: Sequence[ExportSink],
+        keys: Callable[[], list[SessionKey]],
+    ) -> LiveExporter | None:
+        """A running exporter of ``keys()``' sessions to ``sinks`` (None when there are none);
+        what a runtime starts for its ``export_to``."""
+        if not sinks:
             return None
-        exporter = cls(runtime.store, list(runtime.export_to), keys=lambda: list(runtime._sessions))
+        exporter = cls(store, list(sinks), keys=keys)
         exporter.start()
         return exporter
 

@@ -27,6 +27,7 @@ __all__ = [
     "RunState",
     "SessionState",
     "TurnState",
+    "build_context",
     "next_command",
     "retire_turns",
     "tool_message",
@@ -100,6 +101,14 @@ def _dates(data: dict[str, Any]) -> dict[str, Any]:
         k: datetime.fromisoformat(v) if k.endswith("_at") and isinstance(v, str) else v
         for k, v in data.items()
     }
+
+
+def build_context(instructions: str, context: Iterable[Message]) -> list[Message]:
+    """The messages a model call sees: the instructions, then the conversation."""
+    messages = (
+        [Message(id="msg_instructions", role="system", text=instructions)] if instructions else []
+    )
+    return messages + list(context)
 
 
 def tool_message(call_id: str, name: str, output: str, turn_id: str | None) -> Message:
@@ -634,9 +643,7 @@ KEEP_TURNS = 20
 """Finished turns a fold keeps (in memory and in its snapshot) besides the unfinished ones."""
 
 
-def retire_turns(
-    state: SessionState, inbox: InboxState | None, keep: int = KEEP_TURNS
-) -> set[str]:
+def retire_turns(state: SessionState, inbox: InboxState | None, keep: int = KEEP_TURNS) -> set[str]:
     """Forget finished turns older than the newest ``keep``: what only grows stays bounded.
 
     A completed or cancelled turn that ``keep`` newer turns follow can no longer change: its
@@ -683,10 +690,14 @@ def retire_turns(
     if inbox is not None:
         first_kept = inbox.commands.get(newest.command_id or "") if newest else None
         for command in list(inbox.commands.values()):
-            if command.turn_id in ids or command.command_id in commands or (
-                first_kept is not None
-                and command.seq < first_kept.seq
-                and command.command_id in inbox.rejected
+            if (
+                command.turn_id in ids
+                or command.command_id in commands
+                or (
+                    first_kept is not None
+                    and command.seq < first_kept.seq
+                    and command.command_id in inbox.rejected
+                )
             ):
                 commands.add(command.command_id)
                 del inbox.commands[command.command_id]

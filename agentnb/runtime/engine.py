@@ -19,8 +19,9 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Coroutine, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
+from agentnb.agent import Agent
 from agentnb.errors import (
     AgentnbError,
     AppendConflict,
@@ -36,24 +37,27 @@ from agentnb.errors import (
 )
 from agentnb.events import Event, Message, ToolCallData
 from agentnb.folds import ChatFolds, Folds
+from agentnb.holders import holder_alive
 from agentnb.ids import SessionKey, new_id
+from agentnb.live import LiveEvent
 from agentnb.log import Inbox
-from agentnb.projections.decisions import check_cancel, check_respond, check_resume
-from agentnb.projections.state import Command, InboxState, SessionState, next_command
-from agentnb.runtime.live import LiveEvent
-from agentnb.runtime.models.base import (
+from agentnb.models.base import (
     ModelError,
     ModelRequest,
     StreamCollector,
     TextDelta,
     ToolCallDelta,
 )
-from agentnb.runtime.owner import holder_alive
-from agentnb.runtime.tools import InvalidToolArguments, ToolContext
+from agentnb.projections.decisions import check_cancel, check_respond, check_resume
+from agentnb.projections.state import (
+    Command,
+    InboxState,
+    SessionState,
+    build_context,
+    next_command,
+)
 from agentnb.stores.base import Lease, SessionStore
-
-if TYPE_CHECKING:
-    from agentnb.runtime.runtime import Runtime
+from agentnb.tools import InvalidToolArguments, ToolContext
 
 __all__ = ["LogWriter", "SessionDriver", "build_context"]
 
@@ -159,14 +163,6 @@ class LogWriter:
                 log.exception("session %s: a commit observer failed", self.key)
 
 
-def build_context(instructions: str, context: list[Message]) -> list[Message]:
-    """The messages a model call sees: the instructions, then the conversation."""
-    messages = (
-        [Message(id="msg_instructions", role="system", text=instructions)] if instructions else []
-    )
-    return messages + list(context)
-
-
 class _Stop(Exception):
     """The run was asked to stop (interrupt) at a chunk or step boundary."""
 
@@ -230,10 +226,26 @@ class _ChunkGroup:
         self.text, self.fragments, self.start = [], [], self.pieces
 
 
+class DriverHost(Protocol):
+    """What a ``SessionDriver`` needs from the runtime that runs it."""
+
+    store: SessionStore
+    agent: Agent
+    owner: str
+    lease_ttl: float
+    auto_resume: bool
+
+    def publish(self, event: LiveEvent) -> None:
+        """Tell live observers (never blocks)."""
+
+    def committed(self, key: SessionKey, events: list[Event]) -> None:
+        """Called after each commit of ``key`` with the events committed."""
+
+
 class SessionDriver:
     """Executes one session's accepted commands while this process holds its lease."""
 
-    def __init__(self, runtime: Runtime, key: SessionKey) -> None:
+    def __init__(self, runtime: DriverHost, key: SessionKey) -> None:
         self.runtime = runtime
         self.key = key
         self.store = runtime.store
@@ -350,7 +362,7 @@ class SessionDriver:
 
     def _committed(self, events: list[Event]) -> None:
         """After each commit: tell live observers, and now and then snapshot the folds."""
-        self.runtime._committed(self.key)(events)
+        self.runtime.committed(self.key, events)
         if self.writer.pending:
             return  # the state is ahead of the log; snapshot a committed one later
         due = self.folds.due_snapshots()
@@ -837,7 +849,7 @@ class SessionDriver:
 
     def _publish(self, kind: str, turn_id: str, run_id: str, **data: Any) -> None:
         try:
-            self.runtime.hub.publish(LiveEvent(kind, turn_id, run_id, data, self.key))
+            self.runtime.publish(LiveEvent(kind, turn_id, run_id, data, self.key))
         except Exception:  # live observers are told best effort; the run is not theirs
             log.exception("session %s: a live observer failed", self.key)
 

@@ -14,20 +14,18 @@ import functools
 import logging
 import threading
 import weakref
-from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Iterable
+from typing import Any, TypeVar
 
 from agentnb.agent import Agent
 from agentnb.errors import InvalidInput, SessionNotFound, StorageError, describe
 from agentnb.events import Event
+from agentnb.holders import new_owner
 from agentnb.ids import SessionKey, check_id
+from agentnb.live import LiveEvent, LiveHub, Subscription
 from agentnb.runtime.engine import SessionDriver
-from agentnb.runtime.live import LiveEvent, LiveHub, Subscription
-from agentnb.runtime.owner import new_owner
+from agentnb.session import Session
 from agentnb.stores import SessionStore, open_store
-
-if TYPE_CHECKING:
-    from agentnb.session import Session
 
 __all__ = ["Runtime"]
 
@@ -118,9 +116,10 @@ class Runtime:
             target=self._loop.run_forever, daemon=True, name=f"agentnb-runtime-{agent.agent_id}"
         )
         self._thread.start()
-        from agentnb.export.live import LiveExporter
+        from agentnb.export.live import LiveExporter  # optional: the export extra
 
-        self.exporter = LiveExporter.for_runtime(self)  # drains export_to in the background
+        # Drains export_to in the background, for the sessions this runtime opened.
+        self.exporter = LiveExporter.started(self.store, self.export_to, self.session_keys)
         _open_runtimes.add(self)
         _install_exit_hook()
 
@@ -136,14 +135,14 @@ class Runtime:
 
     def session(self, session_id: str, user_id: str = "default") -> Session:
         """Get or create a session; starts nothing (call ``start()`` after a restart)."""
-        self._check_open()
+        self.check_open()
         key = self._key(session_id, user_id)
         self.store.create_session(key)
         return self._session(key)
 
     def open(self, session_id: str, user_id: str = "default") -> Session:
         """An existing session; ``SessionNotFound`` if it was never created."""
-        self._check_open()
+        self.check_open()
         key = self._key(session_id, user_id)
         if self.store.get_session(key) is None:
             raise SessionNotFound(
@@ -161,8 +160,6 @@ class Runtime:
         return [r.key for r in records]
 
     def _session(self, key: SessionKey) -> Session:
-        from agentnb.session import Session
-
         with self._lock:
             session = self._sessions.get(key)
             if session is None:
@@ -210,20 +207,33 @@ class Runtime:
             return None
         return driver.given_up
 
-    def _committed(self, key: SessionKey) -> Callable[[list[Event]], None]:
-        def on_commit(events: list[Event]) -> None:
-            last = events[-1]
-            self.hub.publish(
-                LiveEvent(
-                    "committed",
-                    last.turn_id,
-                    last.run_id,
-                    {"session": str(key), "seq": last.seq},
-                    key,
-                )
+    def committed(self, key: SessionKey, events: list[Event]) -> None:
+        """A driver committed ``events`` of ``key``: tell live observers."""
+        last = events[-1]
+        self.hub.publish(
+            LiveEvent(
+                "committed", last.turn_id, last.run_id, {"session": str(key), "seq": last.seq}, key
             )
+        )
 
-        return on_commit
+    def publish(self, event: LiveEvent) -> None:
+        """Tell this process's live observers (never blocks)."""
+        self.hub.publish(event)
+
+    def subscribe(self, maxsize: int = 1000, *, session: SessionKey | None = None) -> Subscription:
+        """Live notifications of ``session`` (or of every session, None)."""
+        return self.hub.subscribe(maxsize, session=session)
+
+    def session_keys(self) -> list[SessionKey]:
+        """The sessions this runtime opened (what its live exporter drains)."""
+        with self._lock:
+            return list(self._sessions)
+
+    def stop(self, key: SessionKey) -> None:
+        """Stop dispatching ``key`` from this runtime (its driver finishes what it does)."""
+        driver = self._drivers.get(key)
+        if driver is not None:
+            driver.stopping = True
 
     def all_events(self, maxsize: int = 1000) -> Subscription:
         """Live notifications of every session this runtime executes (``LiveEvent.session``
@@ -242,12 +252,17 @@ class Runtime:
                 self.kick(key)
             stop.wait(poll)
 
+    def executing(self, key: SessionKey) -> bool:
+        """Whether this runtime has a driver working on ``key`` now."""
+        return self.active(key)
+
     def active(self, key: SessionKey) -> bool:
         """Whether this runtime has a driver working on ``key`` now."""
         driver = self._drivers.get(key)
         return driver is not None and driver.task is not None and not driver.task.done()
 
-    def _check_open(self) -> None:
+    def check_open(self) -> None:
+        """Raise ``StorageError`` once the runtime is closed."""
         if self._closed:
             raise StorageError("this runtime is closed; create a new nb.Runtime")
 

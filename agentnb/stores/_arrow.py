@@ -17,11 +17,10 @@ from typing import TYPE_CHECKING
 from agentnb.errors import Corrupt, UnknownRequiredEvent
 from agentnb.events import check_readable
 from agentnb.ids import SessionKey
+from agentnb.stores._rows import RawEvent
 
 if TYPE_CHECKING:
     import pyarrow as pa
-
-    from agentnb.stores.base import RawEvent
 
 __all__ = ["ENVELOPE", "from_raw", "verified"]
 

@@ -12,8 +12,71 @@ from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
 from agentnb.errors import Corrupt
-from agentnb.events import BLOB_THRESHOLD, Event, FrozenDict, canonical_json, check_readable
+from agentnb.events import (
+    BLOB_THRESHOLD,
+    Event,
+    FrozenDict,
+    canonical_json,
+    check_readable,
+    freeze_json,
+)
 from agentnb.ids import SessionKey
+
+
+class RawEvent(NamedTuple):
+    """A committed event as stored: the envelope plus the payload's canonical JSON text.
+
+    Exporters read these (``SessionStore.read_raw``) to skip decoding payloads they only
+    copy; ``occurred_at`` and ``payload`` decode on demand.
+    """
+
+    seq: int
+    event_id: str
+    type: str
+    turn_id: str | None
+    run_id: str | None
+    required: bool
+    occurred_us: int
+    """``occurred_at`` as microseconds since the epoch (UTC)."""
+    schema_version: int
+    payload_json: str
+
+    @classmethod
+    def of(cls, event: Event) -> RawEvent:
+        return cls(
+            event.seq,
+            event.event_id,
+            event.type,
+            event.turn_id,
+            event.run_id,
+            event.required,
+            round(event.occurred_at.timestamp() * 1_000_000),
+            event.schema_version,
+            canonical_json(event.payload),
+        )
+
+    @property
+    def occurred_at(self) -> datetime:
+        return datetime.fromtimestamp(self.occurred_us / 1_000_000, UTC)
+
+    @property
+    def payload(self) -> Any:
+        return freeze_json(json.loads(self.payload_json))
+
+    def to_event(self) -> Event:
+        """The decoded ``Event``."""
+        return Event.model_construct(
+            schema_version=self.schema_version,
+            event_id=self.event_id,
+            seq=self.seq,
+            occurred_at=self.occurred_at,
+            type=self.type,
+            turn_id=self.turn_id,
+            run_id=self.run_id,
+            required=self.required,
+            payload=self.payload,
+        )
+
 
 COLUMNS = (
     "seq, event_id, type, turn_id, run_id, required, occurred_us, schema_version, "

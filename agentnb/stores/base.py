@@ -52,14 +52,12 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import json
 import threading
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from agentnb.errors import (
     AppendConflict,
@@ -76,12 +74,11 @@ from agentnb.events import (
     Event,
     FrozenDict,
     _check_writable,
-    canonical_json,
     event_digest,
     freeze_json,
 )
 from agentnb.ids import Clock, SessionKey, SystemClock, check_id
-from agentnb.stores._rows import event_anchor, open_snapshot, seal_snapshot
+from agentnb.stores._rows import RawEvent, event_anchor, open_snapshot, seal_snapshot
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -105,61 +102,6 @@ MAX_READ_LIMIT = 10_000
 MAX_BATCH = 10_000
 """Largest number of events one ``append`` accepts."""
 SCAN_PAGE = 1_000
-
-
-class RawEvent(NamedTuple):
-    """A committed event as stored: the envelope plus the payload's canonical JSON text.
-
-    Exporters read these (``SessionStore.read_raw``) to skip decoding payloads they only
-    copy; ``occurred_at`` and ``payload`` decode on demand.
-    """
-
-    seq: int
-    event_id: str
-    type: str
-    turn_id: str | None
-    run_id: str | None
-    required: bool
-    occurred_us: int
-    """``occurred_at`` as microseconds since the epoch (UTC)."""
-    schema_version: int
-    payload_json: str
-
-    @classmethod
-    def of(cls, event: Event) -> RawEvent:
-        return cls(
-            event.seq,
-            event.event_id,
-            event.type,
-            event.turn_id,
-            event.run_id,
-            event.required,
-            round(event.occurred_at.timestamp() * 1_000_000),
-            event.schema_version,
-            canonical_json(event.payload),
-        )
-
-    @property
-    def occurred_at(self) -> datetime:
-        return datetime.fromtimestamp(self.occurred_us / 1_000_000, UTC)
-
-    @property
-    def payload(self) -> Any:
-        return freeze_json(json.loads(self.payload_json))
-
-    def to_event(self) -> Event:
-        """The decoded ``Event``."""
-        return Event.model_construct(
-            schema_version=self.schema_version,
-            event_id=self.event_id,
-            seq=self.seq,
-            occurred_at=self.occurred_at,
-            type=self.type,
-            turn_id=self.turn_id,
-            run_id=self.run_id,
-            required=self.required,
-            payload=self.payload,
-        )
 
 
 @dataclass(frozen=True, slots=True)

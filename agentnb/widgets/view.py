@@ -288,8 +288,7 @@ class _View:
 def read_fold(session: Session) -> tuple[ChatState, InboxState]:
     """The view's one read: exactly ``(0, head]`` of the log (a copy of the session's cached
     chat fold) and a copy of its inbox fold at the inbox head."""
-    state: ChatState = session._chat.copy(session.log.head())
-    return state, session._inbox_copy()
+    return session.chat_copy()
 
 
 class SessionView(w.VBox):  # type: ignore[misc]  # ipywidgets ships no type information
@@ -429,7 +428,7 @@ class SessionView(w.VBox):  # type: ignore[misc]  # ipywidgets ships no type inf
 
     def snapshot(self) -> ChatSnapshot:
         """The ``ChatSnapshot`` the view holds now (its cursor is what it has folded)."""
-        live = self.session._executing()
+        live = self.session.executing()
         with self._lock:
             return self._state.snapshot(self._inbox, executing=live)
 
@@ -461,7 +460,7 @@ class SessionView(w.VBox):  # type: ignore[misc]  # ipywidgets ships no type inf
     # -- drawing -----------------------------------------------------------------------------
 
     def _compute(self) -> _View:
-        live = self.session._executing()
+        live = self.session.executing()
         with self._lock:
             self._fold_inbox()
             state = self._state

@@ -23,7 +23,7 @@ import pytest
 
 import agentnb as nb
 from agentnb.events import Message
-from agentnb.runtime.models import (
+from agentnb.models import (
     Backoff,
     Completion,
     ModelError,
@@ -31,7 +31,7 @@ from agentnb.runtime.models import (
     StreamItem,
     TextDelta,
 )
-from agentnb.runtime.models.openai import OpenAIChatModel
+from agentnb.models.openai import OpenAIChatModel
 
 Reply = Callable[[BinaryIO], bool]
 """Writes one response; returns False to close the connection afterwards."""

@@ -21,7 +21,7 @@ import pytest
 import agentnb as nb
 from agentnb.errors import InvalidInput
 from agentnb.events import Message, ToolCallData, canonical_json
-from agentnb.runtime.models import (
+from agentnb.models import (
     Finish,
     ModelError,
     ModelRequest,
@@ -32,7 +32,7 @@ from agentnb.runtime.models import (
     count_tokens_with,
     estimate_tokens,
 )
-from agentnb.runtime.models.openai import MAX_ERROR_TEXT, OpenAIChatModel
+from agentnb.models.openai import MAX_ERROR_TEXT, OpenAIChatModel
 
 SECRET = "sk-test-SECRET-0123456789"
 
@@ -321,16 +321,16 @@ class TestErrors:
     def test_missing_httpx_gives_install_hint(self, monkeypatch: pytest.MonkeyPatch) -> None:
         """Without httpx, importing the adapter says which extra to install."""
         monkeypatch.setitem(sys.modules, "httpx", None)
-        monkeypatch.delitem(sys.modules, "agentnb.runtime.models.openai")
+        monkeypatch.delitem(sys.modules, "agentnb.models.openai")
         with pytest.raises(ImportError, match=r'pip install "agentnb\[openai\]"'):
-            importlib.import_module("agentnb.runtime.models.openai")
+            importlib.import_module("agentnb.models.openai")
 
     def test_missing_httpx_sse_gives_install_hint(self, monkeypatch: pytest.MonkeyPatch) -> None:
         """Without httpx-sse, importing the adapter names it and the extra to install."""
         monkeypatch.setitem(sys.modules, "httpx_sse", None)
-        monkeypatch.delitem(sys.modules, "agentnb.runtime.models.openai")
+        monkeypatch.delitem(sys.modules, "agentnb.models.openai")
         with pytest.raises(ImportError, match=r'httpx_sse: pip install "agentnb\[openai\]"'):
-            importlib.import_module("agentnb.runtime.models.openai")
+            importlib.import_module("agentnb.models.openai")
 
 
 class TestKeyHygiene:

@@ -12,7 +12,7 @@ import pytest
 
 from agentnb.errors import InvalidInput
 from agentnb.events import Message, ToolCallData, canonical_json
-from agentnb.runtime.models import (
+from agentnb.models import (
     MESSAGE_TOKENS,
     REPLY_TOKENS,
     Backoff,

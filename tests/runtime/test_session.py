@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 import agentnb as nb
-from agentnb.runtime.live import LiveEvent
+from agentnb.live import LiveEvent
 from tests.runtime.helpers import WAIT, Gate, event_types, events_of, gated_script
 
 MakeRuntime = Callable[..., nb.Runtime]

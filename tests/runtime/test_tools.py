@@ -12,7 +12,7 @@ from pydantic import BaseModel, Field
 
 from agentnb.errors import InvalidInput
 from agentnb.ids import SessionKey
-from agentnb.runtime.tools import InvalidToolArguments, Tool, ToolContext, ask_user, tool
+from agentnb.tools import InvalidToolArguments, Tool, ToolContext, ask_user, tool
 
 KEY = SessionKey("ns", "alice", "agent", "s1")
 

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 import agentnb as nb
-from agentnb.runtime.models.base import (
+from agentnb.models.base import (
     Finish,
     ModelRequest,
     StreamItem,

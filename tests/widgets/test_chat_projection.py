@@ -11,9 +11,9 @@ import pytest
 import agentnb as nb
 from agentnb.events import Event
 from agentnb.folds import _encode
+from agentnb.models.base import TextDelta, ToolCallDelta
 from agentnb.projections.chat import ChatState
 from agentnb.projections.state import InboxState
-from agentnb.runtime.models.base import TextDelta, ToolCallDelta
 from tests.widgets.helpers import (
     WAIT,
     PausingModel,

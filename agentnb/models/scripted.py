@@ -11,7 +11,7 @@ from typing import Any, TypeAlias
 
 from agentnb.errors import InvalidInput
 from agentnb.events import Message, canonical_json
-from agentnb.runtime.models.base import (
+from agentnb.models.base import (
     Finish,
     Model,
     ModelError,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from agentnb.runtime.models.base import (
+from agentnb.models.base import (
     MESSAGE_TOKENS,
     REPLY_TOKENS,
     Backoff,
@@ -28,10 +28,10 @@ from agentnb.runtime.models.base import (
     estimate_text_tokens,
     estimate_tokens,
 )
-from agentnb.runtime.models.scripted import Reply, ScriptedModel, ScriptExhausted, ToolCall
+from agentnb.models.scripted import Reply, ScriptedModel, ScriptExhausted, ToolCall
 
 if TYPE_CHECKING:
-    from agentnb.runtime.models.openai import OpenAIChatModel
+    from agentnb.models.openai import OpenAIChatModel
 
 __all__ = [
     "MESSAGE_TOKENS",
@@ -61,7 +61,7 @@ __all__ = [
 def __getattr__(name: str) -> Any:
     # The OpenAI adapter needs httpx, an optional dependency: import it only when asked for.
     if name == "OpenAIChatModel":
-        from agentnb.runtime.models.openai import OpenAIChatModel
+        from agentnb.models.openai import OpenAIChatModel
 
         return OpenAIChatModel
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -30,7 +30,7 @@ except ImportError as exc:  # pragma: no cover - exercised by a test that hides 
 
 from agentnb.errors import InvalidInput
 from agentnb.events import Message, canonical_json
-from agentnb.runtime.models.base import (
+from agentnb.models.base import (
     Backoff,
     Finish,
     Model,
