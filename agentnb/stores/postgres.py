@@ -41,7 +41,7 @@ import socket
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any, NoReturn, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -394,23 +394,26 @@ class PostgresStore(SessionStore):
             (ms,),
         )
 
-    @contextlib.contextmanager
-    def _conn(self, timeout: float | None = None) -> Iterator[_Connection]:
+    def _on_connection(
+        self, what: Callable[[psycopg.Connection[Any]], _T], timeout: float | None = None
+    ) -> _T:
+        """``what`` run on a pooled connection (handed back after, or dropped if broken)."""
         pool = self._pool
         if pool is None:
             raise StorageError(f"store {self.url} is closed; open it again to use it")
         try:
-            with pool.connection(timeout) as conn:
-                try:
-                    yield conn
-                finally:
-                    conn.idle_since = time.monotonic()
+            conn = pool.getconn(timeout)
         except PoolTimeout:
             raise StorageError(
                 f"no connection to PostgreSQL at {self._where} within "
                 f"{timeout or pool.timeout:.0f}s (server down or every pooled connection "
                 "busy); retry later"
             ) from None
+        try:
+            return what(conn)
+        finally:
+            conn.idle_since = time.monotonic()
+            pool.putconn(conn)
 
     def _query(
         self, what: Callable[[psycopg.Connection[Any]], _T], *, timeout: float | None = None
@@ -419,8 +422,7 @@ class PostgresStore(SessionStore):
         attempts = 2 if timeout else (self._pool.max_size if self._pool else 1) + 1
         for attempt in range(attempts):
             try:
-                with self._conn(timeout) as conn:
-                    return what(conn)
+                return self._on_connection(what, timeout)
             except UnicodeEncodeError as exc:
                 raise _unencodable(exc) from None
             except psycopg.Error as exc:
@@ -432,8 +434,7 @@ class PostgresStore(SessionStore):
     def _write(self, what: Callable[[psycopg.Connection[Any]], _T], doing: str) -> _T:
         """Run a write; a lost connection raises ``StorageError`` saying it is uncertain."""
         try:
-            with self._conn() as conn:
-                return what(conn)
+            return self._on_connection(what)
         except UnicodeEncodeError as exc:
             raise _unencodable(exc) from None
         except psycopg.Error as exc:
