@@ -183,7 +183,7 @@ class Folds:
 
 
 _CHAT = "chat-state"
-_ITEMS_WINDOW = 4096
+_ITEMS_WINDOW = 256
 """Events read per step when older chat items are read back from the log."""
 
 

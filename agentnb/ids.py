@@ -27,7 +27,8 @@ __all__ = [
 ]
 
 MAX_ID_LENGTH = 256
-_CONTROL = re.compile("[\x00-\x1f]")
+_CONTROL = re.compile("[\x00-\x1f\ud800-\udfff]")
+"""Control characters, and lone surrogates (no store could encode them)."""
 
 
 def check_id(value: object, what: str) -> str:
@@ -37,7 +38,9 @@ def check_id(value: object, what: str) -> str:
     if not value or len(value) > MAX_ID_LENGTH:
         raise InvalidInput(f"{what} must be 1..{MAX_ID_LENGTH} characters, got {len(value)}")
     if _CONTROL.search(value):
-        raise InvalidInput(f"{what} must not contain control characters: {value!r}")
+        raise InvalidInput(
+            f"{what} must not contain control characters or lone surrogates: {value!r}"
+        )
     return value
 
 

@@ -769,3 +769,18 @@ class TestModelRetries:
             assert events_of(session, "model/retry") == []
         finally:
             runtime.close()
+
+
+class TestIds:
+    def test_an_id_with_a_lone_surrogate_is_refused(self, tmp_path: Path) -> None:
+        """No store can encode a lone surrogate: an id holding one is InvalidInput, not a crash."""
+        runtime = nb.Runtime(
+            nb.Agent(name="I", agent_id="ids", model=nb.ScriptedModel(["x"])),
+            store=f"sqlite:///{tmp_path / 'db.sqlite'}",
+        )
+        try:
+            with pytest.raises(nb.InvalidInput, match="surrogate"):
+                runtime.session("half \ud800 emoji")
+            assert runtime.sessions() == []
+        finally:
+            runtime.close()

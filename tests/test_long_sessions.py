@@ -1,0 +1,217 @@
+"""Long conversations: what a reopen reads and what a turn costs do not grow with history.
+
+Sessions here are built by the real runtime (10,000 turns in one of them), never by hand.
+Costs are counted (events read, store calls), never timed.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+import agentnb as nb
+from agentnb.folds import SNAPSHOT_EVERY
+from agentnb.projections.state import KEEP_TURNS
+from agentnb.widgets import SessionView
+
+WAIT = 30.0
+LONG, SHORT = 10_000, 100
+
+
+class CountingStore(nb.MemoryStore):
+    """A memory store that counts the events it hands out and the calls it serves."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.events_read = 0
+        self.calls: Counter[str] = Counter()
+        self.by_thread: Counter[str] = Counter()
+        self._count_lock = threading.Lock()
+
+    def _took(self, name: str, rows: int = 0) -> None:
+        with self._count_lock:
+            self.calls[name] += 1
+            self.events_read += rows
+            if name != "inbox_read_after":  # execution-log events, by reading thread
+                self.by_thread[threading.current_thread().name.split("_")[0]] += rows
+
+    def reset(self) -> None:
+        with self._count_lock:
+            self.events_read = 0
+            self.calls.clear()
+            self.by_thread.clear()
+
+    def read_raw(self, key: Any, after: int, limit: int) -> Any:
+        rows = super().read_raw(key, after, limit)
+        self._took("read_raw", len(rows))
+        return rows
+
+    def read_after(self, key: Any, after: int, limit: int) -> Any:
+        rows = super().read_after(key, after, limit)
+        self._took("read_after", len(rows))
+        return rows
+
+    def inbox_read_after(self, key: Any, after: int, limit: int) -> Any:
+        rows = super().inbox_read_after(key, after, limit)
+        self._took("inbox_read_after", len(rows))
+        return rows
+
+    def scan(self, key: Any, after: int = 0, through: int | None = None) -> Iterator[Any]:
+        self._took("scan")
+        for event in super().scan(key, after, through):
+            self._took("scan_row", 1)
+            yield event
+
+    def append(self, key: Any, events: Any, **kwargs: Any) -> Any:
+        self._took("append")
+        return super().append(key, events, **kwargs)
+
+    def get_snapshot(self, key: Any, name: str) -> Any:
+        self._took("get_snapshot")
+        return super().get_snapshot(key, name)
+
+
+def _agent() -> nb.Agent:
+    return nb.Agent(
+        name="Long",
+        agent_id="long",
+        model=nb.ScriptedModel(lambda messages: "ok", keep_requests=0),
+    )
+
+
+@pytest.fixture(scope="module")
+def long_store() -> Iterator[CountingStore]:
+    """One store holding a 10,000-turn and a 100-turn session, both built by the runtime."""
+    store = CountingStore()
+    runtime = nb.Runtime(_agent(), store=store)
+    try:
+        for session_id, turns in (("long", LONG), ("short", SHORT)):
+            session = runtime.session(session_id)
+            for i in range(turns):
+                outcome = session.run(f"task {i}", timeout=WAIT)
+                assert outcome.status == "completed"
+    finally:
+        runtime.close()
+    yield store
+    store.close()
+
+
+def _reopen(store: CountingStore, session_id: str) -> int:
+    """Events read by a notebook reopen: runtime, session, inspect, pending, snapshot, view."""
+    store.reset()
+    runtime = nb.Runtime(_agent(), store=store)
+    try:
+        session = runtime.session(session_id)
+        session.inspect()
+        session.pending()
+        session.snapshot()
+        view = SessionView(session, follow=False)
+        view.close()
+        return store.events_read
+    finally:
+        runtime.close()
+
+
+class TestReopenIsBounded:
+    def test_a_10000_turn_session_reopens_reading_what_a_100_turn_one_reads(
+        self, long_store: CountingStore
+    ) -> None:
+        """A reopen reads a snapshot and its tail, whatever the history's length."""
+        short = _reopen(long_store, "short")
+        long = _reopen(long_store, "long")
+        # Each fold reads at most the tail after its snapshot (and the view its own items).
+        assert long <= 4 * SNAPSHOT_EVERY
+        assert long <= short + 2 * SNAPSHOT_EVERY
+
+    def test_history_stays_complete_after_retirement(self, long_store: CountingStore) -> None:
+        """Retired turns are still there for who asks: tasks, old receipts, the transcript."""
+        runtime = nb.Runtime(_agent(), store=long_store)
+        try:
+            session = runtime.session("long")
+            long_store.reset()
+            newest = session.tasks(limit=5)
+            assert [t.input for t in newest] == [f"task {i}" for i in range(LONG - 5, LONG)]
+            assert long_store.events_read <= 2 * SNAPSHOT_EVERY  # a recent page: no history
+            tasks = session.tasks()
+            assert len(tasks) == LONG
+            assert tasks[0].input == "task 0"
+            assert tasks[0].status == "completed"
+            page = session.tasks(limit=3, before=tasks[10].turn_id)
+            assert [t.input for t in page] == ["task 7", "task 8", "task 9"]
+            messages = session.transcript().messages
+            assert len(messages) == 2 * LONG
+            assert messages[0].text == "task 0"
+            assert len(session.inspect().next_context) == 2 * LONG
+        finally:
+            runtime.close()
+
+    def test_the_view_shows_earlier_items_of_retired_turns(self, long_store: CountingStore) -> None:
+        """Show earlier pages back past the turns kept in memory, from the log."""
+        runtime = nb.Runtime(_agent(), store=long_store)
+        try:
+            session = runtime.session("long")
+            view = SessionView(session, follow=False, max_items=4, page=2 * KEEP_TURNS * 3)
+            try:
+                assert "task 9999" in str(list(view.transcript.children))
+                view.show_earlier()
+                items = view._state.last_items(view._limit)
+                texts = [i.text for i in items]
+                assert len(items) == view._limit
+                assert texts[-1] == "ok"
+                assert "task 9940" in texts  # older than the 20 kept turns
+            finally:
+                view.close()
+        finally:
+            runtime.close()
+
+
+class TestOneDurableStep:
+    def test_the_store_calls_of_one_turn_are_pinned(self) -> None:
+        """One turn (model, tool, model) costs a fixed set of commits and re-reads nothing.
+
+        If this fails because the hot path changed on purpose, re-pin the numbers and say why.
+        """
+
+        @nb.tool
+        def look(q: str) -> str:
+            """Look something up.
+
+            Args:
+                q: what
+            """
+            return "found"
+
+        def script(messages: list[nb.Message]) -> Any:
+            if messages[-1].role == "tool":
+                return "done"
+            return nb.ToolCall("look", {"q": "x"})
+
+        store = CountingStore()
+        agent = nb.Agent(
+            name="Step",
+            agent_id="step",
+            model=nb.ScriptedModel(script, keep_requests=0),
+            tools=[look],
+        )
+        runtime = nb.Runtime(agent, store=store)
+        try:
+            session = runtime.session("s")
+            assert session.run("warm up", timeout=WAIT).status == "completed"
+            head = session.log.head()
+            store.reset()
+            assert session.run("one more", timeout=WAIT).status == "completed"
+            written = session.log.head() - head
+            # 1: run start + the first model dispatch; 2: the tool's dispatch; 3: the second
+            # model dispatch; 4: the completion. Streamed text commits with the next one.
+            assert store.calls["append"] == 4
+            # The driver never reads back what it wrote itself (it reads only the inbox).
+            assert store.by_thread["agentnb"] == 0
+            # The waiting caller folds each new event of the log once at most.
+            assert sum(store.by_thread.values()) <= written
+        finally:
+            runtime.close()
+            store.close()
