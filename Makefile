@@ -45,6 +45,9 @@ bench: $(BENCH_STAMP)
 	$(BIN)/python benchmarks/bench_runtime.py
 	$(BIN)/python benchmarks/bench_recovery.py
 	$(BIN)/python benchmarks/bench_widgets.py
+	$(BIN)/python benchmarks/bench_scale.py
+	$(BIN)/python benchmarks/bench_sessions.py
+	$(BIN)/python benchmarks/bench_postgres.py
 
 clean:
 	rm -rf $(VENV) .agentnb .pytest_cache .mypy_cache .ruff_cache

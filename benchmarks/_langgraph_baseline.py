@@ -160,6 +160,64 @@ def run_langgraph(turns: int, steps_per_turn: int = 3, *, db_path: str) -> dict[
     }
 
 
+def run_langgraph_small(turns: int, window: int, *, db_path: str) -> dict[str, float]:
+    """The small-state shape: turns/s over the first and the last ``window`` turns.
+
+    The graph's state is a list of plain tuples (``Annotated[list, operator.add]``) and a
+    counter; each turn is five supersteps (model, tool, model, tool, model) on one
+    ``thread_id``, file ``SqliteSaver`` with WAL + ``synchronous=FULL``,
+    ``invoke(..., durability="sync")``. The fastest honest configuration of LangGraph for this
+    loop: nothing is serialised but tuples and an int.
+    """
+    import operator
+    from typing import Annotated, TypedDict
+
+    from langgraph.checkpoint.sqlite import SqliteSaver
+    from langgraph.graph import END, START, StateGraph
+
+    class Small(TypedDict):
+        items: Annotated[list[tuple[str, str]], operator.add]
+        step: int
+
+    def model(state: Small) -> dict[str, Any]:
+        step = state["step"] + 1
+        if step < 3:
+            return {"items": [("call", f"noop {step}")], "step": step}
+        return {"items": [("answer", "done")], "step": step}
+
+    def tool(state: Small) -> dict[str, Any]:
+        return {"items": [("result", "ok")]}
+
+    def route(state: Small) -> str:
+        return "tool" if state["items"][-1][0] == "call" else END
+
+    with closing(sqlite3.connect(db_path, check_same_thread=False)) as conn:
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=FULL")
+        saver = SqliteSaver(conn)
+        saver.setup()
+        builder = StateGraph(Small)
+        builder.add_node("model", model)
+        builder.add_node("tool", tool)
+        builder.add_edge(START, "model")
+        builder.add_conditional_edges("model", route, ["tool", END])
+        builder.add_edge("tool", "model")
+        graph = builder.compile(checkpointer=saver)
+        config = {"configurable": {"thread_id": f"small-{uuid.uuid4().hex}"}}
+        marks = [time.perf_counter()]
+        for i in range(turns):
+            out = graph.invoke(
+                {"items": [("user", f"task {i}")], "step": 0}, config, durability="sync"
+            )
+            if out["step"] != 3:
+                raise RuntimeError(f"turn {i} took {out['step']} model steps, expected 3")
+            marks.append(time.perf_counter())
+    return {
+        "first_turns_per_s": window / (marks[window] - marks[0]),
+        "last_turns_per_s": window / (marks[turns] - marks[turns - window]),
+    }
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--turns", type=int, default=200)

@@ -85,6 +85,39 @@ def run_agentnb(turns: int, workdir: Path) -> dict[str, float]:
     }
 
 
+def _five_step_script(messages: list[nb.Message]) -> Any:
+    """The small-state shape's loop: model, tool, model, tool, model."""
+    since_user = 0
+    for message in reversed(messages):
+        if message.role == "user":
+            break
+        if message.role == "tool":
+            since_user += 1
+    return nb.ToolCall("noop", {"n": since_user}) if since_user < 2 else "done"
+
+
+def run_agentnb_windows(turns: int, window: int, workdir: Path) -> dict[str, float]:
+    """agentnb on the small-state shape's loop: turns/s over the first and last windows."""
+    db = workdir / "agentnb-windows.sqlite"
+    model = nb.ScriptedModel(_five_step_script, keep_requests=0)
+    agent = nb.Agent(name="Bench", agent_id="bench-small", model=model, tools=[noop])
+    runtime = nb.Runtime(agent, store=f"sqlite:///{db}")
+    try:
+        session = runtime.session("timed")
+        marks = [time.perf_counter()]
+        for i in range(turns):
+            outcome = session.run(f"task {i}", timeout=60)
+            if outcome.status != "completed":
+                raise RuntimeError(f"turn {i} ended {outcome.status}: {outcome.error}")
+            marks.append(time.perf_counter())
+    finally:
+        runtime.close()
+    return {
+        "first_turns_per_s": window / (marks[window] - marks[0]),
+        "last_turns_per_s": window / (marks[turns] - marks[turns - window]),
+    }
+
+
 def run_streaming(workdir: Path, chunks: int, chunk_delay: float) -> dict[str, float]:
     db = workdir / f"stream-{chunk_delay}.sqlite"
     model = nb.ScriptedModel(["x" * chunks], chunk_size=1, chunk_delay=chunk_delay)
@@ -108,6 +141,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--turns", type=int, default=200)
     parser.add_argument("--quick", action="store_true", help="20 turns, short stream")
+    parser.add_argument("--long-turns", type=int, default=1000, help="small-state shape turns")
+    parser.add_argument("--window", type=int, default=100, help="small-state shape window")
     args = parser.parse_args()
     turns = 20 if args.quick else args.turns
 
@@ -129,6 +164,16 @@ def main() -> None:
         except ImportError as exc:
             print(f"LangGraph baseline skipped ({exc}); install with pip install -e '.[bench]'")
             theirs = None
+        long_turns, window = (100, 20) if args.quick else (args.long_turns, args.window)
+        ours_small = run_agentnb_windows(long_turns, window, work)
+        try:
+            from _langgraph_baseline import run_langgraph_small
+
+            theirs_small: dict[str, float] | None = run_langgraph_small(
+                long_turns, window, db_path=str(work / "langgraph-small.sqlite")
+            )
+        except ImportError:
+            theirs_small = None
         fast = run_streaming(work, 2000, 0.0)
         paced = run_streaming(work, 2000 if not args.quick else 400, 0.001)
 
@@ -157,6 +202,20 @@ def main() -> None:
         "ratio >= 2.0",
         None if lg_rate is None else ours["steps_per_s"] / lg_rate >= 2.0,
     )
+    for part, label in (
+        ("first", f"turns 0-{window}"),
+        ("last", f"turns {long_turns - window}-{long_turns}"),
+    ):
+        mine = ours_small[f"{part}_turns_per_s"]
+        base = theirs_small[f"{part}_turns_per_s"] if theirs_small else None
+        metric(
+            f"small_state_{part}_window",
+            mine,
+            base,
+            f"turns/s, {label} of one session (baseline LangGraph small state)",
+            "ratio >= 2.0",
+            None if base is None else mine / base >= 2.0,
+        )
     metric(
         "commits_per_step",
         ours["commits_per_step"],

@@ -143,14 +143,14 @@ def main() -> None:
     rows = [
         {
             "metric": f"turns/s, turns {turns - window}-{turns} vs 0-{window}",
-            "agentnb": built["last_turns_per_s"],
+            "value": built["last_turns_per_s"],
             "baseline": built["first_turns_per_s"],
             "ratio": built["last_turns_per_s"] / built["first_turns_per_s"],
             "target": ">= 0.9",
         },
         {
             "metric": f"reopen ms after {turns} turns vs after {window}",
-            "agentnb": reopen_late * 1000,
+            "value": reopen_late * 1000,
             "baseline": reopen_early * 1000,
             "ratio": reopen_late / reopen_early,
             "target": "<= 1.5",
@@ -159,7 +159,7 @@ def main() -> None:
     print(f"{'metric':<44} {'agentnb':>10} {'baseline':>10} {'ratio':>7}  target")
     for row in rows:
         print(
-            f"{row['metric']:<44} {row['agentnb']:>10.1f} {row['baseline']:>10.1f} "
+            f"{row['metric']:<44} {row['value']:>10.1f} {row['baseline']:>10.1f} "
             f"{row['ratio']:>7.2f}  {row['target']}"
         )
     print(f"({built['events']} events in the session after {turns} turns)")

@@ -81,3 +81,23 @@ def test_postgres_quick_run_prints_one_json_line_per_metric() -> None:
     }
     wake = next(r for r in records if r["metric"] == "wake_ms")
     assert wake["p95"] >= wake["value"]
+
+
+def test_scale_quick_run_prints_one_json_line_per_metric() -> None:
+    """`bench_scale.py --quick` prints the windows' turns/s and the reopen ratio."""
+    records = _records("bench_scale.py", "--quick", "--repeats", "1")
+    assert len(records) == 2
+    assert all(r["bench"] == "scale" for r in records)
+
+
+def test_sessions_quick_run_prints_one_json_line_per_metric() -> None:
+    """`bench_sessions.py --quick` prints concurrent vs sequential turns/s."""
+    (record,) = _records("bench_sessions.py", "--quick")
+    assert record["bench"] == "sessions"
+
+
+def test_recovery_small_run_prints_one_json_line_per_metric() -> None:
+    """`bench_recovery.py` on small sessions (a child killed mid-tool each) prints its ratio."""
+    (record,) = _records("bench_recovery.py", "--turns", "60", "--short", "10", "--repeats", "1")
+    assert record["bench"] == "recovery"
+    assert record["events"] > record["baseline_events"]

@@ -1,0 +1,94 @@
+"""Does concurrency buy throughput? 16 sessions at once against one session, in one run.
+
+One runtime, the default SQLite store (WAL, ``synchronous=FULL``), the scripted loop of
+``bench_scale.py`` (model -> tool -> model -> tool -> model). Measured side by side:
+
+* 16 sessions with 20 turns each, all submitted at once (each session runs its turns in
+  order; sessions run concurrently on the runtime's loop);
+* one session running the same 320 turns one after another.
+
+Target: the 16 sessions together make >= 2x the turns/s of the single session (goal 3x).
+
+    python benchmarks/bench_sessions.py [--sessions 16] [--turns 20] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sqlite3
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_scale import make_agent
+
+import agentnb as nb
+
+
+def concurrent(db: Path, sessions: int, turns: int) -> float:
+    """Turns/s of ``sessions`` sessions with ``turns`` queued turns each, submitted at once."""
+    runtime = nb.Runtime(make_agent(), store=f"sqlite:///{db}")
+    try:
+        handles = [runtime.session(f"s{i}") for i in range(sessions)]
+        start = time.perf_counter()
+        receipts = [h.submit(f"task {t}") for t in range(turns) for h in handles]
+        for receipt in receipts:
+            outcome = receipt.wait(timeout=600)
+            if outcome.status != "completed":
+                raise RuntimeError(f"a turn ended {outcome.status}: {outcome.error}")
+        return len(receipts) / (time.perf_counter() - start)
+    finally:
+        runtime.close()
+
+
+def sequential(db: Path, turns: int) -> float:
+    """Turns/s of one session running ``turns`` turns one after another."""
+    runtime = nb.Runtime(make_agent(), store=f"sqlite:///{db}")
+    try:
+        session = runtime.session("one")
+        start = time.perf_counter()
+        for t in range(turns):
+            outcome = session.run(f"task {t}", timeout=600)
+            if outcome.status != "completed":
+                raise RuntimeError(f"turn {t} ended {outcome.status}: {outcome.error}")
+        return turns / (time.perf_counter() - start)
+    finally:
+        runtime.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sessions", type=int, default=16)
+    parser.add_argument("--turns", type=int, default=20)
+    parser.add_argument("--quick", action="store_true", help="4 sessions x 5 turns")
+    args = parser.parse_args()
+    sessions, turns = (4, 5) if args.quick else (args.sessions, args.turns)
+    total = sessions * turns
+    print(
+        f"python {platform.python_version()}, sqlite {sqlite3.sqlite_version}: "
+        f"{sessions} sessions x {turns} turns at once vs one session x {total} turns"
+    )
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        many = concurrent(work / "many.sqlite", sessions, turns)
+        one = sequential(work / "one.sqlite", total)
+    row = {
+        "bench": "sessions",
+        "metric": f"turns/s, {sessions} sessions at once vs one session",
+        "value": round(many, 2),
+        "baseline": round(one, 2),
+        "ratio": round(many / one, 3),
+        "target": ">= 2 (goal 3)",
+    }
+    print(f"{'metric':<44} {'agentnb':>9} {'baseline':>9} {'ratio':>7}  target")
+    print(f"{row['metric']:<44} {many:>9.1f} {one:>9.1f} {many / one:>7.2f}  {row['target']}")
+    print(json.dumps(row))
+
+
+if __name__ == "__main__":
+    main()
