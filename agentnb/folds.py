@@ -15,10 +15,11 @@ import json
 import logging
 import threading
 import zlib
+from collections.abc import Sequence
 from typing import Any
 
 from agentnb.errors import AgentnbError, Corrupt
-from agentnb.events import Message
+from agentnb.events import Event, Message
 from agentnb.ids import SessionKey
 from agentnb.projections.state import (
     CONTEXT_TYPES,
@@ -102,6 +103,21 @@ class Folds:
             return  # an inbox that lost commands it had: fold both logs from the start
         self.state, self.inbox = state, inbox
         self._saved_seq, self._saved_inbox = state.seq, inbox.seq
+
+    def feed(self, events: Sequence[Event]) -> None:
+        """Fold events this process just committed, so no reader reads them back.
+
+        Only events that follow the fold's seq without a gap are taken; anything else (a
+        fold not loaded yet, events of another writer in between) waits for ``refresh``.
+        """
+        if not self._loaded:
+            return
+        for event in events:
+            if event.seq != self.state.seq + 1:
+                if event.seq > self.state.seq + 1:
+                    return
+                continue
+            self.state.apply(event)
 
     @property
     def context_loader(self) -> functools.partial[list[Message]]:

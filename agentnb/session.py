@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
@@ -113,6 +113,9 @@ class SessionHost(Protocol):
     def session(self, session_id: str, user_id: str = "default") -> Session:
         """Get or create another session of the same agent."""
 
+    def chat_folds(self, key: SessionKey) -> ChatFolds:
+        """The one chat fold of ``key`` in this process (shared with its driver)."""
+
 
 class Session:
     """One continuing conversation. Get it from ``runtime.session(...)``."""
@@ -124,9 +127,19 @@ class Session:
         self.inbox = Inbox(runtime.store, key)
         self._lock = threading.RLock()
         self._folds = Folds(runtime.store, key)
-        self._chat = ChatFolds(runtime.store, key)
+        self._chat = runtime.chat_folds(key)
 
     # -- reading -----------------------------------------------------------------------------
+
+    def feed(self, events: Sequence[Event]) -> None:
+        """Fold events its runtime just committed for this session: readers need not read
+        them back. Skipped while a reader holds the session (it reads them itself)."""
+        if not self._lock.acquire(blocking=False):
+            return
+        try:
+            self._folds.feed(events)
+        finally:
+            self._lock.release()
 
     def _refresh(self) -> tuple[SessionState, InboxState]:
         """Fold whatever was committed since the last read (both logs)."""

@@ -241,6 +241,9 @@ class DriverHost(Protocol):
     def committed(self, key: SessionKey, events: list[Event]) -> None:
         """Called after each commit of ``key`` with the events committed."""
 
+    def chat_folds(self, key: SessionKey) -> ChatFolds:
+        """The process's one chat fold of ``key`` (the driver keeps its snapshot current)."""
+
 
 class SessionDriver:
     """Executes one session's accepted commands while this process holds its lease."""
@@ -254,7 +257,7 @@ class SessionDriver:
         self.wake = asyncio.Event()
         self.task: asyncio.Task[None] | None = None
         self.folds = Folds(self.store, key)
-        self.chat_folds = ChatFolds(self.store, key)
+        self.chat_folds = runtime.chat_folds(key)
         self.writer = LogWriter(self.store, key, self.state)
         self.writer.on_commit = self._committed
         self._renewer: asyncio.Task[None] | None = None

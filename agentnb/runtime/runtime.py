@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 from agentnb.agent import Agent
 from agentnb.errors import InvalidInput, SessionNotFound, StorageError, describe
 from agentnb.events import Event
+from agentnb.folds import ChatFolds
 from agentnb.holders import new_owner
 from agentnb.ids import SessionKey, check_id
 from agentnb.live import LiveEvent, LiveHub, Subscription
@@ -104,6 +105,8 @@ class Runtime:
         self.hub = LiveHub()
         self._drivers: dict[SessionKey, SessionDriver] = {}
         self._sessions: dict[SessionKey, Session] = {}
+        self._chat_folds: dict[SessionKey, ChatFolds] = {}
+        self._chat_lock = threading.Lock()
         self._lock = threading.Lock()
         self._closed = False
         self._loop = asyncio.new_event_loop()
@@ -208,7 +211,11 @@ class Runtime:
         return driver.given_up
 
     def committed(self, key: SessionKey, events: list[Event]) -> None:
-        """A driver committed ``events`` of ``key``: tell live observers."""
+        """A driver committed ``events`` of ``key``: the session's fold takes them as they
+        are (nobody reads them back), and live observers are told."""
+        session = self._sessions.get(key)
+        if session is not None:
+            session.feed(events)
         last = events[-1]
         self.hub.publish(
             LiveEvent(
@@ -223,6 +230,14 @@ class Runtime:
     def subscribe(self, maxsize: int = 1000, *, session: SessionKey | None = None) -> Subscription:
         """Live notifications of ``session`` (or of every session, None)."""
         return self.hub.subscribe(maxsize, session=session)
+
+    def chat_folds(self, key: SessionKey) -> ChatFolds:
+        """The one chat fold of ``key`` in this runtime: its sessions and its driver share it."""
+        with self._chat_lock:  # not _lock: a Session being built under it asks for this
+            folds = self._chat_folds.get(key)
+            if folds is None:
+                folds = self._chat_folds[key] = ChatFolds(self.store, key)
+            return folds
 
     def session_keys(self) -> list[SessionKey]:
         """The sessions this runtime opened (what its live exporter drains)."""
