@@ -23,7 +23,7 @@ import pytest
 
 import agentnb as nb
 from agentnb.models.base import Finish, ModelRequest, StreamItem, TextDelta
-from agentnb.runtime.engine import MAX_PROGRESS_EVENTS, MAX_RECORDS
+from agentnb.runtime.tool_call import MAX_PROGRESS_EVENTS, MAX_RECORDS
 from agentnb.stores.sqlite import SQLiteStore
 from tests.runtime.helpers import WAIT, events_of
 

@@ -4,10 +4,17 @@ A ``SessionDriver`` lives on the runtime's loop while its session has work. It t
 session's lease, folds the log, and runs accepted commands in order (``next_command``). Each
 run is a loop of steps: build context -> model call -> tool calls -> checkpoint.
 
-Commit rules (DESIGN §4): events are buffered in a ``LogWriter`` and committed in one batch
-right before every side effect (``model/dispatch``, ``tool/dispatch``) and at the end of a run;
-everything between two side effects shares one commit. Streamed chunks are grouped into
-``model/chunk`` events and committed at most every ``CHUNK_COMMIT_INTERVAL`` seconds.
+Commit rules (DESIGN §4): events are buffered in a ``LogWriter`` (``runtime/writer.py``) and
+committed in one batch right before every side effect (``model/dispatch``, ``tool/dispatch``)
+and at the end of a run; everything between two side effects shares one commit. Streamed
+chunks are grouped into ``model/chunk`` events and committed at most every
+``CHUNK_COMMIT_INTERVAL`` seconds. What runs around one tool call (its bounded reports, its
+containment) is in ``runtime/tool_call.py``.
+
+Why this module is still long: the lease loop, the fault path, each command's recipe, the
+model call and the tool call still share the driver's stop, guard and writer state; splitting
+them into collaborators that receive what they need is the next step (each recipe already
+writes its event pairs once).
 """
 
 from __future__ import annotations
@@ -18,20 +25,17 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any, Protocol
 
 from agentnb.agent import Agent
 from agentnb.errors import (
     AgentnbError,
-    AppendConflict,
     CannotResume,
     Fenced,
-    IdempotencyConflict,
     InboxChanged,
     InvalidInput,
     LeaseHeld,
-    SessionNotFound,
     StorageError,
     describe,
 )
@@ -56,111 +60,29 @@ from agentnb.projections.state import (
     build_context,
     next_command,
 )
+from agentnb.runtime.tool_call import (
+    Reports,
+    ToolExit,
+    contained,
+    ignore_result,
+    interaction_kind,
+    prompt,
+)
+from agentnb.runtime.writer import FATAL, ChunkGroup, LogWriter
 from agentnb.stores.base import Lease, SessionStore
 from agentnb.tools import InvalidToolArguments, ToolContext
 
-__all__ = ["LogWriter", "SessionDriver", "build_context"]
+__all__ = ["DriverHost", "LogWriter", "SessionDriver", "build_context"]
 
 log = logging.getLogger("agentnb.runtime")
 
-CHUNK_GROUP_INTERVAL = 0.1
-"""Seconds of streamed pieces grouped into one ``model/chunk`` event."""
-CHUNK_GROUP_MAX = 512
-"""Streamed pieces at most in one ``model/chunk`` event."""
 CHUNK_COMMIT_INTERVAL = 0.1
 """Seconds at least between two commits of streamed chunks."""
 MODEL_RETRIES = 3
 LINGER = 0.5
 """Seconds an idle driver keeps the lease, waiting for more work, before releasing it."""
-MAX_PROGRESS_EVENTS = 1_000
-"""``tool/chunk`` events one tool call records at most; later reports are coalesced."""
-MAX_RECORDS = 1_000
-"""Application events (``ctx.record``) one tool call may commit."""
 FAULT_RETRIES = 3
 """Attempts to commit the end of a run that failed before the session is given up."""
-_FATAL = (Fenced, AppendConflict, LeaseHeld, SessionNotFound)
-_NO_RETRY = (*_FATAL, InvalidInput, IdempotencyConflict)
-
-
-class LogWriter:
-    """Buffers events for one session and commits them in fenced batches.
-
-    Events are applied to ``state`` as they are added (this process holds the lease, so it
-    is the only writer); if a commit fails the driver refolds the state from the log.
-    """
-
-    def __init__(self, store: SessionStore, key: SessionKey, state: SessionState) -> None:
-        self.store = store
-        self.key = key
-        self.state = state
-        self.lease: Lease | None = None
-        self.head = state.seq
-        self.pending: list[Event] = []
-        self.on_commit: Callable[[list[Event]], None] | None = None
-
-    def add(
-        self,
-        type_: str,
-        payload: Any = None,
-        *,
-        turn_id: str | None = None,
-        run_id: str | None = None,
-        required: bool | None = None,
-    ) -> Event:
-        return self.add_event(
-            Event.create(type_, payload, turn_id=turn_id, run_id=run_id, required=required)
-        )
-
-    def add_event(self, event: Event) -> Event:
-        event = event.with_seq(self.head + len(self.pending) + 1)
-        self.pending.append(event)
-        self.state.apply(event)
-        return event
-
-    async def flush(self, *, tail: Sequence[Event] = (), expected_inbox: int | None = None) -> None:
-        """Commit everything buffered (plus ``tail``) as one atomic batch.
-
-        ``tail`` events are applied to the state only once committed, so a commit refused
-        because the inbox moved (``expected_inbox``) leaves no trace of them. Transient store
-        errors are retried with the same batch id: a no-op if the batch did commit.
-        """
-        first = self.head + len(self.pending) + 1
-        staged = [e.with_seq(first + i) for i, e in enumerate(tail)]
-        batch = self.pending + staged
-        if not batch:
-            return
-        in_flight = len(self.pending)
-        batch_id = new_id("batch")
-        for attempt in range(5):
-            try:
-                await asyncio.to_thread(
-                    self.store.append,
-                    self.key,
-                    batch,
-                    expected_seq=self.head,
-                    batch_id=batch_id,
-                    fence=self.lease,
-                    expected_inbox=expected_inbox,
-                )
-                break
-            except _NO_RETRY:
-                raise
-            except StorageError:
-                if attempt == 4:
-                    raise
-                await asyncio.sleep(0.05 * 2**attempt)
-        for event in staged:
-            self.state.apply(event)
-        # Events added while the commit was in flight (tool progress) stay pending.
-        self.pending = self.pending[in_flight:]
-        self.head = batch[-1].seq
-        for i, event in enumerate(self.pending):
-            self.pending[i] = event.with_seq(self.head + i + 1)
-        if self.on_commit is not None:
-            try:
-                self.on_commit(batch)
-            except Exception:  # an observer's failure must not look like a failed commit
-                log.exception("session %s: a commit observer failed", self.key)
 
 
 class _Stop(Exception):
@@ -173,57 +95,6 @@ class _Cancelled(Exception):
 
 class _Broken(Exception):
     """A failure could not be recorded even by the fault path: stop executing the session."""
-
-
-class _ChunkGroup:
-    """Streamed pieces grouped into ``model/chunk`` events (by time and by count)."""
-
-    def __init__(self, writer: LogWriter, call_id: str, turn_id: str, run_id: str) -> None:
-        self.writer = writer
-        self.call_id = call_id
-        self.ids = (turn_id, run_id)
-        self.text: list[str] = []
-        self.fragments: list[dict[str, Any]] = []
-        self.start = 0
-        self.pieces = 0
-        self.opened = time.monotonic()
-
-    def add(self, item: TextDelta | ToolCallDelta) -> dict[str, Any]:
-        """Take one piece; returns it as live-notification data."""
-        self.pieces += 1
-        if isinstance(item, TextDelta):
-            self.text.append(item.text)
-            return {"text": item.text}
-        fragment = {
-            "index": item.index,
-            "call_id": item.call_id,
-            "name": item.name,
-            "arguments_delta": item.arguments_delta,
-        }
-        self.fragments.append(fragment)
-        return {"tool_call": fragment}
-
-    def close_if_due(self, now: float) -> None:
-        if now - self.opened >= CHUNK_GROUP_INTERVAL or self.pieces - self.start >= CHUNK_GROUP_MAX:
-            self.close()
-            self.opened = now
-
-    def close(self) -> None:
-        if not self.text and not self.fragments:
-            return
-        self.writer.add(
-            "model/chunk",
-            {
-                "model_call_id": self.call_id,
-                "index": self.start,
-                "text": "".join(self.text),
-                "tool_call_fragments": self.fragments,
-                "pieces": self.pieces - self.start,
-            },
-            turn_id=self.ids[0],
-            run_id=self.ids[1],
-        )
-        self.text, self.fragments, self.start = [], [], self.pieces
 
 
 class DriverHost(Protocol):
@@ -304,7 +175,7 @@ class SessionDriver:
                         await asyncio.wait_for(self.wake.wait(), LINGER)
                     except TimeoutError:
                         break
-            except _FATAL as exc:
+            except FATAL as exc:
                 log.warning("session %s: execution stopped: %s", self.key, exc)
                 self.writer.pending.clear()
                 with contextlib.suppress(Exception):
@@ -453,7 +324,7 @@ class SessionDriver:
                 return
             try:
                 await self._execute(command)
-            except _FATAL:
+            except FATAL:
                 raise
             except Exception as exc:  # noqa: BLE001 - every failure ends its run, recorded
                 await self._fail(command, exc)
@@ -494,7 +365,7 @@ class SessionDriver:
                 elif unhandled:
                     await self._reject(command, reason)
                 return
-            except _FATAL:
+            except FATAL:
                 raise
             except Exception as again:  # noqa: BLE001 - retried, then the session is given up
                 log.warning(
@@ -1240,7 +1111,7 @@ class SessionDriver:
         w = self.writer
         started = time.monotonic()
         collector = StreamCollector()
-        group = _ChunkGroup(w, call_id, turn_id, run_id)
+        group = ChunkGroup(w, call_id, turn_id, run_id)
         last_commit = started
         stream = self.agent.model.stream(request)
         try:
@@ -1375,7 +1246,7 @@ class SessionDriver:
                 synthetic=True,
             )
             return False
-        kind = _interaction_kind(tool)
+        kind = interaction_kind(tool)
         if kind is not None:
             w.add(
                 "tool/decision",
@@ -1391,7 +1262,7 @@ class SessionDriver:
                     "call_id": call.call_id,
                     "tool_name": tool.name,
                     "arguments": dict(call.arguments),
-                    "prompt": _prompt(kind, tool.name, call.arguments),
+                    "prompt": prompt(kind, tool.name, call.arguments),
                 },
                 turn_id=turn_id,
                 run_id=run_id,
@@ -1433,10 +1304,10 @@ class SessionDriver:
             run_id=run_id,
         )
         await self._flush_before_side_effect(turn_id)
-        reports = _Reports(w, turn_id, run_id, call.call_id, self._publish)
+        reports = Reports(w, turn_id, run_id, call.call_id, self._publish)
         ctx = ToolContext(self.key, turn_id, run_id, call.call_id, reports.record, reports.progress)
         started = time.monotonic()
-        task = asyncio.ensure_future(_contained(tool.invoke, arguments, ctx))
+        task = asyncio.ensure_future(contained(tool.invoke, arguments, ctx))
         self._tool_task, self._tool_is_async, self._tool_name = task, tool.is_async, tool.name
         self._abandon.clear()
         try:
@@ -1456,7 +1327,7 @@ class SessionDriver:
             )
             raise _Stop from None
         except Exception as exc:  # noqa: BLE001 - any failure of a tool is its result
-            cause = exc.__cause__ if isinstance(exc, _Exit) else None
+            cause = exc.__cause__ if isinstance(exc, ToolExit) else None
             output = f"Error: {describe(cause or exc)}"
             status, action = "error", "failed"
         finally:
@@ -1494,131 +1365,6 @@ class SessionDriver:
             return task.result()
         # The thread cannot be stopped: leave it behind (its result is never used) and end
         # the run; the call stays uncertain.
-        task.add_done_callback(_ignore_result)
+        task.add_done_callback(ignore_result)
         self._stop.set()
         raise asyncio.CancelledError
-
-
-class _Exit(Exception):
-    """A tool raised ``SystemExit`` or ``KeyboardInterrupt`` (its ``__cause__``)."""
-
-
-async def _contained(invoke: Callable[..., Coroutine[Any, Any, str]], *args: Any) -> str:
-    """Run a tool call so that not even ``SystemExit`` escapes it.
-
-    asyncio lets ``SystemExit`` and ``KeyboardInterrupt`` out of a task and stops the loop
-    with them; raised by a tool, they are the tool's failure, which the model is told. The
-    call's coroutine is made here, so a task cancelled before it starts leaves none behind.
-    """
-    try:
-        return await invoke(*args)
-    except (SystemExit, KeyboardInterrupt) as exc:
-        raise _Exit from exc
-
-
-def _ignore_result(future: asyncio.Future[Any]) -> None:
-    if not future.cancelled():
-        future.exception()
-
-
-class _Reports:
-    """What a running tool reports: ``record`` and ``progress``, from any thread.
-
-    Both are bounded per call. ``progress`` keeps the first ``MAX_PROGRESS_EVENTS`` reports as
-    ``tool/chunk`` events; later ones are coalesced into one last event (the newest report,
-    with ``skipped`` counting those not recorded), so a chatty tool never fails its run.
-    ``record`` beyond ``MAX_RECORDS`` raises ``InvalidInput`` in the tool.
-    """
-
-    def __init__(
-        self,
-        writer: LogWriter,
-        turn_id: str,
-        run_id: str,
-        call_id: str,
-        publish: Callable[..., None],
-    ) -> None:
-        self.writer = writer
-        self.ids = (turn_id, run_id, call_id)
-        self.publish = publish
-        self.loop = asyncio.get_running_loop()
-        self.lock = threading.Lock()
-        self.reports = 0
-        self.records = 0
-        self.latest: tuple[int, Any] | None = None
-        """The newest report not recorded (index, data), once past the bound."""
-        self.skipped = 0
-        self.closed = False
-
-    def _on_loop(self, event: Event) -> None:
-        try:
-            running = asyncio.get_running_loop()
-        except RuntimeError:
-            running = None
-        if running is self.loop:
-            self._add(event)
-        else:
-            self.loop.call_soon_threadsafe(self._add, event)
-
-    def _add(self, event: Event) -> None:
-        if not self.closed:  # a report that lands after the call ended is dropped
-            self.writer.add_event(event)
-
-    def record(self, type_: str, data: Any, required: bool) -> None:
-        turn_id, run_id, _ = self.ids
-        with self.lock:
-            if self.records >= MAX_RECORDS:
-                raise InvalidInput(
-                    f"ctx.record: this tool call already recorded {MAX_RECORDS} events, the "
-                    "limit per call; gather the data into fewer events"
-                )
-            self.records += 1
-        # Created (and validated) in the caller's thread, so a bad payload raises there.
-        self._on_loop(Event.create(type_, data, required=required, turn_id=turn_id, run_id=run_id))
-
-    def progress(self, data: Any) -> None:
-        turn_id, run_id, call_id = self.ids
-        with self.lock:
-            index = self.reports
-            self.reports += 1
-            keep = index < MAX_PROGRESS_EVENTS - 1
-            if not keep:
-                if self.latest is not None:
-                    self.skipped += 1
-                self.latest = (index, data)
-        event = self._chunk(index, data, 0)  # validated in the caller's thread: a bad one raises
-        self.publish("tool/chunk", turn_id, run_id, call_id=call_id, data=data)
-        if keep:
-            self._on_loop(event)
-
-    def _chunk(self, index: int, data: Any, skipped: int) -> Event:
-        turn_id, run_id, call_id = self.ids
-        payload = {"call_id": call_id, "index": index, "data": data, "skipped": skipped}
-        return Event.create("tool/chunk", payload, turn_id=turn_id, run_id=run_id)
-
-    def close(self) -> None:
-        """On the loop, once the call ended: record the coalesced last report."""
-        with self.lock:
-            latest, skipped, self.closed = self.latest, self.skipped, True
-        if latest is not None:
-            self.writer.add_event(self._chunk(latest[0], latest[1], skipped))
-
-
-def _interaction_kind(tool: Any) -> str | None:
-    """Which person-facing request a call of ``tool`` needs before it can go on, if any."""
-    if tool.interaction == "ask_user":
-        return "ask_user"
-    if tool.external:
-        return "external_execution"
-    if tool.confirm:
-        return "confirmation"
-    return None
-
-
-def _prompt(kind: str, name: str, arguments: Mapping[str, Any]) -> str:
-    if kind == "ask_user":
-        return str(arguments.get("question", ""))
-    shown = ", ".join(f"{k}={v!r}" for k, v in arguments.items())
-    if kind == "external_execution":
-        return f"Run {name}({shown}) outside and respond with its result."
-    return f"Allow {name}({shown})?"

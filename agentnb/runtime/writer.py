@@ -1,0 +1,173 @@
+"""The log writer of a running session: events buffered, then committed in fenced batches.
+
+``LogWriter`` applies each event to the driver's working state as it is added and commits
+what it holds in one atomic batch right before a side effect (or a run's end).
+``ChunkGroup`` groups streamed pieces into ``model/chunk`` events by time and by count.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from agentnb.errors import (
+    AppendConflict,
+    Fenced,
+    IdempotencyConflict,
+    InvalidInput,
+    LeaseHeld,
+    SessionNotFound,
+    StorageError,
+)
+from agentnb.events import Event
+from agentnb.ids import SessionKey, new_id
+from agentnb.models.base import TextDelta, ToolCallDelta
+from agentnb.projections.state import SessionState
+from agentnb.stores.base import Lease, SessionStore
+
+__all__ = ["CHUNK_GROUP_INTERVAL", "CHUNK_GROUP_MAX", "FATAL", "ChunkGroup", "LogWriter"]
+
+log = logging.getLogger("agentnb.runtime")
+
+CHUNK_GROUP_INTERVAL = 0.1
+"""Seconds of streamed pieces grouped into one ``model/chunk`` event."""
+CHUNK_GROUP_MAX = 512
+"""Streamed pieces at most in one ``model/chunk`` event."""
+FATAL = (Fenced, AppendConflict, LeaseHeld, SessionNotFound)
+"""Errors after which this process must stop executing the session."""
+_NO_RETRY = (*FATAL, InvalidInput, IdempotencyConflict)
+
+
+class LogWriter:
+    """Buffers events for one session and commits them in fenced batches.
+
+    Events are applied to ``state`` as they are added (this process holds the lease, so it
+    is the only writer); if a commit fails the driver refolds the state from the log.
+    """
+
+    def __init__(self, store: SessionStore, key: SessionKey, state: SessionState) -> None:
+        self.store = store
+        self.key = key
+        self.state = state
+        self.lease: Lease | None = None
+        self.head = state.seq
+        self.pending: list[Event] = []
+        self.on_commit: Callable[[list[Event]], None] | None = None
+
+    def add(
+        self,
+        type_: str,
+        payload: Any = None,
+        *,
+        turn_id: str | None = None,
+        run_id: str | None = None,
+        required: bool | None = None,
+    ) -> Event:
+        return self.add_event(
+            Event.create(type_, payload, turn_id=turn_id, run_id=run_id, required=required)
+        )
+
+    def add_event(self, event: Event) -> Event:
+        event = event.with_seq(self.head + len(self.pending) + 1)
+        self.pending.append(event)
+        self.state.apply(event)
+        return event
+
+    async def flush(self, *, tail: Sequence[Event] = (), expected_inbox: int | None = None) -> None:
+        """Commit everything buffered (plus ``tail``) as one atomic batch.
+
+        ``tail`` events are applied to the state only once committed, so a commit refused
+        because the inbox moved (``expected_inbox``) leaves no trace of them. Transient store
+        errors are retried with the same batch id: a no-op if the batch did commit.
+        """
+        first = self.head + len(self.pending) + 1
+        staged = [e.with_seq(first + i) for i, e in enumerate(tail)]
+        batch = self.pending + staged
+        if not batch:
+            return
+        in_flight = len(self.pending)
+        batch_id = new_id("batch")
+        for attempt in range(5):
+            try:
+                await asyncio.to_thread(
+                    self.store.append,
+                    self.key,
+                    batch,
+                    expected_seq=self.head,
+                    batch_id=batch_id,
+                    fence=self.lease,
+                    expected_inbox=expected_inbox,
+                )
+                break
+            except _NO_RETRY:
+                raise
+            except StorageError:
+                if attempt == 4:
+                    raise
+                await asyncio.sleep(0.05 * 2**attempt)
+        for event in staged:
+            self.state.apply(event)
+        # Events added while the commit was in flight (tool progress) stay pending.
+        self.pending = self.pending[in_flight:]
+        self.head = batch[-1].seq
+        for i, event in enumerate(self.pending):
+            self.pending[i] = event.with_seq(self.head + i + 1)
+        if self.on_commit is not None:
+            try:
+                self.on_commit(batch)
+            except Exception:  # an observer's failure must not look like a failed commit
+                log.exception("session %s: a commit observer failed", self.key)
+
+
+class ChunkGroup:
+    """Streamed pieces grouped into ``model/chunk`` events (by time and by count)."""
+
+    def __init__(self, writer: LogWriter, call_id: str, turn_id: str, run_id: str) -> None:
+        self.writer = writer
+        self.call_id = call_id
+        self.ids = (turn_id, run_id)
+        self.text: list[str] = []
+        self.fragments: list[dict[str, Any]] = []
+        self.start = 0
+        self.pieces = 0
+        self.opened = time.monotonic()
+
+    def add(self, item: TextDelta | ToolCallDelta) -> dict[str, Any]:
+        """Take one piece; returns it as live-notification data."""
+        self.pieces += 1
+        if isinstance(item, TextDelta):
+            self.text.append(item.text)
+            return {"text": item.text}
+        fragment = {
+            "index": item.index,
+            "call_id": item.call_id,
+            "name": item.name,
+            "arguments_delta": item.arguments_delta,
+        }
+        self.fragments.append(fragment)
+        return {"tool_call": fragment}
+
+    def close_if_due(self, now: float) -> None:
+        if now - self.opened >= CHUNK_GROUP_INTERVAL or self.pieces - self.start >= CHUNK_GROUP_MAX:
+            self.close()
+            self.opened = now
+
+    def close(self) -> None:
+        if not self.text and not self.fragments:
+            return
+        self.writer.add(
+            "model/chunk",
+            {
+                "model_call_id": self.call_id,
+                "index": self.start,
+                "text": "".join(self.text),
+                "tool_call_fragments": self.fragments,
+                "pieces": self.pieces - self.start,
+            },
+            turn_id=self.ids[0],
+            run_id=self.ids[1],
+        )
+        self.text, self.fragments, self.start = [], [], self.pieces
