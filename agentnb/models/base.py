@@ -40,6 +40,7 @@ __all__ = [
     "TextDelta",
     "ToolCallDelta",
     "Usage",
+    "check_context_window",
     "count_tokens_with",
     "estimate_text_tokens",
     "estimate_tokens",
@@ -232,6 +233,15 @@ MESSAGE_TOKENS = 3
 """Tokens of framing per message, per tool call and per tool schema (``count_tokens_with``)."""
 REPLY_TOKENS = 3
 """Tokens that prime the reply, once per request."""
+
+
+def check_context_window(value: object) -> int | None:
+    """``value`` if it is a positive number of tokens or None, else ``InvalidInput``."""
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise InvalidInput(
+            f"context_window must be a positive number of tokens or None, got {value!r}"
+        )
+    return value
 
 
 def estimate_text_tokens(text: str) -> int:

@@ -40,6 +40,7 @@ from agentnb.models.base import (
     TextDelta,
     ToolCallDelta,
     Usage,
+    check_context_window,
     count_tokens_with,
     estimate_text_tokens,
     estimate_tokens,
@@ -223,15 +224,7 @@ class OpenAIChatModel(Model):
             or not 0 < timeout < math.inf
         ):
             raise InvalidInput(f"timeout must be a number of seconds > 0, got {timeout!r}")
-        if context_window is not None and (
-            isinstance(context_window, bool)
-            or not isinstance(context_window, int)
-            or context_window < 1
-        ):
-            raise InvalidInput(
-                f"context_window must be a positive number of tokens or None, got "
-                f"{context_window!r}"
-            )
+        check_context_window(context_window)
         if tokenizer is not None and tokenizer != "auto" and not callable(tokenizer):
             raise InvalidInput(
                 f'tokenizer must be "auto", None or a function counting the tokens of a text, '

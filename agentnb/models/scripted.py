@@ -20,6 +20,7 @@ from agentnb.models.base import (
     TextDelta,
     ToolCallDelta,
     Usage,
+    check_context_window,
     estimate_text_tokens,
 )
 
@@ -153,15 +154,7 @@ class ScriptedModel(Model):
             raise InvalidInput(f"chunk_delay must be >= 0 seconds, got {chunk_delay!r}")
         if not isinstance(name, str) or not name:
             raise InvalidInput(f"name must be a non-empty string, got {name!r}")
-        if context_window is not None and (
-            isinstance(context_window, bool)
-            or not isinstance(context_window, int)
-            or context_window < 1
-        ):
-            raise InvalidInput(
-                f"context_window must be a positive number of tokens or None, got "
-                f"{context_window!r}"
-            )
+        check_context_window(context_window)
         self._replies: tuple[Reply, ...] | None = None
         self._function: ScriptFunction | None = None
         if isinstance(script, list | tuple):
