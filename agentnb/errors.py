@@ -10,6 +10,8 @@ One tree, so callers can catch as broadly or as narrowly as they need::
     ├── CannotResume                 resume() refused (pending requests, finished turn, ...)
     │   └── UncertainToolCalls       dispatched tool calls with no result: reconcile first
     ├── SessionNotFound              open() of a session that does not exist
+    │   └── SessionDeleted           the session was deleted; its tombstone says by whom
+    ├── SessionBusy                  delete() while a turn runs (interrupt it, or force=True)
     ├── Parked                       wait() on a task queued behind a turn that needs a person
     ├── HistoryError                 history paging
     │   ├── InvalidLimit
@@ -55,6 +57,8 @@ __all__ = [
     "NotRunning",
     "Parked",
     "RecoveryLimitExceeded",
+    "SessionBusy",
+    "SessionDeleted",
     "SessionNotFound",
     "StorageError",
     "UncertainToolCalls",
@@ -101,6 +105,14 @@ class UncertainToolCalls(CannotResume):
 
 class SessionNotFound(AgentnbError, LookupError):
     """The session does not exist; use ``runtime.session(...)`` to create it."""
+
+
+class SessionDeleted(SessionNotFound):
+    """The session was deleted; only its tombstone (who, when, why) is left."""
+
+
+class SessionBusy(AgentnbError):
+    """The session has a turn running; interrupt it first (or pass ``force=True``)."""
 
 
 class Parked(AgentnbError):

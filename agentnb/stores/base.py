@@ -38,6 +38,23 @@ each of them):
 ``wait_for_head / wait_for_inbox``
     Block until the sequence passes ``after`` or the timeout elapses. Commits in the same
     process wake waiters at once; commits from other processes are seen by polling.
+``find_sessions`` / ``update_session`` / ``delete_session`` (the lifecycle)
+    Every catalogue record carries metadata kept current in the transaction that changes it:
+    ``append`` adds to the counts (events, turns, bytes of payload) and sets ``updated_at``,
+    ``last_activity`` and the raw status of the latest turn (``decide_catalogue``); an
+    ``inbox_append`` of a submit counts it and, for the first one, keeps the first line of
+    its text (``first_task``, the default title); ``update_session`` sets the title and
+    merges labels (at most ``MAX_LABELS``, keys of ``MAX_LABEL_KEY`` and values of
+    ``MAX_LABEL_VALUE`` characters). ``find_sessions`` pages the catalogue newest activity
+    first through an index, with an opaque keyset cursor: sessions added or active while a
+    caller pages appear before its first page, never inside a later one.
+    ``delete_session`` removes, in one transaction, the session's events, inbox, snapshots,
+    watermarks, lease and the blobs no other session references, and leaves a tombstone
+    (who, when, why) in the catalogue; refused (``LeaseHeld``) while another holder has a
+    live lease unless the caller passes that lease as ``fence``. Afterwards the key is
+    ``SessionDeleted`` for reads, writes and ``create_session`` (an id never silently comes
+    back); ``get_session`` answers None and ``tombstone`` the record. What the bytes on disk
+    become is the backend's to say.
 
 Bad arguments (ids that are not strings, negative or huge limits, empty batches, events that
 are not ``Event`` or are of unknown types) raise ``InvalidInput`` before anything is written.
@@ -50,13 +67,16 @@ here so every backend makes the same decisions.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import contextlib
 import functools
+import json
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Iterator, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from agentnb.errors import (
@@ -67,6 +87,7 @@ from agentnb.errors import (
     InboxChanged,
     InvalidInput,
     LeaseHeld,
+    SessionDeleted,
     StorageError,
 )
 from agentnb.events import (
@@ -85,16 +106,28 @@ if TYPE_CHECKING:
 
 __all__ = [
     "MAX_BATCH",
+    "MAX_LABELS",
+    "MAX_LABEL_KEY",
+    "MAX_LABEL_VALUE",
+    "MAX_LIST_LIMIT",
     "MAX_READ_LIMIT",
+    "MAX_TITLE",
+    "CatalogueDelta",
     "Lease",
     "RawEvent",
     "SessionRecord",
     "SessionStore",
+    "Tombstone",
     "check_fence",
     "check_inbox",
     "decide_acquire",
     "decide_append",
+    "decide_catalogue",
     "decide_release",
+    "decode_cursor",
+    "encode_cursor",
+    "first_line",
+    "merge_labels",
 ]
 
 MAX_READ_LIMIT = 10_000
@@ -104,12 +137,69 @@ MAX_BATCH = 10_000
 SCAN_PAGE = 1_000
 
 
+MAX_LABELS = 32
+"""Most labels one session holds."""
+MAX_LABEL_KEY = 64
+"""Longest label key, in characters."""
+MAX_LABEL_VALUE = 256
+"""Longest label value, in characters."""
+MAX_TITLE = 256
+"""Longest title, in characters (a default title is the first task's first line, cut)."""
+MAX_LIST_LIMIT = 1_000
+"""Largest page ``find_sessions`` returns."""
+
+
 @dataclass(frozen=True, slots=True)
 class SessionRecord:
-    """A session in the catalogue."""
+    """A session in the catalogue, with the metadata the store keeps current.
+
+    ``updated_at`` is the time of the last commit to the execution log or metadata change;
+    ``last_activity`` also moves with inbox commands. ``turn_status`` is the raw status of
+    the latest turn as its log says (``running`` even if its runtime crashed: the caller
+    decides the effective status with the lease). ``submits`` counts accepted tasks and
+    ``turns`` started ones, so ``submits > turns`` means tasks wait in the queue.
+    """
 
     key: SessionKey
     created_at: float
+    updated_at: float = 0.0
+    last_activity: float = 0.0
+    title: str | None = None
+    """Set by the user; None until then (``first_task`` is the default)."""
+    labels: dict[str, str] = field(default_factory=dict)
+    first_task: str | None = None
+    events: int = 0
+    turns: int = 0
+    bytes: int = 0
+    submits: int = 0
+    turn_status: str | None = None
+    lease_owner: str | None = None
+    lease_expires: float = 0.0
+    cursor: str = ""
+    """Where a page that ends with this record continues (``find_sessions(before=...)``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Tombstone:
+    """What stays in the catalogue of a deleted session: who deleted it, when and why."""
+
+    key: SessionKey
+    deleted_at: float
+    deleted_by: str
+    reason: str
+    events: int
+    """How many events the session held when it was deleted."""
+
+
+@dataclass(frozen=True, slots=True)
+class CatalogueDelta:
+    """What one committed batch changes in its catalogue record (``decide_catalogue``)."""
+
+    events: int
+    turns: int
+    bytes: int
+    turn_status: str | None
+    """The raw status of the latest turn after the batch, None if the batch says nothing."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +214,53 @@ class Lease:
     owner: str
     epoch: int
     expires_at: float
+
+
+class _Unset:
+    """The default of an argument that was not given (None means something else)."""
+
+
+_UNSET = _Unset()
+
+
+@dataclass(frozen=True, slots=True)
+class _Query:
+    """A checked ``find_sessions`` query (what a backend's ``_find_sessions`` gets)."""
+
+    namespace: str | None
+    user_id: str | None
+    agent_id: str | None
+    turn_status: frozenset[str] | None
+    labels: dict[str, str] | None
+    since: float | None
+    until: float | None
+    search: str | None
+    """Lower-cased."""
+    limit: int
+    after: tuple[float, int] | None
+    """(last_activity, row) of the last record of the previous page."""
+
+    def matches(self, record: SessionRecord, row: int) -> bool:
+        """The filters as a Python predicate (backends that filter in memory use it)."""
+        k = record.key
+        return (
+            (self.namespace is None or k.namespace == self.namespace)
+            and (self.user_id is None or k.user_id == self.user_id)
+            and (self.agent_id is None or k.agent_id == self.agent_id)
+            and (self.turn_status is None or (record.turn_status or "none") in self.turn_status)
+            and (
+                self.labels is None
+                or all(record.labels.get(n) == v for n, v in self.labels.items())
+            )
+            and (self.since is None or record.last_activity >= self.since)
+            and (self.until is None or record.last_activity < self.until)
+            and (
+                self.search is None
+                or self.search in (record.title or "").lower()
+                or self.search in (record.first_task or "").lower()
+            )
+            and (self.after is None or (record.last_activity, row) < self.after)
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,6 +360,129 @@ def decide_append(
     return True
 
 
+_TURN_STATUS = {
+    "turn/start": "running",
+    "turn/resumed": "running",
+    "turn/completed": "completed",
+    "turn/failed": "failed",
+    "turn/suspended": "suspended",
+    "turn/interrupted": "interrupted",
+    "turn/cancelled": "cancelled",
+}
+
+
+def decide_catalogue(batch: Sequence[Event], nbytes: int) -> CatalogueDelta:
+    """How a committed batch moves its session's counts and latest-turn status."""
+    turns = 0
+    status: str | None = None
+    for event in batch:
+        found = _TURN_STATUS.get(event.type)
+        if found is not None:
+            status = found
+            turns += event.type == "turn/start"
+    return CatalogueDelta(len(batch), turns, nbytes, status)
+
+
+def first_line(text: str, limit: int = MAX_TITLE) -> str:
+    """``text`` cut to its first non-empty line and to ``limit`` characters."""
+    line = next((part.strip() for part in text.splitlines() if part.strip()), "")
+    return line if len(line) <= limit else line[: limit - 1] + "\u2026"
+
+
+def submit_text(event: Event) -> str | None:
+    """The task text of an accepted submit command, else None."""
+    if event.type != "inbox/accepted" or event.payload.get("kind") != "submit":
+        return None
+    text = event.payload.get("input")
+    return first_line(text) if isinstance(text, str) else ""
+
+
+def check_title(title: object) -> str | None:
+    """A valid title (None clears it), or ``InvalidInput``."""
+    if title is None:
+        return None
+    if not isinstance(title, str) or not title.strip() or "\n" in title or "\r" in title:
+        raise InvalidInput(
+            f"title must be one non-empty line of text (or None to clear it), got {title!r}"
+        )
+    if len(title) > MAX_TITLE:
+        raise InvalidInput(f"title is {len(title)} characters; keep it to {MAX_TITLE}")
+    return title
+
+
+def check_labels(labels: object, *, patch: bool) -> dict[str, str | None]:
+    """Labels as a dict, or ``InvalidInput``; a ``patch`` may map a key to None (remove it)."""
+    if not isinstance(labels, dict):
+        raise InvalidInput(f"labels must be a dict of str to str, got {type(labels).__name__}")
+    for k, v in labels.items():
+        if not isinstance(k, str) or not k or len(k) > MAX_LABEL_KEY:
+            raise InvalidInput(
+                f"label keys must be non-empty strings of at most {MAX_LABEL_KEY} characters, "
+                f"got {k!r}"
+            )
+        if v is None and patch:
+            continue
+        if not isinstance(v, str) or len(v) > MAX_LABEL_VALUE:
+            raise InvalidInput(
+                f"label {k!r}: values must be strings of at most {MAX_LABEL_VALUE} characters"
+                + (" (None removes the label)" if patch else "")
+                + f", got {v!r}"[:80]
+            )
+    if len(labels) > MAX_LABELS:
+        raise InvalidInput(f"{len(labels)} labels given; a session holds at most {MAX_LABELS}")
+    return dict(labels)
+
+
+def merge_labels(
+    key: SessionKey, old: dict[str, str], patch: dict[str, str | None]
+) -> dict[str, str]:
+    """The labels after ``patch`` (None removes a key); ``InvalidInput`` past ``MAX_LABELS``."""
+    merged = dict(old)
+    for k, v in patch.items():
+        if v is None:
+            merged.pop(k, None)
+        else:
+            merged[k] = v
+    if len(merged) > MAX_LABELS:
+        raise InvalidInput(
+            f"session {key} would hold {len(merged)} labels; the most is {MAX_LABELS}: "
+            "remove some (map them to None) first"
+        )
+    return merged
+
+
+def encode_cursor(last_activity: float, row: int) -> str:
+    """The opaque keyset cursor after a record (its activity and catalogue row id)."""
+    raw = json.dumps([last_activity, row]).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_cursor(cursor: object) -> tuple[float, int]:
+    """(last_activity, row) of a cursor from ``encode_cursor``, or ``InvalidInput``."""
+    try:
+        if not isinstance(cursor, str):
+            raise TypeError(type(cursor).__name__)
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        activity, row = json.loads(raw)
+        if not isinstance(activity, int | float) or not isinstance(row, int):
+            raise ValueError(cursor)
+        return float(activity), row
+    except (ValueError, TypeError, binascii.Error):
+        raise InvalidInput(
+            f"before={cursor!r} is not a cursor of this listing; pass the cursor of the last "
+            "record of the previous page (or None for the first page)"
+        ) from None
+
+
+def check_tombstone(key: SessionKey, tombstone: Tombstone | None) -> None:
+    """Raise ``SessionDeleted`` if ``key`` was deleted."""
+    if tombstone is not None:
+        raise SessionDeleted(
+            f"session {key} was deleted by {tombstone.deleted_by!r} "
+            f"({tombstone.reason or 'no reason given'}); its data is gone. Use a new session id"
+        )
+
+
 # --------------------------------------------------------------------------------------------
 
 
@@ -298,6 +558,115 @@ class SessionStore(ABC):
             if value is not None:
                 check_id(value, name)
         return self._list_sessions(namespace, user_id, agent_id)
+
+    @_guarded
+    def find_sessions(
+        self,
+        *,
+        namespace: str | None = None,
+        user_id: str | None = None,
+        agent_id: str | None = None,
+        turn_status: Collection[str] | None = None,
+        labels: dict[str, str] | None = None,
+        since: float | None = None,
+        until: float | None = None,
+        search: str | None = None,
+        limit: int = 50,
+        before: str | None = None,
+    ) -> list[SessionRecord]:
+        """Up to ``limit`` live sessions matching every filter, newest ``last_activity`` first.
+
+        ``turn_status``: raw latest-turn statuses to keep (``"none"`` for sessions with no
+        turn yet); ``labels``: every pair must match; ``since`` / ``until``: bounds on
+        ``last_activity`` (seconds since the epoch, inclusive / exclusive); ``search``: a
+        case-insensitive substring of the title or the first task's text; ``before``: the
+        ``cursor`` of the last record of the previous page. Reads a bounded slice of an index.
+        """
+        for value, name in ((namespace, "namespace"), (user_id, "user_id"), (agent_id, "agent_id")):
+            if value is not None:
+                check_id(value, name)
+        if (
+            not isinstance(limit, int)
+            or isinstance(limit, bool)
+            or not 1 <= limit <= MAX_LIST_LIMIT
+        ):
+            raise InvalidInput(f"limit must be an int in 1..{MAX_LIST_LIMIT}, got {limit!r}")
+        statuses = None
+        if turn_status is not None:
+            if isinstance(turn_status, str) or not all(isinstance(t, str) for t in turn_status):
+                raise InvalidInput("turn_status must be a collection of status names")
+            statuses = frozenset(turn_status)
+        wanted = (
+            None
+            if labels is None
+            else {k: v for k, v in check_labels(labels, patch=False).items() if v is not None}
+        )
+        for bound, name in ((since, "since"), (until, "until")):
+            if bound is not None and (
+                not isinstance(bound, int | float) or isinstance(bound, bool)
+            ):
+                raise InvalidInput(f"{name} must be seconds since the epoch, got {bound!r}")
+        if search is not None and (not isinstance(search, str) or not search.strip()):
+            raise InvalidInput(f"search must be non-empty text, got {search!r}")
+        after = None if before is None else decode_cursor(before)
+        return self._find_sessions(
+            _Query(
+                namespace,
+                user_id,
+                agent_id,
+                statuses,
+                wanted,
+                None if since is None else float(since),
+                None if until is None else float(until),
+                None if search is None else search.strip().lower(),
+                limit,
+                after,
+            )
+        )
+
+    @_guarded
+    def update_session(
+        self,
+        key: SessionKey,
+        *,
+        title: str | _Unset | None = _UNSET,
+        labels: dict[str, str | None] | None = None,
+    ) -> SessionRecord:
+        """Set the title (None clears it: the first task's line shows again) and merge
+        ``labels`` (a None value removes that label); returns the record after the change.
+
+        Idempotent: the same change twice leaves the same record.
+        """
+        key = _key(key)
+        new_title = title if isinstance(title, _Unset) else check_title(title)
+        patch = {} if labels is None else check_labels(labels, patch=True)
+        return self._update_session(key, new_title, patch, self.clock.now())
+
+    @_guarded
+    def delete_session(
+        self, key: SessionKey, *, by: str, reason: str = "", fence: Lease | None = None
+    ) -> Tombstone:
+        """Delete everything of ``key`` in one transaction and leave its tombstone.
+
+        ``LeaseHeld`` while another holder has a live lease (pass that lease as ``fence``
+        to delete under it). Deleting a deleted session returns the first tombstone.
+        """
+        key = _key(key)
+        check_id(by, "by")
+        if not isinstance(reason, str) or len(reason) > MAX_TITLE:
+            raise InvalidInput(f"reason must be text of at most {MAX_TITLE} characters")
+        if fence is not None:
+            _check_lease(fence)
+            if fence.key != key:
+                raise InvalidInput(f"fence is a lease of session {fence.key}, not of {key}")
+        tombstone = self._delete_session(key, by, reason, fence, self.clock.now())
+        self._notify()
+        return tombstone
+
+    @_guarded
+    def tombstone(self, key: SessionKey) -> Tombstone | None:
+        """The tombstone of a deleted session, or None."""
+        return self._tombstone(_key(key))
 
     # -- execution log ----------------------------------------------------------------------
 
@@ -701,6 +1070,30 @@ class SessionStore(ABC):
     def _list_sessions(
         self, namespace: str | None, user_id: str | None, agent_id: str | None
     ) -> list[SessionRecord]: ...
+
+    @abstractmethod
+    def _find_sessions(self, query: _Query) -> list[SessionRecord]:
+        """Live records matching ``query``, newest (last_activity, row) first, each with its
+        ``cursor``; an index range, never a scan of the logs."""
+
+    @abstractmethod
+    def _update_session(
+        self,
+        key: SessionKey,
+        title: str | _Unset | None,
+        labels: dict[str, str | None],
+        now: float,
+    ) -> SessionRecord:
+        """Atomically: set the title unless ``_UNSET``, ``merge_labels``, set ``updated_at``."""
+
+    @abstractmethod
+    def _delete_session(
+        self, key: SessionKey, by: str, reason: str, fence: Lease | None, now: float
+    ) -> Tombstone:
+        """Atomically: ``check_fence``, delete every row of the session, leave the tombstone."""
+
+    @abstractmethod
+    def _tombstone(self, key: SessionKey) -> Tombstone | None: ...
 
     @abstractmethod
     def _head(self, key: SessionKey) -> int: ...

@@ -2,30 +2,40 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
 from dataclasses import dataclass, field
 
 from agentnb.errors import IdempotencyConflict, SessionNotFound
-from agentnb.events import Event, check_readable
+from agentnb.events import Event, canonical_json, check_readable
 from agentnb.ids import Clock, SessionKey
 from agentnb.stores._rows import blob_digest, check_blob
 from agentnb.stores.base import (
     Lease,
     SessionRecord,
     SessionStore,
+    Tombstone,
     _LeaseRow,
+    _Query,
+    _Unset,
     check_fence,
     check_inbox,
+    check_tombstone,
     decide_acquire,
     decide_append,
+    decide_catalogue,
     decide_release,
+    encode_cursor,
+    merge_labels,
+    submit_text,
 )
 
 
 @dataclass
 class _Session:
     record: SessionRecord
+    row: int = 0
     events: list[Event] = field(default_factory=list)
     batches: dict[str, tuple[str, int]] = field(default_factory=dict)
     inbox: list[Event] = field(default_factory=list)
@@ -33,6 +43,8 @@ class _Session:
     lease: _LeaseRow | None = None
     watermarks: dict[str, int] = field(default_factory=dict)
     snapshots: dict[str, tuple[int, bytes]] = field(default_factory=dict)
+    blobs: set[str] = field(default_factory=set)
+    """Digests of blobs this session's events reference (freed when it is deleted)."""
 
 
 class MemoryStore(SessionStore):
@@ -45,30 +57,98 @@ class MemoryStore(SessionStore):
         self._sessions: dict[SessionKey, _Session] = {}
         self._blobs: dict[str, bytes] = {}
         self._secret_bytes = os.urandom(32)
+        self._tombstones: dict[SessionKey, Tombstone] = {}
+        self._rows = 0
 
     def _get(self, key: SessionKey) -> _Session:
         try:
             return self._sessions[key]
         except KeyError:
+            check_tombstone(key, self._tombstones.get(key))
             raise SessionNotFound(f"session {key} does not exist; create it first") from None
 
     def _create_session(self, key: SessionKey, now: float) -> SessionRecord:
         with self._lock:
+            check_tombstone(key, self._tombstones.get(key))
             if key not in self._sessions:
-                self._sessions[key] = _Session(SessionRecord(key, now))
+                self._rows += 1
+                s = self._sessions[key] = _Session(SessionRecord(key, now, now, now), self._rows)
+                self._change(s)
             return self._sessions[key].record
+
+    def _change(self, s: _Session, **changes: object) -> None:
+        record = dataclasses.replace(s.record, **changes)  # type: ignore[arg-type]
+        s.record = dataclasses.replace(record, cursor=encode_cursor(record.last_activity, s.row))
+
+    def _find_sessions(self, query: _Query) -> list[SessionRecord]:
+        # No index: memory stores are small (tests, throwaway sessions).
+        with self._lock:
+            found = [
+                (s.record.last_activity, s.row, s.record)
+                for s in self._sessions.values()
+                if query.matches(self._live(s), s.row)
+            ]
+        found.sort(key=lambda t: (t[0], t[1]), reverse=True)
+        return [r for _, _, r in found[: query.limit]]
+
+    def _live(self, s: _Session) -> SessionRecord:
+        lease = s.lease
+        if lease is None:
+            return s.record
+        return dataclasses.replace(
+            s.record, lease_owner=lease.owner, lease_expires=lease.expires_at
+        )
+
+    def _update_session(
+        self,
+        key: SessionKey,
+        title: str | _Unset | None,
+        labels: dict[str, str | None],
+        now: float,
+    ) -> SessionRecord:
+        with self._lock:
+            s = self._get(key)
+            merged = merge_labels(key, s.record.labels, labels)
+            self._change(
+                s,
+                title=s.record.title if isinstance(title, _Unset) else title,
+                labels=merged,
+                updated_at=now,
+                last_activity=now,
+            )
+            return self._live(s)
+
+    def _delete_session(
+        self, key: SessionKey, by: str, reason: str, fence: Lease | None, now: float
+    ) -> Tombstone:
+        with self._lock:
+            old = self._tombstones.get(key)
+            if old is not None:
+                return old
+            s = self._get(key)
+            check_fence(key, s.lease, fence, now)
+            del self._sessions[key]
+            tombstone = self._tombstones[key] = Tombstone(key, now, by, reason, len(s.events))
+            used = {d for other in self._sessions.values() for d in other.blobs}
+            for digest in s.blobs - used:
+                self._blobs.pop(digest, None)
+            return tombstone
+
+    def _tombstone(self, key: SessionKey) -> Tombstone | None:
+        with self._lock:
+            return self._tombstones.get(key)
 
     def _get_session(self, key: SessionKey) -> SessionRecord | None:
         with self._lock:
             s = self._sessions.get(key)
-            return s.record if s else None
+            return self._live(s) if s else None
 
     def _list_sessions(
         self, namespace: str | None, user_id: str | None, agent_id: str | None
     ) -> list[SessionRecord]:
         with self._lock:
             return [
-                s.record
+                self._live(s)
                 for k, s in self._sessions.items()
                 if (namespace is None or k.namespace == namespace)
                 and (user_id is None or k.user_id == user_id)
@@ -98,6 +178,17 @@ class MemoryStore(SessionStore):
                 check_inbox(key, len(s.inbox), expected_inbox)
                 s.events.extend(batch)
                 s.batches[batch_id] = (digest, expected_seq + 1)
+                delta = decide_catalogue(batch, sum(len(canonical_json(e.payload)) for e in batch))
+                r = s.record
+                self._change(
+                    s,
+                    events=r.events + delta.events,
+                    turns=r.turns + delta.turns,
+                    bytes=r.bytes + delta.bytes,
+                    turn_status=delta.turn_status or r.turn_status,
+                    updated_at=now,
+                    last_activity=now,
+                )
 
     def _read(self, key: SessionKey, after: int, through: int) -> list[Event]:
         with self._lock:
@@ -123,6 +214,14 @@ class MemoryStore(SessionStore):
             s.inbox.append(stamped)
             if dedupe_key is not None:
                 s.dedupe[dedupe_key] = (digest, stamped.seq)
+            task = submit_text(stamped)
+            r = s.record
+            self._change(
+                s,
+                last_activity=now,
+                submits=r.submits + (task is not None),
+                first_task=r.first_task if r.first_task is not None else task,
+            )
             return stamped, True
 
     def _inbox_head(self, key: SessionKey) -> int:

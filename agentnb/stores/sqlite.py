@@ -50,15 +50,25 @@ from agentnb.stores.base import (
     RawEvent,
     SessionRecord,
     SessionStore,
+    Tombstone,
     _LeaseRow,
+    _Query,
+    _Unset,
     check_fence,
     check_inbox,
+    check_tombstone,
     decide_acquire,
     decide_append,
+    decide_catalogue,
     decide_release,
+    encode_cursor,
+    merge_labels,
+    submit_text,
 )
 
-FORMAT = "agentnb-sqlite/2"
+FORMAT = "agentnb-sqlite/3"
+_MIGRATABLE = "agentnb-sqlite/2"
+"""A format this agentnb migrates in place (adds the lifecycle columns, counts the logs)."""
 SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
 CATALOGUE = "-catalogue"
 """Suffix of the file beside the store that records the highest session id committed."""
@@ -79,6 +89,7 @@ CREATE TABLE IF NOT EXISTS sessions (
     lease_expires REAL NOT NULL DEFAULT 0,
     UNIQUE (namespace, user_id, agent_id, session_id)
 );
+-- The lifecycle columns (format 3) follow in _LIFECYCLE, shared with the migration from 2.
 CREATE TABLE IF NOT EXISTS events (
     session INTEGER NOT NULL, seq INTEGER NOT NULL, event_id TEXT NOT NULL,
     type TEXT NOT NULL, turn_id TEXT, run_id TEXT, required INTEGER NOT NULL,
@@ -109,6 +120,65 @@ CREATE TABLE IF NOT EXISTS snapshots (
     PRIMARY KEY (session, name)
 );
 """
+_LIFECYCLE_COLUMNS = (
+    "updated_at REAL NOT NULL DEFAULT 0",
+    "last_activity REAL NOT NULL DEFAULT 0",
+    "title TEXT",
+    "labels TEXT",
+    "first_task TEXT",
+    "events INTEGER NOT NULL DEFAULT 0",
+    "turns INTEGER NOT NULL DEFAULT 0",
+    "bytes INTEGER NOT NULL DEFAULT 0",
+    "submits INTEGER NOT NULL DEFAULT 0",
+    "turn_status TEXT",
+    "deleted_at REAL",
+    "deleted_by TEXT",
+    "deleted_reason TEXT",
+)
+# Listing reads an index range: newest activity first, for one user or for everyone. Only
+# live sessions are indexed. A blob is freed on delete unless another session references
+# it: the partial indexes make that check a lookup.
+_LIFECYCLE_INDEXES = """
+CREATE INDEX IF NOT EXISTS sessions_recent ON sessions (last_activity, id)
+    WHERE deleted_at IS NULL;
+CREATE INDEX IF NOT EXISTS sessions_user_recent
+    ON sessions (namespace, user_id, agent_id, last_activity, id) WHERE deleted_at IS NULL;
+CREATE INDEX IF NOT EXISTS events_blob ON events (blob) WHERE blob IS NOT NULL;
+CREATE INDEX IF NOT EXISTS inbox_blob ON inbox (blob) WHERE blob IS NOT NULL;
+"""
+# Counting what a format-2 store already holds (once, at the migration).
+_BACKFILL = """
+UPDATE sessions SET
+    events = (SELECT count(*) FROM events WHERE session = sessions.id),
+    turns = (SELECT count(*) FROM events WHERE session = sessions.id AND type = 'turn/start'),
+    bytes = (SELECT coalesce(sum(length(payload)), 0) FROM events WHERE session = sessions.id),
+    submits = (SELECT count(*) FROM inbox WHERE session = sessions.id
+        AND type = 'inbox/accepted' AND json_extract(payload, '$.kind') = 'submit'),
+    turn_status = (SELECT CASE type WHEN 'turn/start' THEN 'running'
+        WHEN 'turn/resumed' THEN 'running' ELSE substr(type, 6) END
+        FROM events WHERE session = sessions.id AND type IN ('turn/start', 'turn/resumed',
+        'turn/completed', 'turn/failed', 'turn/suspended', 'turn/interrupted',
+        'turn/cancelled') ORDER BY seq DESC LIMIT 1),
+    first_task = (SELECT substr(t, 1, instr(t || char(10), char(10)) - 1) FROM (
+        SELECT substr(json_extract(payload, '$.input'), 1, 256) AS t FROM inbox
+        WHERE session = sessions.id AND type = 'inbox/accepted'
+        AND json_extract(payload, '$.kind') = 'submit' ORDER BY seq LIMIT 1)),
+    updated_at = coalesce((SELECT max(occurred_us) / 1e6 FROM events
+        WHERE session = sessions.id), created_at),
+    last_activity = max(
+        coalesce((SELECT max(occurred_us) / 1e6 FROM events WHERE session = sessions.id), 0),
+        coalesce((SELECT max(occurred_us) / 1e6 FROM inbox WHERE session = sessions.id), 0),
+        created_at)
+"""
+_RECORD_COLUMNS = (
+    "id, namespace, user_id, agent_id, session_id, created_at, updated_at, last_activity, "
+    "title, labels, first_task, events, turns, bytes, submits, turn_status, lease_owner, "
+    "lease_expires"
+)
+_CATALOGUE_AFTER_APPEND = (
+    "UPDATE sessions SET events = events + ?, turns = turns + ?, bytes = bytes + ?, "
+    "turn_status = coalesce(?, turn_status), updated_at = ?, last_activity = ? WHERE id = ?"
+)
 
 _SELECT_ROWS = (
     f"SELECT {_rows.COLUMNS} FROM events WHERE session=? AND seq>? AND seq<=? ORDER BY seq"
@@ -120,13 +190,14 @@ _INSERT_EVENT = f"INSERT INTO events (session, {_rows.COLUMNS}) VALUES (?,?,?,?,
 _INSERT_FIRST = (
     f"INSERT INTO events (session, {_rows.COLUMNS}, batch_id, digest) "
     "SELECT ?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14 FROM sessions AS s WHERE s.id=?1 "
+    "AND s.deleted_at IS NULL "
     "AND (SELECT coalesce(max(seq), 0) FROM events WHERE session=?1) = ?15 "
     "AND CASE WHEN ?16 IS NULL THEN s.lease_owner IS NULL OR s.lease_expires <= ?18 "
     "ELSE s.lease_owner = ?16 AND s.lease_epoch = ?17 AND s.lease_expires > ?18 END"
 )
 _APPEND_STATE = (
     "SELECT s.lease_owner, s.lease_epoch, s.lease_expires, "
-    "(SELECT max(seq) FROM events WHERE session=s.id), b.digest, b.seq "
+    "(SELECT max(seq) FROM events WHERE session=s.id), b.digest, b.seq, s.deleted_at "
     "FROM sessions AS s LEFT JOIN events AS b ON b.session=s.id AND b.batch_id=?2 "
     "WHERE s.id=?1"
 )
@@ -222,6 +293,9 @@ class SQLiteStore(SessionStore):
                 if mode is None or str(mode[0]).lower() != "wal":
                     raise Corrupt(f"{self.path}: cannot switch to WAL mode ({mode})")
                 conn.execute(f"PRAGMA synchronous={self.synchronous}")
+                # Deleted rows are zeroed in place (builds differ in the default), so a
+                # deleted session's text does not linger in free pages of the file.
+                conn.execute("PRAGMA secure_delete=ON")
                 for suffix in _SIDE_FILES:  # made by SQLite in a race with a closing process
                     _prepare_side_file(Path(f"{self.path}{suffix}"), make=False)
             except (sqlite3.DatabaseError, Corrupt, InvalidInput) as exc:
@@ -277,10 +351,11 @@ class SQLiteStore(SessionStore):
                 f"{self.path} is an SQLite database that agentnb did not create "
                 f"(tables: {', '.join(sorted(tables)[:5])}); use another file"
             )
+        old = None
         if tables:  # an existing store: its format decides, before any statement of ours runs
-            self._check_format(
-                conn.execute("SELECT value FROM agentnb_meta WHERE key='format'").fetchone()
-            )
+            old = conn.execute("SELECT value FROM agentnb_meta WHERE key='format'").fetchone()
+            if old is None or old[0] != _MIGRATABLE:
+                self._check_format(old)
         with self._write() as c:
             recorded = self._recorded_sessions()
             top = self._top_session(c)
@@ -289,12 +364,29 @@ class SQLiteStore(SessionStore):
             for statement in _SCHEMA.split(";"):
                 if statement.strip():
                     c.execute(statement)
+            self._add_lifecycle(c)
             c.execute("INSERT OR IGNORE INTO agentnb_meta VALUES ('format', ?)", (FORMAT,))
             c.execute("INSERT OR IGNORE INTO agentnb_meta VALUES ('secret', ?)", (os.urandom(32),))
             fmt = c.execute("SELECT value FROM agentnb_meta WHERE key='format'").fetchone()
             if recorded != top and self._create:
                 self._record_sessions(top)
         self._check_format(fmt)
+
+    def _add_lifecycle(self, c: sqlite3.Connection) -> None:
+        """Format 3: the lifecycle columns and indexes; a format-2 store is migrated in place
+        (in the schema transaction, counting what its logs hold)."""
+        fmt = c.execute("SELECT value FROM agentnb_meta WHERE key='format'").fetchone()
+        columns = {r[1] for r in c.execute("PRAGMA table_info(sessions)")}
+        for column in _LIFECYCLE_COLUMNS:
+            if column.split()[0] not in columns:
+                c.execute(f"ALTER TABLE sessions ADD COLUMN {column}")
+        for statement in _LIFECYCLE_INDEXES.split(";"):
+            if statement.strip():
+                c.execute(statement)
+        if fmt is not None and fmt[0] == _MIGRATABLE:
+            c.execute(_BACKFILL)
+            c.execute("UPDATE agentnb_meta SET value=? WHERE key='format'", (FORMAT,))
+            log.info("%s migrated from %s to %s", self.path, _MIGRATABLE, FORMAT)
 
     # -- the -catalogue record (see the module docstring) -------------------------------------
 
@@ -366,8 +458,9 @@ class SQLiteStore(SessionStore):
         if fmt is None or fmt[0] != FORMAT:
             raise Corrupt(
                 f"{self.path} has store format {fmt and fmt[0]!r}; this agentnb reads "
-                f"{FORMAT!r}. Open it with the agentnb that wrote it (and export what you "
-                "need), or point the store at a new file"
+                f"{FORMAT!r} (and migrates {_MIGRATABLE!r} in place). Open it with the "
+                "agentnb that wrote it (and export what you need), or point the store at a "
+                "new file"
             )
 
     def close(self) -> None:
@@ -391,24 +484,174 @@ class SQLiteStore(SessionStore):
             row = (
                 (conn or self._conn())
                 .execute(
-                    "SELECT id FROM sessions WHERE namespace=? AND user_id=? AND agent_id=? "
-                    "AND session_id=?",
+                    "SELECT id, deleted_at FROM sessions WHERE namespace=? AND user_id=? "
+                    "AND agent_id=? AND session_id=?",
                     (key.namespace, key.user_id, key.agent_id, key.session_id),
                 )
                 .fetchone()
             )
             if row is None:
                 raise SessionNotFound(f"session {key} does not exist; create it first")
+            if row[1] is not None:
+                check_tombstone(key, self._tombstone(key))
             sid = self._ids[key] = int(row[0])
         return sid
+
+    @staticmethod
+    def _record(row: tuple[Any, ...]) -> SessionRecord:
+        (row_id, ns, user, agent, sid, created, updated, activity, title, labels, first) = row[:11]
+        events, turns, nbytes, submits, status, owner, expires = row[11:]
+        return SessionRecord(
+            SessionKey(ns, user, agent, sid),
+            float(created),
+            float(updated),
+            float(activity),
+            title,
+            json.loads(labels) if labels else {},
+            first,
+            int(events),
+            int(turns),
+            int(nbytes),
+            int(submits),
+            status,
+            owner,
+            float(expires),
+            encode_cursor(float(activity), int(row_id)),
+        )
+
+    def _find_sessions(self, query: _Query) -> list[SessionRecord]:
+        where = ["deleted_at IS NULL"]
+        params: list[Any] = []
+        for column in ("namespace", "user_id", "agent_id"):
+            value = getattr(query, column)
+            if value is not None:
+                where.append(f"{column} = ?")
+                params.append(value)
+        if query.turn_status is not None:
+            marks = ",".join("?" * len(query.turn_status))
+            where.append(f"coalesce(turn_status, 'none') IN ({marks})")
+            params.extend(sorted(query.turn_status))
+        for name, value in (query.labels or {}).items():
+            where.append("EXISTS (SELECT 1 FROM json_each(labels) WHERE key = ? AND value = ?)")
+            params.extend((name, value))
+        if query.since is not None:
+            where.append("last_activity >= ?")
+            params.append(query.since)
+        if query.until is not None:
+            where.append("last_activity < ?")
+            params.append(query.until)
+        if query.search is not None:
+            where.append(
+                "(instr(lower(coalesce(title, '')), ?) "
+                "OR instr(lower(coalesce(first_task, '')), ?))"
+            )
+            params.extend((query.search, query.search))
+        if query.after is not None:
+            where.append("(last_activity, id) < (?, ?)")
+            params.extend(query.after)
+        rows = (
+            self._conn()
+            .execute(
+                f"SELECT {_RECORD_COLUMNS} FROM sessions WHERE {' AND '.join(where)} "
+                "ORDER BY last_activity DESC, id DESC LIMIT ?",
+                (*params, query.limit),
+            )
+            .fetchall()
+        )
+        return [self._record(r) for r in rows]
+
+    def _update_session(
+        self,
+        key: SessionKey,
+        title: str | _Unset | None,
+        labels: dict[str, str | None],
+        now: float,
+    ) -> SessionRecord:
+        sid = self._sid(key)
+        with self._write() as c:
+            row = c.execute(
+                "SELECT labels FROM sessions WHERE id=? AND deleted_at IS NULL", (sid,)
+            ).fetchone()
+            if row is None:
+                check_tombstone(key, self._tombstone_of(c, key))
+            merged = merge_labels(key, json.loads(row[0]) if row[0] else {}, labels)
+            c.execute(
+                "UPDATE sessions SET labels=?, updated_at=?, last_activity=? WHERE id=?",
+                (json.dumps(merged, sort_keys=True) if merged else None, now, now, sid),
+            )
+            if not isinstance(title, _Unset):
+                c.execute("UPDATE sessions SET title=? WHERE id=?", (title, sid))
+            found = c.execute(
+                f"SELECT {_RECORD_COLUMNS} FROM sessions WHERE id=?", (sid,)
+            ).fetchone()
+        return self._record(found)
+
+    def _delete_session(
+        self, key: SessionKey, by: str, reason: str, fence: Lease | None, now: float
+    ) -> Tombstone:
+        with self._write() as c:
+            old = self._tombstone_of(c, key)
+            if old is not None:
+                return old
+            sid = self._ids.pop(key, None) or self._sid(key, c)
+            check_fence(key, self._lease_of(c, sid), fence, now)
+            c.execute(
+                "DELETE FROM blobs WHERE digest IN (SELECT blob FROM events WHERE session=?1 "
+                "AND blob IS NOT NULL UNION SELECT blob FROM inbox WHERE session=?1 AND blob "
+                "IS NOT NULL) AND NOT EXISTS (SELECT 1 FROM events WHERE blob=blobs.digest "
+                "AND session<>?1) AND NOT EXISTS (SELECT 1 FROM inbox WHERE blob=blobs.digest "
+                "AND session<>?1)",
+                (sid,),
+            )
+            for table in ("events", "inbox", "watermarks", "snapshots"):
+                c.execute(f"DELETE FROM {table} WHERE session=?", (sid,))
+            # The tombstone keeps the row (so ids, and the -catalogue record, only grow) and
+            # the event count; the user's text in it (title, labels, first task) goes.
+            c.execute(
+                "UPDATE sessions SET deleted_at=?, deleted_by=?, deleted_reason=?, title=NULL, "
+                "labels=NULL, first_task=NULL, lease_owner=NULL, lease_expires=0, "
+                "bytes=0, turns=0, submits=0, turn_status=NULL WHERE id=?",
+                (now, by, reason, sid),
+            )
+            tombstone = self._tombstone_of(c, key)
+        self._ids.pop(key, None)
+        # secure_delete zeroed the pages in the log; the checkpoint copies them into the
+        # file and truncates the -wal, which still held the frames of the earlier writes.
+        busy = self._conn().execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        if busy and busy[0]:
+            log.warning(
+                "%s: a reader kept the WAL checkpoint after deleting %s from completing; "
+                "the deleted pages leave the -wal file at the next checkpoint",
+                self.path,
+                key,
+            )
+        assert tombstone is not None
+        return tombstone
+
+    def _tombstone(self, key: SessionKey) -> Tombstone | None:
+        return self._tombstone_of(self._conn(), key)
+
+    @staticmethod
+    def _tombstone_of(c: sqlite3.Connection, key: SessionKey) -> Tombstone | None:
+        row = c.execute(
+            "SELECT deleted_at, deleted_by, deleted_reason, events FROM sessions "
+            "WHERE namespace=? AND user_id=? AND agent_id=? AND session_id=? "
+            "AND deleted_at IS NOT NULL",
+            (key.namespace, key.user_id, key.agent_id, key.session_id),
+        ).fetchone()
+        if row is None:
+            return None
+        return Tombstone(key, float(row[0]), row[1], row[2] or "", int(row[3]))
 
     def _create_session(self, key: SessionKey, now: float) -> SessionRecord:
         with self._write() as c:
             created = c.execute(
                 "INSERT OR IGNORE INTO sessions (namespace, user_id, agent_id, "
-                "session_id, created_at) VALUES (?,?,?,?,?)",
-                (key.namespace, key.user_id, key.agent_id, key.session_id, now),
+                "session_id, created_at, updated_at, last_activity) VALUES (?,?,?,?,?,?,?)",
+                (key.namespace, key.user_id, key.agent_id, key.session_id, now, now, now),
             ).rowcount
+            if not created:
+                check_tombstone(key, self._tombstone_of(c, key))
         if created:
             # After the commit, under the write lock again: the record never runs ahead of
             # the catalogue, and records written by other processes come in commit order.
@@ -422,13 +665,13 @@ class SQLiteStore(SessionStore):
         row = (
             self._conn()
             .execute(
-                "SELECT created_at FROM sessions WHERE namespace=? AND user_id=? AND agent_id=? "
-                "AND session_id=?",
+                f"SELECT {_RECORD_COLUMNS} FROM sessions WHERE namespace=? AND user_id=? "
+                "AND agent_id=? AND session_id=? AND deleted_at IS NULL",
                 (key.namespace, key.user_id, key.agent_id, key.session_id),
             )
             .fetchone()
         )
-        return SessionRecord(key, float(row[0])) if row else None
+        return self._record(row) if row else None
 
     def _list_sessions(
         self, namespace: str | None, user_id: str | None, agent_id: str | None
@@ -436,14 +679,14 @@ class SQLiteStore(SessionStore):
         rows = (
             self._conn()
             .execute(
-                "SELECT namespace, user_id, agent_id, session_id, created_at FROM sessions "
+                f"SELECT {_RECORD_COLUMNS} FROM sessions "
                 "WHERE (?1 IS NULL OR namespace=?1) AND (?2 IS NULL OR user_id=?2) "
-                "AND (?3 IS NULL OR agent_id=?3) ORDER BY id",
+                "AND (?3 IS NULL OR agent_id=?3) AND deleted_at IS NULL ORDER BY id",
                 (namespace, user_id, agent_id),
             )
             .fetchall()
         )
-        return [SessionRecord(SessionKey(*r[:4]), float(r[4])) for r in rows]
+        return [self._record(r) for r in rows]
 
     # -- execution log -----------------------------------------------------------------------
 
@@ -484,7 +727,8 @@ class SQLiteStore(SessionStore):
             return digest
 
         hasher = hashlib.sha256()
-        first, *rest = [_rows.encode(e, e.seq, put_blob, hasher) for e in batch]
+        first, *rest = encoded = [_rows.encode(e, e.seq, put_blob, hasher) for e in batch]
+        nbytes = sum(len(r.payload or "") for r in encoded) + sum(len(b) for _, b in blobs)
         owner, epoch = (fence.owner, fence.epoch) if fence is not None else (None, None)
         digest = hasher.hexdigest()
         params = (sid, *first, batch_id, digest, expected_seq, owner, epoch, now)
@@ -497,7 +741,10 @@ class SQLiteStore(SessionStore):
                 inserted = 0  # the batch id was used before: a replay, or a reuse
             if not inserted:
                 state = c.execute(_APPEND_STATE, (sid, batch_id)).fetchone()
-                owner_, epoch_, expires, head, old_digest, old_first = state
+                owner_, epoch_, expires, head, old_digest, old_first, deleted = state
+                if deleted is not None:
+                    self._ids.pop(key, None)
+                    check_tombstone(key, self._tombstone_of(c, key))
                 check_fence(key, _LeaseRow(owner_, int(epoch_), float(expires)), fence, now)
                 old = None if old_digest is None else (old_digest, int(old_first))
                 if not decide_append(key, int(head or 0), expected_seq, old, digest):
@@ -507,6 +754,11 @@ class SQLiteStore(SessionStore):
                 check_inbox(key, self._max_seq(c, "inbox", sid), expected_inbox)
             if rest:
                 c.executemany(_INSERT_EVENT, [(sid, *row) for row in rest])
+            delta = decide_catalogue(batch, nbytes)
+            c.execute(
+                _CATALOGUE_AFTER_APPEND,
+                (delta.events, delta.turns, delta.bytes, delta.turn_status, now, now, sid),
+            )
 
     def _rows(self, key: SessionKey, after: int, through: int) -> list[tuple[Any, ...]]:
         conn = self._conn()
@@ -586,6 +838,14 @@ class SQLiteStore(SessionStore):
                             "command; use a new key for new content"
                         )
                     return _rows.decode(key, old[:-1], self.get_blob), False
+            task = submit_text(event)
+            if not c.execute(
+                "UPDATE sessions SET last_activity=?, submits=submits+?, "
+                "first_task=coalesce(first_task, ?) WHERE id=? AND deleted_at IS NULL",
+                (now, task is not None, task, sid),
+            ).rowcount:
+                self._ids.pop(key, None)
+                check_tombstone(key, self._tombstone_of(c, key))
             seq = self._max_seq(c, "inbox", sid) + 1
             c.execute(
                 _INSERT_INBOX,

@@ -31,6 +31,7 @@ from agentnb.errors import (
     InboxChanged,
     InvalidInput,
     LeaseHeld,
+    SessionDeleted,
     SessionNotFound,
     StorageError,
 )
@@ -39,12 +40,24 @@ from agentnb.events import (
     Event,
     FrozenDict,
     _unregister_event_type,
+    canonical_json,
     register_event_type,
 )
 from agentnb.ids import Clock, FakeClock, SessionKey
 from agentnb.log import Inbox, SessionLog
-from agentnb.stores._rows import event_anchor, seal_snapshot
-from agentnb.stores.base import MAX_BATCH, MAX_READ_LIMIT, SCAN_PAGE, Lease, SessionStore
+from agentnb.stores._rows import blob_digest, event_anchor, seal_snapshot
+from agentnb.stores.base import (
+    MAX_BATCH,
+    MAX_LABEL_KEY,
+    MAX_LABEL_VALUE,
+    MAX_LABELS,
+    MAX_LIST_LIMIT,
+    MAX_READ_LIMIT,
+    MAX_TITLE,
+    SCAN_PAGE,
+    Lease,
+    SessionStore,
+)
 
 __all__ = ["StoreContract"]
 
@@ -74,6 +87,11 @@ def command(text: str = "hello") -> Event:
         "inbox/accepted",
         {"command_id": f"cmd_{text}", "kind": "submit", "input": text},
     )
+
+
+def _blob_digest(event: Event) -> str:
+    """The digest a large payload of ``event`` is stored under."""
+    return blob_digest(canonical_json(event.payload).encode())
 
 
 def run_threads(targets: list[Callable[[], None]], timeout: float = _GUARD) -> None:
@@ -811,6 +829,307 @@ class StoreContract:
         assert store.watermark(key, "a") == 4
         assert store.watermark(key, "b") == 2
         assert store.watermark(other, "a") == 0
+
+    # -- lifecycle: metadata, finding, deleting -------------------------------------------------
+
+    def test_new_session_record_carries_empty_metadata(
+        self, store: SessionStore, clock: FakeClock
+    ) -> None:
+        """A new record has its times set to now, no title or labels and zero counts."""
+        record = store.create_session(session_key())
+        now = clock.now()
+        assert (record.created_at, record.updated_at, record.last_activity) == (now, now, now)
+        assert (record.title, record.labels, record.first_task) == (None, {}, None)
+        assert (record.events, record.turns, record.bytes, record.submits) == (0, 0, 0, 0)
+        assert record.turn_status is None
+
+    def test_append_keeps_counts_times_and_turn_status_current(
+        self, store: SessionStore, key: SessionKey, clock: FakeClock
+    ) -> None:
+        """Each commit adds its events, turns and payload size, moves the times and sets the
+        latest turn's raw status; a replayed batch changes nothing."""
+        clock.advance(10)
+        batch = [Event.create("turn/start", {"input": "hi"}, turn_id="turn_1"), step(2)]
+        store.append(key, batch, expected_seq=0, batch_id="b1")
+        record = store.get_session(key)
+        assert record is not None
+        assert (record.events, record.turns, record.turn_status) == (2, 1, "running")
+        assert record.bytes == sum(len(canonical_json(e.payload)) for e in batch)
+        assert record.updated_at == record.last_activity == clock.now()
+        clock.advance(10)
+        store.append(key, batch, expected_seq=0, batch_id="b1")  # a lost-ack replay
+        assert store.get_session(key) == record
+        done = Event.create("turn/suspended", {"reason": "needs a person"}, turn_id="turn_1")
+        store.append(key, [done], expected_seq=2, batch_id="b2")
+        after = store.get_session(key)
+        assert after is not None
+        assert (after.events, after.turns, after.turn_status) == (3, 1, "suspended")
+        assert after.created_at == record.created_at
+
+    def test_first_submit_is_the_first_task_and_submits_are_counted(
+        self, store: SessionStore, key: SessionKey, clock: FakeClock
+    ) -> None:
+        """The first accepted submit's first line becomes first_task; every submit counts once
+        (a deduplicated re-send does not) and moves last_activity but not updated_at."""
+        clock.advance(3)
+        first = Event.create(
+            "inbox/accepted",
+            {"command_id": "c1", "kind": "submit", "input": "\n  Plan the trip \nin detail"},
+        )
+        store.inbox_append(key, first, dedupe_key="k1")
+        store.inbox_append(key, first, dedupe_key="k1")
+        store.inbox_append(key, command("second task"))
+        store.inbox_append(
+            key,
+            Event.create("inbox/accepted", {"command_id": "c3", "kind": "inject", "input": "x"}),
+        )
+        record = store.get_session(key)
+        assert record is not None
+        assert record.first_task == "Plan the trip"
+        assert record.submits == 2
+        assert record.last_activity == clock.now() > record.updated_at
+
+    def test_update_sets_title_and_merges_labels(
+        self, store: SessionStore, key: SessionKey, clock: FakeClock
+    ) -> None:
+        """update_session sets the title, merges labels (None removes one) and is idempotent."""
+        clock.advance(1)
+        record = store.update_session(key, title="Trip plan", labels={"team": "a", "env": "x"})
+        assert (record.title, record.labels) == ("Trip plan", {"env": "x", "team": "a"})
+        assert record.updated_at == clock.now()
+        record = store.update_session(key, labels={"env": None, "tier": "gold"})
+        assert (record.title, record.labels) == ("Trip plan", {"team": "a", "tier": "gold"})
+        again = store.update_session(key, labels={"env": None, "tier": "gold"})
+        assert again == record
+        cleared = store.update_session(key, title=None)
+        assert (cleared.title, cleared.labels) == (None, {"team": "a", "tier": "gold"})
+        assert store.get_session(key) == cleared
+
+    @pytest.mark.parametrize(
+        "changes",
+        [
+            {"title": ""},
+            {"title": "two\nlines"},
+            {"title": "x" * (MAX_TITLE + 1)},
+            {"title": 5},
+            {"labels": ["a"]},
+            {"labels": {"": "v"}},
+            {"labels": {"k" * (MAX_LABEL_KEY + 1): "v"}},
+            {"labels": {"k": "v" * (MAX_LABEL_VALUE + 1)}},
+            {"labels": {"k": 5}},
+            {"labels": {f"k{i}": "v" for i in range(MAX_LABELS + 1)}},
+        ],
+    )
+    def test_bad_metadata_is_invalid_input_and_writes_nothing(
+        self, store: SessionStore, key: SessionKey, changes: dict[str, Any]
+    ) -> None:
+        """A bad title or bad labels raise InvalidInput and the record is unchanged."""
+        before = store.get_session(key)
+        with pytest.raises(InvalidInput):
+            store.update_session(key, **changes)
+        assert store.get_session(key) == before
+
+    def test_labels_past_the_bound_after_merging_are_refused(
+        self, store: SessionStore, key: SessionKey
+    ) -> None:
+        """Merging labels that would exceed MAX_LABELS raises InvalidInput, nothing written."""
+        store.update_session(key, labels={f"k{i}": "v" for i in range(MAX_LABELS)})
+        before = store.get_session(key)
+        with pytest.raises(InvalidInput, match="remove some"):
+            store.update_session(key, labels={"one-more": "v"})
+        assert store.get_session(key) == before
+
+    def _sessions(self, store: SessionStore, clock: FakeClock, n: int) -> list[SessionKey]:
+        keys = []
+        for i in range(n):
+            clock.advance(1)
+            keys.append(session_key(f"s{i}", user_id="alice" if i % 2 else "bob"))
+            store.create_session(keys[-1])
+        return keys
+
+    def test_find_sessions_is_newest_activity_first(
+        self, store: SessionStore, clock: FakeClock
+    ) -> None:
+        """Sessions come newest last_activity first, and activity moves a session up."""
+        keys = self._sessions(store, clock, 4)
+        assert [r.key for r in store.find_sessions()] == keys[::-1]
+        clock.advance(1)
+        store.append(keys[0], [step()], expected_seq=0, batch_id="b")
+        assert store.find_sessions(limit=1)[0].key == keys[0]
+
+    def test_find_sessions_pages_with_a_stable_cursor(
+        self, store: SessionStore, clock: FakeClock
+    ) -> None:
+        """Pages follow each other without gaps or repeats, even while sessions are added."""
+        keys = self._sessions(store, clock, 5)
+        first = store.find_sessions(limit=2)
+        assert [r.key for r in first] == [keys[4], keys[3]]
+        clock.advance(1)
+        store.create_session(session_key("new"))  # newer: it belongs before page one
+        second = store.find_sessions(limit=2, before=first[-1].cursor)
+        third = store.find_sessions(limit=2, before=second[-1].cursor)
+        assert [r.key for r in second + third] == [keys[2], keys[1], keys[0]]
+        assert store.find_sessions(limit=2, before=third[-1].cursor) == []
+
+    def test_find_sessions_filters(self, store: SessionStore, clock: FakeClock) -> None:
+        """User, labels (all must match), activity range, text search and raw turn status
+        each narrow the listing."""
+        keys = self._sessions(store, clock, 4)
+
+        def ids(**filters: Any) -> list[str]:
+            return [r.key.session_id for r in store.find_sessions(**filters)]
+
+        middle = store.get_session(keys[2])
+        assert middle is not None
+        assert ids(since=middle.last_activity) == ["s3", "s2"]
+        assert ids(until=middle.last_activity) == ["s1", "s0"]
+        clock.advance(1)
+        store.update_session(keys[1], title="Quarterly BUDGET review", labels={"team": "fin"})
+        store.update_session(keys[3], labels={"team": "fin", "tier": "gold"})
+        store.inbox_append(keys[2], command("Draft the budget memo"))
+        store.append(
+            keys[0],
+            [Event.create("turn/start", {"input": "x"}, turn_id="turn_1")],
+            expected_seq=0,
+            batch_id="b",
+        )
+        assert ids(user_id="alice") == ["s3", "s1"]
+        assert ids(labels={"team": "fin"}) == ["s3", "s1"]
+        assert ids(labels={"team": "fin", "tier": "gold"}) == ["s3"]
+        assert ids(search="budget") == ["s2", "s1"]
+        assert ids(search="BUDGET", user_id="bob") == ["s2"]
+        assert ids(turn_status=["running"]) == ["s0"]
+        assert ids(turn_status=["none"]) == ["s3", "s2", "s1"]
+        assert ids(agent_id="other") == []
+
+    @pytest.mark.parametrize(
+        "filters",
+        [
+            {"limit": 0},
+            {"limit": MAX_LIST_LIMIT + 1},
+            {"before": "not-a-cursor"},
+            {"before": 5},
+            {"search": " "},
+            {"labels": {"k": 5}},
+            {"turn_status": "running"},
+            {"since": "yesterday"},
+            {"user_id": ""},
+        ],
+    )
+    def test_bad_find_arguments_are_invalid_input(
+        self, store: SessionStore, filters: dict[str, Any]
+    ) -> None:
+        """Bad filters, limits and cursors raise InvalidInput saying what to pass."""
+        with pytest.raises(InvalidInput):
+            store.find_sessions(**filters)
+
+    def test_delete_removes_every_row_of_the_session_and_nothing_else(
+        self, store: SessionStore, key: SessionKey, clock: FakeClock
+    ) -> None:
+        """Events, inbox, watermarks, snapshots, lease and unshared blobs go; the other
+        session, and a blob it shares, stay."""
+        other = session_key("other")
+        store.create_session(other)
+        shared = Event.create("acme/big", {"text": "s" * (BLOB_THRESHOLD + 1)})
+        mine = Event.create("acme/big", {"text": "m" * (BLOB_THRESHOLD + 1)})
+        store.append(key, [step(), shared, mine], expected_seq=0, batch_id="b")
+        store.append(other, [step(), shared.model_copy()], expected_seq=0, batch_id="b")
+        store.inbox_append(key, command())
+        store.advance_watermark(key, "sink", 2)
+        store.put_snapshot(key, "fold", 3, b"state")
+        lease = store.acquire_lease(key, "me")
+        store.release_lease(lease)
+        clock.advance(2)
+        tombstone = store.delete_session(key, by="alice", reason="GDPR request 7")
+        assert (tombstone.key, tombstone.deleted_by, tombstone.reason) == (
+            key,
+            "alice",
+            "GDPR request 7",
+        )
+        assert (tombstone.deleted_at, tombstone.events) == (clock.now(), 3)
+        assert store.tombstone(key) == tombstone
+        assert store.get_session(key) is None
+        with pytest.raises(Corrupt):
+            store.get_blob(_blob_digest(mine))
+        # The shared blob is still there: the other session reads it back.
+        assert [e.payload for e in store.read_after(other, 0, 10)][1] == shared.payload
+        assert [r.key for r in store.find_sessions()] == [other]
+        assert store.tombstone(other) is None
+
+    def test_a_deleted_session_refuses_every_call(
+        self, store: SessionStore, key: SessionKey
+    ) -> None:
+        """After delete, reads, writes and create_session raise SessionDeleted; deleting
+        again returns the first tombstone."""
+        store.append(key, [step()], expected_seq=0, batch_id="b")
+        tombstone = store.delete_session(key, by="ops")
+        for call in (
+            lambda: store.head(key),
+            lambda: store.read_after(key, 0, 10),
+            lambda: store.append(key, [step(2)], expected_seq=1, batch_id="b2"),
+            lambda: store.inbox_append(key, command()),
+            lambda: store.inbox_head(key),
+            lambda: store.update_session(key, title="back"),
+            lambda: store.acquire_lease(key, "me"),
+            lambda: store.create_session(key),
+        ):
+            with pytest.raises(SessionDeleted, match="ops"):
+                call()
+        assert store.delete_session(key, by="someone else") == tombstone
+        assert store.list_sessions() == []
+        with pytest.raises(SessionNotFound):
+            store.delete_session(session_key("never"), by="ops")
+
+    def test_delete_is_refused_under_another_live_lease(
+        self, store: SessionStore, key: SessionKey
+    ) -> None:
+        """A live lease makes delete raise LeaseHeld (nothing deleted) unless it is the fence."""
+        store.append(key, [step()], expected_seq=0, batch_id="b")
+        lease = store.acquire_lease(key, "runner")
+        with pytest.raises(LeaseHeld):
+            store.delete_session(key, by="ops")
+        assert store.head(key) == 1
+        store.delete_session(key, by="runner", fence=lease)
+        assert store.tombstone(key) is not None
+
+    @pytest.mark.parametrize(
+        "arguments",
+        [{"by": ""}, {"by": 5}, {"by": "ops", "reason": 5}, {"by": "ops", "fence": "lease"}],
+    )
+    def test_bad_delete_arguments_are_invalid_input(
+        self, store: SessionStore, key: SessionKey, arguments: dict[str, Any]
+    ) -> None:
+        """delete_session with a bad who, reason or fence raises InvalidInput, deletes nothing."""
+        with pytest.raises(InvalidInput):
+            store.delete_session(key, **arguments)
+        assert store.tombstone(key) is None
+
+    def test_a_delete_racing_commits_leaves_nothing_behind(
+        self, store: SessionStore, key: SessionKey
+    ) -> None:
+        """A writer committing while the session is deleted either commits before the delete
+        or gets SessionDeleted; no event of it survives."""
+        stopped: list[BaseException] = []
+
+        def write() -> None:
+            for i in range(200):
+                try:
+                    store.append(key, [step(i)], expected_seq=i, batch_id=f"b{i}")
+                    store.inbox_append(key, command(f"c{i}"))
+                except SessionDeleted as exc:
+                    stopped.append(exc)
+                    return
+
+        def delete() -> None:
+            time.sleep(0.01)  # let some commits through first (not a timing assertion)
+            store.delete_session(key, by="ops")
+
+        run_threads([write, delete])
+        with pytest.raises(SessionDeleted):
+            store.head(key)
+        assert store.find_sessions() == []
+        if stopped:
+            assert isinstance(stopped[0], SessionDeleted)
 
     # -- blobs --------------------------------------------------------------------------------
 

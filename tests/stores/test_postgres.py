@@ -191,6 +191,7 @@ class TestSchema:
         first.advance_watermark(key, "sink", 2)
         blob = first.put_blob(b"bytes")
         secret = first.secret()
+        record = first.get_session(key)  # with the metadata those commits changed
         first.close()
         again = PostgresStore(pg_url, clock=clock)
         try:

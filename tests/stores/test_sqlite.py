@@ -16,7 +16,7 @@ from agentnb.ids import Clock, FakeClock, SessionKey
 from agentnb.log import SessionLog
 from agentnb.stores import SessionStore, open_store
 from agentnb.stores._rows import COLUMNS, encode
-from agentnb.stores.sqlite import SQLiteStore
+from agentnb.stores.sqlite import _LIFECYCLE_COLUMNS, SQLiteStore
 from agentnb.testing.store_contract import StoreContract, command, session_key, step
 
 
@@ -71,6 +71,7 @@ class TestReopen:
         first.advance_watermark(key, "sink", 2)
         blob = first.put_blob(b"bytes")
         secret = first.secret()
+        record = first.get_session(key)  # with the metadata those commits changed
         first.close()
 
         again = SQLiteStore(path, clock=clock)
@@ -145,9 +146,42 @@ class TestFiles:
         conn.execute("ALTER TABLE events DROP COLUMN batch_id")
         conn.close()
         before = path.read_bytes()
-        with pytest.raises(Corrupt, match=r"'agentnb-sqlite/1'.*reads 'agentnb-sqlite/2'"):
+        with pytest.raises(Corrupt, match=r"'agentnb-sqlite/1'.*reads 'agentnb-sqlite/3'"):
             SQLiteStore(path)
         assert path.read_bytes() == before
+
+    def test_format_2_store_is_migrated_in_place(self, path: Path) -> None:
+        """A format-2 store gains the lifecycle columns, with counts, latest turn status and
+        first task computed from its logs, and is then format 3."""
+        store = SQLiteStore(path)
+        key = session_key()
+        store.create_session(key)
+        store.inbox_append(key, command("Plan the offsite\nwith details"))
+        turn = Event.create("turn/start", {"input": "x"}, turn_id="turn_1")
+        done = Event.create("turn/completed", {}, turn_id="turn_1")
+        store.append(key, [turn, step(2), done], expected_seq=0, batch_id="b")
+        store.close()
+        conn = _raw(path)
+        for index in ("sessions_recent", "sessions_user_recent", "events_blob", "inbox_blob"):
+            conn.execute(f"DROP INDEX {index}")
+        for column in _LIFECYCLE_COLUMNS:
+            conn.execute(f"ALTER TABLE sessions DROP COLUMN {column.split()[0]}")
+        conn.execute("UPDATE agentnb_meta SET value='agentnb-sqlite/2' WHERE key='format'")
+        conn.close()
+        store = SQLiteStore(path)
+        try:
+            record = store.get_session(key)
+            assert record is not None
+            assert (record.events, record.turns, record.submits) == (3, 1, 1)
+            assert (record.turn_status, record.first_task) == ("completed", "Plan the offsite")
+            assert [r.key for r in store.find_sessions()] == [key]
+        finally:
+            store.close()
+        conn = _raw(path)
+        assert conn.execute("SELECT value FROM agentnb_meta WHERE key='format'").fetchone() == (
+            "agentnb-sqlite/3",
+        )
+        conn.close()
 
     def test_random_bytes_file_is_corrupt(self, path: Path) -> None:
         """A file that is not an SQLite database raises Corrupt."""
