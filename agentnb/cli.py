@@ -7,7 +7,9 @@ import dataclasses
 import json
 import math
 import os
+import signal
 import sys
+import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import date, datetime, timedelta
 from typing import Any
@@ -500,7 +502,11 @@ def _tail(args: argparse.Namespace) -> int:
 
 
 def _worker(args: argparse.Namespace) -> int:
-    """Run a headless runtime that executes queued work of every session of the agent."""
+    """Run a headless runtime that executes queued work of the agent's sessions.
+
+    SIGTERM and SIGINT stop it cooperatively: the runs it executes are interrupted at their
+    next boundary, their ends committed and their leases released; then it exits 0.
+    """
     import importlib
 
     module_name, _, attr = args.agent.partition(":")
@@ -511,9 +517,13 @@ def _worker(args: argparse.Namespace) -> int:
     except (ImportError, AttributeError) as exc:
         raise InvalidInput(f"--agent {args.agent}: cannot load it ({exc})") from None
     runtime = nb.Runtime(agent, store=args.store, auto_resume=True, lease_ttl=args.lease)
+    stop = threading.Event()
+    if threading.current_thread() is threading.main_thread():
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, lambda *_: stop.set())
     print(f"worker for {agent.agent_id!r} on {runtime.store.url}; Ctrl-C to stop", flush=True)
     try:
-        runtime.serve(poll=args.poll)
+        runtime.serve(poll=args.poll, stop=stop, concurrency=args.concurrency)
     except KeyboardInterrupt:
         pass
     finally:
@@ -646,14 +656,24 @@ def _parser() -> argparse.ArgumentParser:
         "worker",
         _worker,
         "execute queued work of an agent's sessions (headless runtime)",
-        "Run a worker; crashed turns with nothing uncertain are resumed. Example: "
-        "agentnb worker --store sqlite:///.agentnb/agentnb.sqlite "
-        "--agent myproject.agents:cost_agent",
+        "Run a worker; crashed turns with nothing uncertain are resumed. On PostgreSQL it "
+        "claims sessions with queued work, so many workers (processes, machines) share a "
+        "store; on SQLite it scans the sessions (one machine). SIGTERM stops it cleanly. "
+        "Example: agentnb worker --store postgresql://app@db/agentnb "
+        "--agent myproject.agents:cost_agent --concurrency 8",
     )
     worker.add_argument("--store", default=None, help="store URL (default: SQLite in ./.agentnb/)")
     worker.add_argument("--agent", required=True, help="module:attribute of an nb.Agent")
-    worker.add_argument("--poll", type=float, default=1.0, help="seconds between scans")
+    worker.add_argument(
+        "--poll",
+        type=float,
+        default=1.0,
+        help="seconds between scans (SQLite) or fallback claims (PostgreSQL, woken by NOTIFY)",
+    )
     worker.add_argument("--lease", type=float, default=10.0, help="lease seconds")
+    worker.add_argument(
+        "--concurrency", type=int, default=16, help="sessions executing at once (default 16)"
+    )
     return parser
 
 

@@ -13,22 +13,26 @@ import contextlib
 import functools
 import logging
 import threading
+import time
 import weakref
-from collections.abc import Iterable
-from typing import Any, TypeVar
+from collections import OrderedDict
+from collections.abc import Callable, Iterable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from agentnb.agent import Agent
-from agentnb.errors import InvalidInput, SessionNotFound, StorageError, describe
+from agentnb.errors import InvalidInput, LeaseHeld, SessionNotFound, StorageError, describe
 from agentnb.events import Event
-from agentnb.folds import ChatFolds
+from agentnb.folds import ChatFolds, Folds
 from agentnb.holders import new_owner
 from agentnb.ids import SessionKey, check_id
 from agentnb.live import LiveEvent, LiveHub, Subscription
+from agentnb.projections.state import next_command
 from agentnb.runtime.engine import SessionDriver
 from agentnb.session import Session
 from agentnb.stores import SessionStore, open_store
+from agentnb.stores.base import Lease
 
-__all__ = ["Runtime"]
+__all__ = ["PendingWork", "Runtime"]
 
 T = TypeVar("T")
 
@@ -40,6 +44,36 @@ _exit_hook_installed = False
 
 EXIT_CLOSE_TIMEOUT = 5.0
 """Seconds a runtime still open at interpreter exit gets to stop its runs and release."""
+SERVE_STOP_TIMEOUT = 10.0
+"""Seconds ``serve`` gives its sessions' runs to stop and release once ``stop`` is set."""
+_WORK_FOLDS = 1024
+"""Folds ``serve`` keeps (least recently used) to tell cheaply whether a session has work."""
+
+
+@runtime_checkable
+class PendingWork(Protocol):
+    """A store's index of the sessions with queued work (``PostgresStore`` has one).
+
+    With it, ``Runtime.serve`` claims sessions that have work instead of scanning every
+    session, so any number of worker processes and machines can share the store.
+    """
+
+    def claim_pending(
+        self,
+        owner: str,
+        *,
+        ttl: float = ...,
+        limit: int = ...,
+        agent_id: str | None = ...,
+        namespace: str | None = ...,
+    ) -> list[Lease]:
+        """Lease up to ``limit`` sessions with accepted commands and no live lease."""
+
+    def settle_pending(self, lease: Lease, inbox_seen: int) -> bool:
+        """Clear the leased session's mark if its inbox is still at ``inbox_seen``."""
+
+    def watch_pending(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """Call ``callback`` when work may have been accepted; returns the unwatch."""
 
 
 def _close_at_exit() -> None:
@@ -78,6 +112,12 @@ class Runtime:
     ``store`` is a URL (``sqlite:///path.db``, ``memory://``) or a ``SessionStore``; the
     default is SQLite under ``./.agentnb/``. A session executes only while this runtime holds
     its lease (``lease_ttl`` seconds, renewed every third of that).
+
+    ``execute=False`` makes a runtime that only submits and observes, for a notebook next to
+    ``agentnb worker`` processes on a shared (PostgreSQL) store: ``submit``, ``respond``,
+    ``resume``, ``interrupt``... accept commands durably, but this process starts no driver
+    (``kick`` does nothing, ``serve`` refuses); ``wait``, ``follow`` and the widgets wake on
+    the workers' commits (through ``LISTEN/NOTIFY`` on PostgreSQL).
     """
 
     def __init__(
@@ -89,9 +129,12 @@ class Runtime:
         auto_resume: bool = False,
         export_to: Iterable[Any] = (),
         namespace: str = "default",
+        execute: bool = True,
     ) -> None:
         if not isinstance(agent, Agent):
             raise InvalidInput(f"agent must be an nb.Agent, got {type(agent).__name__}")
+        if not isinstance(execute, bool):
+            raise InvalidInput(f"execute must be True or False, got {execute!r}")
         if not isinstance(lease_ttl, int | float) or not 0.2 <= lease_ttl <= 3600:
             raise InvalidInput(f"lease_ttl must be seconds in [0.2, 3600], got {lease_ttl!r}")
         self.agent = agent
@@ -102,6 +145,9 @@ class Runtime:
         self.export_to = tuple(export_to)
         self.namespace = check_id(namespace, "namespace")
         self.owner = new_owner()
+        self.execute = execute
+        self._work_folds: OrderedDict[SessionKey, Folds] = OrderedDict()
+        self._work_folds_lock = threading.Lock()
         self.hub = LiveHub()
         self._drivers: dict[SessionKey, SessionDriver] = {}
         self._sessions: dict[SessionKey, Session] = {}
@@ -172,8 +218,11 @@ class Runtime:
     # -- the loop ----------------------------------------------------------------------------
 
     def kick(self, key: SessionKey) -> None:
-        """Make sure a driver dispatches the session's accepted work (non-blocking)."""
-        if self._closed:
+        """Make sure a driver dispatches the session's accepted work (non-blocking).
+
+        Does nothing in a runtime made with ``execute=False``: workers execute.
+        """
+        if self._closed or not self.execute:
             return
         driver = self._drivers.get(key)
         if driver is not None:
@@ -255,17 +304,190 @@ class Runtime:
         says whose); ``session.events()`` has one session's only."""
         return self.hub.subscribe(maxsize)
 
-    def serve(self, poll: float = 1.0, stop: threading.Event | None = None) -> None:
-        """Execute queued work of every session of this agent until ``stop`` is set.
+    def serve(
+        self,
+        poll: float = 1.0,
+        stop: threading.Event | None = None,
+        *,
+        concurrency: int = 16,
+    ) -> None:
+        """Execute queued work of this agent's sessions until ``stop`` is set.
 
-        What ``agentnb worker`` runs: every ``poll`` seconds each session is offered to a
-        driver, which takes its lease only when it has work (or a crashed run to recover).
+        What ``agentnb worker`` runs; at most ``concurrency`` sessions execute at once. On a
+        store with a pending-work index (``PendingWork``: PostgreSQL) it claims sessions that
+        have work, woken when a command is accepted anywhere and every ``poll`` seconds (for
+        sessions whose holder crashed, once their lease expires); the claim is the lease the
+        session runs under, and a session is let go (its mark settled) once nothing is left
+        to do. Many processes and machines can serve one store; each session executes in one
+        place at a time. Other stores are scanned: every ``poll`` seconds each session is
+        looked at, and one with work gets a driver (one machine). Once ``stop`` is set, the
+        runs of this call are interrupted cooperatively, their ends committed and their leases
+        released before it returns.
         """
+        if not isinstance(poll, int | float) or isinstance(poll, bool) or not 0 < poll <= 3600:
+            raise InvalidInput(f"poll must be seconds in (0, 3600], got {poll!r}")
+        if (
+            not isinstance(concurrency, int)
+            or isinstance(concurrency, bool)
+            or not 1 <= concurrency <= 1000
+        ):
+            raise InvalidInput(f"concurrency must be an int in 1..1000, got {concurrency!r}")
+        if not self.execute:
+            raise InvalidInput(
+                "this runtime was made with execute=False (it only submits and observes); "
+                "serve() needs a runtime that executes"
+            )
+        self.check_open()
         stop = stop or threading.Event()
-        while not stop.is_set() and not self._closed:
-            for key in self.sessions():
-                self.kick(key)
-            stop.wait(poll)
+        store = self.store
+        halt = threading.Event()  # tells this call's session loops to let go
+        wake = threading.Event()
+        working: dict[SessionKey, concurrent.futures.Future[None]] = {}
+        claims = store if isinstance(store, PendingWork) else None
+        unwatch = claims.watch_pending(wake.set) if claims is not None else None
+        next_pass = 0.0
+        scan: list[SessionKey] = []  # without an index: the sessions this round still looks at
+        try:
+            while not stop.is_set() and not self._closed:
+                for key in [k for k, f in working.items() if f.done()]:
+                    del working[key]
+                free = concurrency - len(working)
+                due = time.monotonic() >= next_pass
+                if (wake.is_set() or due) and free > 0:
+                    wake.clear()
+                    if due:
+                        next_pass = time.monotonic() + poll
+                    if claims is None and due and not scan:
+                        scan = self._all_sessions()
+                    for key, lease in self._next_sessions(claims, free, working, scan):
+                        future = asyncio.run_coroutine_threadsafe(
+                            self._work_on(key, lease, halt, claims), self._loop
+                        )
+                        future.add_done_callback(lambda _: wake.set())  # a slot is free
+                        working[key] = future
+                    # Commands for sessions held here (their drivers linger) are seen now.
+                    self._loop.call_soon_threadsafe(self._wake_drivers)
+                wake.wait(min(poll, 0.1))  # short: ``stop`` has no way to wake this
+        finally:
+            if unwatch is not None:
+                unwatch()
+            halt.set()
+            self._let_go(list(working.values()))
+
+    def _all_sessions(self) -> list[SessionKey]:
+        try:
+            return self.sessions()
+        except StorageError as exc:  # the store is away: the next pass tries again
+            log.warning("worker: could not list sessions: %s", describe(exc))
+            return []
+
+    def _next_sessions(
+        self,
+        claims: PendingWork | None,
+        free: int,
+        working: dict[SessionKey, concurrent.futures.Future[None]],
+        scan: list[SessionKey],
+    ) -> list[tuple[SessionKey, Lease | None]]:
+        """The sessions to work on next: claimed ones with their lease, or (no index) the
+        next ones of this round's scan, each looked at in a free slot."""
+        if claims is None:
+            taken: list[tuple[SessionKey, Lease | None]] = []
+            while scan and len(taken) < free:
+                key = scan.pop(0)
+                if key not in working:
+                    taken.append((key, None))
+            return taken
+        try:
+            leases = claims.claim_pending(
+                self.owner,
+                ttl=self.lease_ttl,
+                limit=free,
+                agent_id=self.agent.agent_id,
+                namespace=self.namespace,
+            )
+        except StorageError as exc:  # the store is away: the next pass tries again
+            log.warning("worker: could not look for work: %s", describe(exc))
+            return []
+        return [(lease.key, lease) for lease in leases]
+
+    def _wake_drivers(self) -> None:
+        for driver in list(self._drivers.values()):
+            if driver.task is not None and not driver.task.done():
+                driver.wake.set()
+
+    def _let_go(self, futures: list[concurrent.futures.Future[None]]) -> None:
+        """Interrupt the runs of ``serve``'s sessions, wait for their ends and releases."""
+        if not futures or self._closed:
+            return
+
+        def interrupt() -> None:
+            for driver in self._drivers.values():
+                if driver.task is not None and not driver.task.done():
+                    driver.stopping = True
+                    driver.request_stop("the worker is stopping")
+                    driver.wake.set()
+
+        self._loop.call_soon_threadsafe(interrupt)
+        concurrent.futures.wait(futures, timeout=SERVE_STOP_TIMEOUT)
+
+    async def _work_on(
+        self,
+        key: SessionKey,
+        lease: Lease | None,
+        halt: threading.Event,
+        claims: PendingWork | None,
+    ) -> None:
+        """Execute one session's work: under ``lease`` when claimed (its driver adopts it:
+        same owner), else under the lease its driver takes. Claimed, it is let go only when
+        its mark is settled, so work accepted meanwhile is never left unclaimed."""
+        try:
+            while not halt.is_set() and not self._closed:
+                work, lease = await asyncio.to_thread(self._look, key, lease, claims)
+                if not work:
+                    return
+                self._ensure_driver(key)
+                driver = self._drivers[key]
+                if driver.task is not None:
+                    await asyncio.wait({driver.task})
+                if driver.given_up is not None or lease is None:
+                    return  # a broken store: the next pass (or claim) tries again
+                try:  # the driver released it; take it back to settle or go on
+                    lease = await asyncio.to_thread(
+                        self.store.acquire_lease, key, self.owner, self.lease_ttl
+                    )
+                except LeaseHeld:
+                    lease = None  # another worker took over: it settles
+                    return
+        except Exception as exc:  # noqa: BLE001 - the session stays marked: claimed again
+            log.warning("worker: session %s: %s", key, describe(exc))
+        finally:
+            if lease is not None:
+                with contextlib.suppress(StorageError, RuntimeError):
+                    await asyncio.to_thread(self.store.release_lease, lease)
+
+    def _look(
+        self, key: SessionKey, lease: Lease | None, claims: PendingWork | None
+    ) -> tuple[bool, Lease | None]:
+        """In a worker thread: (whether ``key`` has work, the lease still held). Without work
+        a claimed session's mark is settled and its lease released."""
+        with self._work_folds_lock:
+            folds = self._work_folds.pop(key, None) or Folds(self.store, key)
+            self._work_folds[key] = folds
+            while len(self._work_folds) > _WORK_FOLDS:
+                self._work_folds.popitem(last=False)
+        while True:
+            folds.refresh()
+            # An open run nobody executes was cut off by a crash: its driver recovers it.
+            work = next_command(folds.inbox, folds.state) is not None
+            if work or folds.state.active_run is not None:
+                return True, lease
+            if lease is None or claims is None:
+                return False, lease
+            if claims.settle_pending(lease, folds.inbox.seq):
+                self.store.release_lease(lease)
+                return False, None
+            # A command came after the fold, or the lease ran out: look again, under it.
+            lease = self.store.acquire_lease(key, self.owner, self.lease_ttl)
 
     def executing(self, key: SessionKey) -> bool:
         """Whether this runtime has a driver working on ``key`` now."""

@@ -1,0 +1,220 @@
+"""`agentnb worker` processes sharing one PostgreSQL store (issue 14): sessions are claimed
+through the pending-work index, executed in one place at a time, taken over after a crash,
+fenced after a pause, and carried through a database restart.
+
+Workers run ``tests._pg_worker_agent:agent`` (its docstring says what each task text does);
+the test process is the client: a runtime with ``execute=False`` that only submits, steers,
+answers and waits.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+import agentnb as nb
+from agentnb.errors import NotRunning
+from tests._pg_worker_agent import agent
+
+REPO = Path(__file__).resolve().parents[1]
+WAIT = 60.0
+"""Seconds any one wait may take before the test fails (never a threshold on speed)."""
+
+
+class Workers:
+    """Worker processes started with ``agentnb worker``; all are gone after the test."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.procs: list[subprocess.Popen[str]] = []
+
+    def start(self, *, lease: float = 5.0, concurrency: int = 8) -> subprocess.Popen[str]:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "agentnb.cli",
+                "worker",
+                "--store",
+                self.url,
+                "--agent",
+                "tests._pg_worker_agent:agent",
+                "--lease",
+                str(lease),
+                "--poll",
+                "0.3",
+                "--concurrency",
+                str(concurrency),
+            ],
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        self.procs.append(proc)
+        assert proc.stdout is not None
+        assert "worker for 'pg-worker-agent'" in proc.stdout.readline()  # ready to claim
+        return proc
+
+    def stop(self, proc: subprocess.Popen[str]) -> str:
+        """SIGTERM: the worker stops cooperatively and exits 0; its stderr."""
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=WAIT)
+        assert proc.returncode == 0, err
+        return err
+
+    def close(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    proc.send_signal(signal.SIGCONT)
+                proc.kill()
+                proc.communicate()
+
+
+@pytest.fixture
+def workers(pg_url: str) -> Iterator[Workers]:
+    pool = Workers(pg_url)
+    try:
+        yield pool
+    finally:
+        pool.close()
+
+
+@pytest.fixture
+def client(pg_url: str) -> Iterator[nb.Runtime]:
+    runtime = nb.Runtime(agent, store=pg_url, execute=False)
+    try:
+        yield runtime
+    finally:
+        runtime.close()
+
+
+def log_of(store: nb.SessionStore, key: nb.SessionKey) -> list[nb.Event]:
+    events: list[nb.Event] = []
+    while page := store.read_after(key, len(events), 1000):
+        events += page
+    assert [e.seq for e in events] == list(range(1, len(events) + 1))
+    return events
+
+
+def outputs(events: list[nb.Event]) -> list[str]:
+    return [e.payload["message"]["text"] for e in events if e.type == "turn/output"]
+
+
+def check_runs_never_overlap(events: list[nb.Event]) -> None:
+    """Each run ends before the next one starts (one execution at a time)."""
+    open_run = None
+    for e in events:
+        if e.type == "run/start":
+            assert open_run is None, f"run {e.run_id} started while {open_run} ran"
+            open_run = e.run_id
+        elif e.type == "run/end":
+            assert open_run == e.run_id
+            open_run = None
+    assert open_run is None
+
+
+def wait_for(predicate: Any, what: str) -> None:
+    deadline = time.monotonic() + WAIT
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def steer(session: nb.Session, receipt: nb.Receipt, text: str) -> None:
+    """Steer the task once a worker runs it (its idempotent tool call takes seconds)."""
+    deadline = time.monotonic() + WAIT
+    while True:
+        try:
+            session.steer(text, task=receipt.turn_id)
+            return
+        except NotRunning:  # not claimed yet (or, failing the test, over already)
+            assert time.monotonic() < deadline, f"task {receipt.turn_id} never ran"
+            time.sleep(0.02)
+
+
+class LeaseWatch(threading.Thread):
+    """Samples every session's lease row; an epoch must only grow and belong to one owner."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(daemon=True)
+        self.url = url
+        self.stopped = threading.Event()
+        self.owners: dict[tuple[int, int], set[str]] = {}
+        self.epochs: dict[int, list[int]] = {}
+
+    def run(self) -> None:
+        while not self.stopped.is_set():
+            with contextlib.suppress(psycopg.Error), psycopg.connect(self.url) as conn:
+                while not self.stopped.wait(0.02):
+                    rows = conn.execute(
+                        "SELECT id, lease_owner, lease_epoch FROM agentnb.sessions"
+                    ).fetchall()
+                    conn.rollback()
+                    for sid, owner, epoch in rows:
+                        if owner is not None:
+                            self.owners.setdefault((sid, epoch), set()).add(owner)
+                        self.epochs.setdefault(sid, []).append(epoch)
+
+    def check(self) -> None:
+        self.stopped.set()
+        self.join(10)
+        shared = {k: v for k, v in self.owners.items() if len(v) > 1}
+        assert not shared, f"one lease epoch held by two owners: {shared}"
+        for sid, seen in self.epochs.items():
+            assert seen == sorted(seen), f"session {sid}: lease epoch went back"
+        assert self.owners, "the watch saw no lease"
+
+
+class TestWorkerPool:
+    def test_three_workers_run_every_task_once_in_order(
+        self, workers: Workers, client: nb.Runtime, pg_url: str
+    ) -> None:
+        """50 sessions x 4 tasks (steered and approved on some) over 3 workers: every task
+        completes once, in order within its session, never two runs of a session at once."""
+        watch = LeaseWatch(pg_url)
+        watch.start()
+        procs = [workers.start() for _ in range(3)]
+        steered = set(range(0, 50, 7))
+        approved = set(range(3, 50, 7))
+        texts: dict[int, list[str]] = {}
+        receipts: dict[int, list[nb.Receipt]] = {}
+        sessions = {i: client.session(f"s{i}") for i in range(50)}
+        for i, session in sessions.items():
+            texts[i] = [f"task {i}.{j}" for j in range(4)]
+            if i in steered:
+                texts[i][0] += " idem 2.0"
+            if i in approved:
+                texts[i][1] += " approve"
+            receipts[i] = [session.submit(text) for text in texts[i]]
+            if i in steered:
+                steer(session, receipts[i][0], f"steer {i}")
+        for i in approved:
+            outcome = sessions[i].wait(receipts[i][1], timeout=WAIT)
+            assert outcome.status == "suspended"
+            (request,) = sessions[i].pending()
+            sessions[i].respond(request, True)
+        for i, session in sessions.items():
+            for receipt in receipts[i]:
+                assert session.wait(receipt, timeout=WAIT).status == "completed"
+        for proc in procs:
+            workers.stop(proc)
+        watch.check()
+        for i, session in sessions.items():
+            events = log_of(client.store, session.key)
+            expected = [f"done: {t}" for t in texts[i]]
+            if i in steered:
+                expected[0] += f" + steer {i}"
+            assert outputs(events) == expected
+            check_runs_never_overlap(events)
