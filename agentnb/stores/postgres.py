@@ -34,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import io
+import json
 import logging
 import os
 import selectors
@@ -60,13 +61,21 @@ from agentnb.stores.base import (
     RawEvent,
     SessionRecord,
     SessionStore,
+    Tombstone,
     _check_ttl,
     _LeaseRow,
+    _Query,
+    _Unset,
     check_fence,
     check_inbox,
+    check_tombstone,
     decide_acquire,
     decide_append,
+    decide_catalogue,
     decide_release,
+    encode_cursor,
+    merge_labels,
+    submit_text,
 )
 
 try:  # the postgres extra
@@ -148,6 +157,55 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             " seq bigint NOT NULL, data bytea NOT NULL, PRIMARY KEY (session, name))"
         ),
     ),
+    # 2: the lifecycle. Metadata kept current by the commits; deleted sessions keep their
+    # row as a tombstone. Listing reads an index range (newest activity first, for one user
+    # or everyone); freeing a deleted session's blobs looks up who else references them.
+    (
+        (
+            "ALTER TABLE agentnb.sessions"
+            " ADD COLUMN updated_at double precision NOT NULL DEFAULT 0,"
+            " ADD COLUMN last_activity double precision NOT NULL DEFAULT 0,"
+            " ADD COLUMN title text, ADD COLUMN labels jsonb NOT NULL DEFAULT '{}',"
+            " ADD COLUMN first_task text, ADD COLUMN events bigint NOT NULL DEFAULT 0,"
+            " ADD COLUMN turns bigint NOT NULL DEFAULT 0,"
+            " ADD COLUMN bytes bigint NOT NULL DEFAULT 0,"
+            " ADD COLUMN submits bigint NOT NULL DEFAULT 0, ADD COLUMN turn_status text,"
+            " ADD COLUMN deleted_at double precision, ADD COLUMN deleted_by text,"
+            " ADD COLUMN deleted_reason text"
+        ),
+        (
+            "UPDATE agentnb.sessions AS s SET events = s.head,"
+            " turns = (SELECT count(*) FROM agentnb.events WHERE session = s.id"
+            "  AND type = 'turn/start'),"
+            " bytes = (SELECT coalesce(sum(length(payload)), 0) FROM agentnb.events"
+            "  WHERE session = s.id),"
+            " submits = (SELECT count(*) FROM agentnb.inbox WHERE session = s.id"
+            "  AND type = 'inbox/accepted' AND payload::jsonb->>'kind' = 'submit'),"
+            " turn_status = (SELECT CASE WHEN type IN ('turn/start', 'turn/resumed')"
+            "  THEN 'running' ELSE substr(type, 6) END FROM agentnb.events"
+            "  WHERE session = s.id AND type IN ('turn/start', 'turn/resumed',"
+            "  'turn/completed', 'turn/failed', 'turn/suspended', 'turn/interrupted',"
+            "  'turn/cancelled') ORDER BY seq DESC LIMIT 1),"
+            " first_task = (SELECT left(split_part(payload::jsonb->>'input', E'\\n', 1), 256)"
+            "  FROM agentnb.inbox WHERE session = s.id AND type = 'inbox/accepted'"
+            "  AND payload::jsonb->>'kind' = 'submit' ORDER BY seq LIMIT 1),"
+            " updated_at = coalesce((SELECT max(occurred_us) / 1e6 FROM agentnb.events"
+            "  WHERE session = s.id), s.created_at),"
+            " last_activity = greatest(s.created_at,"
+            "  (SELECT max(occurred_us) / 1e6 FROM agentnb.events WHERE session = s.id),"
+            "  (SELECT max(occurred_us) / 1e6 FROM agentnb.inbox WHERE session = s.id))"
+        ),
+        (
+            "CREATE INDEX sessions_recent ON agentnb.sessions (last_activity, id) "
+            "WHERE deleted_at IS NULL"
+        ),
+        (
+            "CREATE INDEX sessions_user_recent ON agentnb.sessions "
+            "(namespace, user_id, agent_id, last_activity, id) WHERE deleted_at IS NULL"
+        ),
+        "CREATE INDEX events_blob ON agentnb.events (blob) WHERE blob IS NOT NULL",
+        "CREATE INDEX inbox_blob ON agentnb.inbox (blob) WHERE blob IS NOT NULL",
+    ),
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 """The schema version this agentnb writes; a database at a higher one is refused."""
@@ -183,8 +241,11 @@ _BLOBS = (
 # The guarded append: advance the head (expected head, fence, inbox head), insert the batch
 # (its first row carries batch id and digest, the replay index), notify; one statement.
 _APPEND = (
-    "WITH s AS (UPDATE agentnb.sessions SET head = head + %(n)s "
-    "WHERE id = %(sid)s AND head = %(expected)s AND " + _FENCE_OK + " "
+    "WITH s AS (UPDATE agentnb.sessions SET head = head + %(n)s, events = events + %(n)s, "
+    "turns = turns + %(turns)s, bytes = bytes + %(nbytes)s, "
+    "turn_status = coalesce(%(turn_status)s::text, turn_status), updated_at = %(at)s, "
+    "last_activity = %(at)s "
+    "WHERE id = %(sid)s AND head = %(expected)s AND deleted_at IS NULL AND " + _FENCE_OK + " "
     "AND (%(inbox)s::int8 IS NULL OR inbox_head = %(inbox)s) RETURNING id, head), "
     "{blobs}"
     "e AS (INSERT INTO agentnb.events (session, " + _EVENT_COLUMNS + ", batch_id, digest) "
@@ -200,7 +261,7 @@ _APPENDS = {
 """The append statement by (more than one event, with blobs)."""
 _APPEND_STATE = (
     "SELECT s.lease_owner, s.lease_epoch, s.lease_expires, s.head, s.inbox_head, "
-    "b.digest, b.seq, " + _NOW + " FROM agentnb.sessions AS s "
+    "b.digest, b.seq, " + _NOW + ", s.deleted_at FROM agentnb.sessions AS s "
     "LEFT JOIN agentnb.events AS b ON b.session = s.id AND b.batch_id = %(batch_id)s "
     "WHERE s.id = %(sid)s"
 )
@@ -208,8 +269,10 @@ _APPEND_STATE = (
 # writers), encode the row with it (its checksum covers the seq), insert it, notify.
 _INBOX_NEXT = (
     "UPDATE agentnb.sessions SET inbox_head = inbox_head + 1, pending_since = "
-    "CASE WHEN %(pending)s THEN coalesce(pending_since, " + _NOW + ") ELSE pending_since END "
-    "WHERE id = %(sid)s RETURNING inbox_head"
+    "CASE WHEN %(pending)s THEN coalesce(pending_since, " + _NOW + ") ELSE pending_since END, "
+    "last_activity = %(at)s, submits = submits + %(submit)s, "
+    "first_task = coalesce(first_task, %(task)s::text) "
+    "WHERE id = %(sid)s AND deleted_at IS NULL RETURNING inbox_head"
 )
 _INBOX_INSERT = (
     "WITH i AS (INSERT INTO agentnb.inbox (session, " + _EVENT_COLUMNS + ", dedupe_key, digest) "
@@ -254,6 +317,44 @@ _SETTLE = (
     "AND inbox_head = %(seen)s AND lease_owner = %(owner)s AND lease_epoch = %(epoch)s "
     "AND lease_expires > " + _NOW
 )
+
+_RECORD_COLUMNS = (
+    "id, namespace, user_id, agent_id, session_id, created_at, updated_at, last_activity, "
+    "title, labels, first_task, events, turns, bytes, submits, turn_status, lease_owner, "
+    "lease_expires"
+)
+# A deleted session's blobs, unless another session's rows reference them too.
+_DELETE_BLOBS = (
+    "DELETE FROM agentnb.blobs AS b WHERE b.digest IN ("
+    "SELECT blob FROM agentnb.events WHERE session = %(sid)s AND blob IS NOT NULL UNION "
+    "SELECT blob FROM agentnb.inbox WHERE session = %(sid)s AND blob IS NOT NULL) "
+    "AND NOT EXISTS (SELECT 1 FROM agentnb.events WHERE blob = b.digest "
+    "AND session <> %(sid)s) AND NOT EXISTS (SELECT 1 FROM agentnb.inbox "
+    "WHERE blob = b.digest AND session <> %(sid)s)"
+)
+
+
+def _record(row: Any) -> SessionRecord:
+    row_id, ns, user, agent, session_id, created, updated, activity = row[:8]
+    title, labels, first, events, turns, nbytes, submits, status, owner, expires = row[8:]
+    return SessionRecord(
+        SessionKey(ns, user, agent, session_id),
+        float(created),
+        float(updated),
+        float(activity),
+        title,
+        dict(labels or {}),
+        first,
+        int(events),
+        int(turns),
+        int(nbytes),
+        int(submits),
+        status,
+        owner,
+        float(expires),
+        encode_cursor(float(activity), int(row_id)),
+    )
+
 
 _T = TypeVar("_T")
 
@@ -584,13 +685,15 @@ class PostgresStore(SessionStore):
         if sid is None:
             row = self._query(
                 lambda c: c.execute(
-                    "SELECT id FROM agentnb.sessions WHERE namespace = %s AND user_id = %s "
-                    "AND agent_id = %s AND session_id = %s",
+                    "SELECT id, deleted_at FROM agentnb.sessions WHERE namespace = %s "
+                    "AND user_id = %s AND agent_id = %s AND session_id = %s",
                     (key.namespace, key.user_id, key.agent_id, key.session_id),
                 ).fetchone()
             )
             if row is None:
                 raise SessionNotFound(f"session {key} does not exist; create it first")
+            if row[1] is not None:
+                check_tombstone(key, self._tombstone(key))
             sid = self._ids[key] = int(row[0])
         return sid
 
@@ -598,38 +701,172 @@ class PostgresStore(SessionStore):
         self._write(
             lambda c: c.execute(
                 "INSERT INTO agentnb.sessions (namespace, user_id, agent_id, session_id, "
-                "created_at) VALUES (%s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
-                (key.namespace, key.user_id, key.agent_id, key.session_id, now),
+                "created_at, updated_at, last_activity) VALUES (%s, %s, %s, %s, %s, %s, %s) "
+                "ON CONFLICT DO NOTHING",
+                (key.namespace, key.user_id, key.agent_id, key.session_id, now, now, now),
             ),
             f"the creation of session {key}",
         )
         record = self._get_session(key)
+        if record is None:
+            check_tombstone(key, self._tombstone(key))
         assert record is not None
         return record
 
     def _get_session(self, key: SessionKey) -> SessionRecord | None:
         row = self._query(
             lambda c: c.execute(
-                "SELECT created_at FROM agentnb.sessions WHERE namespace = %s AND user_id = %s "
-                "AND agent_id = %s AND session_id = %s",
+                f"SELECT {_RECORD_COLUMNS} FROM agentnb.sessions WHERE namespace = %s "
+                "AND user_id = %s AND agent_id = %s AND session_id = %s "
+                "AND deleted_at IS NULL",
                 (key.namespace, key.user_id, key.agent_id, key.session_id),
             ).fetchone()
         )
-        return SessionRecord(key, float(row[0])) if row else None
+        return _record(row) if row else None
 
     def _list_sessions(
         self, namespace: str | None, user_id: str | None, agent_id: str | None
     ) -> list[SessionRecord]:
         rows = self._query(
             lambda c: c.execute(
-                "SELECT namespace, user_id, agent_id, session_id, created_at "
+                f"SELECT {_RECORD_COLUMNS} "
                 "FROM agentnb.sessions WHERE (%(n)s::text IS NULL OR namespace = %(n)s) "
                 "AND (%(u)s::text IS NULL OR user_id = %(u)s) "
-                "AND (%(a)s::text IS NULL OR agent_id = %(a)s) ORDER BY id",
+                "AND (%(a)s::text IS NULL OR agent_id = %(a)s) AND deleted_at IS NULL "
+                "ORDER BY id",
                 {"n": namespace, "u": user_id, "a": agent_id},
             ).fetchall()
         )
-        return [SessionRecord(SessionKey(*r[:4]), float(r[4])) for r in rows]
+        return [_record(r) for r in rows]
+
+    def _find_sessions(self, query: _Query) -> list[SessionRecord]:
+        where = ["deleted_at IS NULL"]
+        params: dict[str, Any] = {"limit": query.limit}
+        for column in ("namespace", "user_id", "agent_id"):
+            if getattr(query, column) is not None:
+                where.append(f"{column} = %({column})s")
+                params[column] = getattr(query, column)
+        if query.turn_status is not None:
+            where.append("coalesce(turn_status, 'none') = ANY(%(statuses)s::text[])")
+            params["statuses"] = sorted(query.turn_status)
+        if query.labels:
+            where.append("labels @> %(labels)s::jsonb")
+            params["labels"] = json.dumps(query.labels)
+        if query.since is not None:
+            where.append("last_activity >= %(since)s")
+            params["since"] = query.since
+        if query.until is not None:
+            where.append("last_activity < %(until)s")
+            params["until"] = query.until
+        if query.search is not None:
+            where.append(
+                "(strpos(lower(coalesce(title, '')), %(search)s) > 0 "
+                "OR strpos(lower(coalesce(first_task, '')), %(search)s) > 0)"
+            )
+            params["search"] = query.search
+        if query.after is not None:
+            where.append("(last_activity, id) < (%(activity)s, %(row)s)")
+            params["activity"], params["row"] = query.after
+        sql = (
+            f"SELECT {_RECORD_COLUMNS} FROM agentnb.sessions WHERE {' AND '.join(where)} "
+            "ORDER BY last_activity DESC, id DESC LIMIT %(limit)s"
+        )
+        rows = self._query(lambda c: c.execute(sql, params).fetchall())
+        return [_record(r) for r in rows]
+
+    def _update_session(
+        self,
+        key: SessionKey,
+        title: str | _Unset | None,
+        labels: dict[str, str | None],
+        now: float,
+    ) -> SessionRecord:
+        sid = self._sid(key)
+
+        def update(c: psycopg.Connection[Any]) -> Any:
+            with c.transaction():
+                row = c.execute(
+                    "SELECT labels FROM agentnb.sessions WHERE id = %s AND deleted_at IS NULL "
+                    "FOR UPDATE",
+                    (sid,),
+                ).fetchone()
+                if row is None:
+                    return None
+                merged = merge_labels(key, dict(row[0] or {}), labels)
+                return c.execute(
+                    "UPDATE agentnb.sessions SET labels = %s::jsonb, updated_at = %s, "
+                    "last_activity = %s, title = CASE WHEN %s THEN title ELSE %s::text END "
+                    f"WHERE id = %s RETURNING {_RECORD_COLUMNS}",
+                    (
+                        json.dumps(merged),
+                        now,
+                        now,
+                        isinstance(title, _Unset),
+                        None if isinstance(title, _Unset) else title,
+                        sid,
+                    ),
+                ).fetchone()
+
+        found = self._write(update, f"updating session {key}")
+        if found is None:
+            self._ids.pop(key, None)
+            check_tombstone(key, self._tombstone(key))
+            raise SessionNotFound(f"session {key} does not exist; create it first")
+        return _record(found)
+
+    def _delete_session(
+        self, key: SessionKey, by: str, reason: str, fence: Lease | None, now: float
+    ) -> Tombstone:
+        old = self._tombstone(key)
+        if old is not None:
+            return old
+        sid = self._sid(key)
+
+        def delete(c: psycopg.Connection[Any]) -> bool:
+            with c.transaction():
+                row = c.execute(_LOCK_LEASE, {"sid": sid, "now": self._now(now)}).fetchone()
+                if row is None:
+                    return False
+                lease_owner, lease_epoch, expires, db_now = row
+                at = now if self._db_clock is None else float(db_now)
+                check_fence(
+                    key, _LeaseRow(lease_owner, int(lease_epoch), float(expires)), fence, at
+                )
+                if c.execute(
+                    "SELECT 1 FROM agentnb.sessions WHERE id = %s AND deleted_at IS NOT NULL",
+                    (sid,),
+                ).fetchone():
+                    return False
+                c.execute(_DELETE_BLOBS, {"sid": sid})
+                for table in ("events", "inbox", "watermarks", "snapshots"):
+                    c.execute(f"DELETE FROM agentnb.{table} WHERE session = %s", (sid,))
+                c.execute(
+                    "UPDATE agentnb.sessions SET deleted_at = %s, deleted_by = %s, "
+                    "deleted_reason = %s, title = NULL, labels = '{}', first_task = NULL, "
+                    "lease_owner = NULL, lease_expires = 0, pending_since = NULL, bytes = 0, "
+                    "turns = 0, submits = 0, turn_status = NULL WHERE id = %s",
+                    (now, by, reason, sid),
+                )
+                return True
+
+        self._write(delete, f"deleting session {key}")
+        self._ids.pop(key, None)
+        tombstone = self._tombstone(key)
+        assert tombstone is not None
+        return tombstone
+
+    def _tombstone(self, key: SessionKey) -> Tombstone | None:
+        row = self._query(
+            lambda c: c.execute(
+                "SELECT deleted_at, deleted_by, deleted_reason, events FROM agentnb.sessions "
+                "WHERE namespace = %s AND user_id = %s AND agent_id = %s AND session_id = %s "
+                "AND deleted_at IS NOT NULL",
+                (key.namespace, key.user_id, key.agent_id, key.session_id),
+            ).fetchone()
+        )
+        if row is None:
+            return None
+        return Tombstone(key, float(row[0]), row[1], row[2] or "", int(row[3]))
 
     # -- execution log -----------------------------------------------------------------------
 
@@ -669,7 +906,14 @@ class PostgresStore(SessionStore):
         hasher = hashlib.sha256()
         rows = [_rows.encode(e, e.seq, _collect(blobs), hasher) for e in batch]
         digest = hasher.hexdigest()
+        delta = decide_catalogue(
+            batch, sum(len(r.payload or "") for r in rows) + sum(map(len, blobs.values()))
+        )
         params: dict[str, Any] = {
+            "turns": delta.turns,
+            "nbytes": delta.bytes,
+            "turn_status": delta.turn_status,
+            "at": now,
             "n": len(rows),
             "sid": sid,
             "expected": expected_seq,
@@ -704,7 +948,10 @@ class PostgresStore(SessionStore):
             )
             if state is None:
                 raise SessionNotFound(f"session {key} does not exist; create it first")
-            owner, epoch, expires, head, inbox_head, old_digest, old_first, db_now = state
+            owner, epoch, expires, head, inbox_head, old_digest, old_first, db_now, gone = state
+            if gone is not None:
+                self._ids.pop(key, None)
+                check_tombstone(key, self._tombstone(key))
             decided_now = now if self._db_clock is None else float(db_now)
             check_fence(key, _LeaseRow(owner, int(epoch), float(expires)), fence, decided_now)
             old = None if old_digest is None else (str(old_digest), int(old_first))
@@ -764,13 +1011,23 @@ class PostgresStore(SessionStore):
         self, key: SessionKey, event: Event, dedupe_key: str | None, digest: str, now: float
     ) -> tuple[Event, bool]:
         sid = self._sid(key)
-        params = {"sid": sid, "pending": event.type == "inbox/accepted", "now": self._now(now)}
+        task = submit_text(event)
+        params = {
+            "sid": sid,
+            "pending": event.type == "inbox/accepted",
+            "now": self._now(now),
+            "at": now,
+            "submit": int(task is not None),
+            "task": task,
+        }
 
         def accept(c: psycopg.Connection[Any]) -> int | None:
             try:
                 with c.transaction():
                     found = c.execute(_INBOX_NEXT, params).fetchone()
                     if found is None:
+                        self._ids.pop(key, None)
+                        check_tombstone(key, self._tombstone(key))
                         raise SessionNotFound(f"session {key} does not exist; create it first")
                     seq = int(found[0])
                     blobs: dict[str, bytes] = {}
