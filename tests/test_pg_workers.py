@@ -218,3 +218,92 @@ class TestWorkerPool:
                 expected[0] += f" + steer {i}"
             assert outputs(events) == expected
             check_runs_never_overlap(events)
+
+
+def dispatched(store: nb.SessionStore, key: nb.SessionKey, count: int = 1) -> bool:
+    """Whether ``count`` tool calls of the session have started (their side effects run)."""
+    return sum(e.type == "action/start" for e in log_of(store, key)) >= count
+
+
+class TestCrashes:
+    def test_killed_worker_sessions_are_taken_over_after_the_lease(
+        self, workers: Workers, client: nb.Runtime
+    ) -> None:
+        """kill -9 mid-tool: another worker takes over once the lease expires; idempotent
+        calls rerun by themselves, a non-idempotent one waits for reconcile; nothing lost."""
+        doomed = workers.start(lease=1.5)
+        sessions = [client.session(f"k{i}") for i in range(4)]
+        texts = [["task a idem 3.0" if i < 2 else "task a risky 3.0", "task b"] for i in range(4)]
+        for session, pair in zip(sessions, texts, strict=True):
+            for text in pair:
+                session.submit(text)
+        for session in sessions:
+            wait_for(lambda s=session: dispatched(client.store, s.key), "the tool calls")
+        workers.start(lease=1.5)
+        doomed.kill()
+        doomed.communicate()
+        for session in sessions[2:]:  # the risky call may have happened: a person checks
+            wait_for(lambda s=session: s.inspect().uncertain_tool_calls, "the uncertain call")
+            (call,) = session.inspect().uncertain_tool_calls
+            assert call.tool_name == "risky"
+            session.reconcile({call.call_id: nb.ToolOutcome.success("sent")}, reason="checked")
+            session.resume(call.turn_id or "")
+        for session, pair in zip(sessions, texts, strict=True):
+            want = [f"done: {t}" for t in pair]
+            wait_for(lambda s=session, w=want: outputs(log_of(client.store, s.key)) == w, "tasks")
+            events = log_of(client.store, session.key)
+            check_runs_never_overlap(events)
+            calls = sum(e.type == "action/start" for e in events)
+            assert calls == (2 if session in sessions[:2] else 1)  # rerun only if idempotent
+
+    def test_paused_worker_is_fenced_after_a_takeover(
+        self, workers: Workers, client: nb.Runtime
+    ) -> None:
+        """SIGSTOP past the lease, another worker takes over, SIGCONT: the paused one cannot
+        commit (Fenced), stops that session and still exits 0 on SIGTERM."""
+        paused = workers.start(lease=1.5)
+        session = client.session("p")
+        session.submit("task p idem 3.0")
+        wait_for(lambda: dispatched(client.store, session.key), "the tool call")
+        paused.send_signal(signal.SIGSTOP)
+        other = workers.start(lease=1.5)
+        wait_for(lambda: dispatched(client.store, session.key, 2), "the takeover")
+        paused.send_signal(signal.SIGCONT)
+        wait_for(lambda: outputs(log_of(client.store, session.key)) != [], "the task")
+        err = workers.stop(paused)
+        assert "lost its lease" in err or "epoch" in err, err
+        workers.stop(other)
+        events = log_of(client.store, session.key)
+        assert outputs(events) == ["done: task p idem 3.0"]
+        check_runs_never_overlap(events)
+
+
+class TestDatabaseRestart:
+    def test_workers_and_waiters_ride_through_a_restart(
+        self, workers: Workers, client: nb.Runtime, pg_cluster: Any
+    ) -> None:
+        """pg_ctl restart under load: workers reconnect, waiters wake, every task completes
+        once and no event is lost or duplicated."""
+        procs = [workers.start(lease=3.0) for _ in range(2)]
+        sessions = [client.session(f"r{i}") for i in range(10)]
+        texts = [[f"task {i}.{j} idem 0.3" for j in range(3)] for i in range(10)]
+        receipts = [[s.submit(t) for t in pair] for s, pair in zip(sessions, texts, strict=True)]
+        wait_for(lambda: dispatched(client.store, sessions[0].key), "work under way")
+        last = sessions[-1].key
+        head = client.store.head(last)
+        woke: list[int] = []  # how follow(), the widgets and the exporter wait
+        waiter = threading.Thread(
+            target=lambda: woke.append(client.store.wait_for_head(last, head, WAIT))
+        )
+        waiter.start()
+        pg_cluster.restart("fast")
+        for session, pair in zip(sessions, texts, strict=True):
+            want = [f"done: {t}" for t in pair]
+            wait_for(lambda s=session, w=want: outputs(log_of(client.store, s.key)) == w, "tasks")
+            check_runs_never_overlap(log_of(client.store, session.key))
+        waiter.join(WAIT)
+        (woken_at,) = woke
+        assert woken_at > head
+        assert sessions[-1].wait(receipts[-1][-1], timeout=WAIT).status == "completed"
+        for proc in procs:
+            workers.stop(proc)
