@@ -26,6 +26,8 @@ from agentnb.errors import (
     NotRunning,
     Parked,
     RecoveryLimitExceeded,
+    SessionBusy,
+    SessionDeleted,
     SessionNotFound,
     StorageError,
     UncertainToolCalls,
@@ -44,14 +46,17 @@ from agentnb.records import (
     Inspection,
     Interaction,
     Outcome,
+    PruneReport,
     Receipt,
+    SessionCounts,
+    SessionInfo,
     Task,
     ToolCallRef,
     Transcript,
 )
 from agentnb.runtime.runtime import Runtime
 from agentnb.session import Session
-from agentnb.stores import MemoryStore, SessionStore, open_store
+from agentnb.stores import MemoryStore, SessionStore, Tombstone, open_store
 from agentnb.tools import Tool, ToolContext, ask_user, tool
 
 __version__ = "0.1.0"
@@ -104,18 +109,24 @@ __all__ = [
     "NotRunning",
     "Outcome",
     "Parked",
+    "PruneReport",
     "Receipt",
     "RecoveryLimitExceeded",
     "Reply",
     "Runtime",
     "ScriptedModel",
     "Session",
+    "SessionBusy",
+    "SessionCounts",
+    "SessionDeleted",
+    "SessionInfo",
     "SessionKey",
     "SessionLog",
     "SessionNotFound",
     "SessionStore",
     "StorageError",
     "Task",
+    "Tombstone",
     "Tool",
     "ToolCall",
     "ToolCallRef",

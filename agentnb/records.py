@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Generator, Sequence
+from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal, Protocol
 
 from agentnb import html
 from agentnb.events import Message
+from agentnb.ids import SessionKey
 
 __all__ = [
     "Holder",
@@ -18,7 +19,10 @@ __all__ = [
     "Interaction",
     "Message",
     "Outcome",
+    "PruneReport",
     "Receipt",
+    "SessionCounts",
+    "SessionInfo",
     "Task",
     "ToolCallRef",
     "Transcript",
@@ -27,6 +31,53 @@ __all__ = [
 TaskStatus = Literal[
     "queued", "running", "suspended", "interrupted", "completed", "failed", "cancelled"
 ]
+
+
+SessionStatus = Literal["idle", "queued", "running", "suspended", "interrupted", "failed", "parked"]
+
+
+@dataclass(frozen=True, slots=True)
+class SessionCounts:
+    """What a session holds: events in its log, turns started, bytes of event payloads."""
+
+    events: int
+    turns: int
+    bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class SessionInfo:
+    """One session as ``runtime.sessions()`` lists it, read from the catalogue (not the log).
+
+    ``status``: ``running`` (a runtime executes its latest turn), ``suspended`` /
+    ``interrupted`` / ``failed`` (the latest turn waits for a person), ``parked`` (one of
+    those, with tasks queued behind it), ``queued`` (tasks wait, nothing blocks them) or
+    ``idle``. ``title`` is the user's, else the first task's first line (None before any).
+    ``cursor`` continues the listing after this record (``sessions(before=...)``).
+    """
+
+    key: SessionKey
+    title: str | None
+    labels: Mapping[str, str]
+    status: SessionStatus
+    created_at: datetime
+    updated_at: datetime
+    """The last commit to the session's log, or change of its title or labels."""
+    counts: SessionCounts
+    last_activity: datetime
+    """The last commit or accepted command."""
+    cursor: str = field(default="", repr=False)
+
+
+@dataclass(frozen=True, slots=True)
+class PruneReport:
+    """What ``runtime.prune`` deleted, or with ``dry_run`` would delete."""
+
+    dry_run: bool
+    sessions: tuple[SessionInfo, ...]
+    """The sessions the rule selected, newest activity first."""
+    deleted: int
+    """How many were deleted (0 in a dry run)."""
 
 
 @dataclass(frozen=True, slots=True)

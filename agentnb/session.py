@@ -59,11 +59,12 @@ from agentnb.records import (
     ToolCallRef,
     Transcript,
 )
+from agentnb.stores.base import UNSET, Unset
 
 if TYPE_CHECKING:
     from agentnb.agent import Agent
     from agentnb.projections.chat import ChatSnapshot, ChatState
-    from agentnb.stores.base import SessionStore
+    from agentnb.stores.base import SessionStore, Tombstone
 
 __all__ = ["Session"]
 
@@ -115,6 +116,9 @@ class SessionHost(Protocol):
 
     def chat_folds(self, key: SessionKey) -> ChatFolds:
         """The one chat fold of ``key`` in this process (shared with its driver)."""
+
+    def delete(self, key: SessionKey, *, force: bool = False, reason: str = "") -> Tombstone:
+        """Delete ``key`` and everything of it, leaving a tombstone (``Runtime.delete``)."""
 
 
 class Session:
@@ -758,6 +762,26 @@ class Session:
     def close(self) -> None:
         """Stop dispatching this session from this runtime; committed data stays."""
         self.runtime.stop(self.key)
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def update(
+        self, *, title: str | Unset | None = UNSET, labels: dict[str, str | None] | None = None
+    ) -> None:
+        """Set the title (None: back to the first task's first line) and merge ``labels``
+        (a None value removes that label), durably, in one catalogue write.
+
+        Idempotent and ordered like every store write: the same call twice leaves the same
+        record. ``InvalidInput`` for a bad title or labels (see ``agentnb.stores.base`` for
+        the bounds); nothing is written then.
+        """
+        self.runtime.check_open()
+        self.runtime.store.update_session(self.key, title=title, labels=labels)
+
+    def delete(self, *, force: bool = False, reason: str = "") -> Tombstone:
+        """Delete this session (``runtime.delete``): refused with ``SessionBusy`` while a
+        turn runs unless ``force=True``, which interrupts it first."""
+        return self.runtime.delete(self.key, force=force, reason=reason)
 
     def __repr__(self) -> str:
         return f"Session({self.key})"

@@ -17,20 +17,30 @@ import time
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
+from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from agentnb.agent import Agent
-from agentnb.errors import InvalidInput, LeaseHeld, SessionNotFound, StorageError, describe
+from agentnb.errors import (
+    InvalidInput,
+    LeaseHeld,
+    SessionBusy,
+    SessionNotFound,
+    StorageError,
+    describe,
+)
 from agentnb.events import Event
 from agentnb.folds import ChatFolds, Folds
 from agentnb.holders import new_owner
 from agentnb.ids import SessionKey, check_id
 from agentnb.live import LiveEvent, LiveHub, Subscription
-from agentnb.projections.state import next_command
+from agentnb.projections.decisions import effective_status
+from agentnb.projections.state import PARKING, SessionState, TurnState, next_command
+from agentnb.records import PruneReport, SessionCounts, SessionInfo
 from agentnb.runtime.engine import SessionDriver
 from agentnb.session import Session
 from agentnb.stores import SessionStore, open_store
-from agentnb.stores.base import Lease
+from agentnb.stores.base import Lease, SessionRecord, Tombstone, check_tombstone
 
 __all__ = ["PendingWork", "Runtime"]
 
@@ -74,6 +84,84 @@ class PendingWork(Protocol):
 
     def watch_pending(self, callback: Callable[[], None]) -> Callable[[], None]:
         """Call ``callback`` when work may have been accepted; returns the unwatch."""
+
+
+SESSION_STATUSES = frozenset(
+    {"idle", "queued", "running", "suspended", "interrupted", "failed", "parked"}
+)
+"""What ``SessionInfo.status`` says (and ``runtime.sessions(status=...)`` takes)."""
+# The raw latest-turn statuses (catalogue column; "none": no turn yet) each session status
+# can come from: the store narrows by them, ``session_info`` decides.
+_RAW: dict[str, frozenset[str]] = {
+    "running": frozenset({"running"}),
+    "interrupted": frozenset({"running", "interrupted"}),
+    "suspended": frozenset({"suspended"}),
+    "failed": frozenset({"failed"}),
+    "parked": frozenset({"running", "suspended", "interrupted", "failed"}),
+    "queued": frozenset({"none", "completed", "cancelled"}),
+    "idle": frozenset({"none", "completed", "cancelled"}),
+}
+
+
+def session_info(record: SessionRecord, *, now: float) -> SessionInfo:
+    """A catalogue record as ``runtime.sessions()`` shows it.
+
+    The status comes from the one rule (``effective_status``) applied to the latest turn's
+    raw status, with ``executing`` = someone holds a live lease; then the queue: tasks
+    accepted but not started make it ``queued``, or ``parked`` behind a turn that waits
+    for a person.
+    """
+    queued = record.submits > record.turns
+    status = "queued" if queued else "idle"
+    if record.turn_status is not None:
+        executing = record.lease_owner is not None and record.lease_expires > now
+        turn = TurnState("", "", status=record.turn_status)
+        effective = effective_status(SessionState(), turn, executing=executing)
+        if effective == "running":
+            status = "running"
+        elif effective in PARKING:
+            status = "parked" if queued else effective
+
+    def at(seconds: float) -> datetime:
+        return datetime.fromtimestamp(seconds, UTC)
+
+    return SessionInfo(
+        record.key,
+        record.title or record.first_task,
+        dict(record.labels),
+        status,  # type: ignore[arg-type]
+        at(record.created_at),
+        at(record.updated_at),
+        SessionCounts(record.events, record.turns, record.bytes),
+        at(record.last_activity),
+        record.cursor,
+    )
+
+
+def _check_statuses(status: str | Iterable[str] | None) -> frozenset[str] | None:
+    if status is None:
+        return None
+    wanted = frozenset([status] if isinstance(status, str) else status)
+    unknown = wanted - SESSION_STATUSES
+    if unknown or not wanted:
+        raise InvalidInput(
+            f"status must be one or more of {sorted(SESSION_STATUSES)}, got {status!r}"
+        )
+    return wanted
+
+
+def _seconds(value: datetime | float | None, name: str) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        if value.tzinfo is None:
+            raise InvalidInput(
+                f"{name} is a naive datetime; give it a timezone, e.g. datetime.now(UTC)"
+            )
+        return value.timestamp()
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        raise InvalidInput(f"{name} must be a datetime or seconds since the epoch, got {value!r}")
+    return float(value)
 
 
 def _close_at_exit() -> None:
@@ -194,6 +282,7 @@ class Runtime:
         self.check_open()
         key = self._key(session_id, user_id)
         if self.store.get_session(key) is None:
+            check_tombstone(key, self.store.tombstone(key))
             raise SessionNotFound(
                 f"no session {session_id!r} for user {user_id!r} and agent "
                 f"{self.agent.agent_id!r}; create it with "
@@ -201,12 +290,187 @@ class Runtime:
             )
         return self._session(key)
 
-    def sessions(self, user_id: str | None = None) -> list[SessionKey]:
+    def all_keys(self, user_id: str | None = None) -> list[SessionKey]:
         """Keys of this agent's sessions (of ``user_id`` if given), oldest first."""
         records = self.store.list_sessions(
             namespace=self.namespace, user_id=user_id, agent_id=self.agent.agent_id
         )
         return [r.key for r in records]
+
+    def sessions(
+        self,
+        user_id: str | None = None,
+        *,
+        status: str | Iterable[str] | None = None,
+        labels: dict[str, str] | None = None,
+        since: datetime | float | None = None,
+        until: datetime | float | None = None,
+        search: str | None = None,
+        limit: int = 50,
+        before: str | None = None,
+    ) -> list[SessionInfo]:
+        """This agent's sessions, newest activity first, read from the catalogue's index.
+
+        ``status``: one of ``SESSION_STATUSES`` or several; ``labels``: every pair must
+        match; ``since`` / ``until``: bounds on the last activity (a ``datetime`` or seconds
+        since the epoch); ``search``: text in the title or the first task (any case);
+        ``before``: the ``cursor`` of the last record of the previous page. Deleted sessions
+        are never listed. ``all_keys()`` gives bare keys.
+        """
+        wanted = _check_statuses(status)
+        raw = None if wanted is None else frozenset().union(*(_RAW[s] for s in wanted))
+        page: list[SessionInfo] = []
+        cursor = before
+        while True:
+            records = self.store.find_sessions(
+                namespace=self.namespace,
+                user_id=None if user_id is None else check_id(user_id, "user_id"),
+                agent_id=self.agent.agent_id,
+                turn_status=raw,
+                labels=labels,
+                since=_seconds(since, "since"),
+                until=_seconds(until, "until"),
+                search=search,
+                limit=limit,
+                before=cursor,
+            )
+            now = self.store.clock.now()
+            for record in records:
+                info = session_info(record, now=now)
+                if wanted is None or info.status in wanted:
+                    page.append(info)
+                    if len(page) == limit:
+                        break
+            if len(page) == limit or len(records) < limit:
+                break
+            cursor = records[-1].cursor  # the status filter dropped some: read on
+        return page
+
+    def delete(
+        self,
+        key: SessionKey | str,
+        *,
+        user_id: str = "default",
+        force: bool = False,
+        reason: str = "",
+        by: str | None = None,
+        timeout: float = 30.0,
+    ) -> Tombstone:
+        """Delete a session: its events, inbox, blobs, snapshots, lease and watermarks, in
+        one transaction; a tombstone (``by``, when, ``reason``) stays in the catalogue.
+
+        ``key`` is a ``SessionKey`` or a session id of this agent (with ``user_id``).
+        ``SessionBusy`` while a turn runs, unless ``force=True``: then the run is
+        interrupted first (cooperatively; ``SessionBusy`` if it has not stopped within
+        ``timeout`` seconds). Deleting a deleted session returns its tombstone.
+        """
+        self.check_open()
+        if not isinstance(key, SessionKey):
+            key = self._key(key, user_id)
+        by = self.owner if by is None else check_id(by, "by")
+        tombstone = self.store.tombstone(key)
+        if tombstone is not None:
+            return tombstone
+        record = self.store.get_session(key)
+        if record is None:
+            raise SessionNotFound(f"there is no session {key}; see runtime.sessions()")
+        info = session_info(record, now=self.store.clock.now())
+        if info.status == "running" and not force:
+            raise SessionBusy(
+                f"session {key} has a turn running; interrupt it first, or delete it with "
+                "force=True (which interrupts it)"
+            )
+        self._let_go_of(key, timeout, interrupt=info.status == "running")
+        tombstone = self.store.delete_session(key, by=by, reason=reason)
+        self._forget(key)
+        return tombstone
+
+    def prune(
+        self,
+        older_than: timedelta | float,
+        *,
+        status: str | Iterable[str] = "idle",
+        labels: dict[str, str] | None = None,
+        user_id: str | None = None,
+        dry_run: bool = True,
+        reason: str = "retention",
+    ) -> PruneReport:
+        """Delete this agent's sessions with no activity for ``older_than`` (a ``timedelta``
+        or seconds) whose status is ``status`` (default ``idle``; never ``running`` or
+        ``queued``) and whose labels match. With ``dry_run`` (the default) nothing is
+        deleted: the report lists what would be.
+        """
+        if isinstance(older_than, timedelta):
+            older_than = older_than.total_seconds()
+        if not isinstance(older_than, int | float) or isinstance(older_than, bool):
+            raise InvalidInput(
+                f"older_than must be a timedelta or seconds, got {older_than!r}; "
+                "e.g. prune(timedelta(days=30))"
+            )
+        if older_than < 0:
+            raise InvalidInput(f"older_than must not be negative, got {older_than!r}")
+        wanted = _check_statuses(status) or frozenset({"idle"})
+        if wanted & {"running", "queued"}:
+            raise InvalidInput(
+                "prune never deletes running or queued sessions; delete one with "
+                "runtime.delete(key, force=True) if you must"
+            )
+        cutoff = self.store.clock.now() - float(older_than)
+        found: list[SessionInfo] = []
+        before = None
+        while True:
+            page = self.sessions(
+                user_id, status=wanted, labels=labels, until=cutoff, limit=500, before=before
+            )
+            found += page
+            if len(page) < 500:
+                break
+            before = page[-1].cursor
+        deleted = 0
+        if not dry_run:
+            for info in found:
+                try:
+                    self.delete(info.key, reason=reason)
+                except (SessionBusy, LeaseHeld):
+                    continue  # it came back to life since it was listed: keep it
+                deleted += 1
+        return PruneReport(bool(dry_run), tuple(found), deleted)
+
+    def _let_go_of(self, key: SessionKey, timeout: float, *, interrupt: bool) -> None:
+        """Stop this runtime's driver of ``key`` (interrupting its run) and wait for it to
+        release the lease; for another holder's run, ask it to interrupt and wait."""
+        driver = self._drivers.get(key)
+        if driver is not None and self.active(key):
+
+            async def stop() -> None:
+                driver.stopping = True
+                if interrupt:
+                    driver.request_stop("the session is being deleted")
+                driver.wake.set()
+                if driver.task is not None:
+                    await asyncio.wait({driver.task}, timeout=timeout)
+
+            asyncio.run_coroutine_threadsafe(stop(), self._loop).result(timeout + 5)
+        elif interrupt:
+            self._session(key).interrupt()
+        deadline = time.monotonic() + timeout
+        while interrupt or self.active(key):
+            lease = self.store.current_lease(key)
+            if lease is None and not self.active(key):
+                return
+            if time.monotonic() >= deadline:
+                raise SessionBusy(
+                    f"session {key} still runs after {timeout}s of asking it to stop; "
+                    "try again later"
+                )
+            time.sleep(0.05)
+
+    def _forget(self, key: SessionKey) -> None:
+        with self._lock:
+            self._sessions.pop(key, None)
+            self._drivers.pop(key, None)
+        with self._chat_lock:
+            self._chat_folds.pop(key, None)
 
     def _session(self, key: SessionKey) -> Session:
         with self._lock:
@@ -376,7 +640,7 @@ class Runtime:
 
     def _all_sessions(self) -> list[SessionKey]:
         try:
-            return self.sessions()
+            return self.all_keys()
         except StorageError as exc:  # the store is away: the next pass tries again
             log.warning("worker: could not list sessions: %s", describe(exc))
             return []

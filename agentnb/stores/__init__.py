@@ -7,7 +7,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 from agentnb.errors import InvalidInput
 from agentnb.ids import Clock
-from agentnb.stores.base import Lease, SessionRecord, SessionStore
+from agentnb.stores.base import Lease, SessionRecord, SessionStore, Tombstone
 from agentnb.stores.memory import MemoryStore
 
 __all__ = [
@@ -15,6 +15,7 @@ __all__ = [
     "MemoryStore",
     "SessionRecord",
     "SessionStore",
+    "Tombstone",
     "default_store_url",
     "open_store",
 ]

@@ -112,12 +112,14 @@ __all__ = [
     "MAX_LIST_LIMIT",
     "MAX_READ_LIMIT",
     "MAX_TITLE",
+    "UNSET",
     "CatalogueDelta",
     "Lease",
     "RawEvent",
     "SessionRecord",
     "SessionStore",
     "Tombstone",
+    "Unset",
     "check_fence",
     "check_inbox",
     "decide_acquire",
@@ -216,11 +218,11 @@ class Lease:
     expires_at: float
 
 
-class _Unset:
+class Unset:
     """The default of an argument that was not given (None means something else)."""
 
 
-_UNSET = _Unset()
+UNSET = Unset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -629,7 +631,7 @@ class SessionStore(ABC):
         self,
         key: SessionKey,
         *,
-        title: str | _Unset | None = _UNSET,
+        title: str | Unset | None = UNSET,
         labels: dict[str, str | None] | None = None,
     ) -> SessionRecord:
         """Set the title (None clears it: the first task's line shows again) and merge
@@ -638,7 +640,7 @@ class SessionStore(ABC):
         Idempotent: the same change twice leaves the same record.
         """
         key = _key(key)
-        new_title = title if isinstance(title, _Unset) else check_title(title)
+        new_title = title if isinstance(title, Unset) else check_title(title)
         patch = {} if labels is None else check_labels(labels, patch=True)
         return self._update_session(key, new_title, patch, self.clock.now())
 
@@ -1080,11 +1082,11 @@ class SessionStore(ABC):
     def _update_session(
         self,
         key: SessionKey,
-        title: str | _Unset | None,
+        title: str | Unset | None,
         labels: dict[str, str | None],
         now: float,
     ) -> SessionRecord:
-        """Atomically: set the title unless ``_UNSET``, ``merge_labels``, set ``updated_at``."""
+        """Atomically: set the title unless ``UNSET``, ``merge_labels``, set ``updated_at``."""
 
     @abstractmethod
     def _delete_session(

@@ -16,9 +16,9 @@ from agentnb.stores.base import (
     SessionRecord,
     SessionStore,
     Tombstone,
+    Unset,
     _LeaseRow,
     _Query,
-    _Unset,
     check_fence,
     check_inbox,
     check_tombstone,
@@ -83,11 +83,8 @@ class MemoryStore(SessionStore):
     def _find_sessions(self, query: _Query) -> list[SessionRecord]:
         # No index: memory stores are small (tests, throwaway sessions).
         with self._lock:
-            found = [
-                (s.record.last_activity, s.row, s.record)
-                for s in self._sessions.values()
-                if query.matches(self._live(s), s.row)
-            ]
+            records = [(self._live(s), s.row) for s in self._sessions.values()]
+        found = [(r.last_activity, row, r) for r, row in records if query.matches(r, row)]
         found.sort(key=lambda t: (t[0], t[1]), reverse=True)
         return [r for _, _, r in found[: query.limit]]
 
@@ -102,7 +99,7 @@ class MemoryStore(SessionStore):
     def _update_session(
         self,
         key: SessionKey,
-        title: str | _Unset | None,
+        title: str | Unset | None,
         labels: dict[str, str | None],
         now: float,
     ) -> SessionRecord:
@@ -111,7 +108,7 @@ class MemoryStore(SessionStore):
             merged = merge_labels(key, s.record.labels, labels)
             self._change(
                 s,
-                title=s.record.title if isinstance(title, _Unset) else title,
+                title=s.record.title if isinstance(title, Unset) else title,
                 labels=merged,
                 updated_at=now,
                 last_activity=now,

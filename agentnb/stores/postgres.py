@@ -62,10 +62,10 @@ from agentnb.stores.base import (
     SessionRecord,
     SessionStore,
     Tombstone,
+    Unset,
     _check_ttl,
     _LeaseRow,
     _Query,
-    _Unset,
     check_fence,
     check_inbox,
     check_tombstone,
@@ -777,7 +777,7 @@ class PostgresStore(SessionStore):
     def _update_session(
         self,
         key: SessionKey,
-        title: str | _Unset | None,
+        title: str | Unset | None,
         labels: dict[str, str | None],
         now: float,
     ) -> SessionRecord:
@@ -801,8 +801,8 @@ class PostgresStore(SessionStore):
                         json.dumps(merged),
                         now,
                         now,
-                        isinstance(title, _Unset),
-                        None if isinstance(title, _Unset) else title,
+                        isinstance(title, Unset),
+                        None if isinstance(title, Unset) else title,
                         sid,
                     ),
                 ).fetchone()

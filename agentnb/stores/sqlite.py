@@ -51,9 +51,9 @@ from agentnb.stores.base import (
     SessionRecord,
     SessionStore,
     Tombstone,
+    Unset,
     _LeaseRow,
     _Query,
-    _Unset,
     check_fence,
     check_inbox,
     check_tombstone,
@@ -563,7 +563,7 @@ class SQLiteStore(SessionStore):
     def _update_session(
         self,
         key: SessionKey,
-        title: str | _Unset | None,
+        title: str | Unset | None,
         labels: dict[str, str | None],
         now: float,
     ) -> SessionRecord:
@@ -579,7 +579,7 @@ class SQLiteStore(SessionStore):
                 "UPDATE sessions SET labels=?, updated_at=?, last_activity=? WHERE id=?",
                 (json.dumps(merged, sort_keys=True) if merged else None, now, now, sid),
             )
-            if not isinstance(title, _Unset):
+            if not isinstance(title, Unset):
                 c.execute("UPDATE sessions SET title=? WHERE id=?", (title, sid))
             found = c.execute(
                 f"SELECT {_RECORD_COLUMNS} FROM sessions WHERE id=?", (sid,)

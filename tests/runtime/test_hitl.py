@@ -486,7 +486,7 @@ class TestFork:
         ]
         assert source.log.head() == head
         assert source.transcript().messages == transcript
-        assert sorted(k.session_id for k in runtime.sessions()) == ["s1", "s1-fork"]
+        assert sorted(k.session_id for k in runtime.all_keys()) == ["s1", "s1-fork"]
 
     def test_export_refuses_a_busy_session_and_import_refuses_a_used_one(
         self, make_runtime: MakeRuntime

@@ -347,8 +347,8 @@ class TestRestart:
         list(s2.log.scan())
         s2.start()
         assert model.calls == 0
-        assert second.sessions(user_id="alice") == [s2.key]
-        assert second.sessions(user_id="bob") == []
+        assert second.all_keys(user_id="alice") == [s2.key]
+        assert second.all_keys(user_id="bob") == []
 
     def test_open_of_an_unknown_session_raises(self, make_runtime: MakeRuntime) -> None:
         """runtime.open() never creates: an unknown id raises SessionNotFound."""

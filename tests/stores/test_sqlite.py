@@ -430,3 +430,40 @@ class TestOpenStore:
         """A store argument that is neither a URL nor a SessionStore raises InvalidInput."""
         with pytest.raises(InvalidInput):
             open_store(42)  # type: ignore[arg-type]
+
+
+class TestSecureDelete:
+    def test_deleted_text_is_not_in_the_file_bytes(self, path: Path) -> None:
+        """After delete_session, the session's payloads, commands, title and labels appear
+        nowhere in the store file or its -wal (secure_delete plus a TRUNCATE checkpoint),
+        while another session's text is still there."""
+        store = SQLiteStore(path)
+        try:
+            key, other = session_key("gone"), session_key("kept")
+            for k in (key, other):
+                store.create_session(k)
+            secret = "SECRET-7f3a9c-" * 3
+            big = "BIGSECRET-" + "q" * (BLOB_THRESHOLD + 10)
+            store.append(
+                key,
+                [Event.create("acme/note", {"text": secret}), Event.create("acme/big", {"t": big})],
+                expected_seq=0,
+                batch_id="b",
+            )
+            store.inbox_append(key, command(secret + "-task"))
+            store.update_session(key, title=secret + "-title", labels={"who": secret + "-label"})
+            store.append(
+                other,
+                [Event.create("acme/note", {"text": "KEPT-51e2"})],
+                expected_seq=0,
+                batch_id="b",
+            )
+            store.delete_session(key, by="ops", reason="erasure request")
+            data = path.read_bytes()
+            wal = Path(f"{path}-wal")
+            data += wal.read_bytes() if wal.exists() else b""
+            assert b"SECRET-7f3a9c" not in data
+            assert b"BIGSECRET" not in data
+            assert b"KEPT-51e2" in data
+        finally:
+            store.close()

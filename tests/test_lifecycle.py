@@ -1,0 +1,232 @@
+"""The session lifecycle at the runtime: listing, titles and labels, deleting, pruning."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+import agentnb as nb
+from agentnb.ids import FakeClock, SessionKey
+from agentnb.runtime.runtime import session_info
+from agentnb.stores.base import SessionRecord
+from tests.runtime.helpers import Gate, gated_script
+
+MakeRuntime = Callable[..., nb.Runtime]
+KEY = SessionKey("default", "alice", "test-agent", "s1")
+
+
+def _record(**fields: Any) -> SessionRecord:
+    return SessionRecord(KEY, 100.0, 100.0, 100.0, **fields)
+
+
+class TestSessionStatus:
+    @pytest.mark.parametrize(
+        ("fields", "status"),
+        [
+            ({}, "idle"),
+            ({"submits": 1}, "queued"),
+            ({"submits": 1, "turns": 1, "turn_status": "completed"}, "idle"),
+            ({"submits": 2, "turns": 1, "turn_status": "completed"}, "queued"),
+            ({"submits": 1, "turns": 1, "turn_status": "running"}, "interrupted"),
+            (
+                {
+                    "submits": 1,
+                    "turns": 1,
+                    "turn_status": "running",
+                    "lease_owner": "w",
+                    "lease_expires": 200.0,
+                },
+                "running",
+            ),
+            ({"submits": 1, "turns": 1, "turn_status": "suspended"}, "suspended"),
+            ({"submits": 2, "turns": 1, "turn_status": "suspended"}, "parked"),
+            ({"submits": 2, "turns": 1, "turn_status": "failed"}, "parked"),
+            ({"submits": 1, "turns": 1, "turn_status": "cancelled"}, "idle"),
+        ],
+    )
+    def test_status_follows_the_effective_status_rule(
+        self, fields: dict[str, Any], status: str
+    ) -> None:
+        """A record's status: running only under a live lease, parked when tasks wait behind
+        a turn that needs a person, queued when they wait for nothing, else idle."""
+        assert session_info(_record(**fields), now=150.0).status == status
+
+    def test_title_defaults_to_the_first_task(self) -> None:
+        """Without a title of its own a session shows its first task's first line."""
+        assert session_info(_record(first_task="Plan"), now=0).title == "Plan"
+        assert session_info(_record(first_task="Plan", title="Trip"), now=0).title == "Trip"
+
+
+class TestListing:
+    def test_a_finished_session_is_listed_with_title_counts_and_status(
+        self, make_runtime: MakeRuntime
+    ) -> None:
+        """After a task completes, the listing shows its first line as title, idle, counts."""
+        runtime = make_runtime(nb.ScriptedModel(["Done."]))
+        session = runtime.session("s1", user_id="alice")
+        session.run("Plan the offsite\nwith all the details")
+        (info,) = runtime.sessions()
+        assert (info.key, info.title, info.status) == (session.key, "Plan the offsite", "idle")
+        assert info.counts.turns == 1
+        assert info.counts.events == session.log.head()
+        assert info.counts.bytes > 0
+        assert info.created_at <= info.updated_at <= info.last_activity
+        assert info.last_activity.tzinfo is UTC
+
+    def test_update_sets_title_and_labels_that_filters_and_search_find(
+        self, make_runtime: MakeRuntime
+    ) -> None:
+        """session.update changes the title and merges labels; listing filters by both."""
+        runtime = make_runtime(nb.ScriptedModel([]))
+        first = runtime.session("s1", user_id="alice")
+        runtime.session("s2", user_id="bob")
+        first.update(title="Budget review", labels={"team": "fin", "tmp": "x"})
+        first.update(labels={"tmp": None})
+        first.update(labels={"tmp": None})  # the same change again: nothing moves
+        (info,) = runtime.sessions(labels={"team": "fin"})
+        assert (info.key, info.title, dict(info.labels)) == (
+            first.key,
+            "Budget review",
+            {"team": "fin"},
+        )
+        assert [i.key for i in runtime.sessions(search="BUDGET")] == [first.key]
+        assert [i.key.session_id for i in runtime.sessions("bob")] == ["s2"]
+        assert runtime.sessions(status="running") == []
+        assert len(runtime.sessions(status=["idle", "queued"])) == 2
+
+    def test_pages_follow_each_other_by_cursor(self, make_runtime: MakeRuntime) -> None:
+        """limit and before page the listing newest first, without repeats or gaps."""
+        runtime = make_runtime(nb.ScriptedModel([]))
+        for i in range(5):
+            runtime.session(f"s{i}").update(title=f"t{i}")
+        first = runtime.sessions(limit=2)
+        rest = runtime.sessions(limit=10, before=first[-1].cursor)
+        titles = [i.title for i in first + rest]
+        assert titles == ["t4", "t3", "t2", "t1", "t0"]
+
+    @pytest.mark.parametrize(
+        "filters",
+        [
+            {"status": "asleep"},
+            {"status": []},
+            {"since": datetime(2026, 1, 1)},
+            {"until": "yesterday"},
+            {"limit": 0},
+            {"before": "garbage"},
+            {"labels": {"k": 1}},
+        ],
+    )
+    def test_bad_filters_are_invalid_input(
+        self, make_runtime: MakeRuntime, filters: dict[str, Any]
+    ) -> None:
+        """Unknown statuses, naive datetimes, bad limits, cursors and labels: InvalidInput."""
+        runtime = make_runtime(nb.ScriptedModel([]))
+        with pytest.raises(nb.InvalidInput):
+            runtime.sessions(**filters)
+
+    @pytest.mark.parametrize(
+        "changes", [{"title": ""}, {"title": "a\nb"}, {"labels": {"k": "v" * 300}}]
+    )
+    def test_bad_update_is_invalid_input_and_writes_nothing(
+        self, make_runtime: MakeRuntime, changes: dict[str, Any]
+    ) -> None:
+        """A bad title or label raises InvalidInput and the listing is unchanged."""
+        runtime = make_runtime(nb.ScriptedModel([]))
+        session = runtime.session("s1")
+        before = runtime.sessions()
+        with pytest.raises(nb.InvalidInput):
+            session.update(**changes)
+        assert runtime.sessions() == before
+
+
+class TestDelete:
+    def test_delete_leaves_a_tombstone_and_the_key_never_comes_back(
+        self, make_runtime: MakeRuntime
+    ) -> None:
+        """A deleted session is gone from the listing; open and session raise SessionDeleted
+        naming who deleted it."""
+        runtime = make_runtime(nb.ScriptedModel(["Done."]))
+        session = runtime.session("s1", user_id="alice")
+        session.run("hello")
+        tombstone = runtime.delete("s1", user_id="alice", reason="GDPR request", by="ops")
+        assert (tombstone.key, tombstone.deleted_by, tombstone.reason) == (
+            session.key,
+            "ops",
+            "GDPR request",
+        )
+        assert runtime.sessions() == []
+        with pytest.raises(nb.SessionDeleted, match="ops"):
+            runtime.open("s1", user_id="alice")
+        with pytest.raises(nb.SessionDeleted):
+            runtime.session("s1", user_id="alice")
+        assert runtime.delete(session.key) == tombstone
+
+    def test_delete_of_an_unknown_session_is_session_not_found(
+        self, make_runtime: MakeRuntime
+    ) -> None:
+        """Deleting a session that never existed raises SessionNotFound."""
+        runtime = make_runtime(nb.ScriptedModel([]))
+        with pytest.raises(nb.SessionNotFound):
+            runtime.delete("nope")
+
+    def test_delete_is_refused_while_a_turn_runs_unless_forced(
+        self, make_runtime: MakeRuntime
+    ) -> None:
+        """SessionBusy while a turn runs, nothing deleted; force=True interrupts, then deletes."""
+        gate = Gate()
+        runtime = make_runtime(nb.ScriptedModel(gated_script(["Done."], {0: gate})))
+        session = runtime.session("s1")
+        session.submit("hello")
+        gate.wait_arrived()
+        assert runtime.sessions()[0].status == "running"
+        with pytest.raises(nb.SessionBusy, match="force=True"):
+            session.delete()
+        assert runtime.sessions()[0].status == "running"
+        done: list[Any] = []
+        deleting = threading.Thread(target=lambda: done.append(session.delete(force=True)))
+        deleting.start()
+        gate.release()
+        deleting.join(30)
+        assert done
+        assert done[0].key == session.key
+        assert runtime.sessions() == []
+
+
+class TestPrune:
+    def test_dry_run_reports_and_a_real_run_deletes(self, make_runtime: MakeRuntime) -> None:
+        """prune lists idle sessions older than the cutoff in a dry run and deletes them when
+        asked; recent and labelled-out sessions stay."""
+        clock = FakeClock()
+        store = nb.MemoryStore(clock=clock)
+        runtime = make_runtime(nb.ScriptedModel([]), store=store)
+        old = runtime.session("old")
+        old.update(labels={"kind": "scratch"})
+        runtime.session("kept").update(labels={"kind": "real"})
+        clock.advance(3600)
+        runtime.session("new").update(labels={"kind": "scratch"})
+        report = runtime.prune(timedelta(minutes=30), labels={"kind": "scratch"})
+        assert report.dry_run
+        assert report.deleted == 0
+        assert [i.key for i in report.sessions] == [old.key]
+        assert len(runtime.sessions()) == 3
+        report = runtime.prune(1800, labels={"kind": "scratch"}, dry_run=False)
+        assert report.deleted == 1
+        assert sorted(i.key.session_id for i in runtime.sessions()) == ["kept", "new"]
+
+    @pytest.mark.parametrize(
+        "arguments",
+        [{"older_than": -1}, {"older_than": "a week"}, {"older_than": 1, "status": "running"}],
+    )
+    def test_bad_rules_are_invalid_input(
+        self, make_runtime: MakeRuntime, arguments: dict[str, Any]
+    ) -> None:
+        """A negative or non-numeric age, or a rule that would prune running work: InvalidInput."""
+        runtime = make_runtime(nb.ScriptedModel([]))
+        runtime.session("s1")
+        with pytest.raises(nb.InvalidInput):
+            runtime.prune(**arguments)
+        assert len(runtime.sessions()) == 1
