@@ -11,7 +11,7 @@ import signal
 import sys
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from datetime import date, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -23,11 +23,13 @@ from agentnb.errors import (
     Fenced,
     InvalidInput,
     LeaseHeld,
+    SessionBusy,
     SessionNotFound,
     StorageError,
 )
 from agentnb.folds import Folds
 from agentnb.projections.chat import interactions_of, tasks_of
+from agentnb.runtime.runtime import SESSION_STATUSES, find_sessions, prunable, session_info
 from agentnb.stores import default_store_url
 
 __all__ = [
@@ -361,12 +363,24 @@ def _common(parser: argparse.ArgumentParser, *, session: bool = True) -> None:
 
 
 def _sessions(args: argparse.Namespace) -> int:
-    """List sessions with their size and the status of their latest task."""
+    """List sessions, newest activity first, from the catalogue (one page of ``--limit``)."""
     store = _open_existing_store(args.store)
     try:
+        infos = find_sessions(
+            store,
+            agent_id=args.agent,
+            user_id=args.user,
+            status=args.status or None,
+            labels=_labels(args.label),
+            since=_when(args.since, "--since"),
+            until=_when(args.until, "--until"),
+            search=args.search,
+            limit=args.limit,
+            before=args.before,
+        )
         out: list[dict[str, Any]] = []
-        for record in store.list_sessions(user_id=args.user, agent_id=args.agent):
-            key = record.key
+        for info in infos:  # one page: folding each of its logs stays bounded
+            key = info.key
             state, inbox = Folds(store, key).refresh()
             executing = _executing(store, key)
             tasks = tasks_of(state, inbox, executing=executing)
@@ -374,11 +388,20 @@ def _sessions(args: argparse.Namespace) -> int:
             out.append(
                 {
                     **dataclasses.asdict(key),
+                    "title": info.title,
+                    "labels": dict(info.labels),
+                    "status": info.status,
+                    "created_at": info.created_at,
+                    "updated_at": info.updated_at,
+                    "last_activity": info.last_activity,
                     "events": state.seq,
+                    "turns": info.counts.turns,
+                    "bytes": info.counts.bytes,
                     "tasks": len(tasks),
                     "latest_status": started[-1].status if started else None,
                     "queued": sum(1 for t in tasks if t.status == "queued"),
                     "parked_behind": _parked(state, inbox, executing),
+                    "cursor": info.cursor,
                 }
             )
     finally:
@@ -394,6 +417,7 @@ def _sessions(args: argparse.Namespace) -> int:
             s["session_id"],
             s["user_id"],
             s["agent_id"],
+            _cut(s["title"] or "", 40),
             str(s["events"]),
             _text(s["latest_status"])
             + (f" (+{s['queued']} queued" if s["queued"] else "")
@@ -405,8 +429,115 @@ def _sessions(args: argparse.Namespace) -> int:
         ]
         for s in out
     ]
-    print("\n".join(_table(["session", "user", "agent", "events", "latest task"], rows)))
+    print("\n".join(_table(["session", "user", "agent", "title", "events", "latest task"], rows)))
+    if len(out) == args.limit:
+        print(f"(more: agentnb sessions --before {out[-1]['cursor']})")
     return EXIT_OK
+
+
+def _delete(args: argparse.Namespace) -> int:
+    """Delete one session's data, leaving a tombstone; refused while a turn runs."""
+    store = _open_existing_store(args.store)
+    try:
+        key = _keys(store, args.session, args.user, args.agent)
+        record = store.get_session(key)
+        if record is not None and session_info(record, now=store.clock.now()).status == ("running"):
+            raise SessionBusy(
+                f"session {key} has a turn running; interrupt it from its notebook or worker "
+                "(session.interrupt()), or delete it there with session.delete(force=True)"
+            )
+        tombstone = store.delete_session(key, by=_who(), reason=args.reason)
+    finally:
+        store.close()
+    if args.json:
+        _print_json(tombstone)
+    else:
+        print(f"deleted session {key} ({tombstone.events} events) as {tombstone.deleted_by}")
+    return EXIT_OK
+
+
+def _prune(args: argparse.Namespace) -> int:
+    """Delete (or with the default dry run, list) sessions a retention rule selects."""
+    store = _open_existing_store(args.store)
+    deleted = 0
+    try:
+        found = prunable(
+            store,
+            _duration(args.older_than),
+            status=args.status or "idle",
+            labels=_labels(args.label),
+            agent_id=args.agent,
+            user_id=args.user,
+        )
+        if args.apply:
+            for info in found:
+                try:
+                    store.delete_session(info.key, by=_who(), reason=args.reason)
+                except LeaseHeld:
+                    continue  # it came back to life since it was listed: keep it
+                deleted += 1
+    finally:
+        store.close()
+    if args.json:
+        _print_json({"dry_run": not args.apply, "deleted": deleted, "sessions": found})
+        return EXIT_OK
+    verb = "deleted" if args.apply else "would delete (dry run; --apply deletes)"
+    print(f"{verb}: {deleted if args.apply else len(found)} session(s)")
+    for info in found:
+        print(f"  {info.key}  {info.status}  last activity {info.last_activity:%Y-%m-%d %H:%M}")
+    return EXIT_OK
+
+
+def _labels(items: Sequence[str] | None) -> dict[str, str] | None:
+    """``--label k=v`` values as a dict (None without any)."""
+    if not items:
+        return None
+    out: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise InvalidInput(f"--label takes key=value, got {item!r}")
+        out[key] = value
+    return out
+
+
+def _when(text: str | None, option: str) -> datetime | None:
+    """An ISO date or date-time (UTC unless it says otherwise), or None."""
+    if text is None:
+        return None
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        raise InvalidInput(
+            f"{option} takes an ISO date or date-time such as 2026-01-31 or "
+            f"2026-01-31T12:00+01:00, got {text!r}"
+        ) from None
+    return when if when.tzinfo is not None else when.replace(tzinfo=UTC)
+
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 604_800}
+
+
+def _duration(text: str) -> float:
+    """``30d``, ``12h``, ``90m``, ``45s``, ``2w`` or plain seconds."""
+    number, unit = (text[:-1], text[-1]) if text[-1:] in _UNITS else (text, "s")
+    try:
+        value = float(number)
+    except ValueError:
+        raise InvalidInput(
+            f"--older-than takes a duration such as 30d, 12h, 90m or seconds, got {text!r}"
+        ) from None
+    return value * _UNITS[unit]
+
+
+def _who() -> str:
+    """Who deletes from the command line, for the tombstone."""
+    import getpass
+
+    try:
+        return f"cli:{getpass.getuser()}"
+    except (OSError, KeyError):  # no login name (a container without a passwd entry)
+        return "cli"
 
 
 def _show(args: argparse.Namespace) -> int:
@@ -543,6 +674,59 @@ class _Formatter(argparse.HelpFormatter):
         return super()._fill_text(text, width, indent)
 
 
+def _lifecycle_commands(
+    sessions: argparse.ArgumentParser,
+    command: Callable[[str, Callable[[argparse.Namespace], int], str, str], Any],
+) -> None:
+    """The listing filters of ``sessions``, and the ``delete`` and ``prune`` commands."""
+    sessions.add_argument(
+        "--status",
+        action="append",
+        choices=sorted(SESSION_STATUSES),
+        help="only sessions in this status (repeat for several)",
+    )
+    sessions.add_argument(
+        "--label", action="append", metavar="K=V", help="only sessions with this label (repeat)"
+    )
+    sessions.add_argument("--since", help="last activity at or after (ISO date, UTC)")
+    sessions.add_argument("--until", help="last activity before (ISO date, UTC)")
+    sessions.add_argument("--search", help="text in the title or first task (any case)")
+    sessions.add_argument("--limit", type=_count, default=50, help="sessions per page")
+    sessions.add_argument("--before", metavar="CURSOR", help="the page after this cursor")
+
+    delete = command(
+        "delete",
+        _delete,
+        "delete a session's data, leaving a tombstone",
+        "Delete one session: its events, commands, blobs, snapshots, lease and export "
+        "watermarks, in one transaction; a tombstone (who, when, why) stays. Refused while "
+        "a turn runs. Example: agentnb delete conversation-001 --user alice "
+        '--reason "erasure request 42"',
+    )
+    _common(delete)
+    delete.add_argument("--reason", default="", help="why, kept in the tombstone")
+
+    prune = command(
+        "prune",
+        _prune,
+        "delete sessions idle for longer than a duration (dry run unless --apply)",
+        "Apply a retention rule: sessions with no activity for --older-than, in --status "
+        "(default idle; never running or queued), with every --label. Lists them; --apply "
+        "deletes them. Example: agentnb prune --older-than 30d --label env=scratch --apply",
+    )
+    _common(prune, session=False)
+    prune.add_argument("--older-than", required=True, help="e.g. 30d, 12h, 90m, or seconds")
+    prune.add_argument(
+        "--status",
+        action="append",
+        choices=sorted(SESSION_STATUSES - {"running", "queued"}),
+        help="only sessions in this status (repeat; default idle)",
+    )
+    prune.add_argument("--label", action="append", metavar="K=V", help="only with this label")
+    prune.add_argument("--apply", action="store_true", help="delete (default: dry run)")
+    prune.add_argument("--reason", default="retention", help="why, kept in the tombstones")
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="agentnb",
@@ -625,9 +809,11 @@ def _parser() -> argparse.ArgumentParser:
         "sessions",
         _sessions,
         "list sessions",
-        "List sessions. Example: agentnb sessions --user alice",
+        "List sessions, newest activity first, one page at a time. Example: agentnb "
+        "sessions --user alice --status parked --since 2026-01-01 --label team=fin",
     )
     _common(sessions, session=False)
+    _lifecycle_commands(sessions, command)
 
     show = command(
         "show",

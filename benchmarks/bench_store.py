@@ -17,6 +17,14 @@ Metrics:
 ``read_after_end_vs_start``
     Median time of ``read_after(seq, 100)`` near the end of a long session over the median
     near its start. Target ratio <= 1.5: a read costs the same however long the history is.
+``list_newest50_10k_vs_100``
+    Median time of ``find_sessions(limit=50)`` (the newest activity first, as
+    ``runtime.sessions()`` reads it) on a store of 10,000 sessions over the same on 100
+    sessions. Target ratio <= 2.0: the first page reads an index range, not the catalogue.
+``delete_<n>_events_in_10k_vs_100`` (``10k``; ``1k`` with ``--quick``)
+    Median time of ``delete_session`` of one session holding 10,000 events (1,000 with
+    ``--quick``), WAL checkpoint included, in a store of 10,000 sessions over the same in a
+    store of 100. Target ratio <= 2.0: a delete touches only that session's rows.
 ``cold_open_<long>_vs_<short>`` (``cold_open_1m_vs_1k``; ``100k`` with ``--quick``)
     Median time to open a session cold (a new ``SQLiteStore`` on the file, ``head()``, first
     ``read_after`` of the last 100 events) for the long session over a 1,000-event one.
@@ -68,6 +76,7 @@ class Sizes:
     short_session: int
     reads: int
     opens: int
+    deleted_events: int = 10_000
 
 
 DEFAULT = Sizes(
@@ -89,6 +98,7 @@ QUICK = Sizes(
     short_session=1_000,
     reads=200,
     opens=5,
+    deleted_events=1_000,
 )
 
 
@@ -408,6 +418,37 @@ def run(sizes: Sizes) -> list[Result]:
                 1.5,
             )
         )
+        print("catalogues of 10,000 and 100 sessions ...", flush=True)
+        rounds = max(3, sizes.rounds)
+        big, small = tmp / "big.sqlite", tmp / "small.sqlite"
+        big_keys = build_catalogue(big, 10_000, rounds, sizes.deleted_events)
+        small_keys = build_catalogue(small, 100, rounds, sizes.deleted_events)
+        big_s, small_s = compare_listing(big, small, sizes.reads)
+        results.append(
+            Result(
+                "list_newest50_10k_vs_100",
+                big_s * 1e3,
+                small_s * 1e3,
+                big_s / small_s,
+                "ms/page",
+                "<= 2.0",
+                False,
+                2.0,
+            )
+        )
+        big_s, small_s = compare_deletes((big, big_keys), (small, small_keys))
+        results.append(
+            Result(
+                f"delete_{_count(sizes.deleted_events)}_events_in_10k_vs_100",
+                big_s * 1e3,
+                small_s * 1e3,
+                big_s / small_s,
+                "ms/delete",
+                "<= 2.0",
+                False,
+                2.0,
+            )
+        )
         print(f"cold opens: {sizes.opens} per session ...", flush=True)
         long_s, short_s = compare_opens(long, short, sizes.opens)
         results.append(
@@ -423,6 +464,64 @@ def run(sizes: Sizes) -> list[Result]:
             )
         )
     return results
+
+
+def build_catalogue(path: Path, sessions: int, targets: int, events: int) -> list[SessionKey]:
+    """A store of ``sessions`` small sessions plus ``targets`` of ``events`` events each
+    (the ones the delete benchmark removes); setup with ``synchronous=OFF``."""
+    templates = make_events(64)
+    store = SQLiteStore(path, synchronous="OFF")
+    for i in range(sessions):
+        key = SessionKey("bench", f"user{i % 50}", "agent", f"s{i}")
+        store.create_session(key)
+        store.append(key, [clone(templates[i % 64])], expected_seq=0, batch_id=new_id("batch"))
+    keys = []
+    for i in range(targets):
+        key = SessionKey("bench", "user0", "agent", f"target{i}")
+        store.create_session(key)
+        head = 0
+        while head < events:
+            size = min(MAX_BATCH, events - head)
+            batch = [clone(templates[j % 64]) for j in range(size)]
+            store.append(key, batch, expected_seq=head, batch_id=new_id("batch"))
+            head += size
+        keys.append(key)
+    store.close()
+    return keys
+
+
+def compare_listing(big: Path, small: Path, reads: int) -> tuple[float, float]:
+    """Median seconds of the first page of 50 on each store."""
+    out = []
+    for path in (big, small):
+        store = SQLiteStore(path)
+        for _ in range(10):
+            store.find_sessions(limit=50)
+        times = []
+        for _ in range(reads):
+            start = time.perf_counter()
+            page = store.find_sessions(limit=50)
+            times.append(time.perf_counter() - start)
+        assert len(page) == 50
+        store.close()
+        out.append(statistics.median(times))
+    return out[0], out[1]
+
+
+def compare_deletes(
+    big: tuple[Path, list[SessionKey]], small: tuple[Path, list[SessionKey]]
+) -> tuple[float, float]:
+    """Median seconds of deleting one target session, alternating between the stores."""
+    stores = [SQLiteStore(big[0]), SQLiteStore(small[0])]
+    times: list[list[float]] = [[], []]
+    for a, b in zip(big[1], small[1], strict=True):
+        for side, key in ((0, a), (1, b)):
+            start = time.perf_counter()
+            stores[side].delete_session(key, by="bench")
+            times[side].append(time.perf_counter() - start)
+    for store in stores:
+        store.close()
+    return statistics.median(times[0]), statistics.median(times[1])
 
 
 def _count(n: int) -> str:

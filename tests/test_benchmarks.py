@@ -40,6 +40,8 @@ def test_store_quick_run_prints_one_json_line_per_metric() -> None:
         "single_commit",
         "batch100_commit",
         "read_after_end_vs_start",
+        "list_newest50_10k_vs_100",
+        "delete_1k_events_in_10k_vs_100",
         "cold_open_100k_vs_1k",
     }
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -230,3 +231,87 @@ class TestPrune:
         with pytest.raises(nb.InvalidInput):
             runtime.prune(**arguments)
         assert len(runtime.sessions()) == 1
+
+
+class TestCommandLine:
+    @pytest.fixture
+    def url(self, tmp_path: Any) -> str:
+        url = f"sqlite:///{tmp_path / 'agentnb.sqlite'}"
+        clock = FakeClock()
+        store = nb.open_store(url, clock=clock)
+        for name, labels in (("old", {"env": "scratch"}), ("keep", {"env": "prod"})):
+            key = SessionKey("default", "alice", "agent", name)
+            store.create_session(key)
+            store.update_session(key, title=f"{name} work", labels=labels)
+        clock.advance(7 * 86_400)
+        store.create_session(SessionKey("default", "bob", "agent", "new"))
+        store.close()
+        return url
+
+    def _run(self, argv: list[str], capsys: Any) -> tuple[int, str, str]:
+        from agentnb.cli import main
+
+        code = main(argv)
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    def test_sessions_filters_and_prints_json(self, url: str, capsys: Any) -> None:
+        """sessions takes the listing's filters and prints title, labels and status."""
+        code, out, _ = self._run(
+            ["sessions", "--json", "--store", url, "--label", "env=scratch"], capsys
+        )
+        assert code == 0
+        (row,) = json.loads(out)
+        assert (row["session_id"], row["title"], row["status"]) == ("old", "old work", "idle")
+        assert row["labels"] == {"env": "scratch"}
+        code, out, _ = self._run(["sessions", "--json", "--store", url, "--user", "bob"], capsys)
+        assert [r["session_id"] for r in json.loads(out)] == ["new"]
+
+    def test_prune_is_a_dry_run_until_apply(self, url: str, capsys: Any) -> None:
+        """prune lists what it would delete; with --apply it deletes exactly that."""
+        argv = ["prune", "--store", url, "--older-than", "3d", "--json"]
+        code, out, _ = self._run([*argv, "--label", "env=scratch"], capsys)
+        report = json.loads(out)
+        assert (code, report["dry_run"], report["deleted"]) == (0, True, 0)
+        assert [s["key"]["session_id"] for s in report["sessions"]] == ["old"]
+        code, out, _ = self._run([*argv, "--label", "env=scratch", "--apply"], capsys)
+        assert (code, json.loads(out)["deleted"]) == (0, 1)
+        code, out, _ = self._run(["sessions", "--json", "--store", url], capsys)
+        assert sorted(r["session_id"] for r in json.loads(out)) == ["keep", "new"]
+
+    def test_delete_then_delete_again_is_not_found(self, url: str, capsys: Any) -> None:
+        """delete prints the tombstone; the session is then not found (exit 3)."""
+        code, out, _ = self._run(
+            ["delete", "keep", "--store", url, "--reason", "asked", "--json"], capsys
+        )
+        assert code == 0
+        assert json.loads(out)["reason"] == "asked"
+        code, _, err = self._run(["delete", "keep", "--store", url], capsys)
+        assert code == 3
+        assert "no session" in err
+
+    def test_delete_of_a_running_session_is_refused(self, url: str, capsys: Any) -> None:
+        """A session whose turn runs under a live lease is not deleted (exit 1)."""
+        store = nb.open_store(url)
+        key = SessionKey("default", "alice", "agent", "old")
+        lease = store.acquire_lease(key, "worker-1", ttl=600)
+        start = nb.Event.create("turn/start", {"input": "x"}, turn_id="turn_1")
+        store.append(key, [start], expected_seq=0, batch_id="b", fence=lease)
+        store.close()
+        code, _, err = self._run(["delete", "old", "--store", url], capsys)
+        assert code == 1
+        assert "turn running" in err
+
+    @pytest.mark.parametrize(
+        "argv",
+        [
+            ["prune", "--older-than", "soon"],
+            ["prune", "--older-than", "1d", "--label", "novalue"],
+            ["sessions", "--since", "last tuesday"],
+        ],
+    )
+    def test_bad_values_are_usage_errors(self, url: str, capsys: Any, argv: list[str]) -> None:
+        """A bad duration, label or date exits 2 and changes nothing."""
+        code, _, err = self._run([*argv, "--store", url], capsys)
+        assert code == 2
+        assert "error:" in err

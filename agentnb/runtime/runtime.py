@@ -138,6 +138,98 @@ def session_info(record: SessionRecord, *, now: float) -> SessionInfo:
     )
 
 
+def find_sessions(
+    store: SessionStore,
+    *,
+    namespace: str | None = None,
+    agent_id: str | None = None,
+    user_id: str | None = None,
+    status: str | Iterable[str] | None = None,
+    labels: dict[str, str] | None = None,
+    since: datetime | float | None = None,
+    until: datetime | float | None = None,
+    search: str | None = None,
+    limit: int = 50,
+    before: str | None = None,
+) -> list[SessionInfo]:
+    """``Runtime.sessions`` on any store and scope (what the command line lists)."""
+    wanted = _check_statuses(status)
+    raw = None if wanted is None else frozenset().union(*(_RAW[s] for s in wanted))
+    page: list[SessionInfo] = []
+    cursor = before
+    while True:
+        records = store.find_sessions(
+            namespace=namespace,
+            user_id=user_id,
+            agent_id=agent_id,
+            turn_status=raw,
+            labels=labels,
+            since=_seconds(since, "since"),
+            until=_seconds(until, "until"),
+            search=search,
+            limit=limit,
+            before=cursor,
+        )
+        now = store.clock.now()
+        for record in records:
+            info = session_info(record, now=now)
+            if wanted is None or info.status in wanted:
+                page.append(info)
+                if len(page) == limit:
+                    break
+        if len(page) == limit or len(records) < limit:
+            return page
+        cursor = records[-1].cursor  # the status filter dropped some: read on
+
+
+def prunable(
+    store: SessionStore,
+    older_than: timedelta | float,
+    *,
+    status: str | Iterable[str] = "idle",
+    labels: dict[str, str] | None = None,
+    namespace: str | None = None,
+    agent_id: str | None = None,
+    user_id: str | None = None,
+) -> list[SessionInfo]:
+    """The sessions a retention rule selects (``Runtime.prune``): no activity for
+    ``older_than`` (a ``timedelta`` or seconds), in ``status`` (never running or queued)."""
+    if isinstance(older_than, timedelta):
+        older_than = older_than.total_seconds()
+    if not isinstance(older_than, int | float) or isinstance(older_than, bool):
+        raise InvalidInput(
+            f"older_than must be a timedelta or seconds, got {older_than!r}; "
+            "e.g. prune(timedelta(days=30))"
+        )
+    if older_than < 0:
+        raise InvalidInput(f"older_than must not be negative, got {older_than!r}")
+    wanted = _check_statuses(status) or frozenset({"idle"})
+    if wanted & {"running", "queued"}:
+        raise InvalidInput(
+            "prune never deletes running or queued sessions; delete one with "
+            "runtime.delete(key, force=True) if you must"
+        )
+    cutoff = store.clock.now() - float(older_than)
+    found: list[SessionInfo] = []
+    before = None
+    while True:
+        page = find_sessions(
+            store,
+            namespace=namespace,
+            agent_id=agent_id,
+            user_id=user_id,
+            status=wanted,
+            labels=labels,
+            until=cutoff,
+            limit=500,
+            before=before,
+        )
+        found += page
+        if len(page) < 500:
+            return found
+        before = page[-1].cursor
+
+
 def _check_statuses(status: str | Iterable[str] | None) -> frozenset[str] | None:
     if status is None:
         return None
@@ -317,34 +409,19 @@ class Runtime:
         ``before``: the ``cursor`` of the last record of the previous page. Deleted sessions
         are never listed. ``all_keys()`` gives bare keys.
         """
-        wanted = _check_statuses(status)
-        raw = None if wanted is None else frozenset().union(*(_RAW[s] for s in wanted))
-        page: list[SessionInfo] = []
-        cursor = before
-        while True:
-            records = self.store.find_sessions(
-                namespace=self.namespace,
-                user_id=None if user_id is None else check_id(user_id, "user_id"),
-                agent_id=self.agent.agent_id,
-                turn_status=raw,
-                labels=labels,
-                since=_seconds(since, "since"),
-                until=_seconds(until, "until"),
-                search=search,
-                limit=limit,
-                before=cursor,
-            )
-            now = self.store.clock.now()
-            for record in records:
-                info = session_info(record, now=now)
-                if wanted is None or info.status in wanted:
-                    page.append(info)
-                    if len(page) == limit:
-                        break
-            if len(page) == limit or len(records) < limit:
-                break
-            cursor = records[-1].cursor  # the status filter dropped some: read on
-        return page
+        return find_sessions(
+            self.store,
+            namespace=self.namespace,
+            agent_id=self.agent.agent_id,
+            user_id=user_id,
+            status=status,
+            labels=labels,
+            since=since,
+            until=until,
+            search=search,
+            limit=limit,
+            before=before,
+        )
 
     def delete(
         self,
@@ -400,32 +477,15 @@ class Runtime:
         ``queued``) and whose labels match. With ``dry_run`` (the default) nothing is
         deleted: the report lists what would be.
         """
-        if isinstance(older_than, timedelta):
-            older_than = older_than.total_seconds()
-        if not isinstance(older_than, int | float) or isinstance(older_than, bool):
-            raise InvalidInput(
-                f"older_than must be a timedelta or seconds, got {older_than!r}; "
-                "e.g. prune(timedelta(days=30))"
-            )
-        if older_than < 0:
-            raise InvalidInput(f"older_than must not be negative, got {older_than!r}")
-        wanted = _check_statuses(status) or frozenset({"idle"})
-        if wanted & {"running", "queued"}:
-            raise InvalidInput(
-                "prune never deletes running or queued sessions; delete one with "
-                "runtime.delete(key, force=True) if you must"
-            )
-        cutoff = self.store.clock.now() - float(older_than)
-        found: list[SessionInfo] = []
-        before = None
-        while True:
-            page = self.sessions(
-                user_id, status=wanted, labels=labels, until=cutoff, limit=500, before=before
-            )
-            found += page
-            if len(page) < 500:
-                break
-            before = page[-1].cursor
+        found = prunable(
+            self.store,
+            older_than,
+            status=status,
+            labels=labels,
+            namespace=self.namespace,
+            agent_id=self.agent.agent_id,
+            user_id=user_id,
+        )
         deleted = 0
         if not dry_run:
             for info in found:
