@@ -6,6 +6,7 @@ from typing import Any
 
 from agentnb.agent import Agent
 from agentnb.answers import Answer, ToolOutcome
+from agentnb.compaction import Compactor, SummaryCompactor, TrimCompactor
 from agentnb.errors import (
     AgentnbError,
     AppendConflict,
@@ -53,6 +54,7 @@ from agentnb.records import (
     Task,
     ToolCallRef,
     Transcript,
+    UsageTotals,
 )
 from agentnb.runtime.runtime import Runtime
 from agentnb.session import Session
@@ -82,6 +84,7 @@ __all__ = [
     "CannotResume",
     "ChatItem",
     "ChatSnapshot",
+    "Compactor",
     "Corrupt",
     "CrossSessionCursor",
     "Event",
@@ -125,6 +128,7 @@ __all__ = [
     "SessionNotFound",
     "SessionStore",
     "StorageError",
+    "SummaryCompactor",
     "Task",
     "Tombstone",
     "Tool",
@@ -133,8 +137,10 @@ __all__ = [
     "ToolContext",
     "ToolOutcome",
     "Transcript",
+    "TrimCompactor",
     "UncertainToolCalls",
     "UnknownRequiredEvent",
+    "UsageTotals",
     "ask_user",
     "open_store",
     "register_event_type",

@@ -6,9 +6,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from agentnb.compaction import Compactor
 from agentnb.errors import InvalidInput
 from agentnb.ids import check_id, check_seconds
-from agentnb.models.base import Model
+from agentnb.models.base import Model, check_context_window
 from agentnb.tools import Tool, tool
 
 __all__ = ["Agent"]
@@ -23,6 +24,12 @@ class Agent:
     ``max_turn_seconds`` bounds how long a task executes (over all its runs; time waiting for
     a person does not count): past it the run is interrupted with the reason recorded, and
     ``resume`` can continue it. ``submit(..., timeout=)`` sets it for one task.
+    ``max_turn_tokens`` and ``max_session_tokens`` stop a task (failed, with the reason and
+    ``stop_reason`` recorded) once its turn or its session used that many tokens, as
+    providers report them. ``context_window`` is the model's window in tokens (default: the
+    model's own ``context_window``). ``compaction`` (a ``Compactor``) keeps the context the
+    next model call sees inside that window; without one, a context that outgrows the window
+    fails its turn with ``stop_reason`` ``context_overflow``.
     """
 
     name: str
@@ -32,6 +39,10 @@ class Agent:
     instructions: str = ""
     max_steps: int = 25
     max_turn_seconds: float | None = None
+    context_window: int | None = None
+    max_turn_tokens: int | None = None
+    max_session_tokens: int | None = None
+    compaction: Compactor | None = None
     _by_name: dict[str, Tool] = field(init=False, repr=False, compare=False)
 
     def __init__(
@@ -43,6 +54,10 @@ class Agent:
         instructions: str = "",
         max_steps: int = 25,
         max_turn_seconds: float | None = None,
+        context_window: int | None = None,
+        max_turn_tokens: int | None = None,
+        max_session_tokens: int | None = None,
+        compaction: Compactor | None = None,
     ) -> None:
         check_id(name, "name")
         check_id(agent_id, "agent_id")
@@ -70,6 +85,22 @@ class Agent:
         object.__setattr__(self, "instructions", instructions)
         object.__setattr__(self, "max_steps", max_steps)
         object.__setattr__(self, "max_turn_seconds", max_turn_seconds)
+        object.__setattr__(self, "context_window", check_context_window(context_window))
+        if compaction is not None and not isinstance(compaction, Compactor):
+            raise InvalidInput(
+                "compaction must be an agentnb Compactor (nb.SummaryCompactor(...) or "
+                f"nb.TrimCompactor(...)), got {type(compaction).__name__}"
+            )
+        object.__setattr__(self, "compaction", compaction)
+        for budget, value in (
+            ("max_turn_tokens", max_turn_tokens),
+            ("max_session_tokens", max_session_tokens),
+        ):
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, int) or value < 1
+            ):
+                raise InvalidInput(f"{budget} must be a positive number of tokens or None")
+            object.__setattr__(self, budget, value)
         object.__setattr__(self, "_by_name", by_name)
 
     def tool_named(self, name: str) -> Tool | None:

@@ -56,6 +56,7 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 __all__ = [
+    "compactions",
     "connection",
     "events",
     "inputs",
@@ -72,7 +73,17 @@ __all__ = [
     "turns",
 ]
 
-VIEWS = ("events", "turns", "runs", "steps", "model_calls", "tool_calls", "interactions", "inputs")
+VIEWS = (
+    "events",
+    "turns",
+    "runs",
+    "steps",
+    "model_calls",
+    "tool_calls",
+    "interactions",
+    "inputs",
+    "compactions",
+)
 _ORDER = {
     "events": "namespace, user_id, agent_id, session_id, seq",
     "turns": "started_at, turn_id",
@@ -82,6 +93,7 @@ _ORDER = {
     "tool_calls": "requested_at, call_id",
     "interactions": "requested_at, request_id",
     "inputs": "received_at, input_id",
+    "compactions": "ended_at, compaction_id",
 }
 _FILTERS = ("namespace", "user_id", "agent_id", "session_id")
 _SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -305,6 +317,11 @@ def tool_calls(source: Any, **filters: str | None) -> pd.DataFrame:
 def interactions(source: Any, **filters: str | None) -> pd.DataFrame:
     """One row per human-in-the-loop request: kind, answer, who answered, wait time."""
     return _frame("interactions", source, filters)
+
+
+def compactions(source: Any, **filters: str | None) -> pd.DataFrame:
+    """One row per compaction: messages and tokens before and after, tokens saved, summary."""
+    return _frame("compactions", source, filters)
 
 
 def inputs(source: Any, **filters: str | None) -> pd.DataFrame:

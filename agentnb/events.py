@@ -207,6 +207,10 @@ class RunEnd(Payload):
     reason: str | None = None
     error: str | None = None
     inbox_seq: int | None = None
+    stop_reason: str | None = None
+    """Why the run stopped, as a code: ``final_answer``, ``needs_person``, ``interrupted``,
+    ``time_limit``, ``runtime_closed``, ``max_steps``, ``max_turn_tokens``,
+    ``max_session_tokens``, ``error``, ``cancelled`` or ``crash``."""
     """The inbox head this run had read when it ended: steering after it was not seen."""
 
 
@@ -340,6 +344,10 @@ class ModelEnd(Payload):
     model: str
     input_tokens: int | None = None
     output_tokens: int | None = None
+    cached_tokens: int | None = None
+    """The part of ``input_tokens`` served from the provider's prompt cache (None: unknown)."""
+    reasoning_tokens: int | None = None
+    """The part of ``output_tokens`` spent on hidden reasoning (None: unknown)."""
     latency_ms: float | None = None
     finish_reason: str | None = None
     error: str | None = None
@@ -448,32 +456,53 @@ class InteractionResolved(Payload):
 
 
 class ContextBuild(Payload):
-    """The context for a model call was assembled."""
+    """The context for a model call was assembled.
+
+    ``message_count`` messages (instructions included); ``details``: ``model_call_id``,
+    ``tokens`` (the model's count, tools included) and ``compactions`` (how many replacements
+    the working context went through): with the log, enough to rebuild the call's context.
+    """
 
     message_count: int = 0
     details: dict[str, Any] = Field(default_factory=dict)
 
 
 class ContextReplaced(Payload):
-    """The working context was replaced (history itself is never erased)."""
+    """The oldest ``replaced_count`` messages of the working context were replaced by
+    ``messages`` (history itself is never erased: the log keeps every original message)."""
 
     reason: str
     messages: tuple[Message, ...]
     previous_as_of_seq: int | None = None
+    replaced_count: int = 0
+    compaction_id: str | None = None
 
 
 class CompactionStart(Payload):
     """Context compaction begins."""
 
     before_count: int | None = None
+    """Messages in the working context."""
+    compaction_id: str | None = None
+    reason: str | None = None
+    """``trigger`` (the context passed the compactor's share of the window) or ``requested``."""
+    tokens_before: int | None = None
+    compactor: str | None = None
 
 
 class CompactionEnd(Payload):
-    """Context compaction ended."""
+    """Context compaction ended; on ``completed`` a ``context/replaced`` is in the same commit."""
 
     status: Literal["completed", "failed"]
     before_count: int | None = None
     after_count: int | None = None
+    compaction_id: str | None = None
+    tokens_before: int | None = None
+    tokens_after: int | None = None
+    replaced: tuple[str, ...] = ()
+    """Ids of the first and last message replaced."""
+    summary: str | None = None
+    error: str | None = None
 
 
 class StateCheckpoint(Payload):
@@ -524,7 +553,15 @@ class InboxApplied(Payload):
 
 
 CommandKind = Literal[
-    "submit", "steer", "inject", "respond", "resume", "interrupt", "cancel", "reconcile"
+    "submit",
+    "steer",
+    "inject",
+    "respond",
+    "resume",
+    "interrupt",
+    "cancel",
+    "reconcile",
+    "compact",
 ]
 
 

@@ -25,6 +25,7 @@ from agentnb.projections.state import (
     CONTEXT_TYPES,
     FOLDED_TYPES,
     KEEP_TURNS,
+    TRANSCRIPT_TYPES,
     InboxState,
     SessionState,
     retire_turns,
@@ -52,11 +53,15 @@ def _decode(blob: bytes) -> dict[str, Any]:
     return value
 
 
-def load_context(store: SessionStore, key: SessionKey, through: int) -> list[Message]:
-    """The working context committed at or below ``through``, folded from the log.
+def load_context(
+    store: SessionStore, key: SessionKey, through: int, *, transcript: bool = False
+) -> list[Message]:
+    """The working context committed at or below ``through``, folded from the log; with
+    ``transcript``, every message ever committed instead (no compaction replaces any).
 
     Only the message events are decoded; the same fold rule builds them as ``SessionState``.
     """
+    types = TRANSCRIPT_TYPES if transcript else CONTEXT_TYPES
     state = SessionState()
     pos = 0
     while pos < through:
@@ -64,7 +69,7 @@ def load_context(store: SessionStore, key: SessionKey, through: int) -> list[Mes
         if not page:
             raise Corrupt(f"session {key}: events after seq {pos} are missing (up to {through})")
         for raw in page:
-            if raw.type in CONTEXT_TYPES:
+            if raw.type in types:
                 state.apply(raw.to_event())
         pos = page[-1].seq
     return state.context
@@ -250,6 +255,9 @@ class ChatFolds:
         loader = functools.partial(load_context, self.store, self.key)
         chat = ChatState() if data is None else ChatState.load(data, loader)
         chat.session.context_loader = loader
+        chat.session.transcript_loader = functools.partial(
+            load_context, self.store, self.key, transcript=True
+        )
         chat.items_loader = functools.partial(load_items, self.store, self.key)
         return chat
 

@@ -26,11 +26,40 @@ __all__ = [
     "Task",
     "ToolCallRef",
     "Transcript",
+    "UsageTotals",
 ]
 
 TaskStatus = Literal[
     "queued", "running", "suspended", "interrupted", "completed", "failed", "cancelled"
 ]
+
+
+@dataclass(frozen=True, slots=True)
+class UsageTotals:
+    """What a turn (or a session) consumed: tokens as the provider reported them, and counts.
+
+    Tokens of calls whose provider reported no usage are not counted; ``unreported_calls``
+    says how many there were.
+    """
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cached_tokens: int = 0
+    reasoning_tokens: int = 0
+    model_calls: int = 0
+    tool_calls: int = 0
+    steps: int = 0
+    retries: int = 0
+    unreported_calls: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+    @classmethod
+    def of(cls, counters: Mapping[str, int]) -> UsageTotals:
+        """The totals a fold's counters hold (a missing counter is 0)."""
+        return cls(**{k: v for k, v in counters.items() if k in cls.__slots__})
 
 
 SessionStatus = Literal["idle", "queued", "running", "suspended", "interrupted", "failed", "parked"]
@@ -90,6 +119,11 @@ class Outcome:
     output: str | None = None
     """The turn's final assistant text, if it produced one."""
     error: str | None = None
+    usage: UsageTotals | None = None
+    """What the turn consumed over all its runs so far."""
+    stop_reason: str | None = None
+    """Why the run stopped, as a code (``RunEnd.stop_reason``): ``final_answer``, ``max_steps``,
+    ``max_turn_tokens``, ``time_limit``, ``needs_person``, ``interrupted``, ``error``, ..."""
 
     def _repr_html_(self) -> str:
         return html.outcome_html(self)
@@ -145,6 +179,8 @@ class Task:
     started_at: datetime | None
     ended_at: datetime | None
     error: str | None
+    usage: UsageTotals | None = None
+    """What the turn consumed over all its runs so far."""
 
     def _repr_html_(self) -> str:
         return html.task_html(self)
@@ -218,6 +254,19 @@ class Inspection:
     """That turn's status."""
     holder: Holder | None = None
     """The lease holder executing the session, or None when nobody holds the lease."""
+    context_window: int | None = None
+    """Tokens the model takes in one call (``Agent(context_window=)`` or the model's own)."""
+    usage: UsageTotals | None = None
+    """What the whole session consumed so far."""
+    _tokens: Any = field(default=None, repr=False, compare=False)
+
+    @property
+    def context_tokens(self) -> int | None:
+        """Tokens of ``next_context`` (with the tools' schemas), as the model counts them.
+
+        Reads the messages on first use, like ``next_context``.
+        """
+        return None if self._tokens is None else int(self._tokens())
 
     def _repr_html_(self) -> str:
         return html.inspection_html(self)

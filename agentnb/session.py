@@ -6,6 +6,7 @@ the call returns); the runtime's loop executes them. Reads fold the committed lo
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import threading
 import time
@@ -24,7 +25,7 @@ from agentnb.errors import (
     StorageError,
 )
 from agentnb.events import Event, Message, canonical_json
-from agentnb.folds import ChatFolds, Folds
+from agentnb.folds import ChatFolds, Folds, load_context
 from agentnb.history import DEFAULT_REPLAY_LIMIT, HistoryPage, HistoryPages, read_history
 from agentnb.holders import holder_alive, holder_of
 from agentnb.ids import SessionKey, check_id, check_seconds, new_id
@@ -58,6 +59,7 @@ from agentnb.records import (
     Task,
     ToolCallRef,
     Transcript,
+    UsageTotals,
 )
 from agentnb.stores.base import UNSET, Unset
 
@@ -205,6 +207,9 @@ class Session:
         """The complete committed messages (user, assistant, tool) as of one seq."""
         with self._lock:
             state, _ = self._refresh()
+            if state.compactions:  # the context lost its oldest messages; the log has them
+                messages = load_context(self.runtime.store, self.key, state.seq, transcript=True)
+                return Transcript(tuple(messages), state.seq)
             return Transcript(tuple(state.context), state.seq)
 
     def snapshot(self) -> ChatSnapshot:
@@ -275,6 +280,8 @@ class Session:
             active = (state.active_run,) if state.active_run and executing else ()
             exporter = self.runtime.exporter
             blocking = blocking_turn(state, inbox, executing=executing)
+            agent = self.runtime.agent
+            tools = [t.spec() for t in agent.tools]
             return Inspection(
                 state.seq,
                 uncertain,
@@ -285,6 +292,9 @@ class Session:
                 blocked_by=blocking[0].turn_id if blocking else None,
                 blocked_status=blocking[1] if blocking else None,
                 holder=self._holder(),
+                context_window=agent.context_window or agent.model.context_window,
+                usage=UsageTotals.of(state.usage),
+                _tokens=functools.cache(lambda: agent.model.count_tokens(next_context, tools)),
             )
 
     def _holder(self) -> Holder | None:
@@ -593,6 +603,23 @@ class Session:
 
     # -- moving state between sessions ------------------------------------------------------
 
+    def compact(self, timeout: float = 30.0) -> None:
+        """Compact the working context now (between runs), with the agent's compactor.
+
+        An inbox command: durable and ordered with the others. Returns once it is carried
+        out; the log keeps every original message (``transcript()``). ``InvalidInput`` when
+        the agent has no ``compaction=``.
+        """
+        if self.runtime.agent.compaction is None:
+            raise InvalidInput(
+                "this agent has no compactor: create it with "
+                "compaction=nb.SummaryCompactor(...) or nb.TrimCompactor(...)"
+            )
+        self.runtime.check_open()
+        event, _ = self.inbox.accept("compact")
+        self.start()
+        self._await_handled(event.payload["command_id"], timeout)
+
     def export_state(self) -> dict[str, Any]:
         """The conversation state at a quiescent point (no run, request or uncertain call).
 
@@ -698,9 +725,14 @@ class Session:
             status = "cancelled"
         output = turn.output if status == "completed" else None
         error = run.error or (turn.error if status in {"failed", "cancelled"} else None)
+        stop_reason = run.stop_reason
         if status == "interrupted" and run.status == "running":
             error = "the process executing it stopped; resume() continues it"
-        return Outcome(status, run.turn_id, run.run_id, output, error)
+            stop_reason = "crash"
+        if status == "cancelled":
+            stop_reason = "cancelled"
+        usage = UsageTotals.of(turn.usage)
+        return Outcome(status, run.turn_id, run.run_id, output, error, usage, stop_reason)
 
     def _settled(self, receipt: Receipt) -> tuple[Outcome | None, int]:
         """(outcome or None, the seq it was decided at); ``Parked`` if it cannot move."""

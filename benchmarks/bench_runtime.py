@@ -118,6 +118,46 @@ def run_agentnb_windows(turns: int, window: int, workdir: Path) -> dict[str, flo
     }
 
 
+def run_context(turns: int, workdir: Path) -> dict[str, float]:
+    """Tokens of the next context after ``turns`` one-step turns, with and without a
+    compactor (window 4,000 tokens); and a compaction's cost against a normal step."""
+
+    def summary(messages: list[nb.Message]) -> str:
+        return "a summary of the conversation so far"
+
+    out: dict[str, float] = {}
+    for label, compaction in (
+        ("plain", None),
+        ("compacted", nb.SummaryCompactor(keep_last=20, model=nb.ScriptedModel(summary))),
+    ):
+        model = nb.ScriptedModel(lambda messages: "done", keep_requests=0)
+        agent = nb.Agent(
+            name="Ctx",
+            agent_id=f"ctx-{label}",
+            model=model,
+            context_window=4000 if compaction else None,
+            compaction=compaction,
+        )
+        runtime = nb.Runtime(agent, store=f"sqlite:///{workdir / f'ctx-{label}.sqlite'}")
+        try:
+            session = runtime.session("s")
+            for i in range(turns):
+                session.run(f"task {i}", timeout=60)
+            tokens = session.inspect().context_tokens
+            out[f"{label}_tokens"] = float(tokens or 0)
+            if compaction is not None:
+                start = time.perf_counter()
+                for i in range(20):
+                    session.run(f"more {i}", timeout=60)
+                out["step_s"] = (time.perf_counter() - start) / 20
+                start = time.perf_counter()
+                session.compact(timeout=60)
+                out["compaction_s"] = time.perf_counter() - start
+        finally:
+            runtime.close()
+    return out
+
+
 def run_streaming(workdir: Path, chunks: int, chunk_delay: float) -> dict[str, float]:
     db = workdir / f"stream-{chunk_delay}.sqlite"
     model = nb.ScriptedModel(["x" * chunks], chunk_size=1, chunk_delay=chunk_delay)
@@ -174,6 +214,7 @@ def main() -> None:
             )
         except ImportError:
             theirs_small = None
+        context = run_context(100 if args.quick else long_turns, work)
         fast = run_streaming(work, 2000, 0.0)
         paced = run_streaming(work, 2000 if not args.quick else 400, 0.001)
 
@@ -216,6 +257,23 @@ def main() -> None:
             "ratio >= 2.0",
             None if base is None else mine / base >= 2.0,
         )
+    metric(
+        "next_context_tokens_compacted",
+        context["compacted_tokens"],
+        context["plain_tokens"],
+        f"tokens of the next context after {100 if args.quick else long_turns} turns "
+        "(baseline: the same without compaction)",
+        "below the 4,000-token window",
+        context["compacted_tokens"] <= 4000,
+    )
+    metric(
+        "compaction_vs_step",
+        context["compaction_s"] * 1000,
+        context["step_s"] * 1000,
+        "ms of a session.compact() with a scripted summariser (baseline: a one-step turn)",
+        "informational",
+        None,
+    )
     metric(
         "commits_per_step",
         ours["commits_per_step"],

@@ -322,3 +322,22 @@ SELECT
 FROM rec AS r
 LEFT JOIN app USING (input_id)
 LEFT JOIN dis USING (input_id);
+
+-- compactions: each compaction of a session's working context (what the next model call
+-- sees); the log keeps every original message. tokens_saved = tokens_before - tokens_after.
+CREATE OR REPLACE VIEW compactions AS
+SELECT
+  namespace, user_id, agent_id, session_id, turn_id, run_id, seq,
+  occurred_at AS ended_at,
+  json_extract_string(payload, '$.compaction_id') AS compaction_id,
+  json_extract_string(payload, '$.status') AS status,
+  TRY_CAST(json_extract(payload, '$.before_count') AS BIGINT) AS messages_before,
+  TRY_CAST(json_extract(payload, '$.after_count') AS BIGINT) AS messages_after,
+  TRY_CAST(json_extract(payload, '$.tokens_before') AS BIGINT) AS tokens_before,
+  TRY_CAST(json_extract(payload, '$.tokens_after') AS BIGINT) AS tokens_after,
+  TRY_CAST(json_extract(payload, '$.tokens_before') AS BIGINT)
+    - TRY_CAST(json_extract(payload, '$.tokens_after') AS BIGINT) AS tokens_saved,
+  json_extract_string(payload, '$.summary') AS summary,
+  json_extract_string(payload, '$.error') AS error
+FROM raw_events
+WHERE type = 'compaction/end';

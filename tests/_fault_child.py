@@ -10,12 +10,16 @@ lease running out.
   interpreter exits without ``runtime.close()``.
 * ``exit-mid-run``: a task whose async tool sleeps; prints ``RUNNING`` once it runs and
   exits the interpreter without ``runtime.close()`` while the run is in progress.
+* ``compacting``: three short tasks, then ``compact()`` with a summariser that never
+  answers; prints ``COMPACTING`` once ``compaction/start`` is committed, then waits to be
+  killed.
 """
 
 from __future__ import annotations
 
 import asyncio
 import sys
+import threading
 import time
 
 import agentnb as nb
@@ -86,6 +90,32 @@ def main(mode: str, db: str) -> None:
         session.submit("hold on")
         wait_for(session, "action/start")
         print("RUNNING", flush=True)
+    elif mode == "compacting":
+
+        async def stuck(messages: list[nb.Message]) -> str:
+            await asyncio.sleep(600)
+            return "never"
+
+        compactor = nb.SummaryCompactor(keep_last=2, model=nb.ScriptedModel(stuck))
+        base = agent(["one", "two", "three"])
+        runtime = nb.Runtime(
+            nb.Agent(
+                name=base.name,
+                agent_id=base.agent_id,
+                model=base.model,
+                tools=list(base.tools),
+                compaction=compactor,
+            ),
+            store=db,
+            lease_ttl=LEASE,
+        )
+        session = runtime.session(SESSION_ID)
+        for text in ("first", "second", "third"):
+            session.run(text, timeout=30)
+        threading.Thread(target=session.compact, kwargs={"timeout": 600}, daemon=True).start()
+        wait_for(session, "compaction/start")
+        print("COMPACTING", flush=True)
+        time.sleep(60)
     else:
         raise SystemExit(f"unknown mode {mode}")
 

@@ -145,7 +145,7 @@ class TestMakeDemo:
         """make demo installs ".[export]" (not dev) under its own stamp, then runs the demo."""
         venv = tmp_path / "venv"
         plan = subprocess.run(
-            ["make", "-n", "demo", f"VENV={venv}"],
+            ["make", "--no-print-directory", "-n", "demo", f"VENV={venv}"],
             cwd=REPO,
             capture_output=True,
             text=True,

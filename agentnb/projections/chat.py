@@ -39,7 +39,7 @@ from agentnb.projections.state import (
     TurnState,
     retire_turns,
 )
-from agentnb.records import Interaction, Task
+from agentnb.records import Interaction, Task, UsageTotals
 
 __all__ = [
     "IN_FLIGHT",
@@ -160,7 +160,7 @@ class ChatSnapshot:
 PROGRESS_KEEP = 100
 """Progress reports a tool card keeps (the newest ones)."""
 
-CHAT_VERSION = 2
+CHAT_VERSION = 3
 
 ItemsLoader = Callable[[int, int], list["ChatItem"]]
 """(through_seq, count) -> the newest ``count`` chat items of the log at or below that seq."""
@@ -422,7 +422,7 @@ class ChatState:
         state = self.session
         return ChatSnapshot(
             items=self.items,
-            messages=state.messages_through(self.seq),
+            messages=state.transcript_through(self.seq),
             pending=interactions_of(state),
             tasks=tuple(tasks_of(state, inbox, executing=executing)),
             cursor=self.seq,
@@ -438,6 +438,17 @@ class ChatState:
         handler = _HANDLERS.get(event.type)
         if handler is not None:
             handler(self, event, event.payload)
+
+    def _on_compaction_end(self, event: Event, p: Any) -> None:
+        """A marker where the working context was compacted (history keeps every message)."""
+        if p.get("status") != "completed":
+            return
+        key = f"cmp_{p.get('compaction_id') or event.seq}"
+        replaced = (p.get("before_count") or 0) - (p.get("after_count") or 0) + 1
+        text = p.get("summary") or (
+            f"{replaced} earlier messages were removed from the context the model sees"
+        )
+        self._add(key, _Item(key, "summary", "system", event, "completed", text=text))
 
     def _add(self, key: str, item: _Item) -> _Item:
         self._items[key] = item
@@ -726,6 +737,7 @@ class ChatState:
 
 
 _HANDLERS = {
+    "compaction/end": ChatState._on_compaction_end,
     "message/user": ChatState._on_message,
     "message/system": ChatState._on_message,
     "message/assistant": ChatState._on_message,
@@ -823,6 +835,7 @@ def _task(
         turn.started_at,
         turn.ended_at,
         turn.error,
+        UsageTotals.of(turn.usage),
     )
 
 

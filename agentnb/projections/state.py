@@ -20,6 +20,7 @@ __all__ = [
     "CONTEXT_TYPES",
     "FOLDED_TYPES",
     "TERMINAL_TURN",
+    "TRANSCRIPT_TYPES",
     "Command",
     "ContextLoader",
     "InboxState",
@@ -33,7 +34,7 @@ __all__ = [
     "tool_message",
 ]
 
-PROJECTOR_VERSION = 2
+PROJECTOR_VERSION = 3
 """Bumped whenever the fold changes: older snapshots are then ignored and rebuilt."""
 
 TERMINAL_TURN = frozenset({"completed", "cancelled"})
@@ -56,6 +57,8 @@ class TurnState:
     command_id: str | None = None
     first_seq: int = 0
     """The seq of the turn's ``turn/start``: a turn's events follow it contiguously."""
+    usage: dict[str, int] = field(default_factory=dict)
+    """Counters of ``UsageTotals`` (absent: 0), over all the turn's runs."""
 
 
 @dataclass
@@ -70,6 +73,7 @@ class RunState:
     ended_at: datetime | None = None
     error: str | None = None
     inbox_seq: int | None = None
+    stop_reason: str | None = None
 
 
 @dataclass
@@ -93,6 +97,8 @@ def _dc(value: Any) -> dict[str, Any]:
             out[k] = v.isoformat()
         elif isinstance(v, list):
             out[k] = list(v)
+        elif type(v) is dict:
+            out[k] = dict(v)
     return out
 
 
@@ -201,6 +207,12 @@ class SessionState:
         self.context_count = 0
         """How many messages the context holds (known without reading them)."""
         self.context_loader: ContextLoader | None = None
+        self.transcript_loader: ContextLoader | None = None
+        """Reads every message ever committed (nothing replaced), for the transcript."""
+        self.compactions = 0
+        """How many times the working context was compacted (``context/replaced``)."""
+        self.usage: dict[str, int] = {}
+        """Counters of ``UsageTotals`` over every turn of the session (retired ones too)."""
         self.retired_turns = 0
         """Finished turns no longer kept here (``retire_turns``): read them from the log."""
         self.retired_through = 0
@@ -269,6 +281,14 @@ class SessionState:
             return LazyMessages.of(self.context)
         return LazyMessages(lambda: loader(seq))
 
+    def transcript_through(self, seq: int) -> LazyMessages:
+        """Every message committed at or below ``seq``: the context, unless a compaction
+        replaced part of it, then read from the log (``transcript_loader``)."""
+        loader = self.transcript_loader
+        if self.compactions == 0 or loader is None:
+            return self.messages_through(seq)
+        return LazyMessages(lambda: loader(seq))
+
     def last_message(self) -> Message | None:
         """The newest context message, without reading the whole context."""
         if self._context_tail:
@@ -289,6 +309,8 @@ class SessionState:
             "run_of_command": dict(self.run_of_command),
             "active_run": self.active_run,
             "context_count": self.context_count,
+            "usage": dict(self.usage),
+            "compactions": self.compactions,
             "retired_turns": self.retired_turns,
             "retired_through": self.retired_through,
             "handled": sorted(self.handled),
@@ -323,6 +345,8 @@ class SessionState:
         state._context = None if data["context_count"] else []
         state._context_through = state.seq
         state.context_count = data["context_count"]
+        state.usage = dict(data["usage"])
+        state.compactions = data["compactions"]
         state.retired_turns = data["retired_turns"]
         state.retired_through = data["retired_through"]
         state.handled = set(data["handled"])
@@ -414,6 +438,7 @@ class SessionState:
             run.error = p.get("error")
             run.ended_at = event.occurred_at
             run.inbox_seq = p.get("inbox_seq")
+            run.stop_reason = p.get("stop_reason")
         if self.active_run == event.run_id:
             self.active_run = None
 
@@ -435,6 +460,34 @@ class SessionState:
         run = self.runs.get(event.run_id or "")
         if run is not None:
             run.steps += 1
+        self._count(event, steps=1)
+
+    def _count(self, event: Event, **amounts: int) -> None:
+        """Add to the usage counters of the event's turn and of the session."""
+        turn = self._turn(event)
+        for name, amount in amounts.items():
+            if amount:
+                self.usage[name] = self.usage.get(name, 0) + amount
+                if turn is not None:
+                    turn.usage[name] = turn.usage.get(name, 0) + amount
+
+    def _on_model_end(self, event: Event, p: Any) -> None:
+        if p.get("status") != "completed" and p.get("input_tokens") is None:
+            self._count(event, model_calls=1)
+            return
+        reported = p.get("input_tokens") is not None or p.get("output_tokens") is not None
+        self._count(
+            event,
+            model_calls=1,
+            input_tokens=p.get("input_tokens") or 0,
+            output_tokens=p.get("output_tokens") or 0,
+            cached_tokens=p.get("cached_tokens") or 0,
+            reasoning_tokens=p.get("reasoning_tokens") or 0,
+            unreported_calls=0 if reported else 1,
+        )
+
+    def _on_model_retry(self, event: Event, p: Any) -> None:
+        self._count(event, retries=1)
 
     def _on_message(self, event: Event, p: Any) -> None:
         self._add_message(Message.model_validate(p["message"]))
@@ -467,6 +520,8 @@ class SessionState:
         call = self.tool_calls.get(p["call_id"])
         if call is not None:
             call.result = dict(p)
+        if not p.get("synthetic") and not p.get("reconciled"):
+            self._count(event, tool_calls=1)
         self._add_message(tool_message(p["call_id"], p["name"], p.get("output", ""), event.turn_id))
 
     def _on_inbox_started(self, event: Event, p: Any) -> None:
@@ -493,6 +548,15 @@ class SessionState:
         self._context_tail = []
         self.context_count = len(self._context)
 
+    def _on_context_replaced(self, event: Event, p: Any) -> None:
+        # A replacement needs the whole working context: read it now if it is unread.
+        kept = self.context[p.get("replaced_count", 0) :]
+        self._context = [Message.model_validate(m) for m in p["messages"]] + kept
+        self._context_tail = []
+        self.context_count = len(self._context)
+        self.compactions += 1
+        self.requested_messages = 0  # the next request carries the whole, shorter, context
+
     def _on_input_discarded(self, event: Event, p: Any) -> None:
         self.discarded_inputs.update(p["input_ids"])
 
@@ -516,6 +580,8 @@ _HANDLERS = {
     "turn/cancelled": SessionState._on_turn_status,
     "turn/output": SessionState._on_turn_output,
     "step/start": SessionState._on_step_start,
+    "model/end": SessionState._on_model_end,
+    "model/retry": SessionState._on_model_retry,
     "message/user": SessionState._on_message,
     "message/assistant": SessionState._on_message,
     "message/system": SessionState._on_message,
@@ -533,6 +599,7 @@ _HANDLERS = {
     "input/discarded": SessionState._on_input_discarded,
     "recovery/applied": SessionState._on_recovery,
     "migration/baseline": SessionState._on_baseline,
+    "context/replaced": SessionState._on_context_replaced,
 }
 
 
@@ -634,7 +701,7 @@ def next_command(inbox: InboxState, state: SessionState) -> Command | None:
             if parked:
                 continue
             return command
-        if command.kind in {"resume", "respond", "cancel", "reconcile"}:
+        if command.kind in {"resume", "respond", "cancel", "reconcile", "compact"}:
             return command
     return None
 
@@ -707,8 +774,17 @@ def retire_turns(state: SessionState, inbox: InboxState | None, keep: int = KEEP
 
 
 CONTEXT_TYPES = frozenset(
-    {"message/user", "message/assistant", "message/system", "tool/result", "migration/baseline"}
+    {
+        "message/user",
+        "message/assistant",
+        "message/system",
+        "tool/result",
+        "migration/baseline",
+        "context/replaced",
+    }
 )
 """The event types that add to (or replace) the working context."""
+TRANSCRIPT_TYPES = CONTEXT_TYPES - {"context/replaced"}
+"""The event types of every message ever committed (the transcript; nothing replaced)."""
 FOLDED_TYPES = frozenset(_HANDLERS)
 """The event types ``SessionState`` reads; it only advances its seq past any other type."""

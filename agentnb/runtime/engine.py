@@ -29,6 +29,7 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 
 from agentnb.agent import Agent
+from agentnb.compaction import SummaryCompactor, replacement_message
 from agentnb.errors import (
     AgentnbError,
     CannotResume,
@@ -46,6 +47,7 @@ from agentnb.ids import SessionKey, new_id
 from agentnb.live import LiveEvent
 from agentnb.log import Inbox
 from agentnb.models.base import (
+    Model,
     ModelError,
     ModelRequest,
     StreamCollector,
@@ -60,6 +62,7 @@ from agentnb.projections.state import (
     build_context,
     next_command,
 )
+from agentnb.records import UsageTotals
 from agentnb.runtime.tool_call import (
     Reports,
     ToolExit,
@@ -137,6 +140,8 @@ class SessionDriver:
         self._stop = asyncio.Event()
         self._stop_command: str | None = None
         self._stop_reason: str | None = None
+        self._stop_code = "interrupted"
+        """The ``stop_reason`` code of a stop that no interrupt command asked for."""
         """Why the run stops when no interrupt command asked (close, time limit)."""
         self._abandon = asyncio.Event()
         """Set by ``close`` when a sync tool ignores the stop: the run ends without it."""
@@ -384,6 +389,7 @@ class SessionDriver:
             "respond": self._respond,
             "cancel": self._cancel,
             "reconcile": self._reconcile,
+            "compact": self._compact_command,
         }.get(command.kind)
         if handler is None:
             await self._reject(command, f"{command.kind} commands are not dispatched")
@@ -419,7 +425,12 @@ class SessionDriver:
         w.add("turn/interrupted", {"reason": why}, turn_id=run.turn_id, run_id=run.run_id)
         w.add(
             "run/end",
-            {"status": "interrupted", "reason": "crash", "inbox_seq": self.inbox.seq},
+            {
+                "status": "interrupted",
+                "reason": "crash",
+                "inbox_seq": self.inbox.seq,
+                "stop_reason": "crash",
+            },
             turn_id=run.turn_id,
             run_id=run.run_id,
         )
@@ -748,7 +759,16 @@ class SessionDriver:
                         f"stopped after max_steps={self.agent.max_steps} steps without "
                         "a final answer"
                     )
-                    await self._finish(turn_id, run_id, "failed", applied, error=error)
+                    await self._finish(
+                        turn_id, run_id, "failed", applied, error=error, stop_reason="max_steps"
+                    )
+                    return
+                budget = self._over_budget(turn_id)
+                if budget is not None:
+                    code, error = budget
+                    await self._finish(
+                        turn_id, run_id, "failed", applied, error=error, stop_reason=code
+                    )
                     return
                 step += 1
                 step_id = new_id("step")
@@ -759,6 +779,18 @@ class SessionDriver:
                     run_id=run_id,
                 )
                 applied.extend(await self._take_inputs(turn_id, run_id))
+                too_big = await self._fit_context(turn_id, run_id)
+                if too_big is not None:
+                    await self._finish(
+                        turn_id,
+                        run_id,
+                        "failed",
+                        applied,
+                        error=too_big,
+                        step_id=step_id,
+                        stop_reason="context_overflow",
+                    )
+                    return
                 try:
                     _, calls = await self._model_call(turn_id, run_id)
                 except ModelError as exc:
@@ -823,18 +855,40 @@ class SessionDriver:
         self._stop.set()
         self._cancel_async_tool()
 
+    def _over_budget(self, turn_id: str) -> tuple[str, str] | None:
+        """(stop_reason, error) when the turn or the session used its token budget."""
+        agent = self.agent
+        turn = self.state.turns.get(turn_id)
+        used = UsageTotals.of(turn.usage).total_tokens if turn is not None else 0
+        if agent.max_turn_tokens is not None and used >= agent.max_turn_tokens:
+            error = (
+                f"stopped at max_turn_tokens={agent.max_turn_tokens}: the task used {used} "
+                "tokens; resume() it to go on, or raise the budget"
+            )
+            return "max_turn_tokens", error
+        total = UsageTotals.of(self.state.usage).total_tokens
+        if agent.max_session_tokens is not None and total >= agent.max_session_tokens:
+            error = (
+                f"stopped at max_session_tokens={agent.max_session_tokens}: the session used "
+                f"{total} tokens; raise the budget to go on"
+            )
+            return "max_session_tokens", error
+        return None
+
     def _cancel_async_tool(self) -> None:
         task = self._tool_task
         if task is not None and not task.done() and self._tool_is_async:
             task.cancel()  # async tools stop now; sync tools finish first
 
-    def request_stop(self, reason: str) -> None:
-        """Stop the active run at its next boundary, recording ``reason`` (close, time limit).
+    def request_stop(self, reason: str, code: str = "interrupted") -> None:
+        """Stop the active run at its next boundary, recording ``reason`` (close, time limit)
+        and ``code`` as its ``stop_reason``.
 
         On the runtime's loop. A stop already asked for keeps its first reason.
         """
         if not self._stop.is_set():
             self._stop_reason = reason
+            self._stop_code = code
             self._stop.set()
         self._cancel_async_tool()
 
@@ -857,6 +911,7 @@ class SessionDriver:
         self._stop.clear()
         self._stop_command = None
         self._stop_reason = None
+        self._stop_code = "interrupted"
 
     def _arm_time_limit(self, turn_id: str) -> asyncio.TimerHandle | None:
         """Stop the run when the turn has executed for its time limit (over all its runs)."""
@@ -871,7 +926,7 @@ class SessionDriver:
                 used += (run.ended_at - run.started_at).total_seconds()
         reason = f"time limit: the task ran for its limit of {limit:g} s"
         return asyncio.get_running_loop().call_later(
-            max(0.0, limit - used), self.request_stop, reason
+            max(0.0, limit - used), self.request_stop, reason, "time_limit"
         )
 
     def _time_limit(self, turn_id: str) -> float | None:
@@ -930,7 +985,12 @@ class SessionDriver:
                 *self._checkpoint(turn_id, run_id, applied),
                 self._ev("step/end", {"step_id": step_id, "status": "terminal"}, turn_id, run_id),
                 self._ev("turn/completed", {}, turn_id, run_id),
-                self._ev("run/end", {"status": "completed", "inbox_seq": seen}, turn_id, run_id),
+                self._ev(
+                    "run/end",
+                    {"status": "completed", "inbox_seq": seen, "stop_reason": "final_answer"},
+                    turn_id,
+                    run_id,
+                ),
             ]
             try:
                 await self.writer.flush(tail=tail, expected_inbox=seen)
@@ -1001,10 +1061,18 @@ class SessionDriver:
         *,
         error: str | None = None,
         step_id: str | None = None,
+        stop_reason: str | None = None,
     ) -> None:
-        """End the run (failed, suspended, interrupted) in one commit."""
+        """End the run (failed, suspended, interrupted) in one commit.
+
+        ``stop_reason`` is the code ``run/end`` records (by default: ``error`` for a failed
+        run, ``needs_person`` for a suspended one, the stop's code for an interrupted one).
+        """
         w = self.writer
         reason = None
+        code = stop_reason or {"failed": "error", "suspended": "needs_person"}.get(status)
+        if status == "interrupted" and code is None:
+            code = "interrupted" if self._stop_command is not None else self._stop_code
         if status == "interrupted" and self._stop_command is not None:
             w.add(
                 "inbox/started",
@@ -1033,12 +1101,171 @@ class SessionDriver:
         w.add(f"turn/{status}", {"error": error, "reason": reason}, turn_id=turn_id, run_id=run_id)
         w.add(
             "run/end",
-            {"status": status, "reason": reason, "error": error, "inbox_seq": self.inbox.seq},
+            {
+                "status": status,
+                "reason": reason,
+                "error": error,
+                "inbox_seq": self.inbox.seq,
+                "stop_reason": code,
+            },
             turn_id=turn_id,
             run_id=run_id,
         )
         await w.flush()
         self._publish("status", turn_id, run_id, status=status)
+
+    # -- the working context: compaction ---------------------------------------------------
+
+    def _context_tokens(self) -> tuple[int, int | None]:
+        """(tokens of the next call's context with the tools, the model's window or None)."""
+        agent = self.agent
+        messages = build_context(agent.instructions, self.state.context)
+        tools = [t.spec() for t in agent.tools]
+        window = agent.context_window or agent.model.context_window
+        return agent.model.count_tokens(messages, tools), window
+
+    async def _fit_context(self, turn_id: str, run_id: str) -> str | None:
+        """Compact before a step when the next context passes the compactor's trigger.
+
+        Returns why the turn cannot go on (the context does not fit the window, and
+        compaction could not make it fit), else None.
+        """
+        compactor = self.agent.compaction
+        tokens, window = self._context_tokens()
+        if window is None:
+            return None
+        if compactor is not None and tokens >= compactor.trigger * window:
+            await self._compact(turn_id, run_id, "trigger")
+            tokens, window = self._context_tokens()
+        if window is not None and tokens > window:
+            return f"the context ({tokens} tokens) does not fit the model's window of {window}" + (
+                "" if compactor else "; give the agent a compaction= compactor"
+            )
+        return None
+
+    async def _compact(self, turn_id: str | None, run_id: str | None, reason: str) -> bool:
+        """Replace the oldest part of the working context (see ``agentnb.compaction``).
+
+        ``compaction/start`` and, for a summary, the summariser's ``model/dispatch`` are
+        committed before the summariser is called; ``context/replaced`` and
+        ``compaction/end`` commit together, so a crash leaves the old context or the new one.
+        A failure records ``compaction/end`` ``failed`` and keeps the context. True if
+        compacted.
+        """
+        compactor = self.agent.compaction
+        if compactor is None:
+            return False
+        w = self.writer
+        context = list(self.state.context)
+        cut = compactor.cut(context)
+        if cut == 0:
+            return False
+        compaction_id = new_id("cmp")
+        before, _ = self._context_tokens()
+        w.add(
+            "compaction/start",
+            {
+                "compaction_id": compaction_id,
+                "reason": reason,
+                "before_count": len(context),
+                "tokens_before": before,
+                "compactor": compactor.name,
+            },
+            turn_id=turn_id,
+            run_id=run_id,
+        )
+        summary = isinstance(compactor, SummaryCompactor)
+        call_id = new_id("mc")
+        model: Model | None = None
+        if isinstance(compactor, SummaryCompactor):
+            model = compactor.model or self.agent.model
+        if model is not None:
+            w.add("model/dispatch", {"model_call_id": call_id}, turn_id=turn_id, run_id=run_id)
+        await w.flush()
+        started = time.monotonic()
+        try:
+            text = await compactor.replacement(context[:cut], self.agent.model)
+        except Exception as exc:  # noqa: BLE001 - a failed compaction keeps the context
+            error = describe(exc)
+            if model is not None:
+                w.add(
+                    "model/end",
+                    {
+                        "model_call_id": call_id,
+                        "status": "failed",
+                        "model": model.name,
+                        "error": error,
+                    },
+                    turn_id=turn_id,
+                    run_id=run_id,
+                )
+            w.add(
+                "compaction/end",
+                {
+                    "compaction_id": compaction_id,
+                    "status": "failed",
+                    "error": error,
+                    "before_count": len(context),
+                    "tokens_before": before,
+                },
+                turn_id=turn_id,
+                run_id=run_id,
+            )
+            await w.flush()
+            return False
+        if model is not None:
+            w.add(
+                "model/end",
+                {
+                    "model_call_id": call_id,
+                    "status": "completed",
+                    "model": model.name,
+                    "latency_ms": round((time.monotonic() - started) * 1000, 3),
+                },
+                turn_id=turn_id,
+                run_id=run_id,
+            )
+        replacement = replacement_message(text, compaction_id, summary=summary)
+        w.add(
+            "context/replaced",
+            {
+                "reason": reason,
+                "messages": [replacement],
+                "replaced_count": cut,
+                "compaction_id": compaction_id,
+                "previous_as_of_seq": self.state.seq,
+            },
+            turn_id=turn_id,
+            run_id=run_id,
+        )
+        after, _ = self._context_tokens()
+        w.add(
+            "compaction/end",
+            {
+                "compaction_id": compaction_id,
+                "status": "completed",
+                "before_count": len(context),
+                "after_count": len(self.state.context),
+                "tokens_before": before,
+                "tokens_after": after,
+                "replaced": [context[0].id, context[cut - 1].id],
+                "summary": text if summary else None,
+            },
+            turn_id=turn_id,
+            run_id=run_id,
+        )
+        await w.flush()
+        return True
+
+    async def _compact_command(self, command: Command) -> None:
+        """``session.compact()``: compact now, between runs (a no-op when nothing can be cut).
+
+        The command counts as carried out with the compaction's last commit: a crash before
+        it leaves the command waiting, and the next runtime compacts again.
+        """
+        await self._compact(None, None, "requested")
+        self.writer.add("inbox/started", {"command_id": command.command_id, "kind": "compact"})
+        await self.writer.flush()
 
     # -- the model call ----------------------------------------------------------------------
 
@@ -1062,9 +1289,24 @@ class SessionDriver:
             turn_id=turn_id,
             run_id=run_id,
         )
+        messages = tuple(build_context(agent.instructions, state.context))
+        tools = tuple(t.spec() for t in agent.tools)
+        w.add(
+            "context/build",
+            {
+                "message_count": len(messages),
+                "details": {
+                    "model_call_id": call_id,
+                    "tokens": agent.model.count_tokens(messages, tools),
+                    "compactions": state.compactions,
+                },
+            },
+            turn_id=turn_id,
+            run_id=run_id,
+        )
         request = ModelRequest(
-            messages=tuple(build_context(agent.instructions, state.context)),
-            tools=tuple(t.spec() for t in agent.tools),
+            messages=messages,
+            tools=tools,
         )
         for attempt in range(1, MODEL_RETRIES + 2):
             w.add(
@@ -1182,6 +1424,8 @@ class SessionDriver:
                 "model": self.agent.model.name,
                 "input_tokens": usage.input_tokens if usage else None,
                 "output_tokens": usage.output_tokens if usage else None,
+                "cached_tokens": usage.cached_tokens if usage else None,
+                "reasoning_tokens": usage.reasoning_tokens if usage else None,
                 "latency_ms": round((time.monotonic() - started) * 1000, 3),
                 "finish_reason": collector.finish_reason,
             },

@@ -845,7 +845,7 @@ class Runtime:
             tasks = []
             for driver in self._drivers.values():
                 driver.stopping = True
-                driver.request_stop("the runtime was closed")
+                driver.request_stop("the runtime was closed", "runtime_closed")
                 driver.wake.set()
                 if driver.task is not None and not driver.task.done():
                     tasks.append(driver.task)

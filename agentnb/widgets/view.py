@@ -537,6 +537,12 @@ class SessionView(w.VBox):  # type: ignore[misc]  # ipywidgets ships no type inf
             self.transcript.children = tuple(children)
 
     def _item_widget(self, item: ChatItem) -> Any:
+        if item.kind == "summary":  # where the working context was compacted
+            body = w.HTML(f'<div style="white-space:pre-wrap;">{_esc(item.text)}</div>')
+            card = w.Accordion(children=[body], titles=("earlier messages summarised",))
+            card.add_class("agentnb-item")
+            card.add_class("agentnb-summary")
+            return card
         if item.kind == "tool":
             body = w.HTML(tool_html(item))
             card = w.Accordion(children=[body], titles=(tool_title(item),))
@@ -549,6 +555,8 @@ class SessionView(w.VBox):  # type: ignore[misc]  # ipywidgets ships no type inf
         return widget
 
     def _update_item_widget(self, widget: Any, item: ChatItem) -> None:
+        if item.kind == "summary":
+            return  # a compaction marker never changes
         if item.kind == "tool":
             _set(widget.children[0], "value", tool_html(item))
             _set(widget, "titles", (tool_title(item),))

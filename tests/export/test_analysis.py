@@ -204,6 +204,7 @@ class TestFrames:
 
 EXPECTED_ROWS: dict[str, int | None] = {
     "approvals": 2,
+    "context_growth": None,  # one row per model call: counted from the store
     "failed_turns": 1,
     "interrupted_runs": 2,
     "model_retries": 1,
@@ -239,6 +240,14 @@ class TestQueries:
             expected = len(_events_of_turn(known_session, known_session.turns["T5"]))
         elif name == "tokens_per_user_day":
             expected = len(known_session.token_days)
+        elif name == "context_growth":
+            store = known_session.store()
+            try:
+                expected = sum(
+                    e.type == "context/build" for key in known_session.head for e in store.scan(key)
+                )
+            finally:
+                store.close()
         for source in (str(known_parquet), f"duckdb:{known_duckdb}"):
             assert len(analysis.query(name, source, **params)) == expected, source
 
@@ -760,6 +769,29 @@ DTYPES = {
         **dict.fromkeys(["requested_at", "resolved_at"], "datetime64[us, UTC]"),
         **dict.fromkeys(["approved"], "boolean"),
         **dict.fromkeys(["wait_ms"], "Int64"),
+    },
+    "compactions": {
+        **dict.fromkeys(
+            [
+                "namespace",
+                "user_id",
+                "agent_id",
+                "session_id",
+                "turn_id",
+                "run_id",
+                "compaction_id",
+                "status",
+                "summary",
+                "error",
+            ],
+            "string",
+        ),
+        **dict.fromkeys(
+            ["seq", "messages_before", "messages_after", "tokens_before", "tokens_after"],
+            "Int64",
+        ),
+        "tokens_saved": "Int64",
+        "ended_at": "datetime64[us, UTC]",
     },
     "inputs": {
         **dict.fromkeys(
