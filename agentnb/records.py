@@ -96,6 +96,13 @@ class SessionInfo:
     last_activity: datetime
     """The last commit or accepted command."""
     cursor: str = field(default="", repr=False)
+    _usage: Any = field(default=None, repr=False, compare=False)
+
+    @property
+    def usage(self) -> UsageTotals | None:
+        """What the session consumed (tokens, calls, steps), read from its folds when asked:
+        its newest snapshot and the events after it, never the whole log."""
+        return None if self._usage is None else self._usage(self.key)
 
 
 @dataclass(frozen=True, slots=True)

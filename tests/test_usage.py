@@ -174,3 +174,18 @@ class TestStopReasons:
             assert outcome.stop_reason == "time_limit"
         finally:
             session.runtime.close()  # type: ignore[attr-defined]
+
+
+class TestSessionInfo:
+    def test_a_listed_session_has_its_usage_totals(self) -> None:
+        """runtime.sessions() records give the session's totals, as inspect() does."""
+        session = _session([_reply("one"), _reply("two")])
+        try:
+            session.run("a", timeout=WAIT)
+            session.run("b", timeout=WAIT)
+            (info,) = session.runtime.sessions()  # type: ignore[attr-defined]
+            assert info.usage == session.inspect().usage
+            assert info.usage is not None
+            assert info.usage.total_tokens == 220
+        finally:
+            session.runtime.close()  # type: ignore[attr-defined]

@@ -36,7 +36,7 @@ from agentnb.ids import SessionKey, check_id
 from agentnb.live import LiveEvent, LiveHub, Subscription
 from agentnb.projections.decisions import effective_status
 from agentnb.projections.state import PARKING, SessionState, TurnState, next_command
-from agentnb.records import PruneReport, SessionCounts, SessionInfo
+from agentnb.records import PruneReport, SessionCounts, SessionInfo, UsageTotals
 from agentnb.runtime.engine import SessionDriver
 from agentnb.session import Session
 from agentnb.stores import SessionStore, open_store
@@ -103,7 +103,15 @@ _RAW: dict[str, frozenset[str]] = {
 }
 
 
-def session_info(record: SessionRecord, *, now: float) -> SessionInfo:
+def session_usage(store: SessionStore, key: SessionKey) -> UsageTotals:
+    """The session's usage totals: its folds' snapshot plus the events after it."""
+    state, _ = Folds(store, key).refresh()
+    return UsageTotals.of(state.usage)
+
+
+def session_info(
+    record: SessionRecord, *, now: float, store: SessionStore | None = None
+) -> SessionInfo:
     """A catalogue record as ``runtime.sessions()`` shows it.
 
     The status comes from the one rule (``effective_status``) applied to the latest turn's
@@ -135,6 +143,7 @@ def session_info(record: SessionRecord, *, now: float) -> SessionInfo:
         SessionCounts(record.events, record.turns, record.bytes),
         at(record.last_activity),
         record.cursor,
+        None if store is None else functools.partial(session_usage, store),
     )
 
 
@@ -172,7 +181,7 @@ def find_sessions(
         )
         now = store.clock.now()
         for record in records:
-            info = session_info(record, now=now)
+            info = session_info(record, now=now, store=store)
             if wanted is None or info.status in wanted:
                 page.append(info)
                 if len(page) == limit:
