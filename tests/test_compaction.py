@@ -256,3 +256,21 @@ class TestView:
                 view.close()
         finally:
             _close(session)
+
+
+class TestBadInputs:
+    def test_bad_compactor_settings_are_refused(self) -> None:
+        """A trigger outside (0, 1], a keep_last below 1, a non-Model summariser, an empty
+        prompt or a compaction that is not a Compactor raise InvalidInput."""
+        for trigger in [0, 1.5, -0.1, "0.8", True]:
+            with pytest.raises(nb.InvalidInput):
+                nb.TrimCompactor(trigger=trigger)  # type: ignore[arg-type]
+        for keep_last in [0, -1, 2.5, True]:
+            with pytest.raises(nb.InvalidInput):
+                nb.TrimCompactor(keep_last=keep_last)  # type: ignore[arg-type]
+        with pytest.raises(nb.InvalidInput):
+            nb.SummaryCompactor(model="gpt")  # type: ignore[arg-type]
+        with pytest.raises(nb.InvalidInput):
+            nb.SummaryCompactor(prompt="  ")
+        with pytest.raises(nb.InvalidInput, match="Compactor"):
+            nb.Agent(name="A", agent_id="a", model=nb.ScriptedModel([]), compaction="trim")  # type: ignore[arg-type]
