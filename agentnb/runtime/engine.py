@@ -1131,13 +1131,14 @@ class SessionDriver:
         compaction could not make it fit), else None.
         """
         compactor = self.agent.compaction
-        tokens, window = self._context_tokens()
+        window = self.agent.context_window or self.agent.model.context_window
         if window is None:
-            return None
+            return None  # no window known: nothing to keep the context inside
+        tokens, _ = self._context_tokens()
         if compactor is not None and tokens >= compactor.trigger * window:
             await self._compact(turn_id, run_id, "trigger")
-            tokens, window = self._context_tokens()
-        if window is not None and tokens > window:
+            tokens, _ = self._context_tokens()
+        if tokens > window:
             return f"the context ({tokens} tokens) does not fit the model's window of {window}" + (
                 "" if compactor else "; give the agent a compaction= compactor"
             )
