@@ -334,12 +334,44 @@ class HTML:
         return self.summary
 
 
+_SESSION_HEADERS = ("session", "user", "title", "status", "labels", "turns", "events", "active")
+
+
+def _session_row(info: Any) -> list[str]:
+    labels = ", ".join(f"{k}={v}" for k, v in sorted(info.labels.items()))
+    return [
+        f"<code>{esc(info.key.session_id)}</code>",
+        esc(info.key.user_id),
+        fold(info.title or ""),
+        badge(info.status),
+        esc(labels),
+        esc(info.counts.turns),
+        esc(info.counts.events),
+        _when(info.last_activity),
+    ]
+
+
+def session_info_html(info: Any) -> str:
+    """One ``SessionInfo`` as a one-row table."""
+    return _table(_SESSION_HEADERS, [_session_row(info)])
+
+
+def sessions_html(infos: Iterable[Any]) -> str:
+    """A page of ``runtime.sessions()`` as one table, newest activity first."""
+    rows = [_session_row(i) for i in infos]
+    if not rows:
+        return f'<div style="{_MUTED}">No sessions.</div>'
+    return _table(_SESSION_HEADERS, rows, caption=f"{len(rows)} session(s)")
+
+
 def show(value: Any) -> HTML:
     """Rich display of what a ``Session`` returns: a list of tasks (``session.tasks()``), a
     dict of pending requests (``session.pending()``), or a record with ``_repr_html_``.
     Anything else raises ``InvalidInput``."""
     if isinstance(value, list | tuple) and all(hasattr(v, "run_ids") for v in value):
         return HTML(tasks_html(value), f"{len(value)} task(s)")
+    if isinstance(value, list | tuple) and all(hasattr(v, "counts") for v in value):
+        return HTML(sessions_html(value), f"{len(value)} session(s)")
     if isinstance(value, Mapping) and all(hasattr(v, "request_id") for v in value.values()):
         return HTML(interactions_html(value), f"{len(value)} pending request(s)")
     render = getattr(value, "_repr_html_", None)

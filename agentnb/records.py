@@ -98,6 +98,9 @@ class SessionInfo:
     cursor: str = field(default="", repr=False)
     _usage: Any = field(default=None, repr=False, compare=False)
 
+    def _repr_html_(self) -> str:
+        return html.session_info_html(self)
+
     @property
     def usage(self) -> UsageTotals | None:
         """What the session consumed (tokens, calls, steps), read from its folds when asked:

@@ -209,3 +209,20 @@ class TestFromASession:
             [sys.executable, "-c", code], capture_output=True, text=True, check=True
         )
         assert done.stdout.strip() == "[]"
+
+
+class TestSessionInfoHtml:
+    def test_a_listed_session_renders_as_an_escaped_row(self) -> None:
+        """SessionInfo and a page of them render as tables, every field escaped."""
+        agent = nb.Agent(name="H", agent_id="html", model=nb.ScriptedModel(["<b>hi</b>"]))
+        with nb.Runtime(agent, store="memory://") as runtime:
+            session = runtime.session("s1")
+            session.run("<script>alert(1)</script>", timeout=20)
+            session.update(labels={"team": "<ops>"})
+            (info,) = runtime.sessions()
+            row = info._repr_html_()
+            assert "<script>" not in row
+            assert "&lt;ops&gt;" in row
+            assert "s1" in row
+            page = html.show(runtime.sessions())
+            assert "1 session(s)" in page._repr_html_()
