@@ -160,7 +160,9 @@ class Session:
         session are read from the log, so a page of recent tasks costs the same whatever the
         session's length.
         """
-        if limit is not None and (not isinstance(limit, int) or limit < 1):
+        if limit is not None and (
+            isinstance(limit, bool) or not isinstance(limit, int) or limit < 1
+        ):
             raise InvalidInput(f"limit must be a positive int or None, got {limit!r}")
         if before is not None:
             check_id(before, "before")

@@ -215,3 +215,24 @@ class TestOneDurableStep:
         finally:
             runtime.close()
             store.close()
+
+
+class TestTaskPagesBadInputs:
+    def test_bad_limits_and_unknown_before_are_refused(self) -> None:
+        """tasks(limit=, before=) refuses a limit that is not a positive int and an unknown
+        task with InvalidInput, and writes nothing."""
+        runtime = nb.Runtime(_agent(), store="memory://")
+        try:
+            session = runtime.session("s")
+            session.run("only", timeout=WAIT)
+            head = session.log.head()
+            for bad in [0, -1, 2.5, True, "3"]:
+                with pytest.raises(nb.InvalidInput):
+                    session.tasks(limit=bad)  # type: ignore[arg-type]
+            with pytest.raises(nb.InvalidInput, match="no task"):
+                session.tasks(before="turn_nope")
+            with pytest.raises(nb.InvalidInput):
+                session.tasks(before="")
+            assert session.log.head() == head
+        finally:
+            runtime.close()
