@@ -1,26 +1,34 @@
-"""What runs around one tool call: its reports (progress, records), its failures, its prompt.
+"""The tool calls of a step: decided, asked about, or dispatched durably and run.
 
-A tool runs under ``contained`` so that not even ``SystemExit`` escapes it; what it reports
-goes through ``Reports``, bounded per call; ``interaction_kind`` and ``prompt`` say which
-person-facing request a call needs and how it is worded.
+``ToolRunner`` decides each call of a model reply (refused when the tool is unknown or its
+arguments do not fit, suspended when a person must answer first, else run), commits
+``tool/dispatch`` before the tool runs (the side effect) and records its result. A tool runs
+under ``contained`` so that not even ``SystemExit`` escapes it; what it reports goes through
+``Reports``, bounded per call; ``interaction_kind`` and ``prompt`` say which person-facing
+request a call needs and how it is worded.
 """
 
 from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable, Coroutine, Mapping
+import time
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import Any
 
-from agentnb.errors import InvalidInput
-from agentnb.events import Event
+from agentnb.errors import InvalidInput, describe
+from agentnb.events import Event, ToolCallData
+from agentnb.runtime.recipes import Recipes
+from agentnb.runtime.scope import RunHost, StopRun
 from agentnb.runtime.writer import LogWriter
+from agentnb.tools import InvalidToolArguments, ToolContext
 
 __all__ = [
     "MAX_PROGRESS_EVENTS",
     "MAX_RECORDS",
     "Reports",
     "ToolExit",
+    "ToolRunner",
     "contained",
     "ignore_result",
     "interaction_kind",
@@ -156,3 +164,227 @@ def prompt(kind: str, name: str, arguments: Mapping[str, Any]) -> str:
     if kind == "external_execution":
         return f"Run {name}({shown}) outside and respond with its result."
     return f"Allow {name}({shown})?"
+
+
+class ToolRunner:
+    """Decides, dispatches and runs the tool calls of the host's running turn."""
+
+    def __init__(
+        self,
+        host: RunHost,
+        recipes: Recipes,
+        flush: Callable[[str], Awaitable[None]],
+        bad_arguments: Callable[[], Mapping[str, str]],
+    ) -> None:
+        self.host = host
+        self.recipes = recipes
+        self.flush_before_side_effect = flush
+        self.bad_arguments = bad_arguments
+        """Why calls of the last model reply had arguments that were not a JSON object."""
+
+    async def calls(self, turn_id: str, run_id: str, calls: list[ToolCallData]) -> bool:
+        """Run (or ask about) the calls of one reply; True if the turn must wait for a person."""
+        for call in calls:
+            self.host.writer.add(
+                "tool/requested",
+                {"call_id": call.call_id, "name": call.name, "arguments": call.arguments},
+                turn_id=turn_id,
+                run_id=run_id,
+            )
+        waiting = False
+        for call in calls:
+            waiting = await self.call(turn_id, run_id, call) or waiting
+            if self.host.stop.is_set():
+                raise StopRun
+        return waiting
+
+    def problem(self, call: ToolCallData) -> str | None:
+        """Why this call cannot run (unknown tool, arguments that do not fit), or None."""
+        bad = self.bad_arguments()
+        if call.call_id in bad:
+            return bad[call.call_id]
+        agent = self.host.agent
+        tool = agent.tool_named(call.name)
+        if tool is None:
+            names = ", ".join(t.name for t in agent.tools) or "none"
+            return f"there is no tool named {call.name!r}; available tools: {names}"
+        try:
+            tool.validate(call.arguments)
+        except InvalidToolArguments as exc:
+            return str(exc)
+        return None
+
+    async def call(self, turn_id: str, run_id: str, call: ToolCallData) -> bool:
+        """Decide one call: refuse it, ask a person about it (True), or run it."""
+        w = self.host.writer
+        tool = self.host.agent.tool_named(call.name)
+        problem = self.problem(call)
+        if problem is not None or tool is None:
+            # Never run; the model sees what was wrong and can try again.
+            w.add(
+                "tool/decision",
+                {"call_id": call.call_id, "decision": "denied", "reason": problem},
+                turn_id=turn_id,
+                run_id=run_id,
+            )
+            self.recipes.add_result(
+                call.call_id,
+                call.name,
+                "error",
+                f"Error: {problem}",
+                turn_id=turn_id,
+                run_id=run_id,
+                synthetic=True,
+            )
+            return False
+        kind = interaction_kind(tool)
+        if kind is not None:
+            w.add(
+                "tool/decision",
+                {"call_id": call.call_id, "decision": "suspended", "reason": kind},
+                turn_id=turn_id,
+                run_id=run_id,
+            )
+            w.add(
+                "interaction/requested",
+                {
+                    "request_id": call.call_id,
+                    "kind": kind,
+                    "call_id": call.call_id,
+                    "tool_name": tool.name,
+                    "arguments": dict(call.arguments),
+                    "prompt": prompt(kind, tool.name, call.arguments),
+                },
+                turn_id=turn_id,
+                run_id=run_id,
+            )
+            return True
+        w.add(
+            "tool/decision",
+            {"call_id": call.call_id, "decision": "allowed"},
+            turn_id=turn_id,
+            run_id=run_id,
+        )
+        await self.run(turn_id, run_id, call)
+        return False
+
+    async def answered(
+        self, turn_id: str, run_id: str, call: ToolCallData, answer: Mapping[str, Any]
+    ) -> None:
+        """Carry out a call a person answered: their output, the approved call, or a denial."""
+        if "output" in answer:  # external execution or a question: the person's answer
+            self.recipes.add_result(
+                call.call_id, call.name, "success", answer["output"], turn_id=turn_id, run_id=run_id
+            )
+        elif answer.get("approved"):
+            arguments = dict(answer.get("edited_args") or call.arguments)
+            await self.run(
+                turn_id,
+                run_id,
+                ToolCallData(call_id=call.call_id, name=call.name, arguments=arguments),
+            )
+        else:
+            reason = answer.get("reason") or "rejected by the user"
+            self.recipes.add_result(
+                call.call_id,
+                call.name,
+                "denied",
+                f"The user rejected this call: {reason}",
+                turn_id=turn_id,
+                run_id=run_id,
+                synthetic=True,
+            )
+
+    async def run(self, turn_id: str, run_id: str, call: ToolCallData, attempt: int = 1) -> None:
+        """Dispatch (durably first), run, and record one tool call."""
+        host = self.host
+        stop = host.stop
+        w = host.writer
+        tool = host.agent.tool_named(call.name)
+        assert tool is not None
+        arguments = dict(call.arguments)
+        w.add(
+            "tool/dispatch",
+            {
+                "call_id": call.call_id,
+                "name": tool.name,
+                "arguments": arguments,
+                "idempotent": tool.idempotent,
+                "attempt": attempt,
+            },
+            turn_id=turn_id,
+            run_id=run_id,
+        )
+        w.add(
+            "action/start",
+            {"call_id": call.call_id, "name": tool.name},
+            turn_id=turn_id,
+            run_id=run_id,
+        )
+        await self.flush_before_side_effect(turn_id)
+        w = host.writer
+        reports = Reports(w, turn_id, run_id, call.call_id, host.publish)
+        ctx = ToolContext(host.key, turn_id, run_id, call.call_id, reports.record, reports.progress)
+        started = time.monotonic()
+        task = asyncio.ensure_future(contained(tool.invoke, arguments, ctx))
+        stop.tool_task, stop.tool_is_async, stop.tool_name = task, tool.is_async, tool.name
+        stop.abandon.clear()
+        try:
+            output = await self.output(task)
+            status, action = "success", "returned"
+        except asyncio.CancelledError:
+            if not stop.is_set():
+                raise
+            # Interrupted mid-call: what it did is unknown, so no result is recorded and
+            # the call stays uncertain until it is reconciled (or re-run, if idempotent).
+            reports.close()
+            w.add(
+                "action/end",
+                {"call_id": call.call_id, "name": tool.name, "status": "interrupted"},
+                turn_id=turn_id,
+                run_id=run_id,
+            )
+            raise StopRun from None
+        except Exception as exc:  # noqa: BLE001 - any failure of a tool is its result
+            cause = exc.__cause__ if isinstance(exc, ToolExit) else None
+            output = f"Error: {describe(cause or exc)}"
+            status, action = "error", "failed"
+        finally:
+            stop.tool_task = None
+        await asyncio.sleep(0)  # let records/progress handed over from a worker thread land
+        reports.close()
+        w.add(
+            "action/end",
+            {"call_id": call.call_id, "name": tool.name, "status": action},
+            turn_id=turn_id,
+            run_id=run_id,
+        )
+        self.recipes.add_result(
+            call.call_id,
+            tool.name,
+            status,
+            output,
+            turn_id=turn_id,
+            run_id=run_id,
+            duration_ms=round((time.monotonic() - started) * 1000, 3),
+        )
+
+    async def output(self, task: asyncio.Future[str]) -> str:
+        """The tool's result; if ``close`` abandons a sync tool that ignores the stop, cancel."""
+        stop = self.host.stop
+        abandon = asyncio.ensure_future(stop.abandon.wait())
+        either: set[asyncio.Future[Any]] = {task, abandon}
+        try:
+            await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            task.cancel()
+            raise
+        finally:
+            abandon.cancel()
+        if task.done():
+            return task.result()
+        # The thread cannot be stopped: leave it behind (its result is never used) and end
+        # the run; the call stays uncertain.
+        task.add_done_callback(ignore_result)
+        stop.event.set()
+        raise asyncio.CancelledError

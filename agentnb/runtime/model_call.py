@@ -1,0 +1,221 @@
+"""One model call of a step: the request, its durable dispatch, the stream, the reply.
+
+``request/prepared`` and ``context/build`` describe the request, ``model/dispatch`` commits
+before the model is called (the side effect), and the streamed pieces are grouped into
+``model/chunk`` events committed at most every ``CHUNK_COMMIT_INTERVAL`` seconds. Retryable
+failures are retried with the model's backoff unless part of the reply already streamed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+
+from agentnb.errors import InvalidInput, describe
+from agentnb.events import Event, Message, ToolCallData
+from agentnb.ids import new_id
+from agentnb.models.base import (
+    ModelError,
+    ModelRequest,
+    StreamCollector,
+    TextDelta,
+    ToolCallDelta,
+)
+from agentnb.projections.state import build_context
+from agentnb.runtime.scope import RunHost, StopRun
+from agentnb.runtime.writer import ChunkGroup
+
+__all__ = ["CHUNK_COMMIT_INTERVAL", "MODEL_RETRIES", "ModelCall"]
+
+CHUNK_COMMIT_INTERVAL = 0.1
+"""Seconds at least between two commits of streamed chunks."""
+MODEL_RETRIES = 3
+
+
+class ModelCall:
+    """Calls the agent's model for the host's running turn and records what it said."""
+
+    def __init__(self, host: RunHost, flush: Callable[[str], Awaitable[None]]) -> None:
+        self.host = host
+        self.flush_before_side_effect = flush
+        self.bad_arguments: dict[str, str] = {}
+        """Tool calls of the last reply whose arguments were not a JSON object: why."""
+
+    async def call(self, turn_id: str, run_id: str) -> tuple[str, list[ToolCallData]]:
+        """Call the model on the working context: (its text, its tool calls)."""
+        host = self.host
+        w = host.writer
+        agent = host.agent
+        state = host.state
+        call_id = new_id("mc")
+        prefix = state.requested_messages
+        new_messages = state.context[prefix:]
+        w.add(
+            "request/prepared",
+            {
+                "model_call_id": call_id,
+                "model": agent.model.name,
+                "prefix": prefix,
+                "messages": new_messages,
+                "instructions": agent.instructions if prefix == 0 else None,
+                "tools": [t.name for t in agent.tools],
+            },
+            turn_id=turn_id,
+            run_id=run_id,
+        )
+        messages = tuple(build_context(agent.instructions, state.context))
+        tools = tuple(t.spec() for t in agent.tools)
+        w.add(
+            "context/build",
+            {
+                "message_count": len(messages),
+                "details": {
+                    "model_call_id": call_id,
+                    "tokens": agent.model.count_tokens(messages, tools),
+                    "compactions": state.compactions,
+                },
+            },
+            turn_id=turn_id,
+            run_id=run_id,
+        )
+        request = ModelRequest(messages=messages, tools=tools)
+        for attempt in range(1, MODEL_RETRIES + 2):
+            w.add(
+                "model/dispatch",
+                {"model_call_id": call_id, "attempt": attempt},
+                turn_id=turn_id,
+                run_id=run_id,
+            )
+            await self.flush_before_side_effect(turn_id)
+            try:
+                return await self.stream(call_id, request, turn_id, run_id)
+            except ModelError as exc:
+                if not exc.retryable or attempt > MODEL_RETRIES:
+                    w.add(
+                        "model/end",
+                        {
+                            "model_call_id": call_id,
+                            "status": "failed",
+                            "model": agent.model.name,
+                            "error": str(exc),
+                        },
+                        turn_id=turn_id,
+                        run_id=run_id,
+                    )
+                    raise
+                delay = agent.model.backoff.delay(attempt, exc)
+                w.add(
+                    "model/retry",
+                    {
+                        "model_call_id": call_id,
+                        "attempt": attempt,
+                        "error": str(exc),
+                        "delay_s": delay,
+                    },
+                    turn_id=turn_id,
+                    run_id=run_id,
+                )
+                await asyncio.sleep(delay)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def stream(
+        self, call_id: str, request: ModelRequest, turn_id: str, run_id: str
+    ) -> tuple[str, list[ToolCallData]]:
+        """Stream one attempt, grouping and committing its pieces; record the reply."""
+        host = self.host
+        w = host.writer
+        model = host.agent.model
+        started = time.monotonic()
+        collector = StreamCollector()
+        group = ChunkGroup(w, call_id, turn_id, run_id)
+        last_commit = started
+        stream = model.stream(request)
+        try:
+            async for item in stream:
+                collector.add(item)
+                if isinstance(item, TextDelta | ToolCallDelta):
+                    piece = group.add(item)
+                    host.publish("model/chunk", turn_id, run_id, model_call_id=call_id, **piece)
+                if host.stop.is_set():
+                    group.close()
+                    w.add(
+                        "model/end",
+                        {
+                            "model_call_id": call_id,
+                            "status": "cancelled",
+                            "model": model.name,
+                            "latency_ms": round((time.monotonic() - started) * 1000, 3),
+                        },
+                        turn_id=turn_id,
+                        run_id=run_id,
+                    )
+                    raise StopRun
+                now = time.monotonic()
+                group.close_if_due(now)
+                if now - last_commit >= CHUNK_COMMIT_INTERVAL and w.pending:
+                    await w.flush()
+                    last_commit = time.monotonic()
+        except ModelError as exc:
+            group.close()
+            if exc.retryable and group.pieces:
+                # Part of the reply was streamed (and may be committed): never retried.
+                raise ModelError(
+                    f"{exc} (after part of the reply was streamed, so it is not retried)"
+                ) from exc
+            raise
+        except StopRun:
+            group.close()
+            raise
+        except Exception as exc:
+            group.close()
+            raise ModelError(describe(exc)) from exc
+        finally:
+            close = getattr(stream, "aclose", None)
+            if close is not None:
+                await close()
+        group.close()
+        return self.reply(call_id, collector, started, turn_id, run_id)
+
+    def reply(
+        self, call_id: str, collector: StreamCollector, started: float, turn_id: str, run_id: str
+    ) -> tuple[str, list[ToolCallData]]:
+        """Record a completed reply (``model/end``, then the assistant message)."""
+        w = self.host.writer
+        self.bad_arguments = {}
+        tool_calls = collector.tool_calls(problems=self.bad_arguments)
+        message = Message(
+            id=f"msg_{call_id}",
+            role="assistant",
+            text=collector.text,
+            tool_calls=tuple(tool_calls),
+            turn_id=turn_id,
+        )
+        try:
+            reply = Event.create(
+                "message/assistant",
+                {"message": message, "model_call_id": call_id},
+                turn_id=turn_id,
+                run_id=run_id,
+            )
+        except InvalidInput as exc:
+            raise ModelError(f"the model's reply cannot be recorded: {exc}") from None
+        usage = collector.usage
+        w.add(
+            "model/end",
+            {
+                "model_call_id": call_id,
+                "status": "completed",
+                "model": self.host.agent.model.name,
+                "input_tokens": usage.input_tokens if usage else None,
+                "output_tokens": usage.output_tokens if usage else None,
+                "cached_tokens": usage.cached_tokens if usage else None,
+                "reasoning_tokens": usage.reasoning_tokens if usage else None,
+                "latency_ms": round((time.monotonic() - started) * 1000, 3),
+                "finish_reason": collector.finish_reason,
+            },
+            turn_id=turn_id,
+            run_id=run_id,
+        )
+        w.add_event(reply)
+        return collector.text, tool_calls

@@ -1,0 +1,396 @@
+"""The commands' recipes: the events that start, end, answer, cancel and recover runs.
+
+Each event pair is written here once. ``Recipes`` adds events to the host's ``LogWriter``
+and commits where a recipe ends; the step loop (``runtime/run_loop.py``) decides when.
+A turn starts with ``open_turn``, a later run of it with ``begin_run``; every run ends
+with ``finish`` (failed, suspended, interrupted) or with the completion the step loop
+commits; ``recover`` closes a run a crash left open.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from agentnb.errors import CannotResume, InvalidInput
+from agentnb.events import Event, Message
+from agentnb.ids import new_id
+from agentnb.projections.decisions import check_cancel, check_respond, check_resume
+from agentnb.projections.state import Command
+from agentnb.runtime.scope import RunHost
+
+__all__ = ["Recipes"]
+
+log = logging.getLogger("agentnb.runtime")
+
+
+class Recipes:
+    """Writes each command's events for the session the host executes."""
+
+    def __init__(self, host: RunHost) -> None:
+        self.host = host
+
+    def tool(self, name: str) -> Any:
+        return self.host.agent.tool_named(name)
+
+    # -- turns and runs ------------------------------------------------------------------------
+
+    def open_turn(self, command: Command) -> tuple[str, str]:
+        """Add the events that start a submitted turn and its first run: (turn_id, run_id)."""
+        turn_id = command.turn_id or new_id("turn")
+        run_id = new_id("run")
+        text = command.input or ""
+        w = self.host.writer
+        w.add(
+            "inbox/started",
+            {"command_id": command.command_id, "kind": command.kind},
+            turn_id=turn_id,
+            run_id=run_id,
+        )
+        w.add(
+            "turn/start",
+            {"input": text, "command_id": command.command_id},
+            turn_id=turn_id,
+            run_id=run_id,
+        )
+        w.add(
+            "run/start",
+            {"reason": "submit", "command_id": command.command_id},
+            turn_id=turn_id,
+            run_id=run_id,
+        )
+        self.add_input(turn_id, run_id, command.command_id, "submit", text)
+        return turn_id, run_id
+
+    def add_input(self, turn_id: str, run_id: str, command_id: str, kind: str, text: str) -> None:
+        """A task, steering or injected text entering the context as a user message."""
+        w = self.host.writer
+        w.add(
+            "input/received",
+            {"input_id": command_id, "kind": kind, "text": text, "command_id": command_id},
+            turn_id=turn_id,
+            run_id=run_id,
+        )
+        message = Message(id=f"msg_{command_id}", role="user", text=text, turn_id=turn_id)
+        w.add("message/user", {"message": message}, turn_id=turn_id, run_id=run_id)
+
+    def begin_run(self, command: Command, turn_id: str, reason: str) -> str:
+        """Add the events that start a later run of a turn (resume, respond): its run_id."""
+        run_id = new_id("run")
+        w = self.host.writer
+        w.add(
+            "inbox/started",
+            {"command_id": command.command_id, "kind": command.kind},
+            turn_id=turn_id,
+            run_id=run_id,
+        )
+        w.add(
+            "turn/resumed",
+            {"command_id": command.command_id, "reason": reason},
+            turn_id=turn_id,
+            run_id=run_id,
+        )
+        w.add(
+            "run/start",
+            {"reason": reason, "command_id": command.command_id},
+            turn_id=turn_id,
+            run_id=run_id,
+        )
+        return run_id
+
+    def checkpoint(self, turn_id: str, run_id: str, applied: list[str]) -> list[Event]:
+        """The checkpoint closing a step, and the inputs it makes applied."""
+        state = self.host.state
+        run = state.runs.get(run_id)
+        events = [
+            Event.create(
+                "state/checkpoint",
+                {
+                    "reason": "step",
+                    "state": {
+                        "turn_id": turn_id,
+                        "run_id": run_id,
+                        "step": run.steps if run else 0,
+                        "context_messages": len(state.context),
+                    },
+                },
+                turn_id=turn_id,
+                run_id=run_id,
+            )
+        ]
+        if applied:
+            events.append(
+                Event.create(
+                    "input/applied", {"input_ids": applied}, turn_id=turn_id, run_id=run_id
+                )
+            )
+        return events
+
+    async def finish(
+        self,
+        turn_id: str,
+        run_id: str,
+        status: str,
+        applied: list[str],
+        *,
+        error: str | None = None,
+        step_id: str | None = None,
+        stop_reason: str | None = None,
+    ) -> None:
+        """End the run (failed, suspended, interrupted) in one commit.
+
+        ``stop_reason`` is the code ``run/end`` records (by default: ``error`` for a failed
+        run, ``needs_person`` for a suspended one, the stop's code for an interrupted one).
+        """
+        host = self.host
+        w = host.writer
+        stop = host.stop
+        reason = None
+        code = stop_reason or {"failed": "error", "suspended": "needs_person"}.get(status)
+        if status == "interrupted" and code is None:
+            code = "interrupted" if stop.command is not None else stop.code
+        if status == "interrupted" and stop.command is not None:
+            w.add(
+                "inbox/started",
+                {"command_id": stop.command, "kind": "interrupt"},
+                turn_id=turn_id,
+                run_id=run_id,
+            )
+            w.add(
+                "run/stop_requested",
+                {"command_id": stop.command},
+                turn_id=turn_id,
+                run_id=run_id,
+            )
+        elif status == "interrupted" and stop.reason is not None:
+            reason = error = stop.reason
+            w.add("run/stop_requested", {"reason": reason}, turn_id=turn_id, run_id=run_id)
+        for event in self.checkpoint(turn_id, run_id, applied):
+            w.add_event(event)
+        if step_id is not None:
+            w.add(
+                "step/end",
+                {"step_id": step_id, "status": "terminal"},
+                turn_id=turn_id,
+                run_id=run_id,
+            )
+        w.add(f"turn/{status}", {"error": error, "reason": reason}, turn_id=turn_id, run_id=run_id)
+        w.add(
+            "run/end",
+            {
+                "status": status,
+                "reason": reason,
+                "error": error,
+                "inbox_seq": host.inbox.seq,
+                "stop_reason": code,
+            },
+            turn_id=turn_id,
+            run_id=run_id,
+        )
+        await w.flush()
+        host.publish("status", turn_id, run_id, status=status)
+
+    def add_result(
+        self,
+        call_id: str,
+        name: str,
+        status: str,
+        output: Any,
+        *,
+        turn_id: str | None,
+        run_id: str | None = None,
+        **extra: Any,
+    ) -> None:
+        """Add a ``tool/result`` (``extra``: ``synthetic``, ``reconciled``, ``duration_ms``)."""
+        payload = {"call_id": call_id, "name": name, "status": status, "output": output}
+        self.host.writer.add("tool/result", payload | extra, turn_id=turn_id, run_id=run_id)
+
+    # -- commands --------------------------------------------------------------------------------
+
+    async def reject(self, command: Command, reason: str) -> None:
+        """Refuse a command in the inbox, with why."""
+        host = self.host
+        await asyncio.to_thread(
+            host.inbox_log.record,
+            "inbox/rejected",
+            {"command_id": command.command_id, "reason": reason},
+            turn_id=command.turn_id,
+        )
+        await host.refresh_inbox()
+
+    async def recover(
+        self, why: str = "the process executing it stopped", *, auto_resume: bool = True
+    ) -> None:
+        """Close a run that a crashed process (or an unrecorded failure) left open."""
+        host = self.host
+        state = host.state
+        run = state.runs[state.active_run or ""]
+        w = host.writer
+        w.add(
+            "recovery/applied",
+            {"reason": "crash", "interrupted_runs": [run.run_id], "source_seq": state.seq},
+            turn_id=run.turn_id,
+            run_id=run.run_id,
+        )
+        w.add("turn/interrupted", {"reason": why}, turn_id=run.turn_id, run_id=run.run_id)
+        w.add(
+            "run/end",
+            {
+                "status": "interrupted",
+                "reason": "crash",
+                "inbox_seq": host.inbox.seq,
+                "stop_reason": "crash",
+            },
+            turn_id=run.turn_id,
+            run_id=run.run_id,
+        )
+        await w.flush()
+        host.publish("status", run.turn_id, run.run_id, status="interrupted")
+        if not (auto_resume and host.auto_resume):
+            return
+        try:
+            check_resume(host.state, run.turn_id, executing=False, tool=self.tool)
+        except CannotResume as exc:
+            log.warning("session %s: turn %s waits for a person: %s", host.key, run.turn_id, exc)
+            return
+        await asyncio.to_thread(
+            host.inbox_log.accept,
+            "resume",
+            turn_id=run.turn_id,
+            key=f"auto-resume:{run.run_id}",
+        )
+        await host.refresh_inbox()
+
+    def resume(self, command: Command) -> tuple[str, str]:
+        """Start the run that resumes a turn: (turn_id, run_id)."""
+        turn = check_resume(self.host.state, command.turn_id or "", executing=False, tool=self.tool)
+        return turn.turn_id, self.begin_run(command, turn.turn_id, "resume")
+
+    async def respond(self, command: Command) -> tuple[str, str | None]:
+        """Record a person's answers: (turn_id, run_id of the run that goes on, or None).
+
+        The turn goes on once every pending request of it is answered; until then the
+        answers commit on their own and the run_id is None.
+        """
+        host = self.host
+        state = host.state
+        answers = command.data.get("answers", {})
+        turn_id, checked = check_respond(state, answers, tool=self.tool, normalized=True)
+        w = host.writer
+        pending = state.pending_of(turn_id)
+        if pending and all(r["request_id"] in checked for r in pending):
+            run_id: str | None = self.begin_run(command, turn_id, "respond")
+        else:
+            run_id = None  # more answers are needed before the turn can go on
+            w.add(
+                "inbox/started",
+                {"command_id": command.command_id, "kind": "respond"},
+                turn_id=turn_id,
+            )
+        for request_id, answer in checked.items():
+            kind = state.interactions[request_id]["kind"]
+            w.add(
+                "interaction/resolved",
+                {
+                    "request_id": request_id,
+                    "kind": kind,
+                    "status": "answered",
+                    "answer": answer,
+                    "command_id": command.command_id,
+                },
+                turn_id=turn_id,
+                run_id=run_id,
+            )
+        if run_id is None:
+            await w.flush()
+        return turn_id, run_id
+
+    async def cancel(self, command: Command) -> None:
+        """Cancel a turn that waits (parked, suspended, queued behind others)."""
+        host = self.host
+        state, inbox = host.state, host.inbox
+        turn_id = command.turn_id or ""
+        how = check_cancel(state, inbox, turn_id, executing=False)
+        w = host.writer
+        if how != "parked":
+            await asyncio.to_thread(
+                host.inbox_log.record,
+                "inbox/handled",
+                {"command_id": command.command_id},
+                turn_id=turn_id,
+            )
+            w.add("inbox/applied", {"command_ids": [command.command_id]}, turn_id=turn_id)
+            await w.flush()
+            return
+        w.add(
+            "inbox/started", {"command_id": command.command_id, "kind": "cancel"}, turn_id=turn_id
+        )
+        for request in state.pending_of(turn_id):
+            w.add(
+                "interaction/resolved",
+                {
+                    "request_id": request["request_id"],
+                    "kind": request["kind"],
+                    "status": "cancelled",
+                    "command_id": command.command_id,
+                },
+                turn_id=turn_id,
+            )
+        for call in state.open_calls(turn_id):
+            status = "unknown" if call.dispatched else "cancelled"
+            self.add_result(
+                call.call_id,
+                call.name,
+                status,
+                "The task was cancelled before this call "
+                + ("finished." if call.dispatched else "ran."),
+                turn_id=turn_id,
+                synthetic=True,
+            )
+        unapplied = [
+            c.command_id
+            for c in inbox.steers_for(turn_id)
+            if c.command_id not in state.received_inputs
+        ]
+        if unapplied:
+            w.add(
+                "input/discarded",
+                {"input_ids": unapplied, "reason": "turn cancelled"},
+                turn_id=turn_id,
+            )
+        w.add("turn/cancelled", {"reason": "cancelled by the user"}, turn_id=turn_id)
+        await w.flush()
+
+    async def reconcile(self, command: Command) -> None:
+        """Record what uncertain calls did, as a person said."""
+        host = self.host
+        outcomes = command.data.get("outcomes", {})
+        reason = command.data.get("reason", "")
+        current = {c.call_id for c in host.state.uncertain_calls()}
+        if set(outcomes) != current:
+            raise InvalidInput(
+                f"the uncertain calls changed to {sorted(current)}; "
+                "reconcile again with exactly those"
+            )
+        w = host.writer
+        w.add(
+            "inbox/started",
+            {"command_id": command.command_id, "kind": "reconcile"},
+            turn_id=command.turn_id,
+        )
+        for call_id, outcome in outcomes.items():
+            self.add_result(
+                call_id,
+                outcome["name"],
+                outcome["status"],
+                outcome["output"],
+                turn_id=outcome.get("turn_id"),
+                reconciled=True,
+            )
+        w.add(
+            "recovery/applied",
+            {"reason": reason, "resolved_call_ids": list(outcomes), "outcomes": outcomes},
+            turn_id=command.turn_id,
+        )
+        await w.flush()

@@ -1,0 +1,325 @@
+"""The step loop of one run: build context, call the model, run tools, checkpoint, repeat.
+
+``RunLoop.run`` takes steps until the turn completes, fails, needs a person or is
+interrupted; ``continue_`` first finishes the open tool calls of a resumed or answered turn.
+While a run runs, ``watch`` notices interrupt commands from any process, the turn's time
+limit and token budgets are checked at each step, and steering that arrives before the
+completion commits is taken into one more step (the completion is conditioned on the inbox
+head it was decided from). The parts a step uses each live in their own module:
+``recipes`` (events of turns and runs), ``model_call``, ``tool_call`` and ``context``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import threading
+
+from agentnb.errors import InboxChanged
+from agentnb.events import Event, ToolCallData
+from agentnb.ids import new_id
+from agentnb.models.base import ModelError
+from agentnb.projections.state import Command
+from agentnb.records import UsageTotals
+from agentnb.runtime.context import ContextKeeper
+from agentnb.runtime.model_call import ModelCall
+from agentnb.runtime.recipes import Recipes
+from agentnb.runtime.scope import RunHost, StopRun, TurnCancelled
+from agentnb.runtime.tool_call import ToolRunner
+
+__all__ = ["RunLoop"]
+
+
+class RunLoop:
+    """Runs the host's turns step by step, with the parts that each step uses."""
+
+    def __init__(self, host: RunHost) -> None:
+        self.host = host
+        self.recipes = Recipes(host)
+        self.model = ModelCall(host, self.flush_before_side_effect)
+        self.tools = ToolRunner(
+            host, self.recipes, self.flush_before_side_effect, lambda: self.model.bad_arguments
+        )
+        self.context = ContextKeeper(host)
+
+    async def continue_(self, turn_id: str, run_id: str) -> None:
+        """Finish the turn's open tool calls (answered, re-runnable, not yet run), then go on."""
+        self.host.reset_stop()
+        watch_stop = threading.Event()
+        watcher = asyncio.create_task(self.watch(turn_id, run_id, watch_stop))
+        limit = self.arm_time_limit(turn_id)
+        try:
+            for call in self.host.state.open_calls(turn_id):
+                data = ToolCallData(call_id=call.call_id, name=call.name, arguments=call.arguments)
+                resolved = self.host.state.resolved.get(call.call_id)
+                if resolved is not None:
+                    await self.tools.answered(turn_id, run_id, data, resolved["answer"])
+                elif call.dispatched:  # uncertain, and check_resume allowed it: idempotent
+                    await self.tools.run(turn_id, run_id, data, attempt=2)
+                elif call.call_id not in self.host.state.pending:
+                    await self.tools.call(turn_id, run_id, data)
+                if self.host.stop.is_set():
+                    raise StopRun
+            if self.host.state.pending_of(turn_id):
+                await self.recipes.finish(turn_id, run_id, "suspended", [])
+                return
+        except StopRun:
+            await self.recipes.finish(turn_id, run_id, "interrupted", [])
+            return
+        finally:
+            if limit is not None:
+                limit.cancel()
+            watcher.cancel()
+            watch_stop.set()  # and end the watcher's wait in its worker thread now
+            self.host.store.wake_waiters()
+        await self.run(turn_id, run_id, [])
+
+    async def start_turn(self, command: Command) -> None:
+        turn_id, run_id = self.recipes.open_turn(command)
+        # The turn starts only if nobody cancelled it since we picked it: the first commit
+        # of the run is conditioned on the inbox head we decided from.
+        self.host.guard = (turn_id, self.host.inbox.seq)
+        self.host.reset_stop()
+        try:
+            await self.run(turn_id, run_id, applied=[command.command_id])
+        except TurnCancelled:
+            self.host.writer.pending.clear()
+            await self.host.reload()
+
+    async def run(self, turn_id: str, run_id: str, applied: list[str]) -> None:
+        """Steps until the turn completes, fails, needs a person, or is interrupted."""
+        w = self.host.writer
+        self.host.publish("status", turn_id, run_id, status="running")
+        watch_stop = threading.Event()
+        watcher = asyncio.create_task(self.watch(turn_id, run_id, watch_stop))
+        limit = self.arm_time_limit(turn_id)
+        step = 0
+        step_id: str | None = None
+        try:
+            while True:
+                if self.host.stop.is_set():
+                    raise StopRun
+                if step >= self.host.agent.max_steps:
+                    error = (
+                        f"stopped after max_steps={self.host.agent.max_steps} steps without "
+                        "a final answer"
+                    )
+                    await self.recipes.finish(
+                        turn_id, run_id, "failed", applied, error=error, stop_reason="max_steps"
+                    )
+                    return
+                budget = self.over_budget(turn_id)
+                if budget is not None:
+                    code, error = budget
+                    await self.recipes.finish(
+                        turn_id, run_id, "failed", applied, error=error, stop_reason=code
+                    )
+                    return
+                step += 1
+                step_id = new_id("step")
+                w.add(
+                    "step/start",
+                    {"step_id": step_id, "iteration": step},
+                    turn_id=turn_id,
+                    run_id=run_id,
+                )
+                applied.extend(await self.take_inputs(turn_id, run_id))
+                too_big = await self.context.fit(turn_id, run_id)
+                if too_big is not None:
+                    await self.recipes.finish(
+                        turn_id,
+                        run_id,
+                        "failed",
+                        applied,
+                        error=too_big,
+                        step_id=step_id,
+                        stop_reason="context_overflow",
+                    )
+                    return
+                try:
+                    _, calls = await self.model.call(turn_id, run_id)
+                except ModelError as exc:
+                    await self.recipes.finish(
+                        turn_id, run_id, "failed", applied, error=str(exc), step_id=step_id
+                    )
+                    return
+                if calls:
+                    if await self.tools.calls(turn_id, run_id, calls):
+                        await self.recipes.finish(
+                            turn_id, run_id, "suspended", applied, step_id=step_id
+                        )
+                        return
+                elif await self.complete(turn_id, run_id, step_id, applied):
+                    return
+                # Tool results to reason about, or steering that arrived during the final
+                # model call: either way, one more step in this run.
+                for event in self.recipes.checkpoint(turn_id, run_id, applied):
+                    w.add_event(event)
+                w.add(
+                    "step/end",
+                    {"step_id": step_id, "status": "continued"},
+                    turn_id=turn_id,
+                    run_id=run_id,
+                )
+                applied = []
+                step_id = None
+        except StopRun:
+            await self.recipes.finish(turn_id, run_id, "interrupted", applied, step_id=step_id)
+        finally:
+            if limit is not None:
+                limit.cancel()
+            watcher.cancel()
+            watch_stop.set()  # and end the watcher's wait in its worker thread now
+            self.host.store.wake_waiters()
+
+    async def watch(self, turn_id: str, run_id: str, stop: threading.Event) -> None:
+        """Notice interrupt commands for this run (from any process) while it runs."""
+        pos = self.host.inbox.seq
+        while True:
+            head = await asyncio.to_thread(
+                functools.partial(
+                    self.host.store.wait_for_inbox, self.host.key, pos, 0.5, stop=stop
+                )
+            )
+            if head <= pos:
+                continue
+            await self.host.refresh_inbox()
+            pos = self.host.inbox.seq
+            if self.host.stop.command is None and self.interrupt_for(run_id) is not None:
+                self.stop_for(run_id)
+
+    def interrupt_for(self, run_id: str) -> str | None:
+        """An interrupt command for this run that nobody handled yet."""
+        for c in self.host.inbox.commands.values():
+            if (
+                c.kind == "interrupt"
+                and c.run_id == run_id
+                and c.command_id not in self.host.state.handled
+            ):
+                return c.command_id
+        return None
+
+    def stop_for(self, run_id: str) -> None:
+        self.host.stop.by_command(self.interrupt_for(run_id))
+
+    def over_budget(self, turn_id: str) -> tuple[str, str] | None:
+        """(stop_reason, error) when the turn or the session used its token budget."""
+        agent = self.host.agent
+        turn = self.host.state.turns.get(turn_id)
+        used = UsageTotals.of(turn.usage).total_tokens if turn is not None else 0
+        if agent.max_turn_tokens is not None and used >= agent.max_turn_tokens:
+            error = (
+                f"stopped at max_turn_tokens={agent.max_turn_tokens}: the task used {used} "
+                "tokens; resume() it to go on, or raise the budget"
+            )
+            return "max_turn_tokens", error
+        total = UsageTotals.of(self.host.state.usage).total_tokens
+        if agent.max_session_tokens is not None and total >= agent.max_session_tokens:
+            error = (
+                f"stopped at max_session_tokens={agent.max_session_tokens}: the session used "
+                f"{total} tokens; raise the budget to go on"
+            )
+            return "max_session_tokens", error
+        return None
+
+    def arm_time_limit(self, turn_id: str) -> asyncio.TimerHandle | None:
+        """Stop the run when the turn has executed for its time limit (over all its runs)."""
+        limit = self.time_limit(turn_id)
+        if limit is None:
+            return None
+        used = 0.0
+        turn = self.host.state.turns.get(turn_id)
+        for run_id in turn.run_ids if turn is not None else ():
+            run = self.host.state.runs[run_id]
+            if run.started_at is not None and run.ended_at is not None:
+                used += (run.ended_at - run.started_at).total_seconds()
+        reason = f"time limit: the task ran for its limit of {limit:g} s"
+        return asyncio.get_running_loop().call_later(
+            max(0.0, limit - used), self.host.stop.request, reason, "time_limit"
+        )
+
+    def time_limit(self, turn_id: str) -> float | None:
+        """``submit(..., timeout=)`` of the turn, else ``Agent(max_turn_seconds=)``."""
+        turn = self.host.state.turns.get(turn_id)
+        command = self.host.inbox.commands.get(turn.command_id or "") if turn is not None else None
+        timeout = command.data.get("timeout") if command is not None else None
+        if isinstance(timeout, int | float):
+            return float(timeout)
+        return self.host.agent.max_turn_seconds
+
+    async def flush_before_side_effect(self, turn_id: str) -> None:
+        """Commit before a side effect; the first commit of a new turn is guarded."""
+        guard = self.host.guard
+        if guard is None or guard[0] != turn_id:
+            await self.host.writer.flush()
+            return
+        seen = guard[1]
+        while True:
+            try:
+                await self.host.writer.flush(expected_inbox=seen)
+            except InboxChanged:
+                await self.host.refresh_inbox()
+                submit = self.host.state.turns[turn_id].command_id
+                if submit is not None and submit in self.host.inbox.rejected:
+                    raise TurnCancelled from None
+                seen = self.host.inbox.seq
+                continue
+            self.host.guard = None
+            return
+
+    async def complete(self, turn_id: str, run_id: str, step_id: str, applied: list[str]) -> bool:
+        """Commit the turn's completion, unless steering for it is waiting (then False).
+
+        The completion commits only if the inbox is still where we read it, so steering
+        accepted before the commit is always applied, and steering after it is refused by
+        ``steer`` (it sees ``run/end.inbox_seq`` below its own inbox seq).
+        """
+        while True:
+            await self.host.refresh_inbox()
+            seen = self.host.inbox.seq
+            if self.interrupt_for(run_id) is not None:
+                # Accepted before we could commit the completion: honour it.
+                self.stop_for(run_id)
+                raise StopRun
+            if any(
+                c.command_id not in self.host.state.received_inputs
+                for c in self.host.inbox.steers_for(turn_id)
+            ):
+                return False
+            message = self.host.state.context[-1]  # the final assistant message, same id
+            tail = [
+                _event("turn/output", {"message": message, "status": "completed"}, turn_id, run_id),
+                *self.recipes.checkpoint(turn_id, run_id, applied),
+                _event("step/end", {"step_id": step_id, "status": "terminal"}, turn_id, run_id),
+                _event("turn/completed", {}, turn_id, run_id),
+                _event(
+                    "run/end",
+                    {"status": "completed", "inbox_seq": seen, "stop_reason": "final_answer"},
+                    turn_id,
+                    run_id,
+                ),
+            ]
+            try:
+                await self.host.writer.flush(tail=tail, expected_inbox=seen)
+            except InboxChanged:
+                continue
+            self.host.publish("status", turn_id, run_id, status="completed")
+            return True
+
+    async def take_inputs(self, turn_id: str, run_id: str) -> list[str]:
+        """Steering for this turn and injected material not yet in the context."""
+        await self.host.refresh_inbox()
+        fresh = [
+            c
+            for c in self.host.inbox.steers_for(turn_id) + self.host.inbox.injects()
+            if c.command_id not in self.host.state.received_inputs
+        ]
+        fresh.sort(key=lambda c: c.seq)
+        for c in fresh:
+            kind = "steer" if c.kind == "steer" else "inject"
+            self.recipes.add_input(turn_id, run_id, c.command_id, kind, c.input or "")
+        return [c.command_id for c in fresh]
+
+
+def _event(type_: str, payload: object, turn_id: str, run_id: str) -> Event:
+    return Event.create(type_, payload, turn_id=turn_id, run_id=run_id)
