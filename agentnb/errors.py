@@ -12,6 +12,7 @@ One tree, so callers can catch as broadly or as narrowly as they need::
     ├── SessionNotFound              open() of a session that does not exist
     │   └── SessionDeleted           the session was deleted; its tombstone says by whom
     ├── SessionBusy                  delete() while a turn runs (interrupt it, or force=True)
+    ├── SessionArchived              new work for an archived session (unarchive() it first)
     ├── Parked                       wait() on a task queued behind a turn that needs a person
     ├── HistoryError                 history paging
     │   ├── InvalidLimit
@@ -57,6 +58,7 @@ __all__ = [
     "NotRunning",
     "Parked",
     "RecoveryLimitExceeded",
+    "SessionArchived",
     "SessionBusy",
     "SessionDeleted",
     "SessionNotFound",
@@ -113,6 +115,10 @@ class SessionDeleted(SessionNotFound):
 
 class SessionBusy(AgentnbError):
     """The session has a turn running; interrupt it first (or pass ``force=True``)."""
+
+
+class SessionArchived(AgentnbError):
+    """The session is archived: readable, but it takes no new work until ``unarchive()``."""
 
 
 class Parked(AgentnbError):

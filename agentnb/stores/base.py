@@ -53,8 +53,28 @@ each of them):
     (who, when, why) in the catalogue; refused (``LeaseHeld``) while another holder has a
     live lease unless the caller passes that lease as ``fence``. Afterwards the key is
     ``SessionDeleted`` for reads, writes and ``create_session`` (an id never silently comes
-    back); ``get_session`` answers None and ``tombstone`` the record. What the bytes on disk
-    become is the backend's to say.
+    back): every write (``append``, ``inbox_append``, ``put_snapshot``,
+    ``advance_watermark``, the lease calls, ``update_session``, ``set_archived``) checks
+    the tombstone in the transaction that would write, so a writer racing the delete, in
+    this process or another, either commits before it (and its rows go with the session)
+    or gets ``SessionDeleted`` and writes nothing. ``get_session`` answers None and
+    ``tombstone`` the record. What the bytes on disk become is the backend's to say.
+``tombstones(after=, limit=)`` (deletions reaching the exports)
+    Every tombstone carries ``seq``, its place in the order of this store's deletions
+    (1, 2, ...), given when the deletion commits: a later deletion never gets a smaller
+    seq than one already visible, so paging with ``after=`` the last seq seen never skips
+    one. ``advance_tombstone_watermark(sink, seq)`` records, monotonically, how far the
+    export sink named ``sink`` has applied them (what ``Exporter`` resumes from).
+``set_archived`` (archive)
+    A catalogue flag (``archived_at``): an archived session stays readable, is left out of
+    ``find_sessions`` unless asked for (``archived=True`` or ``None``), and refuses new work:
+    ``inbox_append`` of a command that would start or feed a run (``WORK_KINDS``) raises
+    ``SessionArchived`` in the transaction that would accept it, so a command from any
+    process either lands before the archive or is refused. Cancelling and interrupting are
+    still accepted, and so is the execution log (a runtime closing what it runs).
+    Archiving neither moves ``last_activity`` nor ``updated_at``. With ``expected_inbox``
+    the flag is set only if the inbox head is still that seq (else ``InboxChanged``):
+    the caller decided from the inbox that the session holds no work.
 
 Bad arguments (ids that are not strings, negative or huge limits, empty batches, events that
 are not ``Event`` or are of unknown types) raise ``InvalidInput`` before anything is written.
@@ -87,6 +107,7 @@ from agentnb.errors import (
     InboxChanged,
     InvalidInput,
     LeaseHeld,
+    SessionArchived,
     SessionDeleted,
     StorageError,
 )
@@ -113,6 +134,7 @@ __all__ = [
     "MAX_READ_LIMIT",
     "MAX_TITLE",
     "UNSET",
+    "WORK_KINDS",
     "CatalogueDelta",
     "Lease",
     "RawEvent",
@@ -120,13 +142,16 @@ __all__ = [
     "SessionStore",
     "Tombstone",
     "Unset",
+    "check_archived",
     "check_fence",
     "check_inbox",
     "decide_acquire",
     "decide_append",
     "decide_catalogue",
     "decide_release",
+    "decide_tombstone_mark",
     "decode_cursor",
+    "does_work",
     "encode_cursor",
     "first_line",
     "merge_labels",
@@ -149,6 +174,9 @@ MAX_TITLE = 256
 """Longest title, in characters (a default title is the first task's first line, cut)."""
 MAX_LIST_LIMIT = 1_000
 """Largest page ``find_sessions`` returns."""
+WORK_KINDS = frozenset({"submit", "steer", "inject", "respond", "resume", "reconcile", "compact"})
+"""Inbox commands that start a run or feed one: what an archived session refuses.
+(``interrupt`` and ``cancel`` only stop work, and are still accepted.)"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,6 +207,8 @@ class SessionRecord:
     lease_expires: float = 0.0
     cursor: str = ""
     """Where a page that ends with this record continues (``find_sessions(before=...)``)."""
+    archived_at: float | None = None
+    """When the session was archived (``set_archived``); None while it is not."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,6 +221,9 @@ class Tombstone:
     reason: str
     events: int
     """How many events the session held when it was deleted."""
+    seq: int = 0
+    """Its place in the order of this store's deletions (1, 2, ...): the cursor of
+    ``tombstones(after=)``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,6 +274,8 @@ class _Query:
     limit: int
     after: tuple[float, int] | None
     """(last_activity, row) of the last record of the previous page."""
+    archived: bool | None = False
+    """False: live sessions only; True: archived ones only; None: both."""
 
     def matches(self, record: SessionRecord, row: int) -> bool:
         """The filters as a Python predicate (backends that filter in memory use it)."""
@@ -262,6 +297,7 @@ class _Query:
                 or self.search in (record.first_task or "").lower()
             )
             and (self.after is None or (record.last_activity, row) < self.after)
+            and (self.archived is None or (record.archived_at is not None) == self.archived)
         )
 
 
@@ -476,6 +512,31 @@ def decode_cursor(cursor: object) -> tuple[float, int]:
         ) from None
 
 
+def decide_tombstone_mark(sink: str, old: int, seq: int, top: int) -> int:
+    """The tombstone watermark of ``sink`` after advancing it to ``seq`` (``top``: the highest
+    tombstone seq); ``InvalidInput`` past it."""
+    if seq > top:
+        raise InvalidInput(
+            f"tombstone watermark {seq} of sink {sink!r} is past the last deletion ({top})"
+        )
+    return max(old, seq)
+
+
+def does_work(event: Event) -> bool:
+    """Whether an inbox event is a command an archived session refuses (``WORK_KINDS``)."""
+    return event.type == "inbox/accepted" and event.payload.get("kind") in WORK_KINDS
+
+
+def check_archived(key: SessionKey, archived_at: float | None, event: Event) -> None:
+    """Raise ``SessionArchived`` if ``event`` would give work to an archived session."""
+    if archived_at is not None and does_work(event):
+        raise SessionArchived(
+            f"session {key} is archived: it can be read, but takes no new work "
+            f"({event.payload.get('kind')} refused). Call session.unarchive() (or "
+            "runtime.unarchive(key)) first"
+        )
+
+
 def check_tombstone(key: SessionKey, tombstone: Tombstone | None) -> None:
     """Raise ``SessionDeleted`` if ``key`` was deleted."""
     if tombstone is not None:
@@ -575,6 +636,7 @@ class SessionStore(ABC):
         search: str | None = None,
         limit: int = 50,
         before: str | None = None,
+        archived: bool | None = False,
     ) -> list[SessionRecord]:
         """Up to ``limit`` live sessions matching every filter, newest ``last_activity`` first.
 
@@ -582,7 +644,9 @@ class SessionStore(ABC):
         turn yet); ``labels``: every pair must match; ``since`` / ``until``: bounds on
         ``last_activity`` (seconds since the epoch, inclusive / exclusive); ``search``: a
         case-insensitive substring of the title or the first task's text; ``before``: the
-        ``cursor`` of the last record of the previous page. Reads a bounded slice of an index.
+        ``cursor`` of the last record of the previous page; ``archived``: False (the
+        default) leaves archived sessions out, True lists only them, None both. Reads a
+        bounded slice of an index.
         """
         for value, name in ((namespace, "namespace"), (user_id, "user_id"), (agent_id, "agent_id")):
             if value is not None:
@@ -610,6 +674,8 @@ class SessionStore(ABC):
                 raise InvalidInput(f"{name} must be seconds since the epoch, got {bound!r}")
         if search is not None and (not isinstance(search, str) or not search.strip()):
             raise InvalidInput(f"search must be non-empty text, got {search!r}")
+        if archived is not None and not isinstance(archived, bool):
+            raise InvalidInput(f"archived must be True, False or None (both), got {archived!r}")
         after = None if before is None else decode_cursor(before)
         return self._find_sessions(
             _Query(
@@ -623,6 +689,7 @@ class SessionStore(ABC):
                 None if search is None else search.strip().lower(),
                 limit,
                 after,
+                archived,
             )
         )
 
@@ -669,6 +736,47 @@ class SessionStore(ABC):
     def tombstone(self, key: SessionKey) -> Tombstone | None:
         """The tombstone of a deleted session, or None."""
         return self._tombstone(_key(key))
+
+    @_guarded
+    def tombstones(self, *, after: int = 0, limit: int = 100) -> list[Tombstone]:
+        """Up to ``limit`` tombstones with ``seq > after``, in the order of the deletions.
+
+        The next page starts after the last one's ``seq``; deletions committed later always
+        come after it (see the module docstring).
+        """
+        _check_seq(after, "after")
+        return self._tombstones(after, _check_limit(limit))
+
+    @_guarded
+    def tombstone_watermark(self, sink: str) -> int:
+        """The ``seq`` of the last tombstone the export sink named ``sink`` applied (0: none)."""
+        check_id(sink, "sink")
+        return self._tombstone_watermark(sink)
+
+    @_guarded
+    def advance_tombstone_watermark(self, sink: str, seq: int) -> int:
+        """Record that ``sink`` applied every tombstone through ``seq``; never backwards.
+        Returns the value now stored. ``InvalidInput`` past the last deletion."""
+        check_id(sink, "sink")
+        _check_seq(seq, "seq")
+        return self._advance_tombstone_watermark(sink, seq)
+
+    @_guarded
+    def set_archived(
+        self, key: SessionKey, archived: bool = True, *, expected_inbox: int | None = None
+    ) -> SessionRecord:
+        """Archive the session (``archived=False``: bring it back); returns the record.
+
+        Idempotent: archiving an archived session keeps its first ``archived_at``. With
+        ``expected_inbox`` the change commits only while the inbox head is that seq (else
+        ``InboxChanged``, nothing written).
+        """
+        key = _key(key)
+        if not isinstance(archived, bool):
+            raise InvalidInput(f"archived must be True or False, got {archived!r}")
+        if expected_inbox is not None:
+            _check_seq(expected_inbox, "expected_inbox")
+        return self._set_archived(key, archived, expected_inbox, self.clock.now())
 
     # -- execution log ----------------------------------------------------------------------
 
@@ -1098,6 +1206,24 @@ class SessionStore(ABC):
     def _tombstone(self, key: SessionKey) -> Tombstone | None: ...
 
     @abstractmethod
+    def _tombstones(self, after: int, limit: int) -> list[Tombstone]:
+        """Tombstones with after < seq, by seq, at most ``limit``."""
+
+    @abstractmethod
+    def _tombstone_watermark(self, sink: str) -> int: ...
+
+    @abstractmethod
+    def _advance_tombstone_watermark(self, sink: str, seq: int) -> int:
+        """Atomically: ``InvalidInput`` past the highest tombstone seq, else max(old, seq)."""
+
+    @abstractmethod
+    def _set_archived(
+        self, key: SessionKey, archived: bool, expected_inbox: int | None, now: float
+    ) -> SessionRecord:
+        """Atomically: ``check_inbox``, then set ``archived_at`` (kept if already set) or clear
+        it; ``SessionDeleted`` / ``SessionNotFound`` for a key that is not live."""
+
+    @abstractmethod
     def _head(self, key: SessionKey) -> int: ...
 
     @abstractmethod
@@ -1122,7 +1248,9 @@ class SessionStore(ABC):
     @abstractmethod
     def _inbox_append(
         self, key: SessionKey, event: Event, dedupe_key: str | None, digest: str, now: float
-    ) -> tuple[Event, bool]: ...
+    ) -> tuple[Event, bool]:
+        """Atomically: refuse a deleted key, return the original of a known ``dedupe_key``,
+        ``check_archived``, then append."""
 
     @abstractmethod
     def _inbox_head(self, key: SessionKey) -> int: ...

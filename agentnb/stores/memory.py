@@ -19,6 +19,7 @@ from agentnb.stores.base import (
     Unset,
     _LeaseRow,
     _Query,
+    check_archived,
     check_fence,
     check_inbox,
     check_tombstone,
@@ -26,6 +27,7 @@ from agentnb.stores.base import (
     decide_append,
     decide_catalogue,
     decide_release,
+    decide_tombstone_mark,
     encode_cursor,
     merge_labels,
     submit_text,
@@ -57,19 +59,20 @@ class MemoryStore(SessionStore):
         self._sessions: dict[SessionKey, _Session] = {}
         self._blobs: dict[str, bytes] = {}
         self._secret_bytes = os.urandom(32)
-        self._tombstones: dict[SessionKey, Tombstone] = {}
+        self._deleted: dict[SessionKey, Tombstone] = {}
+        self._tombstone_marks: dict[str, int] = {}
         self._rows = 0
 
     def _get(self, key: SessionKey) -> _Session:
         try:
             return self._sessions[key]
         except KeyError:
-            check_tombstone(key, self._tombstones.get(key))
+            check_tombstone(key, self._deleted.get(key))
             raise SessionNotFound(f"session {key} does not exist; create it first") from None
 
     def _create_session(self, key: SessionKey, now: float) -> SessionRecord:
         with self._lock:
-            check_tombstone(key, self._tombstones.get(key))
+            check_tombstone(key, self._deleted.get(key))
             if key not in self._sessions:
                 self._rows += 1
                 s = self._sessions[key] = _Session(SessionRecord(key, now, now, now), self._rows)
@@ -119,13 +122,15 @@ class MemoryStore(SessionStore):
         self, key: SessionKey, by: str, reason: str, fence: Lease | None, now: float
     ) -> Tombstone:
         with self._lock:
-            old = self._tombstones.get(key)
+            old = self._deleted.get(key)
             if old is not None:
                 return old
             s = self._get(key)
             check_fence(key, s.lease, fence, now)
             del self._sessions[key]
-            tombstone = self._tombstones[key] = Tombstone(key, now, by, reason, len(s.events))
+            tombstone = self._deleted[key] = Tombstone(
+                key, now, by, reason, len(s.events), len(self._deleted) + 1
+            )
             used = {d for other in self._sessions.values() for d in other.blobs}
             for digest in s.blobs - used:
                 self._blobs.pop(digest, None)
@@ -133,7 +138,35 @@ class MemoryStore(SessionStore):
 
     def _tombstone(self, key: SessionKey) -> Tombstone | None:
         with self._lock:
-            return self._tombstones.get(key)
+            return self._deleted.get(key)
+
+    def _tombstones(self, after: int, limit: int) -> list[Tombstone]:
+        with self._lock:  # insertion order is deletion order: seq n is at index n - 1
+            return list(self._deleted.values())[after : after + limit]
+
+    def _tombstone_watermark(self, sink: str) -> int:
+        with self._lock:
+            return self._tombstone_marks.get(sink, 0)
+
+    def _advance_tombstone_watermark(self, sink: str, seq: int) -> int:
+        with self._lock:
+            mark = decide_tombstone_mark(
+                sink, self._tombstone_marks.get(sink, 0), seq, len(self._deleted)
+            )
+            self._tombstone_marks[sink] = mark
+            return mark
+
+    def _set_archived(
+        self, key: SessionKey, archived: bool, expected_inbox: int | None, now: float
+    ) -> SessionRecord:
+        with self._lock:
+            s = self._get(key)
+            check_inbox(key, len(s.inbox), expected_inbox)
+            if not archived:
+                self._change(s, archived_at=None)
+            elif s.record.archived_at is None:
+                self._change(s, archived_at=now)
+            return self._live(s)
 
     def _get_session(self, key: SessionKey) -> SessionRecord | None:
         with self._lock:
@@ -207,6 +240,7 @@ class MemoryStore(SessionStore):
                         "command; use a new key for new content"
                     )
                 return s.inbox[seq - 1], False
+            check_archived(key, s.record.archived_at, event)
             stamped = event.with_seq(len(s.inbox) + 1)
             s.inbox.append(stamped)
             if dedupe_key is not None:

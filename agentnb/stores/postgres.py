@@ -66,6 +66,7 @@ from agentnb.stores.base import (
     _check_ttl,
     _LeaseRow,
     _Query,
+    check_archived,
     check_fence,
     check_inbox,
     check_tombstone,
@@ -73,6 +74,8 @@ from agentnb.stores.base import (
     decide_append,
     decide_catalogue,
     decide_release,
+    decide_tombstone_mark,
+    does_work,
     encode_cursor,
     merge_labels,
     submit_text,
@@ -95,6 +98,7 @@ log = logging.getLogger("agentnb.stores.postgres")
 CHANNEL = "agentnb"
 """The ``LISTEN``/``NOTIFY`` channel; payloads are ``e:<row id>:<head>`` or ``i:...``."""
 _LOCK_ID = 0x6167_6E62  # advisory lock key serializing migrations ("agnb"); freed on close
+_DELETE_LOCK = 0x6167_6E64  # transaction lock serializing deletions ("agnd"): seq order
 
 # Each entry migrates from version i to i + 1; the list index is the version.
 MIGRATIONS: tuple[tuple[str, ...], ...] = (
@@ -206,6 +210,24 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "CREATE INDEX events_blob ON agentnb.events (blob) WHERE blob IS NOT NULL",
         "CREATE INDEX inbox_blob ON agentnb.inbox (blob) WHERE blob IS NOT NULL",
     ),
+    # 3: the archive flag; deletions numbered in commit order (what exports page through),
+    # with how far each export sink has applied them.
+    (
+        (
+            "ALTER TABLE agentnb.sessions ADD COLUMN archived_at double precision,"
+            " ADD COLUMN deleted_seq bigint"
+        ),
+        (
+            "UPDATE agentnb.sessions AS s SET deleted_seq = o.n FROM (SELECT id,"
+            " row_number() OVER (ORDER BY deleted_at, id) AS n FROM agentnb.sessions"
+            " WHERE deleted_at IS NOT NULL) AS o WHERE s.id = o.id"
+        ),
+        (
+            "CREATE UNIQUE INDEX sessions_deleted ON agentnb.sessions (deleted_seq) "
+            "WHERE deleted_seq IS NOT NULL"
+        ),
+        "CREATE TABLE agentnb.tombstone_marks (sink text PRIMARY KEY, seq bigint NOT NULL)",
+    ),
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 """The schema version this agentnb writes; a database at a higher one is refused."""
@@ -272,7 +294,8 @@ _INBOX_NEXT = (
     "CASE WHEN %(pending)s THEN coalesce(pending_since, " + _NOW + ") ELSE pending_since END, "
     "last_activity = %(at)s, submits = submits + %(submit)s, "
     "first_task = coalesce(first_task, %(task)s::text) "
-    "WHERE id = %(sid)s AND deleted_at IS NULL RETURNING inbox_head"
+    "WHERE id = %(sid)s AND deleted_at IS NULL AND (archived_at IS NULL OR NOT %(work)s) "
+    "RETURNING inbox_head"
 )
 _INBOX_INSERT = (
     "WITH i AS (INSERT INTO agentnb.inbox (session, " + _EVENT_COLUMNS + ", dedupe_key, digest) "
@@ -292,7 +315,7 @@ _SELECT_INBOX = (
     "WHERE session = %s AND seq > %s AND seq <= %s ORDER BY seq"
 )
 _LOCK_LEASE = (
-    "SELECT lease_owner, lease_epoch, lease_expires, " + _NOW + " "
+    "SELECT lease_owner, lease_epoch, lease_expires, " + _NOW + ", deleted_at "
     "FROM agentnb.sessions WHERE id = %(sid)s FOR UPDATE"
 )
 _SET_LEASE = (
@@ -321,8 +344,18 @@ _SETTLE = (
 _RECORD_COLUMNS = (
     "id, namespace, user_id, agent_id, session_id, created_at, updated_at, last_activity, "
     "title, labels, first_task, events, turns, bytes, submits, turn_status, lease_owner, "
-    "lease_expires"
+    "lease_expires, archived_at"
 )
+_TOMBSTONE_COLUMNS = (
+    "namespace, user_id, agent_id, session_id, deleted_at, deleted_by, deleted_reason, "
+    "events, deleted_seq"
+)
+_TOP_DELETION = (
+    "SELECT coalesce(max(deleted_seq), 0) FROM agentnb.sessions WHERE deleted_seq IS NOT NULL"
+)
+# A write that must not land in a deleted session: the session row, share-locked, gates it.
+# The lock waits for a deletion in progress, and the row it then reads says it is deleted.
+_LIVE = "s AS (SELECT id FROM agentnb.sessions WHERE id = %s AND deleted_at IS NULL FOR SHARE) "
 # A deleted session's blobs, unless another session's rows reference them too.
 _DELETE_BLOBS = (
     "DELETE FROM agentnb.blobs AS b WHERE b.digest IN ("
@@ -336,7 +369,8 @@ _DELETE_BLOBS = (
 
 def _record(row: Any) -> SessionRecord:
     row_id, ns, user, agent, session_id, created, updated, activity = row[:8]
-    title, labels, first, events, turns, nbytes, submits, status, owner, expires = row[8:]
+    title, labels, first, events, turns, nbytes, submits, status, owner, expires = row[8:18]
+    archived = row[18]
     return SessionRecord(
         SessionKey(ns, user, agent, session_id),
         float(created),
@@ -353,6 +387,14 @@ def _record(row: Any) -> SessionRecord:
         owner,
         float(expires),
         encode_cursor(float(activity), int(row_id)),
+        None if archived is None else float(archived),
+    )
+
+
+def _tombstone_row(row: Any) -> Tombstone:
+    ns, user, agent, session_id, at, by, reason, events, seq = row
+    return Tombstone(
+        SessionKey(ns, user, agent, session_id), float(at), by, reason or "", int(events), int(seq)
     )
 
 
@@ -741,6 +783,8 @@ class PostgresStore(SessionStore):
 
     def _find_sessions(self, query: _Query) -> list[SessionRecord]:
         where = ["deleted_at IS NULL"]
+        if query.archived is not None:
+            where.append(f"archived_at IS {'NOT ' if query.archived else ''}NULL")
         params: dict[str, Any] = {"limit": query.limit}
         for column in ("namespace", "user_id", "agent_id"):
             if getattr(query, column) is not None:
@@ -824,19 +868,17 @@ class PostgresStore(SessionStore):
 
         def delete(c: psycopg.Connection[Any]) -> bool:
             with c.transaction():
+                # Deletions one at a time (the lock is freed at commit): each takes the next
+                # seq, and commits before the next one can take a higher one.
+                c.execute("SELECT pg_advisory_xact_lock(%s)", (_DELETE_LOCK,))
                 row = c.execute(_LOCK_LEASE, {"sid": sid, "now": self._now(now)}).fetchone()
-                if row is None:
+                if row is None or row[4] is not None:
                     return False
-                lease_owner, lease_epoch, expires, db_now = row
+                lease_owner, lease_epoch, expires, db_now, _ = row
                 at = now if self._db_clock is None else float(db_now)
                 check_fence(
                     key, _LeaseRow(lease_owner, int(lease_epoch), float(expires)), fence, at
                 )
-                if c.execute(
-                    "SELECT 1 FROM agentnb.sessions WHERE id = %s AND deleted_at IS NOT NULL",
-                    (sid,),
-                ).fetchone():
-                    return False
                 c.execute(_DELETE_BLOBS, {"sid": sid})
                 for table in ("events", "inbox", "watermarks", "snapshots"):
                     c.execute(f"DELETE FROM agentnb.{table} WHERE session = %s", (sid,))
@@ -844,7 +886,8 @@ class PostgresStore(SessionStore):
                     "UPDATE agentnb.sessions SET deleted_at = %s, deleted_by = %s, "
                     "deleted_reason = %s, title = NULL, labels = '{}', first_task = NULL, "
                     "lease_owner = NULL, lease_expires = 0, pending_since = NULL, bytes = 0, "
-                    "turns = 0, submits = 0, turn_status = NULL WHERE id = %s",
+                    f"turns = 0, submits = 0, turn_status = NULL, deleted_seq = ({_TOP_DELETION})"
+                    " + 1 WHERE id = %s",
                     (now, by, reason, sid),
                 )
                 return True
@@ -858,15 +901,69 @@ class PostgresStore(SessionStore):
     def _tombstone(self, key: SessionKey) -> Tombstone | None:
         row = self._query(
             lambda c: c.execute(
-                "SELECT deleted_at, deleted_by, deleted_reason, events FROM agentnb.sessions "
+                f"SELECT {_TOMBSTONE_COLUMNS} FROM agentnb.sessions "
                 "WHERE namespace = %s AND user_id = %s AND agent_id = %s AND session_id = %s "
                 "AND deleted_at IS NOT NULL",
                 (key.namespace, key.user_id, key.agent_id, key.session_id),
             ).fetchone()
         )
-        if row is None:
-            return None
-        return Tombstone(key, float(row[0]), row[1], row[2] or "", int(row[3]))
+        return None if row is None else _tombstone_row(row)
+
+    def _tombstones(self, after: int, limit: int) -> list[Tombstone]:
+        rows = self._query(
+            lambda c: c.execute(
+                f"SELECT {_TOMBSTONE_COLUMNS} FROM agentnb.sessions WHERE deleted_seq > %s "
+                "ORDER BY deleted_seq LIMIT %s",
+                (after, limit),
+            ).fetchall()
+        )
+        return [_tombstone_row(r) for r in rows]
+
+    def _tombstone_watermark(self, sink: str) -> int:
+        row = self._query(
+            lambda c: c.execute(
+                "SELECT seq FROM agentnb.tombstone_marks WHERE sink = %s", (sink,)
+            ).fetchone()
+        )
+        return int(row[0]) if row else 0
+
+    def _advance_tombstone_watermark(self, sink: str, seq: int) -> int:
+        def advance(c: psycopg.Connection[Any]) -> int:
+            with c.transaction():
+                top = c.execute(_TOP_DELETION).fetchone()
+                old = c.execute(
+                    "SELECT seq FROM agentnb.tombstone_marks WHERE sink = %s FOR UPDATE", (sink,)
+                ).fetchone()
+                mark = decide_tombstone_mark(
+                    sink, int(old[0]) if old else 0, seq, int(top[0]) if top else 0
+                )
+                c.execute(
+                    "INSERT INTO agentnb.tombstone_marks AS m VALUES (%s, %s) ON CONFLICT "
+                    "(sink) DO UPDATE SET seq = greatest(m.seq, excluded.seq)",
+                    (sink, mark),
+                )
+                return mark
+
+        return self._write(advance, f"advancing the tombstone watermark of {sink!r}")
+
+    def _set_archived(
+        self, key: SessionKey, archived: bool, expected_inbox: int | None, now: float
+    ) -> SessionRecord:
+        sid = self._sid(key)
+        found = self._write(
+            lambda c: c.execute(
+                "UPDATE agentnb.sessions SET archived_at = CASE WHEN %(archived)s THEN "
+                "coalesce(archived_at, %(at)s) END WHERE id = %(sid)s AND deleted_at IS NULL "
+                "AND (%(inbox)s::int8 IS NULL OR inbox_head = %(inbox)s) "
+                f"RETURNING {_RECORD_COLUMNS}",
+                {"archived": archived, "at": now, "sid": sid, "inbox": expected_inbox},
+            ).fetchone(),
+            f"archiving session {key}",
+        )
+        if found is None:
+            check_inbox(key, self._column(key, "inbox_head"), expected_inbox)
+            raise StorageError(f"session {key}: not archived for no known reason; retry it")
+        return _record(found)
 
     # -- execution log -----------------------------------------------------------------------
 
@@ -877,13 +974,20 @@ class PostgresStore(SessionStore):
         sid = self._sid(key)
         row = self._query(
             lambda c: c.execute(
-                f"SELECT {column} FROM agentnb.sessions WHERE id = %s", (sid,)
+                f"SELECT {column}, deleted_at FROM agentnb.sessions WHERE id = %s", (sid,)
             ).fetchone(),
             timeout=timeout,
         )
-        if row is None:
-            raise SessionNotFound(f"session {key} does not exist; create it first")
+        if row is None or row[1] is not None:
+            self._gone(key)
         return int(row[0])
+
+    def _gone(self, key: SessionKey) -> NoReturn:
+        """``SessionDeleted`` (or ``SessionNotFound``) for a session this store knew the row
+        of: another process deleted it since."""
+        self._ids.pop(key, None)
+        check_tombstone(key, self._tombstone(key))
+        raise SessionNotFound(f"session {key} does not exist; create it first")
 
     def _now(self, now: float) -> float | None:
         """The ``now`` SQL gets: None means the database clock decides."""
@@ -1019,6 +1123,7 @@ class PostgresStore(SessionStore):
             "at": now,
             "submit": int(task is not None),
             "task": task,
+            "work": does_work(event),
         }
 
         def accept(c: psycopg.Connection[Any]) -> int | None:
@@ -1026,9 +1131,23 @@ class PostgresStore(SessionStore):
                 with c.transaction():
                     found = c.execute(_INBOX_NEXT, params).fetchone()
                     if found is None:
-                        self._ids.pop(key, None)
-                        check_tombstone(key, self._tombstone(key))
-                        raise SessionNotFound(f"session {key} does not exist; create it first")
+                        archived = c.execute(
+                            "SELECT archived_at FROM agentnb.sessions WHERE id = %s "
+                            "AND deleted_at IS NULL",
+                            (sid,),
+                        ).fetchone()
+                        if archived is None:
+                            self._gone(key)
+                        if (
+                            dedupe_key is not None
+                            and c.execute(
+                                "SELECT 1 FROM agentnb.inbox WHERE session = %s AND dedupe_key = %s",
+                                (sid, dedupe_key),
+                            ).fetchone()
+                        ):
+                            return None  # a re-send of a command accepted before: see below
+                        check_archived(key, archived[0], event)
+                        raise StorageError(f"session {key}: command refused for no known reason")
                     seq = int(found[0])
                     blobs: dict[str, bytes] = {}
                     row = _rows.encode(event, seq, _collect(blobs))
@@ -1102,9 +1221,9 @@ class PostgresStore(SessionStore):
             with c.transaction():
                 sent = time.time()
                 row = c.execute(_LOCK_LEASE, {"sid": sid, "now": self._now(now)}).fetchone()
-                if row is None:
-                    raise SessionNotFound(f"session {key} does not exist; create it first")
-                owner, epoch, expires, server_now = row
+                if row is None or row[4] is not None:
+                    self._gone(key)
+                owner, epoch, expires, server_now, _ = row
                 if self._db_clock is not None:
                     self._db_clock.observe(float(server_now), sent, time.time())
                 at = now if self._db_clock is None else float(server_now)
@@ -1156,14 +1275,15 @@ class PostgresStore(SessionStore):
         sid = self._sid(key)
         row = self._write(
             lambda c: c.execute(
-                "INSERT INTO agentnb.watermarks AS w VALUES (%s, %s, %s) "
+                f"WITH {_LIVE}INSERT INTO agentnb.watermarks AS w SELECT s.id, %s, %s FROM s "
                 "ON CONFLICT (session, sink) DO UPDATE SET seq = greatest(w.seq, excluded.seq) "
                 "RETURNING seq",
                 (sid, sink, seq),
             ).fetchone(),
             f"advancing watermark {sink!r} of session {key}",
         )
-        assert row is not None
+        if row is None:
+            self._gone(key)
         return int(row[0])
 
     def put_blob(self, data: bytes) -> str:
@@ -1190,15 +1310,19 @@ class PostgresStore(SessionStore):
 
     def _put_snapshot(self, key: SessionKey, name: str, seq: int, data: bytes) -> None:
         sid = self._sid(key)
-        self._write(
-            lambda c: c.execute(
-                "INSERT INTO agentnb.snapshots AS s VALUES (%s, %s, %s, %s) "
-                "ON CONFLICT (session, name) DO UPDATE SET seq = excluded.seq, "
-                "data = excluded.data WHERE excluded.seq > s.seq",
-                (sid, name, seq, data),
+        written = self._write(
+            lambda c: (
+                c.execute(
+                    f"WITH {_LIVE}INSERT INTO agentnb.snapshots AS n SELECT s.id, %s, %s, %s "
+                    "FROM s ON CONFLICT (session, name) DO UPDATE SET seq = excluded.seq, "
+                    "data = excluded.data WHERE excluded.seq > n.seq",
+                    (sid, name, seq, data),
+                ).rowcount
             ),
             f"storing snapshot {name!r} of session {key}",
         )
+        if not written:  # an older snapshot than the stored one, or a deleted session
+            self._column(key, "head")
 
     def _get_snapshot(self, key: SessionKey, name: str) -> tuple[int, bytes] | None:
         sid = self._sid(key)

@@ -39,7 +39,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from agentnb.errors import Corrupt, IdempotencyConflict, InvalidInput, SessionNotFound, StorageError
 from agentnb.events import Event
@@ -54,6 +54,7 @@ from agentnb.stores.base import (
     Unset,
     _LeaseRow,
     _Query,
+    check_archived,
     check_fence,
     check_inbox,
     check_tombstone,
@@ -61,14 +62,17 @@ from agentnb.stores.base import (
     decide_append,
     decide_catalogue,
     decide_release,
+    decide_tombstone_mark,
+    does_work,
     encode_cursor,
     merge_labels,
     submit_text,
 )
 
-FORMAT = "agentnb-sqlite/3"
-_MIGRATABLE = "agentnb-sqlite/2"
-"""A format this agentnb migrates in place (adds the lifecycle columns, counts the logs)."""
+FORMAT = "agentnb-sqlite/4"
+_MIGRATABLE = ("agentnb-sqlite/2", "agentnb-sqlite/3")
+"""Formats this agentnb migrates in place: 2 gains the lifecycle columns (its logs are
+counted), 2 and 3 the archive flag, the order of deletions and the tombstone watermarks."""
 SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
 CATALOGUE = "-catalogue"
 """Suffix of the file beside the store that records the highest session id committed."""
@@ -119,7 +123,11 @@ CREATE TABLE IF NOT EXISTS snapshots (
     session INTEGER NOT NULL, name TEXT NOT NULL, seq INTEGER NOT NULL, data BLOB NOT NULL,
     PRIMARY KEY (session, name)
 );
+-- Format 4: how far each export sink has applied the tombstones (sessions.deleted_seq).
+CREATE TABLE IF NOT EXISTS tombstone_marks (sink TEXT PRIMARY KEY, seq INTEGER NOT NULL);
 """
+_FORMAT_4_COLUMNS = ("archived_at REAL", "deleted_seq INTEGER")
+"""The columns format 4 adds (the archive flag and the order of deletions)."""
 _LIFECYCLE_COLUMNS = (
     "updated_at REAL NOT NULL DEFAULT 0",
     "last_activity REAL NOT NULL DEFAULT 0",
@@ -134,6 +142,7 @@ _LIFECYCLE_COLUMNS = (
     "deleted_at REAL",
     "deleted_by TEXT",
     "deleted_reason TEXT",
+    *_FORMAT_4_COLUMNS,
 )
 # Listing reads an index range: newest activity first, for one user or for everyone. Only
 # live sessions are indexed. A blob is freed on delete unless another session references
@@ -145,7 +154,21 @@ CREATE INDEX IF NOT EXISTS sessions_user_recent
     ON sessions (namespace, user_id, agent_id, last_activity, id) WHERE deleted_at IS NULL;
 CREATE INDEX IF NOT EXISTS events_blob ON events (blob) WHERE blob IS NOT NULL;
 CREATE INDEX IF NOT EXISTS inbox_blob ON inbox (blob) WHERE blob IS NOT NULL;
+CREATE UNIQUE INDEX IF NOT EXISTS sessions_deleted ON sessions (deleted_seq)
+    WHERE deleted_seq IS NOT NULL;
 """
+# Numbering the deletions a format-2 or -3 store holds (once, at the migration), by time.
+_NUMBER_DELETIONS = """
+UPDATE sessions SET deleted_seq = (SELECT count(*) FROM sessions AS o
+    WHERE o.deleted_at IS NOT NULL AND (o.deleted_at < sessions.deleted_at
+    OR (o.deleted_at = sessions.deleted_at AND o.id <= sessions.id)))
+WHERE deleted_at IS NOT NULL
+"""
+_TOP_DELETION = "SELECT coalesce(max(deleted_seq), 0) FROM sessions WHERE deleted_seq IS NOT NULL"
+_TOMBSTONE_COLUMNS = (
+    "namespace, user_id, agent_id, session_id, deleted_at, deleted_by, deleted_reason, "
+    "events, deleted_seq"
+)
 # Counting what a format-2 store already holds (once, at the migration).
 _BACKFILL = """
 UPDATE sessions SET
@@ -173,7 +196,7 @@ UPDATE sessions SET
 _RECORD_COLUMNS = (
     "id, namespace, user_id, agent_id, session_id, created_at, updated_at, last_activity, "
     "title, labels, first_task, events, turns, bytes, submits, turn_status, lease_owner, "
-    "lease_expires"
+    "lease_expires, archived_at"
 )
 _CATALOGUE_AFTER_APPEND = (
     "UPDATE sessions SET events = events + ?, turns = turns + ?, bytes = bytes + ?, "
@@ -354,7 +377,7 @@ class SQLiteStore(SessionStore):
         old = None
         if tables:  # an existing store: its format decides, before any statement of ours runs
             old = conn.execute("SELECT value FROM agentnb_meta WHERE key='format'").fetchone()
-            if old is None or old[0] != _MIGRATABLE:
+            if old is None or old[0] not in _MIGRATABLE:
                 self._check_format(old)
         with self._write() as c:
             recorded = self._recorded_sessions()
@@ -373,8 +396,9 @@ class SQLiteStore(SessionStore):
         self._check_format(fmt)
 
     def _add_lifecycle(self, c: sqlite3.Connection) -> None:
-        """Format 3: the lifecycle columns and indexes; a format-2 store is migrated in place
-        (in the schema transaction, counting what its logs hold)."""
+        """Formats 3 and 4: the lifecycle columns and indexes; a format-2 or -3 store is
+        migrated in place (in the schema transaction: counting what the logs of a format-2
+        store hold, numbering the deletions of a format-3 one)."""
         fmt = c.execute("SELECT value FROM agentnb_meta WHERE key='format'").fetchone()
         columns = {r[1] for r in c.execute("PRAGMA table_info(sessions)")}
         for column in _LIFECYCLE_COLUMNS:
@@ -383,10 +407,12 @@ class SQLiteStore(SessionStore):
         for statement in _LIFECYCLE_INDEXES.split(";"):
             if statement.strip():
                 c.execute(statement)
-        if fmt is not None and fmt[0] == _MIGRATABLE:
-            c.execute(_BACKFILL)
+        if fmt is not None and fmt[0] in _MIGRATABLE:
+            if fmt[0] == "agentnb-sqlite/2":
+                c.execute(_BACKFILL)
+            c.execute(_NUMBER_DELETIONS)
             c.execute("UPDATE agentnb_meta SET value=? WHERE key='format'", (FORMAT,))
-            log.info("%s migrated from %s to %s", self.path, _MIGRATABLE, FORMAT)
+            log.info("%s migrated from %s to %s", self.path, fmt[0], FORMAT)
 
     # -- the -catalogue record (see the module docstring) -------------------------------------
 
@@ -458,7 +484,8 @@ class SQLiteStore(SessionStore):
         if fmt is None or fmt[0] != FORMAT:
             raise Corrupt(
                 f"{self.path} has store format {fmt and fmt[0]!r}; this agentnb reads "
-                f"{FORMAT!r} (and migrates {_MIGRATABLE!r} in place). Open it with the "
+                f"{FORMAT!r} (and migrates {' and '.join(map(repr, _MIGRATABLE))} in place). "
+                "Open it with the "
                 "agentnb that wrote it (and export what you need), or point the store at a "
                 "new file"
             )
@@ -500,7 +527,7 @@ class SQLiteStore(SessionStore):
     @staticmethod
     def _record(row: tuple[Any, ...]) -> SessionRecord:
         (row_id, ns, user, agent, sid, created, updated, activity, title, labels, first) = row[:11]
-        events, turns, nbytes, submits, status, owner, expires = row[11:]
+        events, turns, nbytes, submits, status, owner, expires, archived = row[11:]
         return SessionRecord(
             SessionKey(ns, user, agent, sid),
             float(created),
@@ -517,10 +544,13 @@ class SQLiteStore(SessionStore):
             owner,
             float(expires),
             encode_cursor(float(activity), int(row_id)),
+            None if archived is None else float(archived),
         )
 
     def _find_sessions(self, query: _Query) -> list[SessionRecord]:
         where = ["deleted_at IS NULL"]
+        if query.archived is not None:
+            where.append(f"archived_at IS {'NOT ' if query.archived else ''}NULL")
         params: list[Any] = []
         for column in ("namespace", "user_id", "agent_id"):
             value = getattr(query, column)
@@ -594,7 +624,7 @@ class SQLiteStore(SessionStore):
             if old is not None:
                 return old
             sid = self._ids.pop(key, None) or self._sid(key, c)
-            check_fence(key, self._lease_of(c, sid), fence, now)
+            check_fence(key, self._lease_of(c, sid, key), fence, now)
             c.execute(
                 "DELETE FROM blobs WHERE digest IN (SELECT blob FROM events WHERE session=?1 "
                 "AND blob IS NOT NULL UNION SELECT blob FROM inbox WHERE session=?1 AND blob "
@@ -607,10 +637,12 @@ class SQLiteStore(SessionStore):
                 c.execute(f"DELETE FROM {table} WHERE session=?", (sid,))
             # The tombstone keeps the row (so ids, and the -catalogue record, only grow) and
             # the event count; the user's text in it (title, labels, first task) goes.
+            # Writers are serialised (BEGIN IMMEDIATE): deletions commit in seq order.
             c.execute(
                 "UPDATE sessions SET deleted_at=?, deleted_by=?, deleted_reason=?, title=NULL, "
                 "labels=NULL, first_task=NULL, lease_owner=NULL, lease_expires=0, "
-                "bytes=0, turns=0, submits=0, turn_status=NULL WHERE id=?",
+                f"bytes=0, turns=0, submits=0, turn_status=NULL, deleted_seq=({_TOP_DELETION}) "
+                "+ 1 WHERE id=?",
                 (now, by, reason, sid),
             )
             tombstone = self._tombstone_of(c, key)
@@ -634,14 +666,67 @@ class SQLiteStore(SessionStore):
     @staticmethod
     def _tombstone_of(c: sqlite3.Connection, key: SessionKey) -> Tombstone | None:
         row = c.execute(
-            "SELECT deleted_at, deleted_by, deleted_reason, events FROM sessions "
+            f"SELECT {_TOMBSTONE_COLUMNS} FROM sessions "
             "WHERE namespace=? AND user_id=? AND agent_id=? AND session_id=? "
             "AND deleted_at IS NOT NULL",
             (key.namespace, key.user_id, key.agent_id, key.session_id),
         ).fetchone()
-        if row is None:
-            return None
-        return Tombstone(key, float(row[0]), row[1], row[2] or "", int(row[3]))
+        return None if row is None else _tombstone_row(row)
+
+    def _tombstones(self, after: int, limit: int) -> list[Tombstone]:
+        rows = (
+            self._conn()
+            .execute(
+                f"SELECT {_TOMBSTONE_COLUMNS} FROM sessions WHERE deleted_seq > ? "
+                "ORDER BY deleted_seq LIMIT ?",
+                (after, limit),
+            )
+            .fetchall()
+        )
+        return [_tombstone_row(r) for r in rows]
+
+    def _tombstone_watermark(self, sink: str) -> int:
+        row = (
+            self._conn().execute("SELECT seq FROM tombstone_marks WHERE sink=?", (sink,)).fetchone()
+        )
+        return int(row[0]) if row else 0
+
+    def _advance_tombstone_watermark(self, sink: str, seq: int) -> int:
+        with self._write() as c:
+            top = int(c.execute(_TOP_DELETION).fetchone()[0])
+            old = c.execute("SELECT seq FROM tombstone_marks WHERE sink=?", (sink,)).fetchone()
+            mark = decide_tombstone_mark(sink, int(old[0]) if old else 0, seq, top)
+            c.execute("INSERT OR REPLACE INTO tombstone_marks VALUES (?, ?)", (sink, mark))
+        return mark
+
+    def _set_archived(
+        self, key: SessionKey, archived: bool, expected_inbox: int | None, now: float
+    ) -> SessionRecord:
+        sid = self._sid(key)
+        with self._write() as c:
+            self._check_live(c, key, sid)
+            check_inbox(key, self._max_seq(c, "inbox", sid), expected_inbox)
+            c.execute(
+                "UPDATE sessions SET archived_at = CASE WHEN ? THEN coalesce(archived_at, ?) "
+                "END WHERE id=?",
+                (archived, now, sid),
+            )
+            found = c.execute(
+                f"SELECT {_RECORD_COLUMNS} FROM sessions WHERE id=?", (sid,)
+            ).fetchone()
+        return self._record(found)
+
+    def _check_live(self, c: sqlite3.Connection, key: SessionKey, sid: int) -> None:
+        """``SessionDeleted`` if the session was deleted (by any process, since this one
+        cached its row id); called inside the write transaction it guards."""
+        row = c.execute("SELECT deleted_at FROM sessions WHERE id=?", (sid,)).fetchone()
+        if row is None or row[0] is not None:
+            self._gone(c, key)
+
+    def _gone(self, c: sqlite3.Connection, key: SessionKey) -> NoReturn:
+        self._ids.pop(key, None)
+        check_tombstone(key, self._tombstone_of(c, key))
+        raise SessionNotFound(f"session {key} does not exist; create it first")
 
     def _create_session(self, key: SessionKey, now: float) -> SessionRecord:
         with self._write() as c:
@@ -696,13 +781,29 @@ class SQLiteStore(SessionStore):
         return int(row[0] or 0)
 
     def _head(self, key: SessionKey) -> int:
-        conn = self._conn()
-        return self._max_seq(conn, "events", self._sid(key, conn))
+        return self._live_head(key, "events")
 
-    def _lease_of(self, conn: sqlite3.Connection, sid: int) -> _LeaseRow:
-        owner, epoch, expires = conn.execute(
-            "SELECT lease_owner, lease_epoch, lease_expires FROM sessions WHERE id=?", (sid,)
+    def _live_head(self, key: SessionKey, table: str) -> int:
+        """The last seq of ``table``; ``SessionDeleted`` once another process deleted the
+        session this one knows by its cached row id."""
+        conn = self._conn()
+        sid = self._sid(key, conn)
+        head, deleted = conn.execute(
+            f"SELECT (SELECT max(seq) FROM {table} WHERE session=?1), deleted_at FROM sessions "
+            "WHERE id=?1",
+            (sid,),
         ).fetchone()
+        if deleted is not None:
+            self._gone(conn, key)
+        return int(head or 0)
+
+    def _lease_of(self, conn: sqlite3.Connection, sid: int, key: SessionKey) -> _LeaseRow:
+        owner, epoch, expires, deleted = conn.execute(
+            "SELECT lease_owner, lease_epoch, lease_expires, deleted_at FROM sessions WHERE id=?",
+            (sid,),
+        ).fetchone()
+        if deleted is not None:
+            self._gone(conn, key)
         return _LeaseRow(owner, int(epoch), float(expires))
 
     def _append(
@@ -841,11 +942,14 @@ class SQLiteStore(SessionStore):
             task = submit_text(event)
             if not c.execute(
                 "UPDATE sessions SET last_activity=?, submits=submits+?, "
-                "first_task=coalesce(first_task, ?) WHERE id=? AND deleted_at IS NULL",
-                (now, task is not None, task, sid),
+                "first_task=coalesce(first_task, ?) WHERE id=? AND deleted_at IS NULL "
+                "AND (archived_at IS NULL OR NOT ?)",
+                (now, task is not None, task, sid, does_work(event)),
             ).rowcount:
-                self._ids.pop(key, None)
-                check_tombstone(key, self._tombstone_of(c, key))
+                self._check_live(c, key, sid)
+                row = c.execute("SELECT archived_at FROM sessions WHERE id=?", (sid,)).fetchone()
+                check_archived(key, row[0], event)
+                raise StorageError(f"session {key}: command not accepted for no known reason")
             seq = self._max_seq(c, "inbox", sid) + 1
             c.execute(
                 _INSERT_INBOX,
@@ -859,8 +963,7 @@ class SQLiteStore(SessionStore):
         return event.with_seq(seq), True
 
     def _inbox_head(self, key: SessionKey) -> int:
-        conn = self._conn()
-        return self._max_seq(conn, "inbox", self._sid(key, conn))
+        return self._live_head(key, "inbox")
 
     def _inbox_read(self, key: SessionKey, after: int, through: int) -> list[Event]:
         conn = self._conn()
@@ -874,7 +977,7 @@ class SQLiteStore(SessionStore):
 
     def _lease_row(self, key: SessionKey) -> _LeaseRow | None:
         conn = self._conn()
-        return self._lease_of(conn, self._sid(key, conn))
+        return self._lease_of(conn, self._sid(key, conn), key)
 
     def _set_lease(
         self, c: sqlite3.Connection, sid: int, owner: str | None, epoch: int, expires: float
@@ -887,21 +990,21 @@ class SQLiteStore(SessionStore):
     def _acquire_lease(self, key: SessionKey, owner: str, ttl: float, now: float) -> Lease:
         sid = self._sid(key)
         with self._write() as c:
-            lease = decide_acquire(key, self._lease_of(c, sid), owner, ttl, now)
+            lease = decide_acquire(key, self._lease_of(c, sid, key), owner, ttl, now)
             self._set_lease(c, sid, owner, lease.epoch, lease.expires_at)
         return lease
 
     def _renew_lease(self, lease: Lease, ttl: float, now: float) -> Lease:
         sid = self._sid(lease.key)
         with self._write() as c:
-            check_fence(lease.key, self._lease_of(c, sid), lease, now)
+            check_fence(lease.key, self._lease_of(c, sid, lease.key), lease, now)
             self._set_lease(c, sid, lease.owner, lease.epoch, now + ttl)
         return Lease(lease.key, lease.owner, lease.epoch, now + ttl)
 
     def _release_lease(self, lease: Lease, now: float) -> None:
         sid = self._sid(lease.key)
         with self._write() as c:
-            if decide_release(lease.key, self._lease_of(c, sid), lease):
+            if decide_release(lease.key, self._lease_of(c, sid, lease.key), lease):
                 self._set_lease(c, sid, None, lease.epoch, 0.0)
 
     # -- watermarks, blobs, secret -----------------------------------------------------------
@@ -916,6 +1019,7 @@ class SQLiteStore(SessionStore):
     def _advance_watermark(self, key: SessionKey, sink: str, seq: int) -> int:
         sid = self._sid(key)
         with self._write() as c:
+            self._check_live(c, key, sid)
             c.execute(
                 "INSERT INTO watermarks VALUES (?,?,?) ON CONFLICT (session, sink) "
                 "DO UPDATE SET seq=max(seq, excluded.seq)",
@@ -945,6 +1049,7 @@ class SQLiteStore(SessionStore):
     def _put_snapshot(self, key: SessionKey, name: str, seq: int, data: bytes) -> None:
         sid = self._sid(key)
         with self._write() as c:
+            self._check_live(c, key, sid)
             c.execute(
                 "INSERT INTO snapshots VALUES (?,?,?,?) ON CONFLICT (session, name) DO "
                 "UPDATE SET seq=excluded.seq, data=excluded.data WHERE excluded.seq > seq",
@@ -967,6 +1072,13 @@ class SQLiteStore(SessionStore):
 
 
 _CREATE = os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW
+
+
+def _tombstone_row(row: tuple[Any, ...]) -> Tombstone:
+    ns, user, agent, session_id, at, by, reason, events, seq = row
+    return Tombstone(
+        SessionKey(ns, user, agent, session_id), float(at), by, reason or "", int(events), int(seq)
+    )
 
 
 def _lstat(path: Path) -> os.stat_result | None:

@@ -53,6 +53,23 @@ class TestPostgresStore(StoreContract):
     def make_store(self, tmp_path: Path, *, clock: Clock | None = None) -> SessionStore:
         return PostgresStore(self.url, clock=clock)
 
+    def make_peer(self, tmp_path: Path, *, clock: Clock | None = None) -> SessionStore:
+        return PostgresStore(self.url, clock=clock)
+
+    def rows_of(self, tmp_path: Path, key: SessionKey) -> dict[str, int]:
+        ((sid,),) = sql(
+            self.url,
+            "SELECT id FROM agentnb.sessions WHERE namespace = %s AND user_id = %s "
+            "AND agent_id = %s AND session_id = %s",
+            (key.namespace, key.user_id, key.agent_id, key.session_id),
+        )
+        return {
+            table: sql(
+                self.url, f"SELECT count(*) FROM agentnb.{table} WHERE session = %s", (sid,)
+            )[0][0]
+            for table in ("events", "inbox", "watermarks", "snapshots")
+        }
+
 
 # --------------------------------------------------------------------------------------------
 # helpers
@@ -204,6 +221,35 @@ class TestSchema:
             assert again.secret() == secret
         finally:
             again.close()
+
+    def test_version_2_database_is_migrated(self, pg_url: str) -> None:
+        """A database at schema 2 gains the archive flag (nothing archived), its tombstones
+        numbered in the order they were deleted and the tombstone watermarks, and is then at
+        the current version, where archiving and deleting go on."""
+        clock = FakeClock()
+        store = PostgresStore(pg_url, clock=clock)
+        keys = [child_key(f"s{i}") for i in range(4)]
+        for k in keys:
+            store.create_session(k)
+        for k in (keys[2], keys[0]):
+            clock.advance(1)
+            store.delete_session(k, by="ops")
+        store.close()
+        sql(pg_url, "DROP TABLE agentnb.tombstone_marks")
+        sql(pg_url, "DROP INDEX agentnb.sessions_deleted")
+        sql(pg_url, "ALTER TABLE agentnb.sessions DROP COLUMN archived_at, DROP COLUMN deleted_seq")
+        sql(pg_url, "DELETE FROM agentnb.migrations WHERE version > 2")
+        store = PostgresStore(pg_url, clock=clock)
+        try:
+            assert [(t.key, t.seq) for t in store.tombstones()] == [(keys[2], 1), (keys[0], 2)]
+            assert store.tombstone_watermark("sink") == 0
+            assert [r.archived_at for r in store.find_sessions()] == [None, None]
+            store.set_archived(keys[1])
+            assert [r.key for r in store.find_sessions()] == [keys[3]]
+            assert store.delete_session(keys[3], by="ops").seq == 3
+        finally:
+            store.close()
+        assert sql(pg_url, "SELECT max(version) FROM agentnb.migrations") == [(SCHEMA_VERSION,)]
 
     def test_newer_schema_is_refused(self, pg_url: str) -> None:
         """A database migrated by a newer agentnb raises StorageError saying to upgrade,

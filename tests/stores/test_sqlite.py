@@ -16,13 +16,29 @@ from agentnb.ids import Clock, FakeClock, SessionKey
 from agentnb.log import SessionLog
 from agentnb.stores import SessionStore, open_store
 from agentnb.stores._rows import COLUMNS, encode
-from agentnb.stores.sqlite import _LIFECYCLE_COLUMNS, SQLiteStore
+from agentnb.stores.sqlite import _FORMAT_4_COLUMNS, _LIFECYCLE_COLUMNS, SQLiteStore
 from agentnb.testing.store_contract import StoreContract, command, session_key, step
 
 
 class TestSQLiteStore(StoreContract):
     def make_store(self, tmp_path: Path, *, clock: Clock | None = None) -> SessionStore:
         return SQLiteStore(tmp_path / "agentnb.sqlite", clock=clock)
+
+    def make_peer(self, tmp_path: Path, *, clock: Clock | None = None) -> SessionStore:
+        return SQLiteStore(tmp_path / "agentnb.sqlite", clock=clock)
+
+    def rows_of(self, tmp_path: Path, key: SessionKey) -> dict[str, int]:
+        conn = _raw(tmp_path / "agentnb.sqlite")
+        try:
+            sid = _sid(conn, key)
+            return {
+                table: conn.execute(
+                    f"SELECT count(*) FROM {table} WHERE session=?", (sid,)
+                ).fetchone()[0]
+                for table in ("events", "inbox", "watermarks", "snapshots")
+            }
+        finally:
+            conn.close()
 
 
 @pytest.fixture
@@ -146,13 +162,13 @@ class TestFiles:
         conn.execute("ALTER TABLE events DROP COLUMN batch_id")
         conn.close()
         before = path.read_bytes()
-        with pytest.raises(Corrupt, match=r"'agentnb-sqlite/1'.*reads 'agentnb-sqlite/3'"):
+        with pytest.raises(Corrupt, match=r"'agentnb-sqlite/1'.*reads 'agentnb-sqlite/4'"):
             SQLiteStore(path)
         assert path.read_bytes() == before
 
     def test_format_2_store_is_migrated_in_place(self, path: Path) -> None:
         """A format-2 store gains the lifecycle columns, with counts, latest turn status and
-        first task computed from its logs, and is then format 3."""
+        first task computed from its logs, and is then format 4."""
         store = SQLiteStore(path)
         key = session_key()
         store.create_session(key)
@@ -162,8 +178,15 @@ class TestFiles:
         store.append(key, [turn, step(2), done], expected_seq=0, batch_id="b")
         store.close()
         conn = _raw(path)
-        for index in ("sessions_recent", "sessions_user_recent", "events_blob", "inbox_blob"):
+        for index in (
+            "sessions_recent",
+            "sessions_user_recent",
+            "events_blob",
+            "inbox_blob",
+            "sessions_deleted",
+        ):
             conn.execute(f"DROP INDEX {index}")
+        conn.execute("DROP TABLE tombstone_marks")
         for column in _LIFECYCLE_COLUMNS:
             conn.execute(f"ALTER TABLE sessions DROP COLUMN {column.split()[0]}")
         conn.execute("UPDATE agentnb_meta SET value='agentnb-sqlite/2' WHERE key='format'")
@@ -179,7 +202,43 @@ class TestFiles:
             store.close()
         conn = _raw(path)
         assert conn.execute("SELECT value FROM agentnb_meta WHERE key='format'").fetchone() == (
-            "agentnb-sqlite/3",
+            "agentnb-sqlite/4",
+        )
+        conn.close()
+
+    def test_format_3_store_is_migrated_in_place(self, path: Path) -> None:
+        """A format-3 store gains the archive flag (nothing archived), its tombstones are
+        numbered in the order they were deleted, tombstone watermarks start at 0, and it is
+        then format 4, where archiving and deleting go on."""
+        clock = FakeClock()
+        store = SQLiteStore(path, clock=clock)
+        keys = [session_key(f"s{i}") for i in range(4)]
+        for k in keys:
+            store.create_session(k)
+        for k in (keys[2], keys[0]):  # deleted out of key order
+            clock.advance(1)
+            store.delete_session(k, by="ops")
+        store.close()
+        conn = _raw(path)
+        conn.execute("DROP INDEX sessions_deleted")
+        conn.execute("DROP TABLE tombstone_marks")
+        for column in _FORMAT_4_COLUMNS:
+            conn.execute(f"ALTER TABLE sessions DROP COLUMN {column.split()[0]}")
+        conn.execute("UPDATE agentnb_meta SET value='agentnb-sqlite/3' WHERE key='format'")
+        conn.close()
+        store = SQLiteStore(path, clock=clock)
+        try:
+            assert [(t.key, t.seq) for t in store.tombstones()] == [(keys[2], 1), (keys[0], 2)]
+            assert store.tombstone_watermark("sink") == 0
+            assert [r.archived_at for r in store.find_sessions()] == [None, None]
+            store.set_archived(keys[1])
+            assert [r.key for r in store.find_sessions()] == [keys[3]]
+            assert store.delete_session(keys[3], by="ops").seq == 3
+        finally:
+            store.close()
+        conn = _raw(path)
+        assert conn.execute("SELECT value FROM agentnb_meta WHERE key='format'").fetchone() == (
+            "agentnb-sqlite/4",
         )
         conn.close()
 
