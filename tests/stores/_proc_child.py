@@ -16,10 +16,11 @@ import time
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
-from agentnb.errors import Fenced, IdempotencyConflict
+from agentnb.errors import Fenced, IdempotencyConflict, SessionDeleted
 from agentnb.events import Event
 from agentnb.ids import SessionKey
 from agentnb.log import Inbox
+from agentnb.stores.base import Lease
 from agentnb.stores.sqlite import SQLiteStore
 
 KEY = SessionKey("proc", "user", "agent", "session")
@@ -258,6 +259,60 @@ def hold(path: str) -> None:
         conn.close()
 
 
+def keep_writing(path: str) -> None:
+    """At GO, write every kind of row (commits, commands, snapshots, watermarks, leases)
+    round after round, printing ``WROTE 20`` after twenty rounds, until the session is
+    deleted; then try each kind once more, printing ``REFUSED kind`` (or ``WROTE-AFTER``)."""
+    store = SQLiteStore(path)
+    store.head(KEY)  # the row id is cached from here on, as in any long-lived process
+    say("READY")
+    wait_for("GO")
+    held = None
+    rounds = 0
+    stop = time.monotonic() + DEADLINE
+    kinds = {
+        "append": lambda: store.append(
+            KEY, [Event.create(ITEM, {"n": rounds}, required=False)],
+            expected_seq=store.head(KEY), batch_id=f"k{rounds}",
+        ),
+        "inbox": lambda: Inbox(store, KEY).accept("inject", input=f"note {rounds}"),
+        "snapshot": lambda: store.put_snapshot(KEY, "fold", store.head(KEY), b"state"),
+        "watermark": lambda: store.advance_watermark(KEY, "sink", store.head(KEY)),
+        "lease": lambda: store.acquire_lease(KEY, "child", 30),
+        "renew": lambda: store.renew_lease(held, 30) if held else None,
+        "release": lambda: store.release_lease(held) if held else None,
+    }  # fmt: skip
+    try:
+        while time.monotonic() < stop:
+            for name, call in kinds.items():
+                result = call()
+                if name == "lease":
+                    held = result
+                elif name == "release":
+                    held = None
+            rounds += 1
+            if rounds == 20:
+                say("WROTE", rounds)
+    except SessionDeleted:
+        pass
+    if held is None:  # the renew/release checks need a lease this process took before
+        held = Lease(KEY, "child", 1, 0.0)
+    for name, call in [
+        *kinds.items(),
+        ("head", lambda: store.head(KEY)),
+        ("update", lambda: store.update_session(KEY, title="back")),
+        ("archive", lambda: store.set_archived(KEY)),
+    ]:
+        try:
+            call()
+        except SessionDeleted:
+            say("REFUSED", name)
+        else:
+            say("WROTE-AFTER", name)
+    store.close()
+    say("DONE", rounds)
+
+
 MODES = {
     "crash": crash,
     "commit_and_wait": commit_and_wait,
@@ -267,6 +322,7 @@ MODES = {
     "read": read,
     "hold": hold,
     "first_open": first_open,
+    "keep_writing": keep_writing,
 }
 
 

@@ -532,6 +532,55 @@ class TestReadersNeverBlockWriters:
 # --------------------------------------------------------------------------------------------
 
 
+class TestDeleteAcrossProcesses:
+    """A session deleted while another process writes to it (any kind of row)."""
+
+    def test_a_writer_in_another_process_is_refused_and_leaves_no_row(self, tmp_path: Path) -> None:
+        """Deleting a session another process keeps writing to: that process gets
+        SessionDeleted from every kind of write it tries after, and no table holds a row of
+        the session (its writes went before the delete, and with it)."""
+        import sqlite3
+
+        path = tmp_path / "store.sqlite"
+        with opened(path) as store:
+            store.create_session(KEY)
+            with Child(tmp_path, "keep_writing", path) as child:
+                child.expect("READY")
+                child.send("GO")
+                child.expect("WROTE")
+                while True:
+                    try:
+                        store.delete_session(KEY, by="ops", reason="erasure")
+                        break
+                    except LeaseHeld:
+                        continue  # the child holds the lease for a moment each round
+                refused = [child.expect("REFUSED")[0] for _ in range(10)]
+                child.expect("DONE")
+                assert refused == [
+                    "append", "inbox", "snapshot", "watermark", "lease", "renew", "release",
+                    "head", "update", "archive",
+                ]  # fmt: skip
+            tombstone = store.tombstone(KEY)
+            assert tombstone is not None
+            assert tombstone.events > 0
+        conn = sqlite3.connect(path)
+        try:
+            (sid,) = conn.execute(
+                "SELECT id FROM sessions WHERE session_id=?", (KEY.session_id,)
+            ).fetchone()
+            left = {
+                table: conn.execute(
+                    f"SELECT count(*) FROM {table} WHERE session=?", (sid,)
+                ).fetchone()[0]
+                for table in ("events", "inbox", "watermarks", "snapshots")
+            }
+            lease = conn.execute("SELECT lease_owner FROM sessions WHERE id=?", (sid,)).fetchone()
+        finally:
+            conn.close()
+        assert left == {"events": 0, "inbox": 0, "watermarks": 0, "snapshots": 0}
+        assert lease == (None,)
+
+
 class TestNewStoreAcrossProcesses:
     WRITERS = 6
     FILES = 30
