@@ -1,18 +1,29 @@
-"""``Agent``: the immutable description of what runs a session (model, tools, instructions)."""
+"""``Agent``: the immutable description of what runs a session (model, tools, instructions).
+
+A session is bound to its agent: the first turn records the agent's fingerprint
+(``agent/bound``: agent id, a hash of the instructions, each tool's name with its parameters'
+JSON schema, the model's name). ``check_agent`` is the one rule for new work: the same
+fingerprint goes on; none recorded yet binds this one; another one is refused
+(``AgentChanged``, naming what changed) unless the runtime accepts agent changes, which
+records ``agent/changed`` with both fingerprints. The session facade applies the rule before
+it accepts a command, and the driver again when it starts a run.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import hashlib
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from agentnb.compaction import Compactor
-from agentnb.errors import InvalidInput
+from agentnb.errors import AgentChanged, InvalidInput
+from agentnb.events import AgentBinding, AgentRebound, Payload, canonical_json, freeze_json
 from agentnb.ids import check_id, check_seconds
 from agentnb.models.base import Model, check_context_window
 from agentnb.tools import Tool, tool
 
-__all__ = ["Agent"]
+__all__ = ["Agent", "agent_changes", "check_agent"]
 
 
 @dataclass(frozen=True)
@@ -44,6 +55,7 @@ class Agent:
     max_session_tokens: int | None = None
     compaction: Compactor | None = None
     _by_name: dict[str, Tool] = field(init=False, repr=False, compare=False)
+    _fingerprint: Mapping[str, Any] = field(init=False, repr=False, compare=False)
 
     def __init__(
         self,
@@ -102,6 +114,75 @@ class Agent:
                 raise InvalidInput(f"{budget} must be a positive number of tokens or None")
             object.__setattr__(self, budget, value)
         object.__setattr__(self, "_by_name", by_name)
+        binding = AgentBinding(
+            agent_id=agent_id,
+            instructions_sha256=hashlib.sha256(
+                instructions.encode("utf-8", "surrogatepass")
+            ).hexdigest(),
+            tools={t.name: t.parameters for t in wrapped},
+            model=str(getattr(model, "name", type(model).__name__)),
+        )
+        object.__setattr__(self, "_fingerprint", freeze_json(binding))
 
     def tool_named(self, name: str) -> Tool | None:
         return self._by_name.get(name)
+
+    @property
+    def fingerprint(self) -> Mapping[str, Any]:
+        """What binds a session to this agent (the ``agent/bound`` payload), frozen JSON."""
+        return self._fingerprint
+
+
+def agent_changes(bound: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
+    """What differs between two agent fingerprints, one phrase each; empty if nothing."""
+    changes = []
+    if bound.get("agent_id") != current.get("agent_id"):
+        changes.append(f"agent_id: {bound.get('agent_id')} → {current.get('agent_id')}")
+    if bound.get("instructions_sha256") != current.get("instructions_sha256"):
+        changes.append("instructions changed")
+    old, new = dict(bound.get("tools") or {}), dict(current.get("tools") or {})
+    added = sorted(new.keys() - old.keys())
+    removed = sorted(old.keys() - new.keys())
+    altered = sorted(
+        n for n in old.keys() & new.keys() if canonical_json(old[n]) != canonical_json(new[n])
+    )
+    for what, names in (("added", added), ("removed", removed), ("with a new schema", altered)):
+        if names:
+            changes.append(f"tools {what}: {', '.join(names)}")
+    if bound.get("model") != current.get("model"):
+        changes.append(f"model: {bound.get('model')} → {current.get('model')}")
+    return changes
+
+
+def check_agent(
+    bound: Mapping[str, Any] | None, agent: Agent, *, accept: bool, session: object
+) -> tuple[str, Payload] | None:
+    """Whether ``agent`` may do new work in a session bound to ``bound`` (None: not yet).
+
+    Returns the event to record with the run that starts (``agent/bound`` for a session not
+    bound yet, ``agent/changed`` for an accepted change), or None when ``agent`` is the bound
+    one. Raises ``AgentChanged`` naming what changed when it differs and ``accept`` is False.
+    """
+    current = agent.fingerprint
+    if bound is None:
+        return "agent/bound", AgentBinding.model_validate(current)
+    if canonical_json(bound) == canonical_json(current):
+        return None
+    changes = agent_changes(bound, current) or ["the fingerprint changed"]
+    summary = "; ".join(changes)
+    if not accept:
+        raise AgentChanged(
+            f"session {session} is bound to another version of agent "
+            f"{bound.get('agent_id')!r} ({summary}). Reading it works; new work needs the "
+            "agent it is bound to, or a runtime made with accept_agent_change=True (which "
+            "records the change and binds the session to this agent)",
+            changes=changes,
+            bound=bound,
+            current=current,
+        )
+    return "agent/changed", AgentRebound(
+        previous=AgentBinding.model_validate(bound),
+        current=AgentBinding.model_validate(current),
+        changes=tuple(changes),
+        reason=summary,
+    )

@@ -14,6 +14,8 @@ One tree, so callers can catch as broadly or as narrowly as they need::
     ├── SessionBusy                  delete() while a turn runs (interrupt it, or force=True)
     ├── SessionArchived              new work for an archived session (unarchive() it first)
     ├── Parked                       wait() on a task queued behind a turn that needs a person
+    ├── AgentChanged                 new work for a session bound to an agent that differs
+    ├── QueueFull                    too much steering or too many queued commands; nothing written
     ├── HistoryError                 history paging
     │   ├── InvalidLimit
     │   ├── InvalidCursor
@@ -27,7 +29,8 @@ One tree, so callers can catch as broadly or as narrowly as they need::
         ├── LeaseHeld                another holder has a live lease on the session
         ├── Corrupt                  the stored data is not what agentnb wrote (fail closed)
         │   └── UnknownRequiredEvent a required event type this reader does not know
-        └── RecoveryLimitExceeded    a replay would exceed its configured bound
+        ├── RecoveryLimitExceeded    a replay would exceed its configured bound
+        └── SessionFull              a commit would pass the session's event or byte cap
 
 Every message says what happened and what to do next. Backends translate driver errors
 (``sqlite3``, ``psycopg``) into this tree; the store contract suite checks that they do.
@@ -39,6 +42,7 @@ from collections.abc import Sequence
 from typing import Any
 
 __all__ = [
+    "AgentChanged",
     "AgentnbError",
     "AppendConflict",
     "CannotResume",
@@ -57,10 +61,12 @@ __all__ = [
     "LeaseHeld",
     "NotRunning",
     "Parked",
+    "QueueFull",
     "RecoveryLimitExceeded",
     "SessionArchived",
     "SessionBusy",
     "SessionDeleted",
+    "SessionFull",
     "SessionNotFound",
     "StorageError",
     "UncertainToolCalls",
@@ -139,6 +145,44 @@ class Parked(AgentnbError):
         self.blocking_status = blocking_status
 
 
+class AgentChanged(AgentnbError):
+    """The session is bound to an agent that differs from this runtime's; new work is refused.
+
+    A session records the fingerprint of its agent (id, instructions, tools with their
+    schemas, model name) at its first turn. ``changes`` says what differs, one phrase each
+    ("instructions changed", "tools added: x", "model: a → b"); ``bound`` and ``current``
+    are the two fingerprints. Reading the session always works; to let this agent take the
+    session over, make the runtime with ``Runtime(..., accept_agent_change=True)``.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        changes: Sequence[str] = (),
+        bound: Any = None,
+        current: Any = None,
+    ) -> None:
+        super().__init__(message)
+        self.changes = tuple(changes)
+        self.bound = bound
+        self.current = current
+
+
+class QueueFull(AgentnbError):
+    """A session's queue is at its capacity; the command was not accepted (nothing written).
+
+    ``queue`` is ``"steering"`` (guidance not yet applied to the running turn) or
+    ``"commands"`` (commands accepted and not yet carried out); ``limit`` its capacity (see
+    ``agentnb.Limits``). Wait for the session to catch up, or raise the limit.
+    """
+
+    def __init__(self, message: str, *, queue: str, limit: int) -> None:
+        super().__init__(message)
+        self.queue = queue
+        self.limit = limit
+
+
 def describe(exc: BaseException, limit: int = 2000, *, typed: bool = True) -> str:
     """``"TypeName: message"`` (or the message alone) for any exception, never raising.
 
@@ -207,3 +251,12 @@ class UnknownRequiredEvent(Corrupt):
 
 class RecoveryLimitExceeded(StorageError):
     """A replay or read would exceed its configured bound."""
+
+
+class SessionFull(StorageError):
+    """The session holds as many events or bytes as its cap allows (``agentnb.Limits``).
+
+    The commit that would pass the cap is refused; the run it belongs to ends with the
+    reason committed (in headroom the cap keeps for ending runs), and the session stays
+    readable. Start a new session (``fork`` carries its state over), or raise the cap.
+    """

@@ -210,7 +210,7 @@ class RunEnd(Payload):
     stop_reason: str | None = None
     """Why the run stopped, as a code: ``final_answer``, ``needs_person``, ``interrupted``,
     ``time_limit``, ``runtime_closed``, ``max_steps``, ``max_turn_tokens``,
-    ``max_session_tokens``, ``error``, ``cancelled`` or ``crash``."""
+    ``max_session_tokens``, ``session_full``, ``error``, ``cancelled`` or ``crash``."""
     """The inbox head this run had read when it ended: steering after it was not seen."""
 
 
@@ -539,6 +539,34 @@ class MigrationBaseline(Payload):
     source_hash: str | None = None
 
 
+class AgentBinding(Payload):
+    """``agent/bound``: the fingerprint of the agent a session is bound to (first turn).
+
+    A runtime whose agent has another fingerprint may not start new work in the session
+    (``AgentChanged``) unless it was made with ``accept_agent_change=True``.
+    """
+
+    agent_id: str
+    instructions_sha256: str
+    """SHA-256 (hex) of the instructions' UTF-8 text."""
+    tools: dict[str, Any] = Field(default_factory=dict)
+    """Tool name -> the JSON schema of its parameters."""
+    model: str
+    """The model's ``name``."""
+
+
+class AgentRebound(Payload):
+    """``agent/changed``: a runtime that accepts agent changes took the session over with
+    an agent of another fingerprint; from here on ``current`` is the session's."""
+
+    previous: AgentBinding
+    current: AgentBinding
+    changes: tuple[str, ...]
+    """What differs, one phrase each ("instructions changed", "tools added: x", ...)."""
+    reason: str
+    """The changes as one line."""
+
+
 class InboxStarted(Payload):
     """The runtime started handling an inbox command (execution log)."""
 
@@ -638,6 +666,8 @@ PAYLOADS: dict[str, type[Payload]] = {
     "state/restored": StateRestored,
     "recovery/applied": RecoveryApplied,
     "migration/baseline": MigrationBaseline,
+    "agent/bound": AgentBinding,
+    "agent/changed": AgentRebound,
     "inbox/started": InboxStarted,
     "inbox/applied": InboxApplied,
     # inbox log

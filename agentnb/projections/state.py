@@ -231,6 +231,8 @@ class SessionState:
         self.last_checkpoint_seq = 0
         self.requested_messages = 0
         """How many context messages the last model request already carried."""
+        self.agent: dict[str, Any] | None = None
+        """The fingerprint of the agent the session is bound to (``agent/bound``), or None."""
 
     @classmethod
     def fold(cls, events: Iterable[Event]) -> SessionState:
@@ -323,6 +325,7 @@ class SessionState:
             "discarded_inputs": sorted(self.discarded_inputs),
             "last_checkpoint_seq": self.last_checkpoint_seq,
             "requested_messages": self.requested_messages,
+            "agent": self.agent,
         }
 
     @classmethod
@@ -359,6 +362,7 @@ class SessionState:
         state.discarded_inputs = set(data["discarded_inputs"])
         state.last_checkpoint_seq = data["last_checkpoint_seq"]
         state.requested_messages = data["requested_messages"]
+        state.agent = data.get("agent")  # snapshots older than agent binding have none
         return state
 
     # -- queries -----------------------------------------------------------------------------
@@ -560,6 +564,12 @@ class SessionState:
     def _on_input_discarded(self, event: Event, p: Any) -> None:
         self.discarded_inputs.update(p["input_ids"])
 
+    def _on_agent_bound(self, event: Event, p: Any) -> None:
+        self.agent = dict(p)
+
+    def _on_agent_changed(self, event: Event, p: Any) -> None:
+        self.agent = dict(p["current"])
+
     def _on_recovery(self, event: Event, p: Any) -> None:
         for run_id in p.get("interrupted_runs", ()):
             run = self.runs.get(run_id)
@@ -600,6 +610,8 @@ _HANDLERS = {
     "recovery/applied": SessionState._on_recovery,
     "migration/baseline": SessionState._on_baseline,
     "context/replaced": SessionState._on_context_replaced,
+    "agent/bound": SessionState._on_agent_bound,
+    "agent/changed": SessionState._on_agent_changed,
 }
 
 
