@@ -6,6 +6,10 @@ only the events after it. A snapshot that is missing, from another projector ver
 ahead of the log is ignored and rebuilt; so is one whose seal does not match (the store
 binds each snapshot to the committed event at its seq, see ``SessionStore.put_snapshot``):
 a snapshot row edited in the store file never changes what the folds show.
+
+With ``limits`` a refresh replays at most ``Limits.max_recovery_events`` events (of both logs)
+and ``max_recovery_bytes`` payload bytes; past them it raises ``RecoveryLimitExceeded`` and
+drops what it folded, so the next refresh starts again from the newest snapshot.
 """
 
 from __future__ import annotations
@@ -18,9 +22,10 @@ import zlib
 from collections.abc import Sequence
 from typing import Any
 
-from agentnb.errors import AgentnbError, Corrupt
-from agentnb.events import Event, Message
+from agentnb.errors import AgentnbError, Corrupt, RecoveryLimitExceeded
+from agentnb.events import Event, Message, canonical_json
 from agentnb.ids import SessionKey
+from agentnb.limits import Limits, check_replay
 from agentnb.projections.state import (
     CONTEXT_TYPES,
     FOLDED_TYPES,
@@ -32,12 +37,15 @@ from agentnb.projections.state import (
 )
 from agentnb.stores.base import MAX_READ_LIMIT, SessionStore
 
-__all__ = ["SNAPSHOT_EVERY", "ChatFolds", "Folds"]
+__all__ = ["CHAT_SNAPSHOT_EVERY", "SNAPSHOT_EVERY", "ChatFolds", "Folds"]
 
 log = logging.getLogger("agentnb.folds")
 
 SNAPSHOT_EVERY = 250
 """Events folded since the last snapshot after which a new one is saved."""
+CHAT_SNAPSHOT_EVERY = 4 * SNAPSHOT_EVERY
+"""The same for the chat fold, whose snapshot (every item of the newest turns) costs more to
+write; a reopen folds at most this many events for the view."""
 _FOLDS = "session-folds"
 """One snapshot of both folds (the execution log's and the inbox's), taken together."""
 
@@ -78,14 +86,29 @@ def load_context(
 class Folds:
     """``SessionState`` and ``InboxState`` of one session, brought up to date on ``refresh``."""
 
-    def __init__(self, store: SessionStore, key: SessionKey, *, whole: bool = False) -> None:
+    def __init__(
+        self,
+        store: SessionStore,
+        key: SessionKey,
+        *,
+        whole: bool = False,
+        limits: Limits | None = None,
+    ) -> None:
         self.store = store
         self.key = key
-        self.state = SessionState()
-        self.inbox = InboxState()
         self.whole = whole
         """Fold every turn from the start and retire none (a reader of the history)."""
-        self._loaded = whole
+        self.limits = limits
+        """The recovery bounds of one refresh (None: unbounded)."""
+        self._reset()
+        self._replayed = [0, 0]
+        """Events and payload bytes the refresh under way has folded."""
+
+    def _reset(self) -> None:
+        """Back to nothing folded: the next refresh starts from the newest snapshot."""
+        self.state = SessionState()
+        self.inbox = InboxState()
+        self._loaded = self.whole
         self._saved_seq = 0
         self._saved_inbox = 0
 
@@ -134,17 +157,44 @@ class Folds:
         if not self._loaded:
             self._load()
         while batch := self.store.inbox_read_after(self.key, self.inbox.seq, 1000):
+            if self.limits is not None:
+                self._replay(len(batch), sum(len(canonical_json(e.payload)) for e in batch))
             for event in batch:
                 self.inbox.apply(event)
         return self.inbox
+
+    def _replay(self, events: int, nbytes: int, *, ahead: int = 0) -> None:
+        """Count what this refresh folds; ``RecoveryLimitExceeded`` past the bounds (checked
+        with ``ahead`` more events that are about to be read)."""
+        assert self.limits is not None
+        self._replayed[0] += events
+        self._replayed[1] += nbytes
+        check_replay(self._replayed[0] + ahead, self._replayed[1], self.limits, session=self.key)
 
     def refresh(self) -> tuple[SessionState, InboxState]:
         """Fold whatever was committed since the last call (both logs).
 
         A refresh that had to fold a long tail (a log nobody snapshotted lately) saves a
         snapshot, so the next reader does not fold it again; regular snapshots are the
-        executing driver's job, written off its loop.
+        executing driver's job, written off its loop. Past the recovery bounds (``limits``)
+        a fold that fell far behind starts again from the newest snapshot once; if that is
+        still too far, ``RecoveryLimitExceeded``.
         """
+        if self.limits is None:
+            return self._refresh()
+        if self._loaded:
+            try:
+                return self._refresh()
+            except RecoveryLimitExceeded:
+                self._reset()
+        try:
+            return self._refresh()
+        except RecoveryLimitExceeded:
+            self._reset()
+            raise
+
+    def _refresh(self) -> tuple[SessionState, InboxState]:
+        self._replayed = [0, 0]
         # Inbox first: a command seen there may have started by the time the log is read,
         # never the other way round.
         self.refresh_inbox()
@@ -160,6 +210,8 @@ class Folds:
         """Fold the execution log's new events, decoding only the types the fold reads."""
         head = self.store.head(self.key)
         pos = self.state.seq
+        if self.limits is not None and head > pos:
+            self._replay(0, 0, ahead=head - pos)
         while pos < head:
             page = self.store.read_raw(self.key, pos, min(MAX_READ_LIMIT, head - pos))
             if not page:
@@ -167,6 +219,8 @@ class Folds:
                     f"session {self.key}: events after seq {pos} are missing "
                     f"(expected up to {head})"
                 )
+            if self.limits is not None:
+                self._replay(0, sum(len(raw.payload_json) for raw in page))
             for raw in page:
                 if raw.type in FOLDED_TYPES:
                     self.state.apply(raw.to_event())
@@ -287,6 +341,12 @@ class ChatFolds:
         with self._lock:
             self._refresh(self.store.head(self.key) if through is None else through)
 
+    def keep_up(self, through: int) -> None:
+        """Fold up to ``through`` and snapshot, if the last snapshot is a whole interval
+        behind it (the executing driver calls this, so a reopen finds a recent snapshot)."""
+        if through - self._saved_seq >= CHAT_SNAPSHOT_EVERY:
+            self.refresh(through)
+
     def _refresh(self, head: int) -> Any:
         """The chat fold of exactly ``(0, head]``; a newer snapshot is saved when due."""
         if not self._loaded:
@@ -300,7 +360,7 @@ class ChatFolds:
             self.chat.apply(event)
         if len(self.chat.session.turns) > 2 * KEEP_TURNS:
             self.chat.retire()
-        if self.chat.seq - self._saved_seq >= SNAPSHOT_EVERY:
+        if self.chat.seq - self._saved_seq >= CHAT_SNAPSHOT_EVERY:
             try:
                 self.store.put_snapshot(self.key, _CHAT, self.chat.seq, _encode(self.chat.dump()))
                 self._saved_seq = self.chat.seq

@@ -1,21 +1,61 @@
-"""The one size limit on text that enters a session, and the one function that checks it.
+"""The bounds of a session, each with the one function that checks it.
 
-Every text a person or a program hands to a session goes through ``check_text`` (or, for
-structured values such as edited tool arguments, ``check_json_size``) before anything is
-written: task inputs (``submit``, ``send``, ``steer``), injected material, answers of every
-kind (``ask_user`` and external-execution outputs, rejection reasons, edited arguments) and
-reconcile outcomes and their reason. So a 50 MB answer is refused exactly as a 50 MB task is.
+**Text.** Every text a person or a program hands to a session goes through ``check_text``
+(or, for structured values such as edited tool arguments, ``check_json_size``) before
+anything is written: task inputs (``submit``, ``send``, ``steer``), injected material, answers
+of every kind (``ask_user`` and external-execution outputs, rejection reasons, edited
+arguments) and reconcile outcomes and their reason. So a 50 MB answer is refused exactly as a
+50 MB task is.
 
-This module sits at the bottom of the package: it imports nothing above ``errors.py``.
+**Queues, recovery, size** (``Limits``, set on ``Runtime(limits=...)``; the defaults are the
+seeds' bounds):
+
+- ``max_pending_steers`` (256): guidance accepted for the running turn and not yet applied;
+  one more ``steer`` (or ``send`` that steers) raises ``QueueFull``.
+- ``max_queued_commands`` (64): commands accepted and not yet carried out (tasks waiting to
+  start, resumes, answers, cancels, reconciles, compactions); one more ``submit`` (or ``send``
+  that queues) raises ``QueueFull``. Answers, resumes and cancels are never refused by it:
+  they are how a parked queue drains.
+- ``max_recovery_events`` (1,000,000) and ``max_recovery_bytes`` (128 MiB): what opening a
+  session may replay (events after its newest usable snapshot, of both logs, and their payload
+  bytes); past them ``RecoveryLimitExceeded``.
+- ``max_session_events`` and ``max_session_bytes`` (None: no cap): what one session's log may
+  hold. A commit that would pass a cap is refused with ``SessionFull``; ``END_RESERVE_EVENTS``
+  and ``END_RESERVE_BYTES`` of it are kept for the commits that end runs, so a run refused in
+  the middle still ends with its reason committed, and new work starts only below the cap
+  less twice that reserve (``check_room``).
+
+The checks are pure functions of counts the caller read (``check_queue``, ``check_steering``,
+``check_replay``, ``check_room``). This module sits at the bottom of the package: it imports
+nothing above ``errors.py``.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
+from typing import Literal
 
-from agentnb.errors import AgentnbError, InvalidInput
+from agentnb.errors import (
+    AgentnbError,
+    InvalidInput,
+    QueueFull,
+    RecoveryLimitExceeded,
+    SessionFull,
+)
 
-__all__ = ["MAX_INPUT_CHARS", "check_json_size", "check_text"]
+__all__ = [
+    "END_RESERVE_BYTES",
+    "END_RESERVE_EVENTS",
+    "MAX_INPUT_CHARS",
+    "Limits",
+    "check_json_size",
+    "check_queue",
+    "check_replay",
+    "check_room",
+    "check_steering",
+    "check_text",
+]
 
 MAX_INPUT_CHARS = 1_000_000
 """Most characters one text (or the JSON form of one structured value) may have."""
@@ -61,3 +101,141 @@ def check_json_size(value: object, what: str, *, error: type[AgentnbError] = Inv
         raise error(
             f"{what} has {size:,} characters as JSON; the limit is {MAX_INPUT_CHARS:,} ({_HINT})"
         )
+
+
+END_RESERVE_EVENTS = 32
+"""Events of a session's cap kept for the commits that end runs (``check_room``)."""
+END_RESERVE_BYTES = 64 * 1024
+"""Payload bytes of a session's cap kept for the commits that end runs (``check_room``)."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The bounds a runtime enforces on its sessions (see the module docstring).
+
+    ``Runtime(agent, limits=nb.Limits(max_queued_commands=16))``. Each is a positive int;
+    the recovery bounds and the session caps may be None (no bound). A session cap must
+    leave room above the reserve kept for ending runs.
+    """
+
+    max_pending_steers: int = 256
+    max_queued_commands: int = 64
+    max_recovery_events: int | None = 1_000_000
+    max_recovery_bytes: int | None = 128 * 1024 * 1024
+    max_session_events: int | None = None
+    max_session_bytes: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("max_pending_steers", "max_queued_commands"):
+            _check_count(name, getattr(self, name), optional=False)
+        for name in ("max_recovery_events", "max_recovery_bytes"):
+            _check_count(name, getattr(self, name), optional=True)
+        for name, reserve in (
+            ("max_session_events", END_RESERVE_EVENTS),
+            ("max_session_bytes", END_RESERVE_BYTES),
+        ):
+            value = _check_count(name, getattr(self, name), optional=True)
+            if value is not None and value <= 2 * reserve:
+                raise InvalidInput(
+                    f"{name} must be more than {2 * reserve:,} ({reserve:,} of it is kept for "
+                    f"the commits that end runs), got {value:,}"
+                )
+
+
+def _check_count(name: str, value: object, *, optional: bool) -> int | None:
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        also = " or None" if optional else ""
+        raise InvalidInput(f"{name} must be a positive int{also}, got {value!r}")
+    return value
+
+
+def check_queue(queued: int, limits: Limits, *, session: object) -> None:
+    """Raise ``QueueFull`` if ``queued`` commands already wait in ``session``'s inbox."""
+    limit = limits.max_queued_commands
+    if queued >= limit:
+        raise QueueFull(
+            f"session {session} has {queued:,} commands waiting to be carried out; the limit "
+            f"is {limit:,}. Wait for the queue to drain (tasks(), inspect()), answer or cancel "
+            "what blocks it, or raise Limits(max_queued_commands=...)",
+            queue="commands",
+            limit=limit,
+        )
+
+
+def check_steering(pending: int, limits: Limits, *, turn: str) -> None:
+    """Raise ``QueueFull`` if ``pending`` steering inputs of ``turn`` wait to be applied."""
+    limit = limits.max_pending_steers
+    if pending >= limit:
+        raise QueueFull(
+            f"turn {turn} has {pending:,} steering inputs not yet applied; the limit is "
+            f"{limit:,}. Wait for its next step to take them, put the guidance in fewer "
+            "messages, or raise Limits(max_pending_steers=...)",
+            queue="steering",
+            limit=limit,
+        )
+
+
+def check_replay(events: int, nbytes: int, limits: Limits, *, session: object) -> None:
+    """Raise ``RecoveryLimitExceeded`` if replaying ``events`` events of ``nbytes`` payload
+    bytes to open ``session`` passes a recovery bound."""
+    for amount, bound, unit, name in (
+        (events, limits.max_recovery_events, "events", "max_recovery_events"),
+        (nbytes, limits.max_recovery_bytes, "bytes", "max_recovery_bytes"),
+    ):
+        if bound is not None and amount > bound:
+            raise RecoveryLimitExceeded(
+                f"opening session {session} would replay more than {bound:,} {unit} (no "
+                "usable snapshot covers them). Open it once with a runtime made with a higher "
+                f"bound, Limits({name}=...): that replay saves a snapshot, so later opens "
+                "replay only what follows it"
+            )
+
+
+def check_room(
+    events: int,
+    nbytes: int,
+    *,
+    stage: Literal["start", "run", "end"],
+    adding_events: int = 0,
+    adding_bytes: int = 0,
+    limits: Limits,
+    session: object,
+) -> None:
+    """Raise ``SessionFull`` unless ``session``, holding ``events`` events and ``nbytes``
+    payload bytes, has room for ``adding_events`` more of ``adding_bytes`` at ``stage``.
+
+    Three lines under each cap: new work starts (``"start"``) only below the cap less twice
+    the reserve; a commit in the middle of a run (``"run"``) may fill up to the cap less the
+    reserve; a commit that ends a run (``"end"``) may use the reserve. So a run refused in
+    the middle still ends with its reason committed, and (unless its refused commit was
+    larger than the reserve) the session is then past the line where new work starts.
+    """
+    for held, adding, cap, reserve, unit, name in (
+        (
+            events,
+            adding_events,
+            limits.max_session_events,
+            END_RESERVE_EVENTS,
+            "events",
+            "max_session_events",
+        ),
+        (
+            nbytes,
+            adding_bytes,
+            limits.max_session_bytes,
+            END_RESERVE_BYTES,
+            "bytes",
+            "max_session_bytes",
+        ),
+    ):
+        if cap is None:
+            continue
+        line = cap - {"start": 2 * reserve, "run": reserve, "end": 0}[stage]
+        if held + adding > line or (stage == "start" and held >= line):
+            raise SessionFull(
+                f"session {session} holds {held:,} {unit}; its cap is {cap:,} "
+                f"(Limits({name}=...)). It stays readable; continue in a new session "
+                "(session.fork(...) carries the conversation over) or raise the cap"
+            )

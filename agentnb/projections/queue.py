@@ -3,6 +3,7 @@
 The queue parks behind a suspended, interrupted or failed turn (``next_command``): later
 tasks wait until that turn is answered, resumed or cancelled. These pure functions name that
 turn for ``wait()`` (which raises ``Parked``), ``inspect()``, the command line and the view.
+``queued_commands`` and ``pending_steers`` count what waits, for the queue limits (``Limits``).
 """
 
 from __future__ import annotations
@@ -11,7 +12,14 @@ from agentnb.errors import Parked
 from agentnb.projections.decisions import effective_status
 from agentnb.projections.state import PARKING, InboxState, SessionState, TurnState
 
-__all__ = ["blocking_turn", "parked_error", "ways_out", "will_move"]
+__all__ = [
+    "blocking_turn",
+    "parked_error",
+    "pending_steers",
+    "queued_commands",
+    "ways_out",
+    "will_move",
+]
 
 _UNPARKING = frozenset({"resume", "respond", "cancel", "reconcile"})
 
@@ -73,4 +81,31 @@ def parked_error(state: SessionState, turn_id: str, blocking: TurnState, status:
         turn_id=turn_id,
         blocking_turn=blocking.turn_id,
         blocking_status=status,
+    )
+
+
+_QUEUED = frozenset({"submit", "resume", "respond", "cancel", "reconcile", "compact"})
+"""The commands that wait in the queue until the runtime carries them out."""
+
+
+def queued_commands(state: SessionState, inbox: InboxState) -> int:
+    """Commands accepted and not yet carried out or refused (what ``Limits`` bounds).
+
+    Interrupts are not counted: one that comes after its run ended is never carried out.
+    """
+    return sum(
+        1
+        for c in inbox.commands.values()
+        if c.kind in _QUEUED
+        and c.command_id not in state.handled
+        and c.command_id not in inbox.rejected
+    )
+
+
+def pending_steers(state: SessionState, inbox: InboxState, turn_id: str) -> int:
+    """Steering inputs of ``turn_id`` accepted and not yet applied (nor discarded)."""
+    return sum(
+        1
+        for c in inbox.steers_for(turn_id)
+        if c.command_id not in state.applied_inputs and c.command_id not in state.discarded_inputs
     )
