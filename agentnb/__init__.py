@@ -8,6 +8,7 @@ from agentnb.agent import Agent
 from agentnb.answers import Answer, ToolOutcome
 from agentnb.compaction import Compactor, SummaryCompactor, TrimCompactor
 from agentnb.errors import (
+    AgentChanged,
     AgentnbError,
     AppendConflict,
     CannotResume,
@@ -26,9 +27,11 @@ from agentnb.errors import (
     LeaseHeld,
     NotRunning,
     Parked,
+    QueueFull,
     RecoveryLimitExceeded,
     SessionBusy,
     SessionDeleted,
+    SessionFull,
     SessionNotFound,
     StorageError,
     UncertainToolCalls,
@@ -37,6 +40,7 @@ from agentnb.errors import (
 from agentnb.events import Event, Message, register_event_type
 from agentnb.history import HistoryPage
 from agentnb.ids import SessionKey
+from agentnb.limits import Limits
 from agentnb.log import Inbox, SessionLog
 from agentnb.models.base import Model, ModelError
 from agentnb.models.scripted import Reply, ScriptedModel, ToolCall
@@ -78,6 +82,7 @@ Session.display = _show_session
 
 __all__ = [
     "Agent",
+    "AgentChanged",
     "AgentnbError",
     "Answer",
     "AppendConflict",
@@ -105,6 +110,7 @@ __all__ = [
     "InvalidInput",
     "InvalidLimit",
     "LeaseHeld",
+    "Limits",
     "MemoryStore",
     "Message",
     "Model",
@@ -113,6 +119,7 @@ __all__ = [
     "Outcome",
     "Parked",
     "PruneReport",
+    "QueueFull",
     "Receipt",
     "RecoveryLimitExceeded",
     "Reply",
@@ -122,6 +129,7 @@ __all__ = [
     "SessionBusy",
     "SessionCounts",
     "SessionDeleted",
+    "SessionFull",
     "SessionInfo",
     "SessionKey",
     "SessionLog",

@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
+from agentnb.agent import check_agent
 from agentnb.answers import ToolOutcome
 from agentnb.errors import (
     AppendConflict,
@@ -29,7 +30,7 @@ from agentnb.folds import ChatFolds, Folds, load_context
 from agentnb.history import DEFAULT_REPLAY_LIMIT, HistoryPage, HistoryPages, read_history
 from agentnb.holders import holder_alive, holder_of
 from agentnb.ids import SessionKey, check_id, check_seconds, new_id
-from agentnb.limits import check_text
+from agentnb.limits import Limits, check_queue, check_room, check_steering, check_text
 from agentnb.live import Subscription
 from agentnb.log import Inbox, SessionLog
 from agentnb.projections.chat import interactions_of, tasks_of
@@ -40,7 +41,13 @@ from agentnb.projections.decisions import (
     check_resume,
     effective_status,
 )
-from agentnb.projections.queue import blocking_turn, parked_error, will_move
+from agentnb.projections.queue import (
+    blocking_turn,
+    parked_error,
+    pending_steers,
+    queued_commands,
+    will_move,
+)
 from agentnb.projections.state import (
     PARKING,
     PROJECTOR_VERSION,
@@ -94,6 +101,9 @@ class SessionHost(Protocol):
     owner: str
     exporter: Any
     """Something with ``status(key)`` (the live exporter), or None."""
+    limits: Limits
+    accept_agent_change: bool
+    """Whether new work may go on with an agent other than the one the session is bound to."""
 
     def check_open(self) -> None:
         """Raise ``StorageError`` if the host no longer accepts commands."""
@@ -132,7 +142,7 @@ class Session:
         self.log = SessionLog(runtime.store, key)
         self.inbox = Inbox(runtime.store, key)
         self._lock = threading.RLock()
-        self._folds = Folds(runtime.store, key)
+        self._folds = Folds(runtime.store, key, limits=runtime.limits)
         self._chat = runtime.chat_folds(key)
 
     # -- reading -----------------------------------------------------------------------------
@@ -327,16 +337,25 @@ class Session:
             check_id(key, "key")
         data = {} if timeout is None else {"timeout": check_seconds(timeout, "timeout")}
         self.runtime.check_open()
-        event, _ = self.inbox.accept(
-            "submit", key=key, turn_id=new_id("turn"), input=text, data=data
-        )
+        with self._lock:
+            state, inbox = self._refresh()
+            # A re-send under a key already accepted gets its receipt, full queue or not.
+            if key is None or all(c.key != key for c in inbox.commands.values()):
+                self._admit(state, inbox, queued=True)
+            event, _ = self.inbox.accept(
+                "submit", key=key, turn_id=new_id("turn"), input=text, data=data
+            )
         self.start()
         return Receipt(
             event.payload["command_id"], event.payload["turn_id"], None, "queued", None, self
         )
 
     def send(self, input: str) -> Receipt:
-        """Steer the running turn, or start / queue a new one; ``disposition`` says which."""
+        """Steer the running turn, or start / queue a new one; ``disposition`` says which.
+
+        Refused like ``steer`` or ``submit`` (``QueueFull``, ``AgentChanged``, ...) by the
+        way it would go: a send that would steer never falls back to queueing a task.
+        """
         text = _check_text(input, "input")
         with self._lock:
             state, inbox = self._refresh()
@@ -387,12 +406,13 @@ class Session:
         if task is not None:
             check_id(task, "task")
         with self._lock:
-            state, _ = self._refresh()
+            state, inbox = self._refresh()
             run = state.runs.get(state.active_run or "")
             if run is None or (task is not None and run.turn_id != task):
                 what = f"task {task!r} is not the running one" if task else "nothing is running"
                 raise NotRunning(f"cannot steer: {what}; submit a new task instead")
             turn_id = run.turn_id
+            self._admit(state, inbox, steering=turn_id)
             event, _ = self.inbox.accept("steer", turn_id=turn_id, run_id=run.run_id, input=text)
             command_id = event.payload["command_id"]
             # The turn may have committed its completion between our read and our accept.
@@ -419,8 +439,50 @@ class Session:
     def inject(self, material: str) -> InputReceipt:
         """Store reference material; applied exactly once at the next step of any run."""
         text = _check_text(material, "material")
+        with self._lock:
+            self._admit(*self._refresh())
         event, _ = self.inbox.accept("inject", input=text)
         return InputReceipt(event.payload["command_id"], None)
+
+    def _admit(
+        self,
+        state: SessionState,
+        inbox: InboxState,
+        *,
+        queued: bool = False,
+        steering: str | None = None,
+    ) -> None:
+        """Refuse new work before anything is written, naming why.
+
+        ``AgentChanged`` when the session is bound to an agent other than this runtime's
+        (unless it accepts agent changes); ``SessionFull`` at the session's cap; with
+        ``queued``, ``QueueFull`` when the command queue is full; with ``steering`` (a turn
+        id), when that turn's steering queue is. The driver checks the agent and the cap again
+        when it starts the work. The check and the accept share this handle's lock, so the
+        queue limits hold against the commands of one process; handles in two processes
+        accepting at the very same moment may each take the last free place (the inbox
+        accepts without a condition), so a queue can pass its limit by one per such writer.
+        """
+        runtime = self.runtime
+        check_agent(
+            state.agent, runtime.agent, accept=runtime.accept_agent_change, session=self.key
+        )
+        limits = runtime.limits
+        nbytes = 0
+        if limits.max_session_bytes is not None:
+            record = runtime.store.get_session(self.key)
+            nbytes = record.bytes if record is not None else 0
+        check_room(
+            state.seq,
+            nbytes,
+            stage="start",
+            limits=limits,
+            session=self.key,
+        )
+        if queued:
+            check_queue(queued_commands(state, inbox), limits, session=self.key)
+        if steering is not None:
+            check_steering(pending_steers(state, inbox, steering), limits, turn=steering)
 
     # -- people in the loop, interrupts, recovery ------------------------------------------
 
@@ -474,8 +536,9 @@ class Session:
             answers = {request_id: answer}
         self.runtime.check_open()
         with self._lock:
-            state, _ = self._refresh()
+            state, inbox = self._refresh()
             turn_id, checked = check_respond(state, answers, tool=self._tool)
+            self._admit(state, inbox)
             event, _ = self.inbox.accept(
                 "respond", key=_answers_key(checked), turn_id=turn_id, data={"answers": checked}
             )
@@ -508,8 +571,9 @@ class Session:
         check_id(turn_id, "turn_id")
         self.runtime.check_open()
         with self._lock:
-            state, _ = self._refresh()
+            state, inbox = self._refresh()
             check_resume(state, turn_id, executing=self._executing(), tool=self._tool)
+            self._admit(state, inbox)
             event, _ = self.inbox.accept("resume", turn_id=turn_id)
         self.start()
         return Receipt(event.payload["command_id"], turn_id, None, "queued", None, self)
@@ -618,6 +682,8 @@ class Session:
                 "compaction=nb.SummaryCompactor(...) or nb.TrimCompactor(...)"
             )
         self.runtime.check_open()
+        with self._lock:
+            self._admit(*self._refresh())
         event, _ = self.inbox.accept("compact")
         self.start()
         self._await_handled(event.payload["command_id"], timeout)

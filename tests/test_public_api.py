@@ -51,6 +51,8 @@ CONTRACT = [  # names DESIGN.md promises at the top level
     "LeaseHeld",
     "Corrupt",
     "RecoveryLimitExceeded",
+    "QueueFull",
+    "AgentChanged",
 ]
 
 
@@ -71,6 +73,7 @@ def test_errors_form_one_tree() -> None:
     assert issubclass(nb.UncertainToolCalls, nb.CannotResume)
     assert issubclass(nb.InvalidCursor, nb.HistoryError)
     assert issubclass(nb.Fenced, nb.StorageError)
+    assert issubclass(nb.SessionFull, nb.StorageError)
 
 
 def test_import_agentnb_stays_light() -> None:

@@ -26,12 +26,21 @@ import logging
 import threading
 from typing import Any, Protocol
 
-from agentnb.agent import Agent
-from agentnb.errors import AgentnbError, Fenced, LeaseHeld, StorageError, describe
+from agentnb.agent import Agent, check_agent
+from agentnb.errors import (
+    AgentChanged,
+    AgentnbError,
+    Fenced,
+    LeaseHeld,
+    SessionFull,
+    StorageError,
+    describe,
+)
 from agentnb.events import Event
 from agentnb.folds import ChatFolds, Folds
 from agentnb.holders import holder_alive
 from agentnb.ids import SessionKey
+from agentnb.limits import Limits, check_room
 from agentnb.live import LiveEvent
 from agentnb.log import Inbox
 from agentnb.projections.state import Command, InboxState, SessionState, next_command
@@ -48,6 +57,8 @@ LINGER = 0.5
 """Seconds an idle driver keeps the lease, waiting for more work, before releasing it."""
 FAULT_RETRIES = 3
 """Attempts to commit the end of a run that failed before the session is given up."""
+_AGENT_WORK = frozenset({"submit", "resume", "respond", "compact"})
+"""Commands whose work the agent does: refused for another agent or a full session."""
 
 
 class _Broken(Exception):
@@ -62,6 +73,8 @@ class DriverHost(Protocol):
     owner: str
     lease_ttl: float
     auto_resume: bool
+    limits: Limits
+    accept_agent_change: bool
 
     def publish(self, event: LiveEvent) -> None:
         """Tell live observers (never blocks)."""
@@ -84,9 +97,9 @@ class SessionDriver:
         self.inbox_log = Inbox(self.store, key)
         self.wake = asyncio.Event()
         self.task: asyncio.Task[None] | None = None
-        self.folds = Folds(self.store, key)
+        self.folds = Folds(self.store, key, limits=runtime.limits)
         self.chat_folds = runtime.chat_folds(key)
-        self.writer = LogWriter(self.store, key, self.state)
+        self.writer = LogWriter(self.store, key, self.state, runtime.limits)
         self.writer.on_commit = self._committed
         self._renewer: asyncio.Task[None] | None = None
         self.stop = RunStop()
@@ -169,8 +182,8 @@ class SessionDriver:
         The new writer keeps the lease: the fault path commits under the lease that is held.
         """
         lease = self.writer.lease
-        self.folds = Folds(self.store, self.key)
-        self.writer = LogWriter(self.store, self.key, self.state)
+        self.folds = Folds(self.store, self.key, limits=self.runtime.limits)
+        self.writer = LogWriter(self.store, self.key, self.state, self.runtime.limits)
         self.writer.lease = lease
         self.writer.on_commit = self._committed
         self._refresh()
@@ -303,8 +316,11 @@ class SessionDriver:
                 )
                 self.reset_stop(force=True)
                 if run is not None:
-                    await self.recipes.finish(run.turn_id, run.run_id, "failed", [], error=reason)
-                elif unhandled and command.kind == "submit":
+                    code = "session_full" if isinstance(exc, SessionFull) else None
+                    await self.recipes.finish(
+                        run.turn_id, run.run_id, "failed", [], error=reason, stop_reason=code
+                    )
+                elif unhandled and command.kind == "submit" and not isinstance(exc, SessionFull):
                     # Failed before its first commit: the task still becomes a failed turn,
                     # so its waiter and tasks() see why.
                     turn_id, run_id = self.recipes.open_turn(command)
@@ -329,6 +345,8 @@ class SessionDriver:
     async def _execute(self, command: Command) -> None:
         runs = self.runs
         kind = command.kind
+        if kind in _AGENT_WORK and not await self._admit(command):
+            return
         if kind == "submit":
             await runs.start_turn(command)
         elif kind == "resume":
@@ -345,6 +363,35 @@ class SessionDriver:
             await runs.context.compact_command(command)
         else:
             await self.recipes.reject(command, f"{kind} commands are not dispatched")
+
+    async def _admit(self, command: Command) -> bool:
+        """Whether ``command`` may start its work here; refused, it is rejected with why.
+
+        The work must be done by the agent the session is bound to (``check_agent``: a
+        worker with another agent refuses it unless it accepts agent changes), and the
+        session must have room under its cap. Binding the session (its first work) or an
+        accepted change adds its event to the writer: it commits with the work's first
+        commit, or not at all.
+        """
+        limits = self.runtime.limits
+        try:
+            nbytes = 0
+            if limits.max_session_bytes is not None:
+                record = await asyncio.to_thread(self.store.get_session, self.key)
+                nbytes = record.bytes if record is not None else 0
+            check_room(self.state.seq, nbytes, stage="start", limits=limits, session=self.key)
+            binding = check_agent(
+                self.state.agent,
+                self.agent,
+                accept=self.runtime.accept_agent_change,
+                session=self.key,
+            )
+        except (AgentChanged, SessionFull) as exc:
+            await self.recipes.reject(command, describe(exc, typed=False))
+            return False
+        if binding is not None:
+            self.writer.add(binding[0], binding[1], turn_id=command.turn_id)
+        return True
 
     # -- what the parts of a run use (``RunHost``) ------------------------------------------
 

@@ -33,6 +33,7 @@ from agentnb.events import Event
 from agentnb.folds import ChatFolds, Folds
 from agentnb.holders import new_owner
 from agentnb.ids import SessionKey, check_id
+from agentnb.limits import Limits
 from agentnb.live import LiveEvent, LiveHub, Subscription
 from agentnb.projections.decisions import effective_status
 from agentnb.projections.state import PARKING, SessionState, TurnState, next_command
@@ -307,6 +308,22 @@ class Runtime:
     ``resume``, ``interrupt``... accept commands durably, but this process starts no driver
     (``kick`` does nothing, ``serve`` refuses); ``wait``, ``follow`` and the widgets wake on
     the workers' commits (through ``LISTEN/NOTIFY`` on PostgreSQL).
+
+    ``limits`` (an ``nb.Limits``) bounds the sessions' queues, what opening one may replay,
+    and (optionally) how much one may hold; the defaults are the seeds' bounds.
+
+    A session is bound to the agent of its first turn (its fingerprint: id, instructions,
+    tools with their schemas, model name). Reading it always works, from any runtime; new
+    work (``submit``, ``send``, ``steer``, ``inject``, ``resume``, ``respond``, ``compact``)
+    with an agent whose fingerprint differs raises ``AgentChanged`` naming what changed.
+    Ending and recording work (``interrupt``, ``cancel``, ``reconcile``, ``update``,
+    ``delete``) is never refused for it. With ``accept_agent_change=True`` this runtime's
+    agent takes the session over: the driver that starts the next run records
+    ``agent/changed`` (both fingerprints) in that run's first commit, and from then on the
+    session is bound to the new agent. A driver (this runtime's, or a worker's) checks again
+    when it starts a run and rejects the command in the inbox with the reason, so a worker
+    with another agent never runs it; a runtime with ``execute=False`` only stops refusing at
+    its own door, the worker executing decides.
     """
 
     def __init__(
@@ -319,11 +336,22 @@ class Runtime:
         export_to: Iterable[Any] = (),
         namespace: str = "default",
         execute: bool = True,
+        limits: Limits | None = None,
+        accept_agent_change: bool = False,
     ) -> None:
         if not isinstance(agent, Agent):
             raise InvalidInput(f"agent must be an nb.Agent, got {type(agent).__name__}")
         if not isinstance(execute, bool):
             raise InvalidInput(f"execute must be True or False, got {execute!r}")
+        if not isinstance(accept_agent_change, bool):
+            raise InvalidInput(
+                f"accept_agent_change must be True or False, got {accept_agent_change!r}"
+            )
+        if limits is not None and not isinstance(limits, Limits):
+            raise InvalidInput(
+                f"limits must be an nb.Limits (e.g. nb.Limits(max_queued_commands=16)), got "
+                f"{type(limits).__name__}"
+            )
         if not isinstance(lease_ttl, int | float) or not 0.2 <= lease_ttl <= 3600:
             raise InvalidInput(f"lease_ttl must be seconds in [0.2, 3600], got {lease_ttl!r}")
         self.agent = agent
@@ -335,6 +363,8 @@ class Runtime:
         self.namespace = check_id(namespace, "namespace")
         self.owner = new_owner()
         self.execute = execute
+        self.limits = limits or Limits()
+        self.accept_agent_change = accept_agent_change
         self._work_folds: OrderedDict[SessionKey, Folds] = OrderedDict()
         self._work_folds_lock = threading.Lock()
         self.hub = LiveHub()
@@ -804,7 +834,7 @@ class Runtime:
         """In a worker thread: (whether ``key`` has work, the lease still held). Without work
         a claimed session's mark is settled and its lease released."""
         with self._work_folds_lock:
-            folds = self._work_folds.pop(key, None) or Folds(self.store, key)
+            folds = self._work_folds.pop(key, None) or Folds(self.store, key, limits=self.limits)
             self._work_folds[key] = folds
             while len(self._work_folds) > _WORK_FOLDS:
                 self._work_folds.popitem(last=False)

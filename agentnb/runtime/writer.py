@@ -1,7 +1,10 @@
 """The log writer of a running session: events buffered, then committed in fenced batches.
 
 ``LogWriter`` applies each event to the driver's working state as it is added and commits
-what it holds in one atomic batch right before a side effect (or a run's end).
+what it holds in one atomic batch right before a side effect (or a run's end). With a
+session cap (``Limits.max_session_events`` / ``max_session_bytes``) a batch that would pass
+it is refused with ``SessionFull`` before anything is written; a batch that ends a run (or
+cancels a turn) may use the reserve the cap keeps for that, so the run's end still commits.
 ``ChunkGroup`` groups streamed pieces into ``model/chunk`` events by time and by count.
 """
 
@@ -22,8 +25,9 @@ from agentnb.errors import (
     SessionNotFound,
     StorageError,
 )
-from agentnb.events import Event
+from agentnb.events import Event, canonical_json
 from agentnb.ids import SessionKey, new_id
+from agentnb.limits import Limits, check_room
 from agentnb.models.base import TextDelta, ToolCallDelta
 from agentnb.projections.state import SessionState
 from agentnb.stores.base import Lease, SessionStore
@@ -39,6 +43,8 @@ CHUNK_GROUP_MAX = 512
 FATAL = (Fenced, AppendConflict, LeaseHeld, SessionNotFound)
 """Errors after which this process must stop executing the session."""
 _NO_RETRY = (*FATAL, InvalidInput, IdempotencyConflict)
+_ENDING = frozenset({"run/end", "turn/cancelled"})
+"""A batch with one of these ends a run or a turn: it may use the cap's reserve."""
 
 
 class LogWriter:
@@ -48,10 +54,17 @@ class LogWriter:
     is the only writer); if a commit fails the driver refolds the state from the log.
     """
 
-    def __init__(self, store: SessionStore, key: SessionKey, state: SessionState) -> None:
+    def __init__(
+        self,
+        store: SessionStore,
+        key: SessionKey,
+        state: SessionState,
+        limits: Limits | None = None,
+    ) -> None:
         self.store = store
         self.key = key
         self.state = state
+        self.limits = limits
         self.lease: Lease | None = None
         self.head = state.seq
         self.pending: list[Event] = []
@@ -89,6 +102,11 @@ class LogWriter:
         if not batch:
             return
         in_flight = len(self.pending)
+        limits = self.limits
+        if limits is not None and limits.max_session_bytes is not None:
+            await asyncio.to_thread(self._check_room, limits, batch)  # reads the catalogue
+        elif limits is not None and limits.max_session_events is not None:
+            self._check_room(limits, batch)
         batch_id = new_id("batch")
         for attempt in range(5):
             try:
@@ -120,6 +138,22 @@ class LogWriter:
                 self.on_commit(batch)
             except Exception:  # an observer's failure must not look like a failed commit
                 log.exception("session %s: a commit observer failed", self.key)
+
+    def _check_room(self, limits: Limits, batch: Sequence[Event]) -> None:
+        """``SessionFull`` if ``batch`` would pass the session's cap."""
+        nbytes = 0
+        if limits.max_session_bytes is not None:
+            record = self.store.get_session(self.key)
+            nbytes = record.bytes if record is not None else 0
+        check_room(
+            self.head,
+            nbytes,
+            stage="end" if any(e.type in _ENDING for e in batch) else "run",
+            adding_events=len(batch),
+            adding_bytes=sum(len(canonical_json(e.payload)) for e in batch),
+            limits=limits,
+            session=self.key,
+        )
 
 
 class ChunkGroup:
