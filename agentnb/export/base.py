@@ -4,19 +4,27 @@ Delivery is **at least once**: the exporter hands a batch to ``sink.accept`` and
 store's watermark for (session, ``sink.name``) only after ``accept`` returned. A crash between
 the two re-delivers that batch on the next drain, so sinks must ignore duplicates by
 ``event_id`` (the built-in sinks do, and also skip events they already hold by seq).
+
+Deletions travel the same way: after the events, a drain hands the store's tombstones past
+the sink's tombstone watermark to ``sink.forget`` and advances that watermark once it
+returned. Tombstones of every session of the store go to every sink, whatever sessions an
+exporter drains: a deleted session's rows must leave each export that holds them, and a
+tombstone for a session a sink never held only makes the sink remember the key.
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import re
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Protocol, runtime_checkable
 
-from agentnb.errors import InvalidInput
+from agentnb.errors import InvalidInput, SessionDeleted
 from agentnb.export.columns import Batch, RawColumns
 from agentnb.ids import SessionKey, check_id
 from agentnb.log import SessionLog
-from agentnb.stores.base import MAX_READ_LIMIT, SessionStore
+from agentnb.stores.base import MAX_READ_LIMIT, SessionStore, Tombstone
 
 __all__ = ["ExportSink", "Exporter", "SinkMismatch", "sink_name"]
 
@@ -26,6 +34,12 @@ PROGRESS_THRESHOLD = 20_000
 
 MAX_BATCH_EVENTS = 1_000_000
 """Largest number of events one ``accept`` call receives (reads happen in pages)."""
+TOMBSTONE_PAGE = 100
+"""Most tombstones one ``forget`` call receives."""
+
+log = logging.getLogger("agentnb.export")
+_unforgetting: set[str] = set()
+"""Names of sinks without ``forget`` already warned about (once per process)."""
 
 
 class SinkMismatch(InvalidInput):
@@ -54,6 +68,13 @@ class ExportSink(Protocol):
     every event of the session with seq ``1..s``. The exporter then skips what the sink already
     holds after a crash, and refuses to drain (``SinkMismatch``) when the store's watermark is
     ahead of what the sink holds.
+
+    A sink that keeps what it accepted offers ``forget(tombstones)`` too (both built-in
+    sinks do): it removes every row of those sessions, durably, before it returns, and
+    remembers their keys in the same commit, so a tombstone delivered again is recognised
+    (at least once, like events) and events of a forgotten session that arrive later (an
+    exporter that read them before the delete) are dropped. A sink without ``forget`` is
+    warned about once and its tombstones stay undelivered.
     """
 
     name: str
@@ -125,15 +146,34 @@ class Exporter:
     def lag(self) -> int:
         """Committed events not yet acknowledged by the sink (over all sessions drained)."""
         name = self.sink.name
-        return sum(max(0, self.store.head(k) - self.store.watermark(k, name)) for k in self.keys())
+        behind = 0
+        for key in self.keys():
+            try:
+                behind += max(0, self.store.head(key) - self.store.watermark(key, name))
+            except SessionDeleted:
+                continue  # its rows leave the sink with its tombstone
+        return behind
+
+    def tombstone_lag(self) -> int:
+        """Tombstones not yet delivered to the sink (counted up to ``TOMBSTONE_PAGE``; 0 for
+        a sink without ``forget``, which never gets them)."""
+        if getattr(self.sink, "forget", None) is None:
+            return 0
+        mark = self.store.tombstone_watermark(self.sink.name)
+        return len(self.store.tombstones(after=mark, limit=TOMBSTONE_PAGE))
 
     def drain(self) -> int:
-        """Deliver every committed event past the watermark; returns how many were delivered."""
+        """Deliver every committed event past the watermark, then the tombstones past the
+        sink's tombstone watermark (``deliver_tombstones``); returns how many events were
+        delivered."""
         name = self.sink.name
         todo: list[tuple[SessionKey, int, int]] = []
         for key in self.keys():
-            start = self._start(key)
-            head = self.store.head(key)
+            try:
+                start = self._start(key)
+                head = self.store.head(key)
+            except SessionDeleted:
+                continue  # deleted since it was listed: its tombstone follows below
             if head > start:
                 todo.append((key, start, head))
         total = sum(head - start for _, start, head in todo)
@@ -143,7 +183,8 @@ class Exporter:
             for batch in _read_ahead(self._batches(todo)):
                 self.sink.accept(batch)
                 for key, events in batch.items():
-                    self.store.advance_watermark(key, name, events[-1].seq)
+                    with contextlib.suppress(SessionDeleted):  # its tombstone follows below
+                        self.store.advance_watermark(key, name, events[-1].seq)
                 n = sum(len(events) for events in batch.values())
                 delivered += n
                 if bar is not None:
@@ -151,7 +192,33 @@ class Exporter:
         finally:
             if bar is not None:
                 bar.close()
+        self.deliver_tombstones()
         return delivered
+
+    def deliver_tombstones(self) -> int:
+        """Hand the store's tombstones past the sink's tombstone watermark to
+        ``sink.forget``, a page at a time, advancing the watermark after each; returns how
+        many were delivered (0, with a warning, for a sink without ``forget``)."""
+        forget = getattr(self.sink, "forget", None)
+        name = self.sink.name
+        if forget is None:
+            if name not in _unforgetting and self.store.tombstones(limit=1):
+                _unforgetting.add(name)
+                log.warning(
+                    "sink %s has no forget(tombstones): the rows of deleted sessions stay in it",
+                    name,
+                )
+            return 0
+        delivered = 0
+        while True:
+            page: list[Tombstone] = self.store.tombstones(
+                after=self.store.tombstone_watermark(name), limit=TOMBSTONE_PAGE
+            )
+            if not page:
+                return delivered
+            forget(page)
+            self.store.advance_tombstone_watermark(name, page[-1].seq)
+            delivered += len(page)
 
     def _start(self, key: SessionKey) -> int:
         """Where to resume: the watermark, moved up to what the sink already holds."""
@@ -180,7 +247,10 @@ class Exporter:
             pos = start
             while pos < head:
                 room = self.batch_size - size
-                table = self.store.read_arrow(key, pos, min(room, head - pos, MAX_READ_LIMIT))
+                try:
+                    table = self.store.read_arrow(key, pos, min(room, head - pos, MAX_READ_LIMIT))
+                except SessionDeleted:
+                    break  # deleted while the drain runs: its tombstone follows
                 if not table.num_rows:
                     break
                 parts.setdefault(key, []).append(table)

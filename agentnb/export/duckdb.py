@@ -4,6 +4,15 @@ of ``exporters/schema.sql``.
 Each ``accept`` also keeps ``turn_rollups``, one row of ``turn_rollup`` per turn, in the same
 transaction, and ``turn_parts`` reads it: the ``turns`` view does not rescan the events.
 
+Deleted sessions. ``forget(tombstones)`` deletes the sessions' rows from ``raw_events`` and
+``turn_rollups`` and records their keys in ``deleted_sessions`` (with who deleted them, when
+and why), in one transaction, then checkpoints: every view stops showing them. A key in
+``deleted_sessions`` is applied already (a tombstone delivered again changes nothing), and
+``accept`` drops events of such a key (an exporter that read them before the delete). What
+the file's bytes keep: DuckDB reuses the space of deleted rows but does not zero it, so
+until it is overwritten the deleted text may still be found in the file by reading it raw;
+copying the database into a new file (``COPY FROM DATABASE``) drops it.
+
 A DuckDB file open for writing locks out every other process (even read-only ones), so the
 sink opens it for one ``accept`` and closes it before returning: a notebook kernel never holds
 it longer. A writer that finds it locked retries with backoff for ``lock_timeout`` seconds.
@@ -35,6 +44,7 @@ import shutil
 import tempfile
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from agentnb.errors import Corrupt, InvalidInput, StorageError
@@ -50,6 +60,7 @@ from agentnb.export.columns import (
 from agentnb.export.rollup import Rollups
 from agentnb.export.sql import schema_sql
 from agentnb.ids import SessionKey
+from agentnb.stores.base import Tombstone
 from agentnb.stores.sqlite import make_private_dirs
 
 require_export_deps()
@@ -62,6 +73,10 @@ __all__ = ["STORAGE_VERSION", "DuckDBSink", "check_duckdb_file", "open_duckdb"]
 TABLE = "raw_events"
 ROLLUPS = "turn_rollups"
 """One row of ``turn_rollup`` per turn, kept by each ``accept`` (``turn_parts`` reads it)."""
+DELETED = "deleted_sessions"
+"""The sessions ``forget`` removed: their keys, with who deleted them, when and why."""
+_KEY = ("namespace", "user_id", "agent_id", "session_id")
+_SAME_KEY = " AND ".join(f"d.{k} = t.{k}" for k in _KEY)
 
 
 STORAGE_VERSION = "v1.1.0"
@@ -170,9 +185,12 @@ class DuckDBSink:
                 self._create()
             con = open_duckdb(self.path, lock_timeout=self.lock_timeout)
             try:
-                con.register("batch", envelope)
                 con.execute("BEGIN TRANSACTION")
                 self._ensure_schema(con)
+                gone = self._forgotten(con, list(events))
+                if gone:  # read before their delete by some exporter: drop them
+                    envelope = to_arrow({k: v for k, v in events.items() if k not in gone})
+                con.register("batch", envelope)
                 inserted = con.sql(
                     f"INSERT OR IGNORE INTO {TABLE} {FLATTEN_SQL} RETURNING *"
                 ).to_arrow_table()
@@ -180,6 +198,48 @@ class DuckDBSink:
                 con.execute("COMMIT")
             finally:
                 con.close()
+
+    def forget(self, tombstones: Sequence[Tombstone]) -> None:
+        """Delete every row of the tombstones' sessions (events and turn rollups) and record
+        their keys in ``deleted_sessions``, in one transaction (see the module docstring)."""
+        if not tombstones:
+            return
+        with self._mutex:
+            if not os.path.exists(self.path):
+                self._create()
+            con = open_duckdb(self.path, lock_timeout=self.lock_timeout)
+            try:
+                con.execute("BEGIN TRANSACTION")
+                self._ensure_schema(con)
+                known = self._forgotten(con, [t.key for t in tombstones])
+                fresh = [t for t in tombstones if t.key not in known]
+                if fresh:
+                    con.register("gone", _tombstone_table(fresh))
+                    for table in (TABLE, ROLLUPS):
+                        con.execute(
+                            f"DELETE FROM {table} AS t WHERE EXISTS "
+                            f"(SELECT 1 FROM gone AS d WHERE {_SAME_KEY})"
+                        )
+                    con.execute(f"INSERT INTO {DELETED} BY NAME SELECT * FROM gone")
+                con.execute("COMMIT")
+                if fresh:
+                    con.execute("CHECKPOINT")
+            finally:
+                con.close()
+
+    @staticmethod
+    def _forgotten(con: duckdb.DuckDBPyConnection, keys: Sequence[SessionKey]) -> set[SessionKey]:
+        """Which of ``keys`` ``forget`` removed before."""
+        asked = pa.table({k: [getattr(key, k) for key in keys] for k in _KEY})
+        con.register("asked", asked)
+        try:
+            rows = con.execute(
+                f"SELECT {', '.join(_KEY)} FROM asked AS t WHERE EXISTS "
+                f"(SELECT 1 FROM {DELETED} AS d WHERE {_SAME_KEY})"
+            ).fetchall()
+        finally:
+            con.unregister("asked")
+        return {SessionKey(*row) for row in rows}
 
     def _create(self) -> None:
         """Make the file, with its schema, owner-only from the start (see the module
@@ -273,3 +333,21 @@ class DuckDBSink:
         # A file written before rollups were kept gets them from its events, once.
         con.execute(f"CREATE TABLE IF NOT EXISTS {ROLLUPS} AS SELECT * FROM turn_rollup")
         con.execute(f"CREATE OR REPLACE VIEW turn_parts AS SELECT * FROM {ROLLUPS}")
+        con.execute(
+            f"CREATE TABLE IF NOT EXISTS {DELETED} (namespace VARCHAR, user_id VARCHAR, "
+            "agent_id VARCHAR, session_id VARCHAR, deleted_at TIMESTAMPTZ, deleted_by VARCHAR, "
+            "reason VARCHAR, events BIGINT, PRIMARY KEY (namespace, user_id, agent_id, "
+            "session_id))"
+        )
+
+
+def _tombstone_table(tombstones: Sequence[Tombstone]) -> pa.Table:
+    """The ``deleted_sessions`` rows of ``tombstones``."""
+    from datetime import UTC, datetime
+
+    columns: dict[str, list[object]] = {k: [getattr(t.key, k) for t in tombstones] for k in _KEY}
+    columns["deleted_at"] = [datetime.fromtimestamp(t.deleted_at, UTC) for t in tombstones]
+    columns["deleted_by"] = [t.deleted_by for t in tombstones]
+    columns["reason"] = [t.reason for t in tombstones]
+    columns["events"] = [t.events for t in tombstones]
+    return pa.table(columns)

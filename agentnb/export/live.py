@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from agentnb.errors import InvalidInput
+from agentnb.errors import AgentnbError, InvalidInput, SessionDeleted
 from agentnb.export.base import Exporter, ExportSink
 from agentnb.ids import SessionKey
 from agentnb.stores.base import SessionStore
@@ -42,6 +42,8 @@ class ExportStatus:
     """The error of the last failed drain, None once a drain succeeded again."""
     retry_in: float | None
     """Seconds until the next attempt while backing off, else None."""
+    tombstones: int = 0
+    """Deleted sessions whose rows the sink still holds (counted up to 100)."""
 
 
 @dataclass
@@ -120,7 +122,7 @@ class LiveExporter:
         """Wait until every sink has caught up with the heads now; False on timeout or failure."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if all(s.lag == 0 for s in self.status()):
+            if all(s.lag == 0 and s.tombstones == 0 for s in self.status()):
                 return True
             with self._idle:
                 seen = self._passes
@@ -129,7 +131,7 @@ class LiveExporter:
                     lambda seen=seen: self._passes > seen or self._stop.is_set(),  # type: ignore[misc]
                     max(0.0, min(0.5, deadline - time.monotonic())),
                 )
-        return all(s.lag == 0 for s in self.status())
+        return all(s.lag == 0 and s.tombstones == 0 for s in self.status())
 
     def close(self, timeout: float = 5.0) -> None:
         """Stop after one last drain (bounded by ``timeout``); undelivered events stay undelivered
@@ -147,9 +149,11 @@ class LiveExporter:
         out = []
         for state in self._states:
             try:
-                lag = self._exporter(state.sink, key).lag()
+                exporter = self._exporter(state.sink, key)
+                lag = exporter.lag()
+                tombstones = exporter.tombstone_lag()
             except Exception:  # noqa: BLE001 - status must not raise for a closed store
-                lag = -1
+                lag, tombstones = -1, -1
             out.append(
                 ExportStatus(
                     state.sink.name,
@@ -158,6 +162,7 @@ class LiveExporter:
                     state.failures,
                     state.last_error,
                     round(state.retry_at - now, 3) if state.retry_at > now else None,
+                    tombstones,
                 )
             )
         return tuple(out)
@@ -197,7 +202,13 @@ class LiveExporter:
 
     def _heads(self) -> dict[SessionKey, int]:
         keys = list(self._keys()) if self._keys else [r.key for r in self.store.list_sessions()]
-        return {k: self.store.head(k) for k in keys}
+        heads = {}
+        for key in keys:
+            try:
+                heads[key] = self.store.head(key)
+            except SessionDeleted:
+                continue  # its tombstone goes out with the next drain
+        return heads
 
     def _loop(self) -> None:
         seen: dict[SessionKey, int] = {}
@@ -231,8 +242,11 @@ class LiveExporter:
             if len(seen) == 1:
                 ((key, head),) = seen.items()
                 # Returns at once on a commit in this process (the store's condition).
-                if self.store.wait_for_head(key, head, step) > head:
-                    break
+                try:
+                    if self.store.wait_for_head(key, head, step) > head:
+                        break
+                except AgentnbError:
+                    break  # deleted (or the store closing): the next pass looks again
             elif self._wake.wait(step) or self._moved(seen):
                 break
         self._wake.clear()

@@ -35,6 +35,17 @@ turns, combined with the rows earlier commits held for those turns, and replaces
 those rows were in by copies without them. So the current rollup files hold one row per
 turn, and readers define ``turn_parts`` over them: ``turns`` reads a row per turn instead of
 rescanning every event.
+
+Deleted sessions. ``forget(tombstones)`` rewrites, through the same commit protocol, every
+data and rollup file that holds rows of those sessions: copies without them are staged and
+renamed in, then one manifest record lists the copies as added, the old files as removed
+and the sessions as ``forgotten``; only then are the old files deleted. A crash before the
+record leaves the previous manifest as it was (the copies are outside it, and deleted as
+a crashed commit's files); a crash after it leaves old files the manifest no longer lists,
+deleted by the next ``forget`` or ``compact``, which also delete rollup files earlier
+commits replaced (they may hold the sessions' turns). A forgotten key is remembered from
+the manifest: its tombstone delivered again rewrites nothing, and ``accept`` drops its
+events (an exporter that read them before the delete).
 """
 
 from __future__ import annotations
@@ -64,7 +75,7 @@ from agentnb.export.columns import (
 )
 from agentnb.export.rollup import Rollups
 from agentnb.ids import SessionKey, new_id
-from agentnb.stores.base import RawEvent
+from agentnb.stores.base import RawEvent, Tombstone
 from agentnb.stores.sqlite import make_private_dirs
 
 require_export_deps()
@@ -78,8 +89,9 @@ __all__ = ["ParquetSink"]
 EVENTS = "events"
 TURN_PARTS = "turn_parts"
 MANIFEST = "_manifest"
-VERSION = 2
-"""Manifest record version: 2 adds the turn rollup files (``turn_parts/``)."""
+VERSION = 3
+"""Manifest record version: 2 adds the turn rollup files (``turn_parts/``), 3 the sessions
+a deletion's rewrite removed (``forgotten``)."""
 MAX_ROLLUP_FILES = 16
 """Beyond this many rollup files a commit merges the small ones."""
 RETIRED_KEEP_S = 600.0
@@ -95,6 +107,7 @@ FILE_COLUMNS = tuple(name for name, _ in COLUMNS if name != "event_date")
 """Columns stored in each file (``event_date`` is the Hive partition folder)."""
 
 _KeyTuple = tuple[str, str, str, str]
+_KEY = ("namespace", "user_id", "agent_id", "session_id")
 
 
 def _ranges(seqs: list[int]) -> list[list[int]]:
@@ -174,6 +187,9 @@ class ParquetSink:
         self._removed: set[str] = set()
         self._unrolled: set[str] = set()
         self._retired: dict[str, float] = {}
+        self._forgotten: set[_KeyTuple] = set()
+        self._file_sessions: dict[str, set[_KeyTuple]] = {}
+        """The sessions each data file holds rows of (per the records that added it)."""
 
     def __repr__(self) -> str:
         return f"ParquetSink({self.root!r}, name={self.name!r})"
@@ -233,6 +249,8 @@ class ParquetSink:
             fresh: dict[SessionKey, Sequence[Event | RawEvent]] = {}
             sessions = []
             for key, evs in events.items():
+                if _tuple(key) in self._forgotten:
+                    continue  # read before its delete by some exporter: dropped
                 held = self._held.get(_tuple(key), [])
                 if evs and _is_run(evs):
                     first, last = evs[0].seq, evs[-1].seq
@@ -254,6 +272,85 @@ class ParquetSink:
                 return
             table = flatten(self._rollups().con, to_arrow(fresh))
             self._commit(table, sessions, removed=[])
+
+    def forget(self, tombstones: Sequence[Tombstone]) -> None:
+        """Rewrite the files holding rows of the tombstones' sessions without them, and
+        record the sessions as forgotten, in one commit (see the module docstring)."""
+        self._check_writable()
+        if not tombstones:
+            return
+        with self._mutex, self._locked():
+            self._refresh()
+            fresh = {_tuple(t.key): t for t in tombstones if _tuple(t.key) not in self._forgotten}
+            if fresh:
+                self._rewrite_without(fresh)
+            self._delete_stale()
+
+    def _rewrite_without(self, gone: dict[_KeyTuple, Tombstone]) -> None:
+        """Commit copies of the files holding rows of ``gone`` without those rows (and the
+        sessions as forgotten), then delete the files copied."""
+        import pyarrow.compute as pc
+
+        value_set = pa.array(["\x1f".join(k) for k in gone], pa.string())
+
+        def keep(table: pa.Table) -> pa.Table:
+            joined = pc.binary_join_element_wise(*(table.column(k) for k in _KEY), "\x1f")
+            return table.filter(pc.invert(pc.is_in(joined, value_set=value_set)))
+
+        kept: list[pa.Table] = []
+        removed: list[str] = []
+        for rel in sorted(self._current(EVENTS)):
+            holds = self._file_sessions.get(rel)
+            if holds is not None and not holds & gone.keys():
+                continue
+            table = pq.read_table(f"{self.root}/{rel}", filesystem=self.fs)
+            rest = keep(table)
+            if rest.num_rows == table.num_rows:
+                continue
+            removed.append(rel)
+            if rest.num_rows:
+                day = date.fromisoformat(rel.split("/")[1].split("=", 1)[1])
+                kept.append(rest.append_column("event_date", pa.repeat(pa.scalar(day), len(rest))))
+        rollups: list[pa.Table] = []
+        for rel in sorted(self._current(TURN_PARTS)):
+            table = pq.read_table(f"{self.root}/{rel}", filesystem=self.fs)
+            rest = keep(table)
+            if rest.num_rows < table.num_rows:
+                removed.append(rel)
+                if rest.num_rows:
+                    rollups.append(rest)
+        rows = pa.concat_tables(kept, promote_options="default") if kept else empty_table()
+        sessions = [
+            {"key": [row[k] for k in _KEY], "ranges": _ranges(row["seq_list"])}
+            for row in rows.group_by(list(_KEY)).aggregate([("seq", "list")]).to_pylist()
+        ]
+        forgotten = [
+            {"key": list(k), "deleted_at": t.deleted_at, "deleted_by": t.deleted_by}
+            for k, t in gone.items()
+        ]
+        merged = [pa.concat_tables(rollups, promote_options="default")] if rollups else []
+        self._commit(rows, sessions, removed, roll_up=False, rollups=merged, forgotten=forgotten)
+        # The old files hold the deleted rows: gone now, not after RETIRED_KEEP_S.
+        self._delete([f"{self.root}/{rel}" for rel in removed])
+        for rel in removed:
+            self._retired.pop(rel, None)
+
+    def _delete_stale(self) -> int:
+        """Delete the files of this sink that no commit lists any more (see ``compact``)."""
+        crashed = self._crashed_batches()
+        done = 0
+        for part in self._folders(EVENTS):
+            names = self._parquet_files(part.path)
+            done += self._delete([p for p in names if self._retired_file(p, crashed)])
+        folder = f"{self.root}/{TURN_PARTS}"
+        if self.fs.get_file_info(folder).type == pafs.FileType.Directory:
+            names = self._parquet_files(folder)
+            done += self._delete([p for p in names if self._retired_file(p, crashed)])
+            self._retired.clear()
+        for batch in crashed:
+            with contextlib.suppress(OSError):
+                self.fs.delete_dir(f"{self.root}/{STAGING}/{batch}")
+        return done
 
     def position(self, key: SessionKey) -> int:
         """Highest seq ``s`` such that this dataset holds seqs ``1..s`` of the session."""
@@ -311,28 +408,17 @@ class ParquetSink:
         with self._mutex, self._locked():
             self._refresh()
             held = self._added - self._removed
-            crashed = self._crashed_batches()
             for part in self._folders(EVENTS):
                 try:
                     day = date.fromisoformat(part.base_name.split("=", 1)[1])
                 except (IndexError, ValueError):
                     continue
-                names = self._parquet_files(part.path)
-                listed = [p for p in names if self._rel(p) in held]
-                stale = [p for p in names if self._retired_file(p, crashed)]
+                listed = [p for p in self._parquet_files(part.path) if self._rel(p) in held]
                 if day < limit and len(listed) >= 2:
                     self._compact_partition(listed)
                     done += len(listed)
-                # In open partitions too: the staging folders that prove them go below.
-                done += self._delete(stale)
-            folder = f"{self.root}/{TURN_PARTS}"
-            if self.fs.get_file_info(folder).type == pafs.FileType.Directory:
-                names = self._parquet_files(folder)
-                done += self._delete([p for p in names if self._retired_file(p, crashed)])
-                self._retired.clear()
-            for batch in crashed:
-                with contextlib.suppress(OSError):
-                    self.fs.delete_dir(f"{self.root}/{STAGING}/{batch}")
+            # In open partitions too; then the staging folders that proved them.
+            done += self._delete_stale()
         return done
 
     def _crashed_batches(self) -> set[str]:
@@ -411,6 +497,8 @@ class ParquetSink:
         removed: list[str],
         *,
         roll_up: bool = True,
+        rollups: Sequence[pa.Table] = (),
+        forgotten: Sequence[dict[str, Any]] = (),
     ) -> None:
         batch_id = new_id("batch")
         staging = f"{self.root}/{STAGING}/{batch_id}"
@@ -425,12 +513,11 @@ class ParquetSink:
             files.append((part, f"{EVENTS}/event_date={day}/part-{batch_id}.parquet"))
         removed = list(removed)
         if roll_up:
-            rollups, replaced = self._roll_up(rows)
-            for i, rollup in enumerate(rollups):
-                files.append(
-                    (rollup.sort_by("turn_id"), f"{TURN_PARTS}/part-{batch_id}-{i}.parquet")
-                )
+            made, replaced = self._roll_up(rows)
+            rollups = [*rollups, *made]
             removed += replaced
+        for i, rollup in enumerate(rollups):
+            files.append((rollup.sort_by("turn_id"), f"{TURN_PARTS}/part-{batch_id}-{i}.parquet"))
         added: list[str] = []
         for i, (data, rel) in enumerate(files):
             tmp = f"{staging}/{i}.parquet"
@@ -453,6 +540,8 @@ class ParquetSink:
             "removed": removed,
             "sessions": sessions,
         }
+        if forgotten:
+            record["forgotten"] = list(forgotten)
         tmp = f"{staging}/manifest.json"
         self._write_file(tmp, json.dumps(record, sort_keys=True).encode())
         self._mkdir(f"{self.root}/{MANIFEST}")
@@ -545,7 +634,17 @@ class ParquetSink:
                 del self._retired[rel]
 
     def _apply(self, name: str, record: dict[str, Any]) -> None:
+        # Records are read in any order: a forgotten key stays forgotten whichever record
+        # about it comes first.
         self._seen.add(name)
+        for item in record.get("forgotten", []):
+            gone: _KeyTuple = tuple(item["key"])
+            self._forgotten.add(gone)
+            self._held.pop(gone, None)
+        keys = {tuple(item["key"]) for item in record.get("sessions", [])}
+        for rel in record.get("added", []):
+            if rel.startswith(f"{EVENTS}/"):
+                self._file_sessions.setdefault(rel, set()).update(keys)
         when = datetime.fromisoformat(record.get("created_at", "1970-01-01T00:00:00+00:00"))
         for rel in record.get("removed", []):
             if rel.startswith(f"{TURN_PARTS}/"):
@@ -556,7 +655,8 @@ class ParquetSink:
         self._removed.update(record.get("removed", []))
         for item in record.get("sessions", []):
             k: _KeyTuple = tuple(item["key"])
-            self._held[k] = _merge(self._held.get(k, []), item["ranges"])
+            if k not in self._forgotten:
+                self._held[k] = _merge(self._held.get(k, []), item["ranges"])
 
     def _sync(self, path: str) -> None:
         if self.local:

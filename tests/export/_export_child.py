@@ -7,6 +7,9 @@ write MARKER and sleep, so the parent can kill -9 before the watermark moves.
 MODE ``mid-commit``: drain in batches of 20; once the third turn rollup file of the run has
 been renamed into the dataset (its manifest record not yet written), write MARKER and sleep.
 MODE ``writer``: accept many small batches of new events in a loop (for concurrent readers).
+MODE ``mid-forget``: drain (the events are exported already; the store holds a tombstone);
+once the deletion's first rewritten data file has been renamed into the dataset (its
+manifest record not yet written), write MARKER and sleep.
 """
 
 from __future__ import annotations
@@ -57,6 +60,18 @@ def main() -> None:
 
         ParquetSink._sync_dir = sync_dir  # type: ignore[method-assign]
         Exporter(open_store(url), sink, batch_size=20).drain()
+        return
+    if mode == "mid-forget":
+        real_sync = ParquetSink._sync_dir
+
+        def sync_after_rename(self: ParquetSink, path: str) -> None:
+            real_sync(self, path)
+            if "/events/event_date=" in path:
+                Path(marker).write_text("renamed")
+                time.sleep(60)
+
+        ParquetSink._sync_dir = sync_after_rename  # type: ignore[method-assign]
+        Exporter(open_store(url), sink).drain()
         return
     key = SessionKey("n", "writer", "a", "s")
     seq = 0
