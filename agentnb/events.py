@@ -114,31 +114,70 @@ def freeze_json(value: Any, _path: str = "payload", _depth: int = 0) -> Any:
     Objects become ``FrozenDict``, arrays become tuples. Raises ``InvalidInput`` naming the
     offending path for anything JSON cannot carry exactly (non-string keys, NaN, sets, objects).
     """
-    if _depth > _MAX_DEPTH:
-        raise InvalidInput(f"{_path} is nested deeper than {_MAX_DEPTH} levels")
+    return _freeze(value, _path, _depth, False)
+
+
+_SCALARS = (type(None), bool, int)
+
+_Path = str | tuple[Any, str]
+"""Where a value sits in a payload, built as (parent, step) and spelled only for an error."""
+
+
+def _where(path: _Path) -> str:
+    steps: list[str] = []
+    while isinstance(path, tuple):
+        path, step = path
+        steps.append(step)
+    return path + "".join(reversed(steps))
+
+
+def _freeze(value: Any, path: _Path, depth: int, keep_models: bool) -> Any:
+    """``freeze_json``; with ``keep_models`` pydantic models are kept as they are (already
+    validated, they are dumped once, after the payload model took them)."""
+    kind = type(value)
+    if kind is str:  # the common cases first, by exact type: this runs for every value
+        return value if value.isascii() else clean_text(value)
+    if kind in _SCALARS:
+        return value
+    if depth > _MAX_DEPTH:
+        raise InvalidInput(f"{_where(path)} is nested deeper than {_MAX_DEPTH} levels")
+    if kind is dict or kind is FrozenDict:
+        out = {}
+        for k, v in value.items():
+            if type(k) is not str:
+                if not isinstance(k, str):
+                    raise InvalidInput(
+                        f"{_where(path)} has a non-string key {k!r}; JSON keys are strings"
+                    )
+                k = str.__str__(k)  # noqa: PLW2901 - the key as a plain str
+            out[k if k.isascii() else clean_text(k)] = _freeze(
+                v, (path, "." + k), depth + 1, keep_models
+            )
+        return FrozenDict(out)
+    if kind is list or kind is tuple:
+        return tuple(
+            [_freeze(v, (path, f"[{i}]"), depth + 1, keep_models) for i, v in enumerate(value)]
+        )
     if isinstance(value, str):
-        return clean_text(value)
+        return clean_text(str.__str__(value))
     if value is None or isinstance(value, bool):
         return value
     if isinstance(value, int):
         return int(value)
     if isinstance(value, float):
         if not math.isfinite(value):
-            raise InvalidInput(f"{_path} is {value!r}; JSON has no NaN or infinity")
+            raise InvalidInput(f"{_where(path)} is {value!r}; JSON has no NaN or infinity")
         return value
     if isinstance(value, BaseModel):
-        return freeze_json(value.model_dump(mode="json"), _path, _depth)
+        if keep_models:
+            return value
+        return _freeze(value.model_dump(mode="json"), path, depth, keep_models)
     if isinstance(value, Mapping):
-        out = {}
-        for k, v in value.items():
-            if not isinstance(k, str):
-                raise InvalidInput(f"{_path} has a non-string key {k!r}; JSON keys are strings")
-            out[clean_text(k)] = freeze_json(v, f"{_path}.{k}", _depth + 1)
-        return FrozenDict(out)
+        return _freeze(dict(value), path, depth, keep_models)
     if isinstance(value, list | tuple):
-        return tuple(freeze_json(v, f"{_path}[{i}]", _depth + 1) for i, v in enumerate(value))
+        return _freeze(list(value), path, depth, keep_models)
     raise InvalidInput(
-        f"{_path} holds a {type(value).__name__}, which is not JSON; "
+        f"{_where(path)} holds a {type(value).__name__}, which is not JSON; "
         "convert it to str, number, bool, None, list or dict first"
     )
 
@@ -814,7 +853,9 @@ def _prepare_payload(type_: str, payload: Any, required: bool | None) -> tuple[A
         else:
             if payload is None:
                 payload = {}
-            frozen = freeze_json(payload)
+            # Checked as JSON, but models in it (messages) stay as they are: the payload
+            # model takes them without validating them again, and they are dumped once.
+            frozen = _freeze(payload, "payload", 0, True)
             if not isinstance(frozen, Mapping):
                 raise InvalidInput(f"payload for {type_!r} must be a JSON object")
             try:
@@ -912,17 +953,28 @@ class Event(BaseModel):
             check_id(run_id, "run_id")
         if event_id is not None:
             check_id(event_id, "event_id")
-        return cls.model_construct(
-            schema_version=SCHEMA_VERSION,
-            event_id=event_id or new_id("evt"),
-            seq=0,
-            occurred_at=occurred_at or datetime.now(UTC),
-            type=type,
-            turn_id=turn_id,
-            run_id=run_id,
-            required=req,
-            payload=data,
+        # Every field is checked above: build the frozen model directly, as ``with_seq``
+        # does, without pydantic's generic ``model_construct`` (this is on every step's path).
+        event = object.__new__(cls)
+        object.__setattr__(
+            event,
+            "__dict__",
+            {
+                "schema_version": SCHEMA_VERSION,
+                "event_id": event_id or new_id("evt"),
+                "seq": 0,
+                "occurred_at": occurred_at or datetime.now(UTC),
+                "type": type,
+                "turn_id": turn_id,
+                "run_id": run_id,
+                "required": req,
+                "payload": data,
+            },
         )
+        object.__setattr__(event, "__pydantic_fields_set__", set(_ALL_FIELDS))
+        object.__setattr__(event, "__pydantic_extra__", None)
+        object.__setattr__(event, "__pydantic_private__", None)
+        return event
 
     def with_seq(self, seq: int) -> Event:
         """This event as committed at ``seq``."""
@@ -950,6 +1002,9 @@ class Event(BaseModel):
             f"{self.type}\x1f{self.turn_id or ''}\x1f{self.run_id or ''}\x1f{self.required}\x1f"
             f"{canonical_json(self.payload)}"
         )
+
+
+_ALL_FIELDS = frozenset(Event.model_fields)
 
 
 def builtins_type_name(value: object) -> str:

@@ -6,6 +6,7 @@ the call returns); the runtime's loop executes them. Reads fold the committed lo
 
 from __future__ import annotations
 
+import collections
 import functools
 import hashlib
 import threading
@@ -142,6 +143,10 @@ class Session:
         self.log = SessionLog(runtime.store, key)
         self.inbox = Inbox(runtime.store, key)
         self._lock = threading.RLock()
+        self._fed: collections.deque[Sequence[Event]] = collections.deque()
+        """Commits of this process not folded yet (a reader held the session)."""
+        self._fed_signal = threading.Event()
+        """Set when this process commits for the session (``wait`` wakes on it)."""
         self._folds = Folds(runtime.store, key, limits=runtime.limits)
         self._chat = runtime.chat_folds(key)
 
@@ -149,17 +154,26 @@ class Session:
 
     def feed(self, events: Sequence[Event]) -> None:
         """Fold events its runtime just committed for this session: readers need not read
-        them back. Skipped while a reader holds the session (it reads them itself)."""
+        them back. While a reader holds the session they wait for its next read (the
+        committer never blocks on a reader)."""
+        self._fed.append(events)
+        self._fed_signal.set()
         if not self._lock.acquire(blocking=False):
             return
         try:
-            self._folds.feed(events)
+            self._take_fed()
         finally:
             self._lock.release()
+
+    def _take_fed(self) -> None:
+        """Under the lock: fold the commits fed since the last read, in order."""
+        while self._fed:
+            self._folds.feed(self._fed.popleft())
 
     def _refresh(self) -> tuple[SessionState, InboxState]:
         """Fold whatever was committed since the last read (both logs)."""
         with self._lock:
+            self._take_fed()
             return self._folds.refresh()
 
     def tasks(self, limit: int | None = None, before: str | None = None) -> list[Task]:
@@ -841,6 +855,7 @@ class Session:
             raise InvalidInput(f"wait() takes a Receipt, got {type(receipt).__name__}")
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
+            self._fed_signal.clear()
             with self._lock:
                 outcome, seq = self._settled(receipt)
             if outcome is not None:
@@ -848,9 +863,13 @@ class Session:
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
                 raise TimeoutError(f"turn {receipt.turn_id} did not end within {timeout}s")
-            self.runtime.store.wait_for_head(
-                self.key, seq, 0.5 if remaining is None else min(0.5, remaining)
-            )
+            beat = 0.5 if remaining is None else min(0.5, remaining)
+            if self.runtime.executing(self.key):
+                # This process commits the session's events: wake when they are handed to
+                # its fold, not when the store has them, so they are never read back.
+                self._fed_signal.wait(beat)
+            else:
+                self.runtime.store.wait_for_head(self.key, seq, beat)
 
     def events(self, maxsize: int = 1000) -> Subscription:
         """Live notifications of this session in this process (chunks before commit, status).

@@ -189,10 +189,10 @@ class SessionDriver:
         self._refresh()
 
     def _save_snapshots(self, due: list[tuple[str, int, bytes]], seq: int) -> None:
-        """In a worker thread: write the due snapshots, and bring the chat fold's along."""
+        """In a worker thread: write the due snapshots, and the chat fold's when it is due."""
         self.folds.put_snapshots(due)
         try:
-            self.chat_folds.refresh(through=seq)
+            self.chat_folds.keep_up(seq)
         except Exception as exc:  # noqa: BLE001 - a cache: a failure only makes reads slower
             log.info("session %s: chat snapshot not refreshed: %s", self.key, describe(exc))
 
