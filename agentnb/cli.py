@@ -377,6 +377,7 @@ def _sessions(args: argparse.Namespace) -> int:
             search=args.search,
             limit=args.limit,
             before=args.before,
+            archived=None if args.all else args.archived,
         )
         out: list[dict[str, Any]] = []
         for info in infos:  # one page: folding each of its logs stays bounded
@@ -394,6 +395,7 @@ def _sessions(args: argparse.Namespace) -> int:
                     "created_at": info.created_at,
                     "updated_at": info.updated_at,
                     "last_activity": info.last_activity,
+                    "archived_at": info.archived_at,
                     "events": state.seq,
                     "turns": info.counts.turns,
                     "bytes": info.counts.bytes,
@@ -417,7 +419,7 @@ def _sessions(args: argparse.Namespace) -> int:
             s["session_id"],
             s["user_id"],
             s["agent_id"],
-            _cut(s["title"] or "", 40),
+            _cut(s["title"] or "", 40) + (" (archived)" if s["archived_at"] else ""),
             str(s["events"]),
             _text(s["latest_status"])
             + (f" (+{s['queued']} queued" if s["queued"] else "")
@@ -693,6 +695,11 @@ def _lifecycle_commands(
     sessions.add_argument("--search", help="text in the title or first task (any case)")
     sessions.add_argument("--limit", type=_count, default=50, help="sessions per page")
     sessions.add_argument("--before", metavar="CURSOR", help="the page after this cursor")
+    shelf = sessions.add_mutually_exclusive_group()
+    shelf.add_argument(
+        "--archived", action="store_true", help="only archived sessions (default: not archived)"
+    )
+    shelf.add_argument("--all", action="store_true", help="archived sessions and the others")
 
     delete = command(
         "delete",

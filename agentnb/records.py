@@ -95,8 +95,15 @@ class SessionInfo:
     counts: SessionCounts
     last_activity: datetime
     """The last commit or accepted command."""
+    archived_at: datetime | None = None
+    """When the session was archived (``runtime.archive``); None while it is not."""
     cursor: str = field(default="", repr=False)
     _usage: Any = field(default=None, repr=False, compare=False)
+
+    @property
+    def archived(self) -> bool:
+        """Whether the session is archived: readable, refusing new work until unarchived."""
+        return self.archived_at is not None
 
     def _repr_html_(self) -> str:
         return html.session_info_html(self)

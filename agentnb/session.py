@@ -74,6 +74,7 @@ from agentnb.stores.base import UNSET, Unset
 if TYPE_CHECKING:
     from agentnb.agent import Agent
     from agentnb.projections.chat import ChatSnapshot, ChatState
+    from agentnb.records import SessionInfo
     from agentnb.stores.base import SessionStore, Tombstone
 
 __all__ = ["Session"]
@@ -132,6 +133,12 @@ class SessionHost(Protocol):
 
     def delete(self, key: SessionKey, *, force: bool = False, reason: str = "") -> Tombstone:
         """Delete ``key`` and everything of it, leaving a tombstone (``Runtime.delete``)."""
+
+    def archive(self, key: SessionKey) -> SessionInfo:
+        """Archive ``key``: readable, refusing new work (``Runtime.archive``)."""
+
+    def unarchive(self, key: SessionKey) -> SessionInfo:
+        """Take ``key`` out of the archive (``Runtime.unarchive``)."""
 
 
 class Session:
@@ -901,6 +908,16 @@ class Session:
         """Delete this session (``runtime.delete``): refused with ``SessionBusy`` while a
         turn runs unless ``force=True``, which interrupts it first."""
         return self.runtime.delete(self.key, force=force, reason=reason)
+
+    def archive(self) -> SessionInfo:
+        """Archive this session (``runtime.archive``): out of the default listing, still
+        readable and exported, refusing new work (``SessionArchived``) until ``unarchive()``.
+        ``SessionBusy`` while it has a run open or commands waiting."""
+        return self.runtime.archive(self.key)
+
+    def unarchive(self) -> SessionInfo:
+        """Bring this session back from the archive: it takes new work again."""
+        return self.runtime.unarchive(self.key)
 
     def __repr__(self) -> str:
         return f"Session({self.key})"

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import threading
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,6 +21,22 @@ from tests.runtime.helpers import Gate, gated_script
 
 MakeRuntime = Callable[..., nb.Runtime]
 KEY = SessionKey("default", "alice", "test-agent", "s1")
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@nb.tool(confirm=True)
+def create_order(item: str, qty: int) -> str:
+    """Create a purchase order.
+
+    Args:
+        item: what to buy
+        qty: how many
+    """
+    return f"ordered {qty} x {item}"
+
+
+def _order_then_done() -> nb.ScriptedModel:
+    return nb.ScriptedModel([nb.ToolCall("create_order", {"item": "desk", "qty": 1}), "Done."])
 
 
 def _record(**fields: Any) -> SessionRecord:
@@ -196,6 +215,158 @@ class TestDelete:
         assert done[0].key == session.key
         assert runtime.sessions() == []
 
+    def test_a_deleted_sessions_rows_leave_the_runtimes_exports(
+        self, make_runtime: MakeRuntime, tmp_path: Path
+    ) -> None:
+        """With export_to, deleting a session makes its rows leave the sink: once the live
+        exporter is flushed, the export holds only the other session's events."""
+        from agentnb import analysis
+        from agentnb.export import ParquetSink
+
+        sink = ParquetSink(tmp_path / "pq")
+        runtime = make_runtime(nb.ScriptedModel(["One.", "Two."]), export_to=[sink])
+        kept, gone = runtime.session("kept"), runtime.session("gone")
+        kept.run("first")
+        gone.run("second")
+        assert runtime.exporter is not None
+        assert runtime.exporter.flush(30)
+        assert set(analysis.events(str(tmp_path / "pq"))["session_id"]) == {"kept", "gone"}
+        gone.delete()
+        assert runtime.exporter.flush(30)
+        rows = analysis.events(str(tmp_path / "pq"))
+        assert set(rows["session_id"]) == {"kept"}
+        assert len(rows) == kept.log.head()
+
+
+class TestArchive:
+    def test_an_archived_session_leaves_the_listing_and_refuses_new_work(
+        self, make_runtime: MakeRuntime, tmp_path: Path
+    ) -> None:
+        """archive() hides a finished session from sessions() (archived=True or None list
+        it); it stays readable and exported; submit, send and inject raise SessionArchived
+        naming unarchive() and write nothing; after unarchive() it runs new work."""
+        from agentnb.export import Exporter, ParquetSink
+
+        runtime = make_runtime(nb.ScriptedModel(["Done.", "Again."]))
+        session = runtime.session("s1", user_id="alice")
+        other = runtime.session("s2", user_id="alice")
+        session.run("Plan the offsite")
+        info = session.archive()
+        assert info.archived
+        assert info.archived_at is not None
+        assert [i.key for i in runtime.sessions()] == [other.key]
+        assert [i.key for i in runtime.sessions(archived=True)] == [session.key]
+        assert {i.key for i in runtime.sessions(archived=None)} == {session.key, other.key}
+        assert session.archive().archived_at == info.archived_at  # again: nothing changes
+        head, inbox = session.log.head(), session.inbox.head()
+        for call in (
+            lambda: session.submit("more"),
+            lambda: session.send("more"),
+            lambda: session.inject("notes"),
+        ):
+            with pytest.raises(nb.SessionArchived, match=r"unarchive\(\)"):
+                call()
+        assert (session.log.head(), session.inbox.head()) == (head, inbox)
+        assert [m.text for m in session.transcript().messages][-1] == "Done."
+        assert session.history().messages
+        assert session.inspect().as_of_seq == head
+        assert [t.status for t in session.tasks()] == ["completed"]
+        assert Exporter(runtime.store, ParquetSink(tmp_path / "pq")).drain() == head
+        assert not session.unarchive().archived
+        assert session.run("more").output == "Again."
+        assert [i.key for i in runtime.sessions()] == [session.key, other.key]
+
+    def test_archive_is_refused_while_a_turn_runs_or_tasks_wait(
+        self, make_runtime: MakeRuntime
+    ) -> None:
+        """SessionBusy while a turn runs and while a task is queued (nothing archived); a
+        turn that waits for a person is archived as it is, and its answer is then refused
+        (SessionArchived) while cancel still ends it."""
+        gate = Gate()
+        runtime = make_runtime(nb.ScriptedModel(gated_script(["Done."], {0: gate})))
+        session = runtime.session("s1")
+        receipt = session.submit("hello")
+        gate.wait_arrived()
+        with pytest.raises(nb.SessionBusy, match="run open"):
+            session.archive()
+        gate.release()
+        receipt.wait(30)
+        assert session.archive().archived
+
+        runtime = make_runtime(_order_then_done(), tools=[create_order])
+        waiting = runtime.session("s2")
+        assert waiting.run("order a desk").status == "suspended"
+        parked = waiting.submit("then this")
+        with pytest.raises(nb.SessionBusy, match="wait to be carried out"):
+            waiting.archive()
+        assert not runtime.sessions(archived=True, status="parked")
+        waiting.cancel(parked.turn_id)
+        assert waiting.archive().archived
+        (request_id,) = waiting.pending()
+        with pytest.raises(nb.SessionArchived):
+            waiting.respond(request_id, True)
+        (turn,) = [t.turn_id for t in waiting.tasks() if t.status == "suspended"]
+        waiting.cancel(turn)
+        assert [t.status for t in waiting.tasks()] == ["cancelled", "cancelled"]
+
+    def test_another_process_is_refused_too(self, tmp_path: Path) -> None:
+        """The flag lives in the store: a runtime in another process that opens the
+        archived session gets SessionArchived from submit, and nothing is written."""
+        url = f"sqlite:///{tmp_path / 'agentnb.sqlite'}"
+        agent = nb.Agent(name="T", agent_id="test-agent", model=nb.ScriptedModel(["Done."]))
+        with nb.Runtime(agent, store=url) as runtime:
+            session = runtime.session("s1")
+            session.run("hello")
+            session.archive()
+            inbox = session.inbox.head()
+        code = (
+            "import agentnb as nb, sys\n"
+            "agent = nb.Agent(name='T', agent_id='test-agent', model=nb.ScriptedModel(['x']))\n"
+            f"with nb.Runtime(agent, store={url!r}) as runtime:\n"
+            "    try:\n"
+            "        runtime.session('s1').submit('more')\n"
+            "    except nb.SessionArchived as exc:\n"
+            "        print('refused', exc)\n"
+        )
+        done = subprocess.run(
+            [sys.executable, "-c", code],
+            check=False,
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            timeout=120,
+        )
+        assert done.stdout.startswith("refused"), done.stderr
+        assert "unarchive()" in done.stdout
+        store = nb.open_store(url)
+        try:
+            assert store.inbox_head(session.key) == inbox
+        finally:
+            store.close()
+
+    def test_archive_of_a_deleted_or_unknown_session_is_refused(
+        self, make_runtime: MakeRuntime
+    ) -> None:
+        """archive() of a deleted session raises SessionDeleted, of one never created
+        SessionNotFound; unarchive() the same."""
+        runtime = make_runtime(nb.ScriptedModel([]))
+        runtime.session("gone").delete()
+        for call in (runtime.archive, runtime.unarchive):
+            with pytest.raises(nb.SessionDeleted):
+                call("gone")
+            with pytest.raises(nb.SessionNotFound):
+                call("never")
+
+    def test_prune_covers_archived_sessions(self, make_runtime: MakeRuntime) -> None:
+        """A retention rule selects archived sessions like the others."""
+        clock = FakeClock()
+        store = nb.MemoryStore(clock=clock)
+        runtime = make_runtime(nb.ScriptedModel([]), store=store)
+        runtime.session("old").archive()
+        clock.advance(3600)
+        report = runtime.prune(1800)
+        assert [i.key.session_id for i in report.sessions] == ["old"]
+
 
 class TestPrune:
     def test_dry_run_reports_and_a_real_run_deletes(self, make_runtime: MakeRuntime) -> None:
@@ -266,6 +437,25 @@ class TestCommandLine:
         assert row["labels"] == {"env": "scratch"}
         code, out, _ = self._run(["sessions", "--json", "--store", url, "--user", "bob"], capsys)
         assert [r["session_id"] for r in json.loads(out)] == ["new"]
+
+    def test_sessions_lists_archived_ones_when_asked(self, url: str, capsys: Any) -> None:
+        """sessions leaves archived sessions out; --archived lists only them, --all both."""
+        store = nb.open_store(url)
+        store.set_archived(SessionKey("default", "alice", "agent", "old"))
+        store.close()
+
+        def listed(*flags: str) -> list[tuple[str, bool]]:
+            code, out, _ = self._run(["sessions", "--json", "--store", url, *flags], capsys)
+            assert code == 0
+            return sorted((r["session_id"], r["archived_at"] is not None) for r in json.loads(out))
+
+        assert listed() == [("keep", False), ("new", False)]
+        assert listed("--archived") == [("old", True)]
+        assert listed("--all") == [("keep", False), ("new", False), ("old", True)]
+        with pytest.raises(SystemExit) as exited:
+            self._run(["sessions", "--store", url, "--archived", "--all"], capsys)
+        assert exited.value.code == 2
+        assert "not allowed with" in capsys.readouterr().err
 
     def test_prune_is_a_dry_run_until_apply(self, url: str, capsys: Any) -> None:
         """prune lists what it would delete; with --apply it deletes exactly that."""

@@ -22,6 +22,7 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from agentnb.agent import Agent
 from agentnb.errors import (
+    InboxChanged,
     InvalidInput,
     LeaseHeld,
     SessionBusy,
@@ -36,7 +37,13 @@ from agentnb.ids import SessionKey, check_id
 from agentnb.limits import Limits
 from agentnb.live import LiveEvent, LiveHub, Subscription
 from agentnb.projections.decisions import effective_status
-from agentnb.projections.state import PARKING, SessionState, TurnState, next_command
+from agentnb.projections.state import (
+    PARKING,
+    InboxState,
+    SessionState,
+    TurnState,
+    next_command,
+)
 from agentnb.records import PruneReport, SessionCounts, SessionInfo, UsageTotals
 from agentnb.runtime.engine import SessionDriver
 from agentnb.session import Session
@@ -143,8 +150,9 @@ def session_info(
         at(record.updated_at),
         SessionCounts(record.events, record.turns, record.bytes),
         at(record.last_activity),
-        record.cursor,
-        None if store is None else functools.partial(session_usage, store),
+        None if record.archived_at is None else at(record.archived_at),
+        cursor=record.cursor,
+        _usage=None if store is None else functools.partial(session_usage, store),
     )
 
 
@@ -161,6 +169,7 @@ def find_sessions(
     search: str | None = None,
     limit: int = 50,
     before: str | None = None,
+    archived: bool | None = False,
 ) -> list[SessionInfo]:
     """``Runtime.sessions`` on any store and scope (what the command line lists)."""
     wanted = _check_statuses(status)
@@ -179,6 +188,7 @@ def find_sessions(
             search=search,
             limit=limit,
             before=cursor,
+            archived=archived,
         )
         now = store.clock.now()
         for record in records:
@@ -233,11 +243,41 @@ def prunable(
             until=cutoff,
             limit=500,
             before=before,
+            archived=None,  # retention covers archived sessions too
         )
         found += page
         if len(page) < 500:
             return found
         before = page[-1].cursor
+
+
+_STARTS = frozenset({"submit", "resume", "respond", "cancel", "reconcile", "compact"})
+"""Commands a runtime dispatches (steering and material wait for a run to pick them up)."""
+
+
+def check_archive(key: SessionKey, state: SessionState, inbox: InboxState) -> None:
+    """``SessionBusy`` unless the session holds no work: no run open (running, or cut off
+    by a crash and not recovered yet) and no command waiting to be carried out (queued
+    tasks, answers, resumes). A turn that waits for a person may be archived as it is."""
+    if state.active_run is not None:
+        turn = state.runs[state.active_run].turn_id
+        raise SessionBusy(
+            f"session {key} cannot be archived: turn {turn} has a run open (running, or cut "
+            "off by a crash and not recovered yet); interrupt or cancel it, then archive"
+        )
+    waiting = [
+        c
+        for c in inbox.commands.values()
+        if c.kind in _STARTS
+        and c.command_id not in state.handled
+        and c.command_id not in inbox.rejected
+    ]
+    if waiting:
+        raise SessionBusy(
+            f"session {key} cannot be archived: {len(waiting)} command(s) wait to be carried "
+            f"out (first: {waiting[0].kind} {waiting[0].command_id}); let them run or cancel "
+            "the queued tasks, then archive"
+        )
 
 
 def _check_statuses(status: str | Iterable[str] | None) -> frozenset[str] | None:
@@ -439,14 +479,16 @@ class Runtime:
         search: str | None = None,
         limit: int = 50,
         before: str | None = None,
+        archived: bool | None = False,
     ) -> list[SessionInfo]:
         """This agent's sessions, newest activity first, read from the catalogue's index.
 
         ``status``: one of ``SESSION_STATUSES`` or several; ``labels``: every pair must
         match; ``since`` / ``until``: bounds on the last activity (a ``datetime`` or seconds
         since the epoch); ``search``: text in the title or the first task (any case);
-        ``before``: the ``cursor`` of the last record of the previous page. Deleted sessions
-        are never listed. ``all_keys()`` gives bare keys.
+        ``before``: the ``cursor`` of the last record of the previous page; ``archived``:
+        False (the default) leaves archived sessions out, True lists only them, None both.
+        Deleted sessions are never listed. ``all_keys()`` gives bare keys.
         """
         return find_sessions(
             self.store,
@@ -460,7 +502,41 @@ class Runtime:
             search=search,
             limit=limit,
             before=before,
+            archived=archived,
         )
+
+    def archive(self, key: SessionKey | str, *, user_id: str = "default") -> SessionInfo:
+        """Archive a finished session: ``sessions()`` leaves it out (``archived=True``
+        lists it), it stays readable (``transcript``, ``history``, ``inspect``, exports),
+        and it refuses new work (``submit``, ``send``, ``steer``, ``inject``, ``respond``,
+        ``resume``, ``reconcile``, ``compact``) with ``SessionArchived`` until
+        ``unarchive``, from any runtime or process: the store checks the flag where it
+        accepts a command. ``cancel`` and ``interrupt`` still work.
+
+        ``SessionBusy`` while the session has work: a run open, or commands waiting (cancel
+        queued tasks first). A turn waiting for a person (suspended, interrupted, failed)
+        is archived as it is. Archiving an archived session changes nothing.
+        """
+        self.check_open()
+        if not isinstance(key, SessionKey):
+            key = self._key(key, user_id)
+        for _ in range(10):
+            state, inbox = Folds(self.store, key).refresh()
+            check_archive(key, state, inbox)
+            try:
+                record = self.store.set_archived(key, True, expected_inbox=inbox.seq)
+            except InboxChanged:
+                continue  # a command came in meanwhile: decide again
+            return session_info(record, now=self.store.clock.now(), store=self.store)
+        raise SessionBusy(f"session {key} keeps receiving commands; archive it once it is idle")
+
+    def unarchive(self, key: SessionKey | str, *, user_id: str = "default") -> SessionInfo:
+        """Bring an archived session back: listed by default again, and it takes new work."""
+        self.check_open()
+        if not isinstance(key, SessionKey):
+            key = self._key(key, user_id)
+        record = self.store.set_archived(key, False)
+        return session_info(record, now=self.store.clock.now(), store=self.store)
 
     def delete(
         self,
@@ -499,6 +575,8 @@ class Runtime:
         self._let_go_of(key, timeout, interrupt=info.status == "running")
         tombstone = self.store.delete_session(key, by=by, reason=reason)
         self._forget(key)
+        if self.exporter is not None:
+            self.exporter.notify()  # the tombstone goes to the export sinks now
         return tombstone
 
     def prune(
@@ -513,8 +591,8 @@ class Runtime:
     ) -> PruneReport:
         """Delete this agent's sessions with no activity for ``older_than`` (a ``timedelta``
         or seconds) whose status is ``status`` (default ``idle``; never ``running`` or
-        ``queued``) and whose labels match. With ``dry_run`` (the default) nothing is
-        deleted: the report lists what would be.
+        ``queued``) and whose labels match, archived or not. With ``dry_run`` (the default)
+        nothing is deleted: the report lists what would be.
         """
         found = prunable(
             self.store,
