@@ -293,3 +293,44 @@ class TestRuntimeArgument:
         """accept_agent_change takes True or False only; nothing is opened otherwise."""
         with pytest.raises(nb.InvalidInput, match="accept_agent_change"):
             nb.Runtime(_agent(), store="memory://", accept_agent_change=value)  # type: ignore[arg-type]
+
+
+class TestWorkerProcess:
+    def test_a_worker_process_with_another_agent_rejects_once_and_serves_on(
+        self, pg_url: str
+    ) -> None:
+        """On PostgreSQL: a session bound to a changed agent gets a task from a client; an
+        `agentnb worker` process running the old agent rejects it with the reason, opens no
+        turn, writes nothing more for it, and goes on serving a session of its own agent."""
+        from tests._pg_worker_agent import _reply, charge, idem, risky
+        from tests._pg_worker_agent import agent as worker_agent
+        from tests.test_pg_workers import Workers
+
+        changed = nb.Agent(
+            name="PG worker test",
+            agent_id=worker_agent.agent_id,
+            model=nb.ScriptedModel(_reply),
+            tools=[idem, risky, charge],
+            instructions="Answer in French.",
+        )
+        with nb.Runtime(changed, store=pg_url) as first:
+            first.session("changed").run("task 1", timeout=WAIT)  # bound to the changed agent
+        pool = Workers(pg_url)
+        try:
+            worker = pool.start()
+            with nb.Runtime(changed, store=pg_url, execute=False) as client:
+                session = client.open("changed")
+                head = session.log.head()
+                outcome = session.submit("task 2").wait(WAIT)
+                assert outcome.status == "cancelled"
+                assert "instructions changed" in (outcome.error or "")
+                heads = _heads(session)
+                assert heads == (head, 3)  # accepted, accepted, rejected: no turn opened
+                with nb.Runtime(worker_agent, store=pg_url, execute=False) as own:
+                    done = own.session("own").run("task 3", timeout=WAIT)
+                    assert done.output == "done: task 3"
+                assert _heads(session) == heads  # rejected once, never retried
+            assert worker.poll() is None
+            pool.stop(worker)
+        finally:
+            pool.close()
