@@ -508,10 +508,10 @@ class Runtime:
     def archive(self, key: SessionKey | str, *, user_id: str = "default") -> SessionInfo:
         """Archive a finished session: ``sessions()`` leaves it out (``archived=True``
         lists it), it stays readable (``transcript``, ``history``, ``inspect``, exports),
-        and it refuses new work (``submit``, ``send``, ``steer``, ``inject``, ``respond``,
-        ``resume``, ``reconcile``, ``compact``) with ``SessionArchived`` until
-        ``unarchive``, from any runtime or process: the store checks the flag where it
-        accepts a command. ``cancel`` and ``interrupt`` still work.
+        and it refuses new work (``submit``, ``send``, ``inject``, ``respond``, ``resume``,
+        ``reconcile``, ``compact``; ``steer`` finds nothing running) with
+        ``SessionArchived`` until ``unarchive``, from any runtime or process: the store
+        checks the flag where it accepts a command. ``cancel`` and ``interrupt`` still work.
 
         ``SessionBusy`` while the session has work: a run open, or commands waiting (cancel
         queued tasks first). A turn waiting for a person (suspended, interrupted, failed)
