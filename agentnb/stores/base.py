@@ -589,9 +589,15 @@ class SessionStore(ABC):
 
     def __init__(self, *, clock: Clock | None = None) -> None:
         self.clock: Clock = clock or SystemClock()
-        self._cond = threading.Condition()
+        self._wake_lock = threading.Lock()
+        self._cond = threading.Condition(self._wake_lock)
+        """Waiters of no session in particular: woken by every commit."""
         self._waiting = 0
         self._generation = 0
+        self._key_conds: dict[SessionKey, threading.Condition] = {}
+        """Waiters of one session: woken by that session's commits (and by ``wake_waiters``)."""
+        self._key_waiting: dict[SessionKey, int] = {}
+        self._key_generations: dict[SessionKey, int] = {}
         self._closed = False
         self._ops = 0
         self._ops_done = threading.Condition()
@@ -822,7 +828,7 @@ class SessionStore(ABC):
             self.clock.now(),
             expected_inbox=expected_inbox,
         )
-        self._notify()
+        self._notify(key)
         return batch
 
     @_guarded
@@ -922,7 +928,7 @@ class SessionStore(ABC):
             key, stamped, dedupe_key, fingerprint or event_digest([stamped]), self.clock.now()
         )
         if record[1]:
-            self._notify()
+            self._notify(key)
         return record
 
     @_guarded
@@ -1056,7 +1062,7 @@ class SessionStore(ABC):
         Returns the head. Whoever sets ``stop`` calls ``wake_waiters()`` to end the wait now.
         """
         key = _key(key)
-        return self._wait(lambda: self._head(key), after, timeout, stop)
+        return self._wait(lambda: self._head(key), after, timeout, stop, key=key)
 
     def wait_for_inbox(
         self,
@@ -1068,7 +1074,7 @@ class SessionStore(ABC):
     ) -> int:
         """Block until the inbox head passes ``after``, ``timeout`` elapses or ``stop`` is set."""
         key = _key(key)
-        return self._wait(lambda: self._inbox_head(key), after, timeout, stop)
+        return self._wait(lambda: self._inbox_head(key), after, timeout, stop, key=key)
 
     def wake_waiters(self) -> None:
         """Wake every waiter of this store, so those whose ``stop`` is set return now."""
@@ -1109,13 +1115,28 @@ class SessionStore(ABC):
 
     # -- helpers for backends ----------------------------------------------------------------
 
-    def _notify(self) -> None:
-        # Every commit calls this: skip the lock when nobody waits (a waiter counts itself
-        # before it reads, and the generation tells it a commit slipped in before it slept).
-        if self._waiting:
-            with self._cond:
+    def _notify(self, key: SessionKey | None = None) -> None:
+        """Wake the waiters of ``key`` (a commit of that session) and those of no session in
+        particular; None wakes every waiter (close, ``wake_waiters``, a remote commit).
+
+        Every commit calls this: the lock is skipped when nobody waits (a waiter counts
+        itself before it reads, and the generations tell it a commit slipped in before it
+        slept). Waking only the session's waiters keeps a commit's cost flat however many
+        sessions run at once.
+        """
+        if not self._waiting:
+            return
+        with self._wake_lock:
+            if key is None:
                 self._generation += 1
-                self._cond.notify_all()
+                for cond in self._key_conds.values():
+                    cond.notify_all()
+            else:
+                self._key_generations[key] = self._key_generations.get(key, 0) + 1
+                waiting = self._key_conds.get(key)
+                if waiting is not None:
+                    waiting.notify_all()
+            self._cond.notify_all()
 
     def _wait(
         self,
@@ -1123,14 +1144,33 @@ class SessionStore(ABC):
         after: int,
         timeout: float | None,
         stop: threading.Event | None = None,
+        *,
+        key: SessionKey | None = None,
     ) -> int:
-        with self._cond:
+        """Read until the value passes ``after``, sleeping between reads until a commit of
+        ``key`` (any commit, for None) or the poll interval for other processes' commits."""
+        with self._wake_lock:
             self._waiting += 1
+            cond = self._cond
+            if key is not None:
+                self._key_waiting[key] = self._key_waiting.get(key, 0) + 1
+                cond = self._key_conds.setdefault(key, threading.Condition(self._wake_lock))
         try:
-            return self._wait_loop(read, after, timeout, stop)
+            return self._wait_loop(read, after, timeout, stop, key, cond)
         finally:
-            with self._cond:
+            with self._wake_lock:
                 self._waiting -= 1
+                if key is not None:
+                    left = self._key_waiting[key] - 1
+                    if left:
+                        self._key_waiting[key] = left
+                    else:  # nobody waits for this session: forget it (keys come and go)
+                        del self._key_waiting[key]
+                        self._key_conds.pop(key, None)
+                        self._key_generations.pop(key, None)
+
+    def _generations(self, key: SessionKey | None) -> tuple[int, int]:
+        return self._generation, (0 if key is None else self._key_generations.get(key, 0))
 
     def _wait_loop(
         self,
@@ -1138,11 +1178,13 @@ class SessionStore(ABC):
         after: int,
         timeout: float | None,
         stop: threading.Event | None,
+        key: SessionKey | None,
+        cond: threading.Condition,
     ) -> int:
         deadline = None if timeout is None else time.monotonic() + timeout
         value = after
         while True:
-            generation = self._generation
+            generation = self._generations(key)
             try:
                 with self._operation():
                     value = read()
@@ -1156,14 +1198,14 @@ class SessionStore(ABC):
             if remaining is not None and remaining <= 0:
                 return value
             step = self.poll_interval if remaining is None else min(remaining, self.poll_interval)
-            with self._cond:
+            with self._wake_lock:
                 # Checked under the lock that close() and wake_waiters() notify with.
                 if (
                     not self._closed
                     and not (stop is not None and stop.is_set())
-                    and generation == self._generation
+                    and generation == self._generations(key)
                 ):
-                    self._cond.wait(step)
+                    cond.wait(step)
             if self._closed:
                 # Reading again could fail on a closed backend; the waiter just needs to wake.
                 return value
