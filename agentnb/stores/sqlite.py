@@ -37,7 +37,8 @@ import sqlite3
 import stat
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -262,6 +263,7 @@ class SQLiteStore(SessionStore):
         self._all_adbc: list[Any] = []
         self._all_lock = threading.Lock()
         self._ids: dict[SessionKey, int] = {}
+        self._group = _GroupCommit()
         self._create = create
         self._catalogue = Path(f"{self.path}{CATALOGUE}")
         self._prepare_file()
@@ -833,7 +835,8 @@ class SQLiteStore(SessionStore):
         owner, epoch = (fence.owner, fence.epoch) if fence is not None else (None, None)
         digest = hasher.hexdigest()
         params = (sid, *first, batch_id, digest, expected_seq, owner, epoch, now)
-        with self._write() as c:
+
+        def write(c: sqlite3.Connection) -> None:
             for blob in blobs:
                 c.execute("INSERT OR IGNORE INTO blobs VALUES (?, ?)", blob)
             try:
@@ -860,6 +863,24 @@ class SQLiteStore(SessionStore):
                 _CATALOGUE_AFTER_APPEND,
                 (delta.events, delta.turns, delta.bytes, delta.turn_status, now, now, sid),
             )
+
+        self._group.run(write, self._commit_group)
+
+    def _commit_group(self, writes: list[_Write]) -> None:
+        """Commit the appends of several sessions that are ready together in one transaction
+        (one fsync). Each runs in its own savepoint with its own checks, so one append's
+        refusal (a conflict, a fence, a deleted session) rolls back only that append."""
+        with self._write() as c:
+            for pending in writes:
+                c.execute("SAVEPOINT append")
+                try:
+                    pending.write(c)
+                except Exception as exc:  # noqa: BLE001 - that append's own outcome
+                    c.execute("ROLLBACK TO append")
+                    pending.error = (
+                        _translate(exc, self.path) if isinstance(exc, sqlite3.Error) else exc
+                    )
+                c.execute("RELEASE append")
 
     def _rows(self, key: SessionKey, after: int, through: int) -> list[tuple[Any, ...]]:
         conn = self._conn()
@@ -1258,6 +1279,69 @@ def _enable_wal(conn: sqlite3.Connection, timeout: float) -> tuple[object, ...] 
             time.sleep(0.01)
         else:
             return row
+
+
+@dataclass(slots=True)
+class _Write:
+    """One append waiting for a group commit, and how it ended."""
+
+    write: Callable[[sqlite3.Connection], None]
+    done: threading.Event = field(default_factory=threading.Event)
+    error: BaseException | None = None
+    lead: bool = False
+    """Set when this append's thread is to commit the next group."""
+
+
+class _GroupCommit:
+    """Group commit: appends that arrive while a commit is under way wait, and the next
+    commit takes all of them in one transaction.
+
+    The thread of the first waiting append commits the group (its own write included), so
+    no thread is dedicated to writing and a lone append commits at once, as before.
+    """
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.queue: list[_Write] = []
+        self.busy = False
+
+    def run(
+        self,
+        write: Callable[[sqlite3.Connection], None],
+        commit: Callable[[list[_Write]], None],
+    ) -> None:
+        mine = _Write(write)
+        with self.lock:
+            self.queue.append(mine)
+            lead = not self.busy
+            self.busy = True
+        if not lead:
+            mine.done.wait()
+            if not mine.lead:
+                if mine.error is not None:
+                    raise mine.error
+                return
+        group: list[_Write] = []
+        try:
+            with self.lock:
+                group, self.queue = self.queue, []
+            commit(group)
+        except BaseException as exc:  # noqa: BLE001 - every waiter of the group hears it
+            for pending in group:
+                if pending.error is None:
+                    pending.error = exc
+        finally:
+            with self.lock:
+                following = self.queue[0] if self.queue else None
+                self.busy = following is not None
+            for pending in group:
+                if pending is not mine:
+                    pending.done.set()
+            if following is not None:  # it commits the appends that came meanwhile
+                following.lead = True
+                following.done.set()
+        if mine.error is not None:
+            raise mine.error
 
 
 def _translate(exc: sqlite3.Error, path: Path) -> StorageError:
