@@ -649,7 +649,13 @@ def _worker(args: argparse.Namespace) -> int:
         agent = getattr(importlib.import_module(module_name), attr)
     except (ImportError, AttributeError) as exc:
         raise InvalidInput(f"--agent {args.agent}: cannot load it ({exc})") from None
-    runtime = nb.Runtime(agent, store=args.store, auto_resume=True, lease_ttl=args.lease)
+    runtime = nb.Runtime(
+        agent,
+        store=args.store,
+        auto_resume=True,
+        lease_ttl=args.lease,
+        accept_agent_change=args.accept_agent_change,
+    )
     stop = threading.Event()
     if threading.current_thread() is threading.main_thread():
         for signum in (signal.SIGTERM, signal.SIGINT):
@@ -866,6 +872,12 @@ def _parser() -> argparse.ArgumentParser:
     worker.add_argument("--lease", type=float, default=10.0, help="lease seconds")
     worker.add_argument(
         "--concurrency", type=int, default=16, help="sessions executing at once (default 16)"
+    )
+    worker.add_argument(
+        "--accept-agent-change",
+        action="store_true",
+        help="run sessions bound to another version of the agent (the change is recorded); "
+        "without it their work is rejected with what changed",
     )
     return parser
 

@@ -334,3 +334,57 @@ class TestWorkerProcess:
             pool.stop(worker)
         finally:
             pool.close()
+
+    def test_a_worker_that_accepts_agent_changes_runs_and_records_the_change(
+        self, pg_url: str
+    ) -> None:
+        """`agentnb worker --accept-agent-change` runs a task of a session bound to another
+        version of its agent and records agent/changed with both fingerprints."""
+        import subprocess
+        import sys
+
+        from tests._pg_worker_agent import _reply, charge, idem, risky
+        from tests._pg_worker_agent import agent as worker_agent
+        from tests.test_pg_workers import REPO
+
+        changed = nb.Agent(
+            name="PG worker test",
+            agent_id=worker_agent.agent_id,
+            model=nb.ScriptedModel(_reply),
+            tools=[idem, risky, charge],
+            instructions="Answer in French.",
+        )
+        with nb.Runtime(changed, store=pg_url) as first:
+            first.session("changed").run("task 1", timeout=WAIT)
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "agentnb.cli",
+                "worker",
+                "--store",
+                pg_url,
+                "--agent",
+                "tests._pg_worker_agent:agent",
+                "--poll",
+                "0.3",
+                "--accept-agent-change",
+            ],
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert proc.stdout is not None
+            assert "worker for" in proc.stdout.readline()
+            with nb.Runtime(changed, store=pg_url, execute=False) as client:
+                session = client.open("changed")
+                assert session.submit("task 2").wait(WAIT).output == "done: task 2"
+                (event,) = events_of(session, "agent/changed")
+                assert event.payload["previous"] == changed.fingerprint
+                assert event.payload["current"] == worker_agent.fingerprint
+                assert event.payload["reason"] == "instructions changed"
+        finally:
+            proc.terminate()
+            proc.communicate(timeout=WAIT)
