@@ -494,6 +494,7 @@ class PostgresStore(SessionStore):
         self._seen_lock = threading.Lock()
         self._resyncs = 0
         self._listener: _Listener | None = None
+        self._unlisten: Callable[[], object] | None = None
         self._listener_lock = threading.Lock()
         self._pending_watchers: list[Callable[[], None]] = []
         self._pool: ConnectionPool[_Connection] | None = None
@@ -712,9 +713,9 @@ class PostgresStore(SessionStore):
     def close(self) -> None:
         super().close()
         with self._listener_lock:
-            listener, self._listener = self._listener, None
-        if listener is not None:
-            listener.stop()
+            unlisten, self._unlisten, self._listener = self._unlisten, None, None
+        if unlisten is not None:
+            unlisten()
         pool, self._pool = self._pool, None
         if pool is not None:
             with contextlib.suppress(Exception):
@@ -1430,8 +1431,11 @@ class PostgresStore(SessionStore):
     def _listen(self) -> None:
         with self._listener_lock:
             if self._listener is None and not self._closed:
-                self._listener = _Listener(self)
-                self._listener.start()
+                listener = self._listener = _Listener(self)
+                # Stopped by close(), or as soon as a store nobody closed is collected: its
+                # thread, connection and wake-up sockets go with it, not 30 s later.
+                self._unlisten = weakref.finalize(self, listener.stop)
+                listener.start()
 
     # -- scale-out: the pending-work index -------------------------------------------------
 

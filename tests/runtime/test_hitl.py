@@ -410,11 +410,11 @@ class TestApplicationEvents:
 
 
 class TestAutoResume:
-    def test_worker_runtime_resumes_a_crashed_turn(
-        self, make_runtime: MakeRuntime, store_url: str
-    ) -> None:
+    def test_worker_runtime_resumes_a_crashed_turn(self, make_runtime: MakeRuntime) -> None:
         """With auto_resume, a run left open by a dead runtime is recovered and resumed."""
-        store = nb.MemoryStore() if store_url == "memory://" else nb.open_store(store_url)
+        model = nb.ScriptedModel(["finished after the crash"])
+        runtime = make_runtime(model, auto_resume=True)
+        store = runtime.store  # the runtime's own: closed with it
         key = nb.SessionKey("default", "default", "test-agent", "s1")
         store.create_session(key)
         log = nb.SessionLog(store, key)
@@ -448,8 +448,7 @@ class TestAutoResume:
             ),
         ]
         log.append(dead, expected_seq=0)
-        model = nb.ScriptedModel(["finished after the crash"])
-        session = make_runtime(model, store=store, auto_resume=True).open("s1")
+        session = runtime.open("s1")
         assert session.tasks()[0].status == "interrupted"
         session.start()
         deadline_receipt = nb.Receipt(cmd, "turn_dead", None, "queued", None, session)

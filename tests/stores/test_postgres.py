@@ -9,6 +9,7 @@ judged against its timeout, never against a fixed time.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import socket
@@ -16,6 +17,7 @@ import subprocess
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -447,6 +449,22 @@ class TestNotify:
         child("append", pg_url, "quiet", 3, 3)
         thread.join(GUARD)
         assert result == [3]
+
+    def test_a_store_nobody_closed_stops_listening_once_collected(self, pg_url: str) -> None:
+        """A store dropped without close() lets its listener go when it is collected: the
+        server sees no LISTEN connection left and no socket is left for the collector."""
+        store = PostgresStore(pg_url)
+        key = child_key("s1")
+        store.create_session(key)
+        store.wait_for_head(key, 0, 0.01)
+        wait_until(lambda: listeners(pg_url) == 1, "the store listens")
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            del store
+            gc.collect()
+            wait_until(lambda: listeners(pg_url) == 0, "the listener lets go")
+            gc.collect()
+        assert [w.message for w in caught if issubclass(w.category, ResourceWarning)] == []
 
 
 def _take(follow: Any, n: int) -> list[Event]:
