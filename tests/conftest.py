@@ -11,11 +11,14 @@ import pytest
 import agentnb as nb
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+@pytest.fixture(params=["memory", "sqlite", "postgres"])
 def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """Every runtime, chat and widget scenario runs on each backend."""
     if request.param == "memory":
         return "memory://"
+    if request.param == "postgres":
+        url: str = request.getfixturevalue("pg_store_url")
+        return url
     return f"sqlite:///{tmp_path / 'agentnb.sqlite'}"
 
 
@@ -64,7 +67,29 @@ def pg_cluster() -> Iterator[Any]:
 
 
 @pytest.fixture
-def pg_url(pg_cluster: Any) -> str:
-    """The URL of a fresh, empty database in that cluster (one per test)."""
+def pg_url(pg_cluster: Any) -> Iterator[str]:
+    """The URL of a fresh, empty database in that cluster (one per test, dropped after)."""
     url: str = pg_cluster.database()
-    return url
+    yield url
+    pg_cluster.drop(url)
+
+
+@pytest.fixture(scope="session")
+def pg_store_template(pg_cluster: Any) -> str:
+    """A database holding an empty agentnb store of the current schema, to clone."""
+    from agentnb.stores.postgres import PostgresStore  # the postgres extra
+
+    def fill(url: str) -> None:
+        PostgresStore(url).close()
+
+    name: str = pg_cluster.template("agentnb_store", fill)
+    return name
+
+
+@pytest.fixture
+def pg_store_url(pg_cluster: Any, pg_store_template: str) -> Iterator[str]:
+    """The URL of a fresh database that already holds an empty agentnb store (one per
+    test): what scenario tests need, without migrating the schema each time."""
+    url: str = pg_cluster.database(template=pg_store_template)
+    yield url
+    pg_cluster.drop(url)

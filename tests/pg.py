@@ -24,6 +24,7 @@ import shutil
 import subprocess
 import tempfile
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 __all__ = ["Cluster", "ClusterUnavailable", "find_bindir"]
@@ -81,8 +82,8 @@ class Cluster:
         self.fsync = fsync
         self._as_user: list[str] = []
         self._names = itertools.count(1)
-        self._ready: queue.Queue[str | BaseException] = queue.Queue(maxsize=2)
-        self._maker: threading.Thread | None = None
+        self._makers: dict[str, _Maker] = {}
+        self._makers_lock = threading.Lock()
         self._stopping = threading.Event()
         if os.geteuid() == 0:
             # PostgreSQL refuses root: run it as the service user, which owns the folder.
@@ -153,11 +154,8 @@ class Cluster:
     def remove(self) -> None:
         """Stop the server if it runs and delete the folder."""
         self._stopping.set()
-        with contextlib.suppress(queue.Empty):
-            while True:
-                self._ready.get_nowait()  # unblocks the maker's put
-        if self._maker is not None:
-            self._maker.join(30)
+        for maker in self._makers.values():
+            maker.stop()
         with contextlib.suppress(ClusterUnavailable, subprocess.SubprocessError, OSError):
             if (self.data / "postmaster.pid").exists():
                 self.stop("immediate")
@@ -177,35 +175,73 @@ class Cluster:
             cur = conn.execute(statement)
             return cur.fetchall() if cur.description else []
 
-    def database(self, prefix: str = "t") -> str:
-        """A new, empty database; its URL.
+    def database(self, *, template: str = "template0") -> str:
+        """A new database cloned from ``template`` (default: an empty one); its URL.
 
         CREATE DATABASE copies the template (a few hundred ms on a slow disk), so a thread
-        keeps a couple made ahead while tests run.
+        per template keeps a couple made ahead while tests run.
         """
-        if self._maker is None:
-            self._maker = threading.Thread(target=self._make_ahead, daemon=True)
-            self._maker.start()
-        while True:
-            try:
-                name = self._ready.get(timeout=60)
-            except queue.Empty:
-                raise ClusterUnavailable(
-                    f"no database could be created in 60 s; see {self.log}"
-                ) from None
-            if isinstance(name, BaseException):
-                raise ClusterUnavailable(f"CREATE DATABASE failed: {name}") from name
-            return self.url(name)
+        with self._makers_lock:
+            maker = self._makers.get(template)
+            if maker is None:
+                maker = self._makers[template] = _Maker(self, template)
+        return self.url(maker.take())
 
-    def _make_ahead(self) -> None:
-        while not self._stopping.is_set():
-            name = f"t_{os.getpid()}_{next(self._names)}"
+    def template(self, name: str, fill: Callable[[str], None]) -> str:
+        """Create database ``name`` and let ``fill(url)`` put in it what every clone holds;
+        ``name``, for ``database(template=name)``. ``fill`` closes its connections (a
+        template is copied only while nobody is connected to it)."""
+        self.sql(f'CREATE DATABASE "{name}" TEMPLATE template0')
+        fill(self.url(name))
+        return name
+
+    def drop(self, url: str) -> None:
+        """Drop the database of ``url`` (made by ``database``), connections and all."""
+        name = url.rpartition("/")[2].partition("?")[0]
+        with contextlib.suppress(Exception):  # cleanup only: the cluster goes at the end
+            self.sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+    def _new_name(self) -> str:
+        return f"t_{os.getpid()}_{next(self._names)}"
+
+
+class _Maker(threading.Thread):
+    """Creates databases from one template ahead of need, two at a time."""
+
+    def __init__(self, cluster: Cluster, template: str) -> None:
+        super().__init__(name=f"pg-make-{template}", daemon=True)
+        self._cluster = cluster
+        self._template = template
+        self._ready: queue.Queue[str | BaseException] = queue.Queue(maxsize=2)
+        self.start()
+
+    def take(self) -> str:
+        try:
+            name = self._ready.get(timeout=60)
+        except queue.Empty:
+            raise ClusterUnavailable(
+                f"no database could be created in 60 s; see {self._cluster.log}"
+            ) from None
+        if isinstance(name, BaseException):
+            raise ClusterUnavailable(f"CREATE DATABASE failed: {name}") from name
+        return name
+
+    def run(self) -> None:
+        cluster = self._cluster
+        while not cluster._stopping.is_set():
+            name = cluster._new_name()
             try:
-                self.sql(f'CREATE DATABASE "{name}" TEMPLATE template0')
+                cluster.sql(f'CREATE DATABASE "{name}" TEMPLATE "{self._template}"')
             except Exception as exc:  # handed to the test that waits for a database
                 self._ready.put(exc)
                 return
             self._ready.put(name)
+
+    def stop(self) -> None:
+        with contextlib.suppress(queue.Empty):
+            while True:
+                self._ready.get_nowait()  # unblocks the put
+        self.join(30)
 
 
 def cluster_or_skip() -> Cluster:
