@@ -370,7 +370,7 @@ def run(sizes: Sizes, url: str | None) -> list[Result]:
         cluster.start()
 
         def database() -> str:
-            return cluster.database("bench")
+            return cluster.database()
 
     else:
         base = url
