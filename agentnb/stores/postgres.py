@@ -302,6 +302,7 @@ _INBOX_INSERT = (
     "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)) "
     "SELECT pg_notify('" + CHANNEL + "', %s)"
 )
+_RESENT = "SELECT 1 FROM agentnb.inbox WHERE session = %s AND dedupe_key = %s"
 _SELECT_EVENTS = (
     f"SELECT {_EVENT_COLUMNS} FROM agentnb.events "
     "WHERE session = %s AND seq > %s AND seq <= %s ORDER BY seq"
@@ -1141,10 +1142,7 @@ class PostgresStore(SessionStore):
                             self._gone(key)
                         if (
                             dedupe_key is not None
-                            and c.execute(
-                                "SELECT 1 FROM agentnb.inbox WHERE session = %s AND dedupe_key = %s",
-                                (sid, dedupe_key),
-                            ).fetchone()
+                            and c.execute(_RESENT, (sid, dedupe_key)).fetchone()
                         ):
                             return None  # a re-send of a command accepted before: see below
                         check_archived(key, archived[0], event)
