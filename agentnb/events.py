@@ -629,6 +629,7 @@ CommandKind = Literal[
     "cancel",
     "reconcile",
     "compact",
+    "update",
 ]
 
 

@@ -892,17 +892,29 @@ class Session:
     # -- lifecycle ---------------------------------------------------------------------------
 
     def update(
-        self, *, title: str | Unset | None = UNSET, labels: dict[str, str | None] | None = None
+        self,
+        *,
+        title: str | Unset | None = UNSET,
+        labels: dict[str, str | None] | None = None,
+        key: str | None = None,
     ) -> None:
         """Set the title (None: back to the first task's first line) and merge ``labels``
-        (a None value removes that label), durably, in one catalogue write.
+        (a None value removes that label).
 
-        Idempotent and ordered like every store write: the same call twice leaves the same
-        record. ``InvalidInput`` for a bad title or labels (see ``agentnb.stores.base`` for
-        the bounds); nothing is written then.
+        An inbox command, like every change to a session: durable when this returns, ordered
+        with the session's other commands, and carried out by the store in the transaction
+        that accepts it (so it needs no runtime to execute it, and works while a turn runs or
+        the session is archived). The same change twice leaves the same record; with ``key``
+        a re-send is recognised and changes nothing. ``InvalidInput`` for a bad title or
+        labels (see ``agentnb.stores.base`` for the bounds); nothing is written then.
         """
         self.runtime.check_open()
-        self.runtime.store.update_session(self.key, title=title, labels=labels)
+        data: dict[str, Any] = {}
+        if not isinstance(title, Unset):
+            data["title"] = title
+        if labels is not None:
+            data["labels"] = labels
+        self.inbox.accept("update", data=data, key=key)
 
     def delete(self, *, force: bool = False, reason: str = "") -> Tombstone:
         """Delete this session (``runtime.delete``): refused with ``SessionBusy`` while a

@@ -163,6 +163,84 @@ class TestListing:
         assert runtime.sessions() == before
 
 
+class TestUpdateIsAnInboxCommand:
+    def test_update_is_an_inbox_command_the_store_carries_out(
+        self, make_runtime: MakeRuntime
+    ) -> None:
+        """update() is accepted into the inbox (the record of the change, in order with the
+        session's other commands) and the catalogue changes with it; no driver is needed."""
+        runtime = make_runtime(nb.ScriptedModel([]))
+        session = runtime.session("s1")
+        session.update(title="Plan", labels={"team": "a"})
+        session.update(labels={"team": None, "env": "prod"})
+        updates = [e.payload for e in session.inbox.scan() if e.payload.get("kind") == "update"]
+        assert [dict(u["data"]) for u in updates] == [
+            {"title": "Plan", "labels": {"team": "a"}},
+            {"labels": {"team": None, "env": "prod"}},
+        ]
+        (info,) = runtime.sessions()
+        assert (info.title, dict(info.labels)) == ("Plan", {"env": "prod"})
+        assert info.status == "idle"  # nothing queued for a driver
+        assert not session.pending()
+
+    def test_update_goes_through_while_a_turn_runs(self, make_runtime: MakeRuntime) -> None:
+        """An update does not wait behind the running turn, and does not disturb it."""
+        gate = Gate()
+        runtime = make_runtime(nb.ScriptedModel(gated_script(["Done."], {0: gate})))
+        session = runtime.session("s1")
+        receipt = session.submit("work")
+        gate.wait_arrived()
+        session.update(title="Renamed while running")
+        assert runtime.sessions()[0].title == "Renamed while running"
+        gate.release()
+        assert receipt.wait(timeout=30).status == "completed"
+        assert runtime.sessions()[0].title == "Renamed while running"
+
+    def test_update_needs_no_executing_runtime_and_works_when_archived(
+        self, make_runtime: MakeRuntime
+    ) -> None:
+        """A runtime that only submits and observes can update, and so can an archived
+        session's owner (an update is not work)."""
+        runtime = make_runtime(nb.ScriptedModel(["Done."]))
+        runtime.session("s1").run("hello", timeout=30)
+        runtime.archive(runtime.session("s1").key)
+        observer = make_runtime(nb.ScriptedModel([]), execute=False)
+        observer.session("s1").update(labels={"kept": "yes"})
+        (info,) = runtime.sessions(archived=True)
+        assert dict(info.labels) == {"kept": "yes"}
+
+    def test_a_resent_update_changes_nothing_and_another_under_its_key_is_refused(
+        self, make_runtime: MakeRuntime
+    ) -> None:
+        """With key=, a re-send is recognised; other content under the same key raises
+        IdempotencyConflict and writes nothing."""
+        runtime = make_runtime(nb.ScriptedModel([]))
+        session = runtime.session("s1")
+        session.update(title="First", key="rename-1")
+        head = session.inbox.head()
+        session.update(title="First", key="rename-1")
+        assert session.inbox.head() == head
+        with pytest.raises(nb.IdempotencyConflict):
+            session.update(title="Second", key="rename-1")
+        assert session.inbox.head() == head
+        assert runtime.sessions()[0].title == "First"
+
+    @pytest.mark.parametrize(
+        "changes",
+        [{"title": "two\nlines"}, {"title": ""}, {"labels": {"k": 5}}, {"labels": ["a"]}],
+    )
+    def test_a_bad_update_writes_nothing(
+        self, make_runtime: MakeRuntime, changes: dict[str, Any]
+    ) -> None:
+        runtime = make_runtime(nb.ScriptedModel([]))
+        session = runtime.session("s1")
+        head = session.inbox.head()
+        with pytest.raises(nb.InvalidInput):
+            session.update(**changes)
+        assert session.inbox.head() == head
+        assert runtime.sessions()[0].title is None
+
+
 class TestDelete:
     def test_delete_leaves_a_tombstone_and_the_key_never_comes_back(
         self, make_runtime: MakeRuntime

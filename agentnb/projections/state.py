@@ -665,6 +665,8 @@ class InboxState:
         self.seq = event.seq
         p = event.payload
         if event.type == "inbox/accepted":
+            if p["kind"] == "update":
+                return  # the store carried it out when it accepted it: nothing to dispatch
             self.commands[p["command_id"]] = Command(
                 event.seq,
                 p["command_id"],

@@ -155,6 +155,7 @@ __all__ = [
     "encode_cursor",
     "first_line",
     "merge_labels",
+    "meta_update",
 ]
 
 MAX_READ_LIMIT = 10_000
@@ -525,6 +526,22 @@ def decide_tombstone_mark(sink: str, old: int, seq: int, top: int) -> int:
 def does_work(event: Event) -> bool:
     """Whether an inbox event is a command an archived session refuses (``WORK_KINDS``)."""
     return event.type == "inbox/accepted" and event.payload.get("kind") in WORK_KINDS
+
+
+def meta_update(event: Event) -> tuple[str | Unset | None, dict[str, str | None]] | None:
+    """What an ``update`` command (``Session.update``) sets: (title or ``UNSET``, labels
+    patch); None for any other event. ``InvalidInput`` for a title or labels out of bounds.
+
+    A store applies it to the catalogue in the transaction that accepts the command, so the
+    change is durable, ordered with the session's other commands and idempotent (a re-send
+    under its key changes nothing).
+    """
+    if event.type != "inbox/accepted" or event.payload.get("kind") != "update":
+        return None
+    data = event.payload.get("data") or {}
+    title = check_title(data["title"]) if "title" in data else UNSET
+    labels = data.get("labels")
+    return title, check_labels({} if labels is None else labels, patch=True)
 
 
 def check_archived(key: SessionKey, archived_at: float | None, event: Event) -> None:
@@ -924,6 +941,7 @@ class SessionStore(ABC):
         if fingerprint is not None and not isinstance(fingerprint, str):
             raise InvalidInput("fingerprint must be a string")
         (stamped,) = _stamp([event], 0, execution=False)
+        meta_update(stamped)  # an update's title and labels are checked before anything
         record = self._inbox_append(
             key, stamped, dedupe_key, fingerprint or event_digest([stamped]), self.clock.now()
         )

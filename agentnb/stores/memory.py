@@ -30,6 +30,7 @@ from agentnb.stores.base import (
     decide_tombstone_mark,
     encode_cursor,
     merge_labels,
+    meta_update,
     submit_text,
 )
 
@@ -241,6 +242,9 @@ class MemoryStore(SessionStore):
                     )
                 return s.inbox[seq - 1], False
             check_archived(key, s.record.archived_at, event)
+            update = meta_update(event)
+            if update is not None:  # labels past the bound once merged: refused, not written
+                merge_labels(key, s.record.labels, update[1])
             stamped = event.with_seq(len(s.inbox) + 1)
             s.inbox.append(stamped)
             if dedupe_key is not None:
@@ -253,6 +257,8 @@ class MemoryStore(SessionStore):
                 submits=r.submits + (task is not None),
                 first_task=r.first_task if r.first_task is not None else task,
             )
+            if update is not None:
+                self._update_session(key, *update, now)  # the same lock: one step
             return stamped, True
 
     def _inbox_head(self, key: SessionKey) -> int:

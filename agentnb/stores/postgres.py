@@ -78,6 +78,7 @@ from agentnb.stores.base import (
     does_work,
     encode_cursor,
     merge_labels,
+    meta_update,
     submit_text,
 )
 
@@ -489,6 +490,7 @@ class PostgresStore(SessionStore):
         self._secrets = _secrets_of(url)
         self._lock_timeout = lock_timeout
         self._ids: dict[SessionKey, int] = {}
+        self._keys: dict[int, SessionKey] = {}  # the other way: who a notification is for
         self._secret_bytes: bytes | None = None
         self._heads: dict[int, int] = {}
         self._inbox_heads: dict[int, int] = {}
@@ -497,7 +499,7 @@ class PostgresStore(SessionStore):
         self._listener: _Listener | None = None
         self._unlisten: Callable[[], object] | None = None
         self._listener_lock = threading.Lock()
-        self._pending_watchers: list[Callable[[], None]] = []
+        self._pending_watchers: list[Callable[[SessionKey | None], None]] = []
         self._pool: ConnectionPool[_Connection] | None = None
         with self._connect() as conn:
             self._migrate(conn, create)
@@ -739,6 +741,7 @@ class PostgresStore(SessionStore):
             if row[1] is not None:
                 check_tombstone(key, self._tombstone(key))
             sid = self._ids[key] = int(row[0])
+            self._keys[sid] = key
         return sid
 
     def _create_session(self, key: SessionKey, now: float) -> SessionRecord:
@@ -831,27 +834,7 @@ class PostgresStore(SessionStore):
 
         def update(c: psycopg.Connection[Any]) -> Any:
             with c.transaction():
-                row = c.execute(
-                    "SELECT labels FROM agentnb.sessions WHERE id = %s AND deleted_at IS NULL "
-                    "FOR UPDATE",
-                    (sid,),
-                ).fetchone()
-                if row is None:
-                    return None
-                merged = merge_labels(key, dict(row[0] or {}), labels)
-                return c.execute(
-                    "UPDATE agentnb.sessions SET labels = %s::jsonb, updated_at = %s, "
-                    "last_activity = %s, title = CASE WHEN %s THEN title ELSE %s::text END "
-                    f"WHERE id = %s RETURNING {_RECORD_COLUMNS}",
-                    (
-                        json.dumps(merged),
-                        now,
-                        now,
-                        isinstance(title, Unset),
-                        None if isinstance(title, Unset) else title,
-                        sid,
-                    ),
-                ).fetchone()
+                return _set_meta(c, key, sid, title, labels, now)
 
         found = self._write(update, f"updating session {key}")
         if found is None:
@@ -1118,9 +1101,11 @@ class PostgresStore(SessionStore):
     ) -> tuple[Event, bool]:
         sid = self._sid(key)
         task = submit_text(event)
+        update = meta_update(event)
         params = {
             "sid": sid,
-            "pending": event.type == "inbox/accepted",
+            # An update is carried out here, by the store: no worker has anything to do.
+            "pending": event.type == "inbox/accepted" and update is None,
             "now": self._now(now),
             "at": now,
             "submit": int(task is not None),
@@ -1156,6 +1141,8 @@ class PostgresStore(SessionStore):
                             blob,
                         )
                     c.execute(_INBOX_INSERT, (sid, *row, dedupe_key, digest, f"i:{sid}:{seq}"))
+                    if update is not None:
+                        _set_meta(c, key, sid, *update, now)
                     return seq
             except pg_errors.UniqueViolation:
                 return None  # the dedupe key was used before (rolled back: no seq used)
@@ -1361,7 +1348,7 @@ class PostgresStore(SessionStore):
             return  # not ours
         self._seen(self._heads if kind == "e" else self._inbox_heads, sid, seq)
         if kind == "i":
-            self._wake_pending()
+            self._wake_pending(self._keys.get(sid))
 
     def wait_for_head(
         self,
@@ -1480,13 +1467,15 @@ class PostgresStore(SessionStore):
             leases.append(Lease(key, owner, int(epoch), float(expires)))
         return leases
 
-    def watch_pending(self, callback: Callable[[], None]) -> Callable[[], None]:
+    def watch_pending(self, callback: Callable[[SessionKey | None], None]) -> Callable[[], None]:
         """Call ``callback`` (from the listener thread; it must not block) whenever a command
         is accepted in any session, and after every (re)connect of the listener, when
         commands accepted meanwhile went unheard; returns the function that stops it.
 
-        A hint to run ``claim_pending`` again, nothing more: a claimer still claims now and
-        then without one, for sessions whose holder crashed or let go.
+        The callback gets the key of the session when this store has used that session (so
+        whoever holds it here can look), else None (a session new to this store, or the
+        reconnect). A hint to run ``claim_pending`` again, nothing more: a claimer still
+        claims now and then without one, for sessions whose holder crashed or let go.
         """
         if not callable(callback):
             raise InvalidInput(f"callback must be callable, got {type(callback).__name__}")
@@ -1500,10 +1489,10 @@ class PostgresStore(SessionStore):
 
         return unwatch
 
-    def _wake_pending(self) -> None:
+    def _wake_pending(self, key: SessionKey | None) -> None:
         for callback in list(self._pending_watchers):
             try:
-                callback()
+                callback(key)
             except Exception:  # a watcher's bug must not deafen the listener
                 log.exception("pending-work watcher failed")
 
@@ -1610,10 +1599,42 @@ class _Listener(threading.Thread):
         if resynced:
             store._resyncs += 1  # waiters read the database again: commits made while
             # nobody listened sent notifications nobody heard
-            store._wake_pending()
+            store._wake_pending(None)
         if woke:
             store._notify()
         return True
+
+
+def _set_meta(
+    c: psycopg.Connection[Any],
+    key: SessionKey,
+    sid: int,
+    title: str | Unset | None,
+    labels: dict[str, str | None],
+    now: float,
+) -> Any:
+    """In the caller's transaction: set the title unless ``UNSET`` and merge the labels; the
+    record's row after the change, or None if the session is not live."""
+    row = c.execute(
+        "SELECT labels FROM agentnb.sessions WHERE id = %s AND deleted_at IS NULL FOR UPDATE",
+        (sid,),
+    ).fetchone()
+    if row is None:
+        return None
+    merged = merge_labels(key, dict(row[0] or {}), labels)
+    return c.execute(
+        "UPDATE agentnb.sessions SET labels = %s::jsonb, updated_at = %s, "
+        "last_activity = %s, title = CASE WHEN %s THEN title ELSE %s::text END "
+        f"WHERE id = %s RETURNING {_RECORD_COLUMNS}",
+        (
+            json.dumps(merged),
+            now,
+            now,
+            isinstance(title, Unset),
+            None if isinstance(title, Unset) else title,
+            sid,
+        ),
+    ).fetchone()
 
 
 def _parse_csv(data: bytes) -> Any:

@@ -67,6 +67,7 @@ from agentnb.stores.base import (
     does_work,
     encode_cursor,
     merge_labels,
+    meta_update,
     submit_text,
 )
 
@@ -601,22 +602,34 @@ class SQLiteStore(SessionStore):
     ) -> SessionRecord:
         sid = self._sid(key)
         with self._write() as c:
-            row = c.execute(
-                "SELECT labels FROM sessions WHERE id=? AND deleted_at IS NULL", (sid,)
-            ).fetchone()
-            if row is None:
-                check_tombstone(key, self._tombstone_of(c, key))
-            merged = merge_labels(key, json.loads(row[0]) if row[0] else {}, labels)
-            c.execute(
-                "UPDATE sessions SET labels=?, updated_at=?, last_activity=? WHERE id=?",
-                (json.dumps(merged, sort_keys=True) if merged else None, now, now, sid),
-            )
-            if not isinstance(title, Unset):
-                c.execute("UPDATE sessions SET title=? WHERE id=?", (title, sid))
+            self._set_meta(c, key, sid, title, labels, now)
             found = c.execute(
                 f"SELECT {_RECORD_COLUMNS} FROM sessions WHERE id=?", (sid,)
             ).fetchone()
         return self._record(found)
+
+    def _set_meta(
+        self,
+        c: sqlite3.Connection,
+        key: SessionKey,
+        sid: int,
+        title: str | Unset | None,
+        labels: dict[str, str | None],
+        now: float,
+    ) -> None:
+        """In the caller's transaction: set the title unless ``UNSET``, merge the labels."""
+        row = c.execute(
+            "SELECT labels FROM sessions WHERE id=? AND deleted_at IS NULL", (sid,)
+        ).fetchone()
+        if row is None:
+            check_tombstone(key, self._tombstone_of(c, key))
+        merged = merge_labels(key, json.loads(row[0]) if row[0] else {}, labels)
+        c.execute(
+            "UPDATE sessions SET labels=?, updated_at=?, last_activity=? WHERE id=?",
+            (json.dumps(merged, sort_keys=True) if merged else None, now, now, sid),
+        )
+        if not isinstance(title, Unset):
+            c.execute("UPDATE sessions SET title=? WHERE id=?", (title, sid))
 
     def _delete_session(
         self, key: SessionKey, by: str, reason: str, fence: Lease | None, now: float
@@ -981,6 +994,9 @@ class SQLiteStore(SessionStore):
                     digest,
                 ),
             )
+            update = meta_update(event)
+            if update is not None:
+                self._set_meta(c, key, sid, *update, now)
         return event.with_seq(seq), True
 
     def _inbox_head(self, key: SessionKey) -> int:

@@ -952,6 +952,41 @@ class StoreContract:
             store.update_session(key, labels={"one-more": "v"})
         assert store.get_session(key) == before
 
+    def test_an_update_command_changes_the_record_as_it_is_accepted(
+        self, store: SessionStore, key: SessionKey, clock: FakeClock
+    ) -> None:
+        """An ``update`` inbox command (``Session.update``) is carried out in the transaction
+        that accepts it; a re-send under its key changes nothing; a bad one (or labels past
+        the bound once merged) is refused with neither the command nor the record written."""
+        inbox = Inbox(store, key)
+        clock.advance(1)
+        inbox.accept("update", data={"title": "Trip", "labels": {"team": "a"}}, key="u1")
+        record = store.get_session(key)
+        assert record is not None
+        assert (record.title, record.labels) == ("Trip", {"team": "a"})
+        assert record.updated_at == clock.now()
+        clock.advance(1)
+        again = {"title": "Trip", "labels": {"team": "a"}}
+        assert inbox.accept("update", data=again, key="u1")[1] is False
+        assert store.get_session(key) == record
+        inbox.accept(
+            "update",
+            data={"labels": {"team": None, **{f"k{i}": "v" for i in range(MAX_LABELS - 1)}}},
+        )
+        head = store.inbox_head(key)
+        before = store.get_session(key)
+        for bad in (
+            {"title": "two\nlines"},
+            {"title": 5},
+            {"labels": {"k": 5}},
+            {"labels": ["a"]},
+            {"labels": {"one": "v", "two": "v"}},  # past MAX_LABELS once merged
+        ):
+            with pytest.raises(InvalidInput):
+                inbox.accept("update", data=bad)
+        assert store.inbox_head(key) == head
+        assert store.get_session(key) == before
+
     def _sessions(self, store: SessionStore, clock: FakeClock, n: int) -> list[SessionKey]:
         keys = []
         for i in range(n):
