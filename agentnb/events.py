@@ -662,6 +662,8 @@ class InboxRejected(Payload):
 
     command_id: str
     reason: str
+    kind: str | None = None
+    """The refused command's kind: a refused ``submit`` leaves the catalogue's queue."""
 
 
 PAYLOADS: dict[str, type[Payload]] = {

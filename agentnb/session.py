@@ -448,7 +448,11 @@ class Session:
             if too_late:
                 self.inbox.record(
                     "inbox/rejected",
-                    {"command_id": command_id, "reason": "the turn finished first"},
+                    {
+                        "command_id": command_id,
+                        "reason": "the turn finished first",
+                        "kind": "steer",
+                    },
                     turn_id=turn_id,
                 )
                 raise NotRunning(
@@ -620,7 +624,11 @@ class Session:
                 )
                 self.inbox.record(
                     "inbox/rejected",
-                    {"command_id": submit.command_id, "reason": "cancelled by the user"},
+                    {
+                        "command_id": submit.command_id,
+                        "reason": "cancelled by the user",
+                        "kind": "submit",
+                    },
                     turn_id=turn_id,
                 )
                 # A runtime that picked the turn before this commits its start only if the

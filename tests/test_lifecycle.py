@@ -80,6 +80,25 @@ class TestSessionStatus:
         assert session_info(_record(first_task="Plan"), now=0).title == "Plan"
         assert session_info(_record(first_task="Plan", title="Trip"), now=0).title == "Trip"
 
+    def test_a_task_cancelled_while_queued_leaves_the_queue(
+        self, make_runtime: MakeRuntime
+    ) -> None:
+        """A queued task that is cancelled never starts: the listing stops counting it."""
+        gate = Gate()
+        runtime = make_runtime(nb.ScriptedModel(gated_script(["One.", "Two."], {0: gate})))
+        session = runtime.session("s1")
+        first = session.submit("first")
+        gate.wait_arrived()
+        queued = session.submit("second")
+        assert runtime.sessions()[0].status == "running"
+        session.cancel(queued.turn_id)
+        gate.release()
+        assert first.wait(timeout=30).status == "completed"
+        assert runtime.sessions()[0].status == "idle"
+        later = session.submit("third")  # the queue still counts what comes next
+        assert later.wait(timeout=30).status == "completed"
+        assert runtime.sessions()[0].status == "idle"
+
 
 class TestListing:
     def test_a_finished_session_is_listed_with_title_counts_and_status(

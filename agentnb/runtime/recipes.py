@@ -214,7 +214,7 @@ class Recipes:
         await asyncio.to_thread(
             host.inbox_log.record,
             "inbox/rejected",
-            {"command_id": command.command_id, "reason": reason},
+            {"command_id": command.command_id, "reason": reason, "kind": command.kind},
             turn_id=command.turn_id,
         )
         await host.refresh_inbox()

@@ -528,6 +528,17 @@ def does_work(event: Event) -> bool:
     return event.type == "inbox/accepted" and event.payload.get("kind") in WORK_KINDS
 
 
+def submit_delta(event: Event) -> int:
+    """How an inbox event moves the catalogue's count of accepted tasks: +1 for an accepted
+    submit, -1 for a refused one (cancelled while queued, or rejected by a runtime), which
+    never starts; stores keep the count at or above the turns started."""
+    if event.type == "inbox/accepted" and event.payload.get("kind") == "submit":
+        return 1
+    if event.type == "inbox/rejected" and event.payload.get("kind") == "submit":
+        return -1
+    return 0
+
+
 def meta_update(event: Event) -> tuple[str | Unset | None, dict[str, str | None]] | None:
     """What an ``update`` command (``Session.update``) sets: (title or ``UNSET``, labels
     patch); None for any other event. ``InvalidInput`` for a title or labels out of bounds.

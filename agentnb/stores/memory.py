@@ -31,6 +31,7 @@ from agentnb.stores.base import (
     encode_cursor,
     merge_labels,
     meta_update,
+    submit_delta,
     submit_text,
 )
 
@@ -254,7 +255,7 @@ class MemoryStore(SessionStore):
             self._change(
                 s,
                 last_activity=now,
-                submits=r.submits + (task is not None),
+                submits=max(r.submits + submit_delta(stamped), r.turns),
                 first_task=r.first_task if r.first_task is not None else task,
             )
             if update is not None:

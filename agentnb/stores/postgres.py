@@ -79,6 +79,7 @@ from agentnb.stores.base import (
     encode_cursor,
     merge_labels,
     meta_update,
+    submit_delta,
     submit_text,
 )
 
@@ -293,7 +294,7 @@ _APPEND_STATE = (
 _INBOX_NEXT = (
     "UPDATE agentnb.sessions SET inbox_head = inbox_head + 1, pending_since = "
     "CASE WHEN %(pending)s THEN coalesce(pending_since, " + _NOW + ") ELSE pending_since END, "
-    "last_activity = %(at)s, submits = submits + %(submit)s, "
+    "last_activity = %(at)s, submits = GREATEST(submits + %(submit)s, turns), "
     "first_task = coalesce(first_task, %(task)s::text) "
     "WHERE id = %(sid)s AND deleted_at IS NULL AND (archived_at IS NULL OR NOT %(work)s) "
     "RETURNING inbox_head"
@@ -1108,7 +1109,7 @@ class PostgresStore(SessionStore):
             "pending": event.type == "inbox/accepted" and update is None,
             "now": self._now(now),
             "at": now,
-            "submit": int(task is not None),
+            "submit": submit_delta(event),
             "task": task,
             "work": does_work(event),
         }

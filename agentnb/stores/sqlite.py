@@ -68,6 +68,7 @@ from agentnb.stores.base import (
     encode_cursor,
     merge_labels,
     meta_update,
+    submit_delta,
     submit_text,
 )
 
@@ -975,10 +976,10 @@ class SQLiteStore(SessionStore):
                     return _rows.decode(key, old[:-1], self.get_blob), False
             task = submit_text(event)
             if not c.execute(
-                "UPDATE sessions SET last_activity=?, submits=submits+?, "
+                "UPDATE sessions SET last_activity=?, submits=max(submits+?, turns), "
                 "first_task=coalesce(first_task, ?) WHERE id=? AND deleted_at IS NULL "
                 "AND (archived_at IS NULL OR NOT ?)",
-                (now, task is not None, task, sid, does_work(event)),
+                (now, submit_delta(event), task, sid, does_work(event)),
             ).rowcount:
                 self._check_live(c, key, sid)
                 row = c.execute("SELECT archived_at FROM sessions WHERE id=?", (sid,)).fetchone()
