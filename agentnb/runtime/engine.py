@@ -125,16 +125,24 @@ class SessionDriver:
             if await self._acquire() is None:
                 return
             try:
+                loop = asyncio.get_running_loop()
+                idle_since: float | None = None
                 while not self.stopping:
                     await self._execute_all()
                     self.wake.clear()
                     if await self._has_work():
+                        idle_since = None
                         continue
                     if self.stopping:
                         break
                     # Keep the lease a moment: back-to-back tasks then cost no lease commits.
+                    # Wake-ups that bring no work (a worker's poll) do not extend the moment.
+                    idle_since = loop.time() if idle_since is None else idle_since
+                    left = LINGER - (loop.time() - idle_since)
+                    if left <= 0:
+                        break
                     try:
-                        await asyncio.wait_for(self.wake.wait(), LINGER)
+                        await asyncio.wait_for(self.wake.wait(), left)
                     except TimeoutError:
                         break
             except FATAL as exc:

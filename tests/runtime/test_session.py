@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -11,6 +12,7 @@ import pytest
 
 import agentnb as nb
 from agentnb.live import LiveEvent
+from agentnb.runtime.engine import LINGER
 from tests.runtime.helpers import WAIT, Gate, event_types, events_of, gated_script
 
 MakeRuntime = Callable[..., nb.Runtime]
@@ -587,3 +589,19 @@ class TestBadInputs:
         assert by_command.turn_id == receipt.turn_id
         assert by_command.status == "completed"
         assert session.task(receipt.turn_id) == by_command
+
+
+class TestIdleLease:
+    def test_wakeups_without_work_do_not_keep_the_lease(
+        self, make_runtime: Callable[..., nb.Runtime]
+    ) -> None:
+        """A driver lingers a moment after its work, then releases the lease, even when it is
+        woken again and again with nothing to do (a worker polls more often than that)."""
+        runtime = make_runtime(nb.ScriptedModel(["Done."]))
+        session = runtime.session("s1")
+        assert session.run("hi", timeout=WAIT).status == "completed"
+        deadline = time.monotonic() + 10 * LINGER
+        while session.inspect().holder is not None and time.monotonic() < deadline:
+            runtime.kick(session.key)  # nothing to do: it must not extend the linger
+            time.sleep(LINGER / 5)
+        assert session.inspect().holder is None
