@@ -31,6 +31,9 @@ day), and Arrow-backed lists (``input_ids``); ``normalise`` does it.
 headless, in CI, in ``agentnb demo`` and in nbval-checked notebooks. ``timeline_chart`` adds
 tooltips and zoom with Altair (both in the ``export`` extra); its JavaScript renders in
 JupyterLab, Notebook 7 and VS Code.
+
+Why it is long: one query layer: the views, their dtypes and the charts analysts call
+share one connection and one normalisation.
 """
 
 from __future__ import annotations

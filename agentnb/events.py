@@ -12,6 +12,9 @@ Application types are namespaced ``vendor/name`` and go through ``register_event
 ``required`` says whether a reader must understand the type to rebuild state: a reader that
 meets a required type it does not know fails closed (``UnknownRequiredEvent``); optional
 unknown types are passed over.
+
+Why it is long: it is the log's schema, every event type's payload model in one registry,
+read as one document; the envelope and its freezing rules sit with them.
 """
 
 from __future__ import annotations

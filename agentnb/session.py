@@ -2,6 +2,10 @@
 
 Every operation is sync and thread-safe. Commands go to the session's inbox (durable before
 the call returns); the runtime's loop executes them. Reads fold the committed log.
+
+Why it is long: ``Session`` is the one public facade of DESIGN §7 (reading, submitting,
+steering, answering, lifecycle); each method is short and delegates to the folds, the
+inbox and the projections.
 """
 
 from __future__ import annotations

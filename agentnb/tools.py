@@ -15,6 +15,9 @@ A tool may take a ``ToolContext`` (a parameter annotated ``ToolContext`` or name
 is not part of the schema and the runtime passes it in. ``Tool.invoke`` validates the model's
 arguments, runs the function (sync functions in a worker thread, so the runtime's event loop is
 never blocked) and turns the return value into the text the model sees.
+
+Why it is long: the tool port: schema from signatures, argument validation, sync and async
+invocation and the context a tool receives form one contract.
 """
 
 from __future__ import annotations

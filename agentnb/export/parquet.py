@@ -46,6 +46,9 @@ deleted by the next ``forget`` or ``compact``, which also delete rollup files ea
 commits replaced (they may hold the sessions' turns). A forgotten key is remembered from
 the manifest: its tombstone delivered again rewrites nothing, and ``accept`` drops its
 events (an exporter that read them before the delete).
+
+Why it is long: the sink's manifest commit protocol (write, record, clean up) is shared by
+append, forget and compact, and must be read in one place.
 """
 
 from __future__ import annotations

@@ -9,6 +9,9 @@ was streamed. ``StreamCollector`` reassembles a stream into complete text and to
 A model also counts tokens (``Model.count_tokens``, with ``estimate_tokens`` as the documented
 fallback), states its ``context_window``, and says how long to wait before a failed call is
 tried again (``Backoff``, which honours a server's ``ModelError.retry_after``).
+
+Why it is long: the model port and what every model shares (stream pieces, the collector,
+token counting with its memo, backoff) are one contract.
 """
 
 from __future__ import annotations

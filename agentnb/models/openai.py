@@ -1,4 +1,8 @@
-"""OpenAIChatModel: any OpenAI-compatible ``/chat/completions`` endpoint, streamed over SSE."""
+"""OpenAIChatModel: any OpenAI-compatible ``/chat/completions`` endpoint, streamed over SSE.
+
+Why it is long: one adapter: building requests, parsing the SSE stream, tool-call
+fragments, usage, and translating every HTTP and network failure into ``ModelError``.
+"""
 
 from __future__ import annotations
 

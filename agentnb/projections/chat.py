@@ -17,6 +17,9 @@ transcript messages, pending requests and tasks of exactly the same prefix (one 
 ``Session.snapshot()`` does the one read; widgets then ``apply`` the events after its
 ``cursor``. Same events, same JSON (``to_json`` is canonical); applying an event twice, or one
 at or below the cursor, changes nothing.
+
+Why it is long: one fold, with one small ``apply`` case per event type a person sees, and
+its snapshot dump and load, which must change together.
 """
 
 from __future__ import annotations

@@ -3,6 +3,9 @@
 ``SessionState`` folds the execution log (turns, runs, the model context, tool calls, inputs
 applied); ``InboxState`` folds the inbox log (commands in acceptance order, which run is open
 for steering). ``next_command`` decides which accepted command runs next. No I/O here.
+
+Why it is long: the two folds (execution log and inbox) and the effective-status and
+next-command rules that read them must change together.
 """
 
 from __future__ import annotations

@@ -83,6 +83,10 @@ Driver errors are translated into ``agentnb.errors``.
 Backends subclass ``SessionStore`` and implement the ``_``-prefixed abstract methods; argument
 checking and the pure decisions (``decide_append``, ``decide_acquire``, ``check_fence``) live
 here so every backend makes the same decisions.
+
+Why it is long: the port is documented here once for every backend, and the decisions that
+must not differ between backends (fences, appends, leases, the catalogue, tombstones,
+cursors, argument checks) live beside it as pure functions the backends call.
 """
 
 from __future__ import annotations

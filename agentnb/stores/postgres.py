@@ -27,6 +27,10 @@ another connection. Lock waits are bounded by ``lock_timeout`` (``StorageError``
 Scale-out. An accepted inbox command marks ``sessions.pending_since`` (partial index), so a
 pool of workers can claim sessions with work through ``claim_pending`` (``FOR UPDATE SKIP
 LOCKED``) and clear the mark with ``settle_pending``, never scanning every session.
+
+Why it is long: one backend is one class plus its listener thread: schema and migrations,
+the append transaction, leases on the database clock, LISTEN/NOTIFY, the pending-work index
+and COPY share one pool and one error translation.
 """
 
 from __future__ import annotations

@@ -24,6 +24,10 @@ the ``-catalogue`` file makes the store open as it is. With ``synchronous=NORMAL
 ``OFF`` the record is not flushed to disk, so after a power loss it may be missing (no
 check) but never ahead of what was acknowledged as durable. Events lost from an existing
 session are not detected this way (that would cost a second flush per commit).
+
+Why it is long: one backend is one class: schema and migrations, the append transaction
+and its group commit, leases, the catalogue, deletions and the file checks share one
+connection discipline that splitting would spread across modules.
 """
 
 from __future__ import annotations

@@ -10,6 +10,10 @@ The class has no ``Test`` prefix, so pytest collects it only through such subcla
 test's docstring names the promise it proves (see ``agentnb.stores.base``); the stores are
 built with a ``FakeClock`` so lease expiry is exact, and wait-based tests use generous
 timeouts only as failure guards, never as speed thresholds.
+
+Why it is long: it is the definition of done for every backend, one test per promise of
+``SessionStore``; kept in one class so a new backend subclasses one suite and cannot miss a
+part of it.
 """
 
 from __future__ import annotations

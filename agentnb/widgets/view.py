@@ -15,6 +15,9 @@ reply) and links checked by markdown-it (no ``javascript:``); it escapes every t
 outputs. ``SessionView`` is itself an ipywidgets ``VBox``, so it goes inside layouts. Only
 standard widgets are used (no custom JavaScript), so the view works in JupyterLab 4,
 Notebook 7 and VS Code.
+
+Why it is long: one widget: its layout, its rendering of each chat item kind, and the
+controls that send commands, all reading the same fold.
 """
 
 from __future__ import annotations
