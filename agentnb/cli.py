@@ -1,4 +1,8 @@
-"""The agentnb command line: the demo, reading sessions, exports, audit queries, workers."""
+"""The agentnb command line: the demo, reading sessions, exports, audit queries, workers.
+
+Why it is long: one parser and one short function per command of DESIGN §9, each with its
+help text and example.
+"""
 
 from __future__ import annotations
 

@@ -2,6 +2,10 @@
 
 Work goes on while notebook cells run, and every sync call works inside Jupyter without
 nesting event loops: callers hand coroutines to the runtime's loop and wait on a future.
+
+Why it is long: ``Runtime`` is the public entry point of DESIGN §7 (its loop thread,
+sessions, listing, lifecycle, workers' claims and the live exporter); the execution of a
+session is in ``runtime/engine.py`` and its parts.
 """
 
 from __future__ import annotations
