@@ -94,8 +94,9 @@ class PendingWork(Protocol):
     def settle_pending(self, lease: Lease, inbox_seen: int) -> bool:
         """Clear the leased session's mark if its inbox is still at ``inbox_seen``."""
 
-    def watch_pending(self, callback: Callable[[], None]) -> Callable[[], None]:
-        """Call ``callback`` when work may have been accepted; returns the unwatch."""
+    def watch_pending(self, callback: Callable[[SessionKey | None], None]) -> Callable[[], None]:
+        """Call ``callback`` when work may have been accepted (with the session's key when
+        the store knows it, else None); returns the unwatch."""
 
 
 SESSION_STATUSES = frozenset(
@@ -338,6 +339,36 @@ def _install_exit_hook() -> None:
         register(_close_at_exit)
     except RuntimeError:  # an older Python, or the interpreter is already shutting down
         atexit.register(_close_at_exit)
+
+
+class _Wakeups:
+    """What wakes ``serve``'s loop: a slot freed, or commands accepted, with the sessions
+    they are for when the store knows them (only their drivers need to look)."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self._keys: set[SessionKey] = set()
+        self._lock = threading.Lock()
+
+    def slot_freed(self) -> None:
+        self._event.set()
+
+    def accepted(self, key: SessionKey | None) -> None:
+        if key is not None:
+            with self._lock:
+                self._keys.add(key)
+        self._event.set()
+
+    def take(self) -> tuple[bool, set[SessionKey]]:
+        """(whether anything woke the loop, the sessions with commands) since the last take."""
+        woken = self._event.is_set()
+        self._event.clear()
+        with self._lock:
+            keys, self._keys = self._keys, set()
+        return woken, keys
+
+    def wait(self, timeout: float) -> None:
+        self._event.wait(timeout)
 
 
 class Runtime:
@@ -786,32 +817,42 @@ class Runtime:
         stop = stop or threading.Event()
         store = self.store
         halt = threading.Event()  # tells this call's session loops to let go
-        wake = threading.Event()
+        wake = _Wakeups()
         working: dict[SessionKey, concurrent.futures.Future[None]] = {}
         claims = store if isinstance(store, PendingWork) else None
-        unwatch = claims.watch_pending(wake.set) if claims is not None else None
+        unwatch = claims.watch_pending(wake.accepted) if claims is not None else None
         next_pass = 0.0
+        owed = False  # a claim or scan pass fell due while every slot was busy
         scan: list[SessionKey] = []  # without an index: the sessions this round still looks at
         try:
             while not stop.is_set() and not self._closed:
+                # Taken before the slots are counted: a slot freed or work accepted from here
+                # on sets it again. With every slot busy, a wake-up waits for a free slot
+                # (its callback wakes this loop) instead of spinning the loop.
+                woken, keys = wake.take()
+                wake_keys: set[SessionKey] | None = keys
                 for key in [k for k, f in working.items() if f.done()]:
                     del working[key]
                 free = concurrency - len(working)
-                due = time.monotonic() >= next_pass
-                if (wake.is_set() or due) and free > 0:
-                    wake.clear()
-                    if due:
-                        next_pass = time.monotonic() + poll
-                    if claims is None and due and not scan:
+                if time.monotonic() >= next_pass:
+                    next_pass = time.monotonic() + poll
+                    owed = True
+                    wake_keys = None  # every lingering driver looks for commands now and
+                    # then: a store without notifications tells of none
+                if (woken or owed) and free > 0:
+                    if claims is None and owed and not scan:
                         scan = self._all_sessions()
+                    owed = False
                     for key, lease in self._next_sessions(claims, free, working, scan):
                         future = asyncio.run_coroutine_threadsafe(
                             self._work_on(key, lease, halt, claims), self._loop
                         )
-                        future.add_done_callback(lambda _: wake.set())  # a slot is free
+                        future.add_done_callback(lambda _: wake.slot_freed())
                         working[key] = future
-                    # Commands for sessions held here (their drivers linger) are seen now.
-                    self._loop.call_soon_threadsafe(self._wake_drivers)
+                if wake_keys is None or wake_keys:
+                    # Commands for sessions held here (their drivers linger) are seen now;
+                    # only those sessions' drivers look, not every driver for every command.
+                    self._loop.call_soon_threadsafe(self._wake_drivers, wake_keys)
                 wake.wait(min(poll, 0.1))  # short: ``stop`` has no way to wake this
         finally:
             if unwatch is not None:
@@ -855,8 +896,11 @@ class Runtime:
             return []
         return [(lease.key, lease) for lease in leases]
 
-    def _wake_drivers(self) -> None:
-        for driver in list(self._drivers.values()):
+    def _wake_drivers(self, keys: set[SessionKey] | None = None) -> None:
+        """Wake the live drivers of ``keys`` (None: every one) to look at their inboxes."""
+        for key, driver in list(self._drivers.items()):
+            if keys is not None and key not in keys:
+                continue
             if driver.task is not None and not driver.task.done():
                 driver.wake.set()
 
