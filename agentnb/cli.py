@@ -653,13 +653,19 @@ def _worker(args: argparse.Namespace) -> int:
         agent = getattr(importlib.import_module(module_name), attr)
     except (ImportError, AttributeError) as exc:
         raise InvalidInput(f"--agent {args.agent}: cannot load it ({exc})") from None
-    runtime = nb.Runtime(
-        agent,
-        store=args.store,
-        auto_resume=True,
-        lease_ttl=args.lease,
-        accept_agent_change=args.accept_agent_change,
-    )
+    store = _worker_store(args.store, args.concurrency)
+    try:
+        runtime = nb.Runtime(
+            agent,
+            store=store,
+            auto_resume=True,
+            lease_ttl=args.lease,
+            accept_agent_change=args.accept_agent_change,
+        )
+    except BaseException:
+        if isinstance(store, nb.SessionStore):
+            store.close()
+        raise
     stop = threading.Event()
     if threading.current_thread() is threading.main_thread():
         for signum in (signal.SIGTERM, signal.SIGINT):
@@ -671,7 +677,20 @@ def _worker(args: argparse.Namespace) -> int:
         pass
     finally:
         runtime.close()
+        if isinstance(store, nb.SessionStore):
+            store.close()
     return EXIT_OK
+
+
+def _worker_store(url: str | None, concurrency: int) -> str | nb.SessionStore | None:
+    """The worker's store: on PostgreSQL, a pool with a connection for each session it
+    executes at once, plus two (lease renewals, claims), so that sessions do not queue for
+    a connection between their commits; any other URL as given."""
+    if url is None or urlsplit(url).scheme.lower() not in ("postgresql", "postgres"):
+        return url
+    from agentnb.stores.postgres import PostgresStore  # the postgres extra
+
+    return PostgresStore(url, pool_size=max(10, concurrency + 2))
 
 
 # -- the parser ------------------------------------------------------------------------------
