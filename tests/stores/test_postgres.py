@@ -12,6 +12,7 @@ from __future__ import annotations
 import gc
 import json
 import os
+import queue
 import socket
 import subprocess
 import sys
@@ -732,3 +733,25 @@ class TestPendingWork:
         assert again.epoch == lease.epoch + 1
         with pytest.raises(Fenced):
             store.append(key, [step()], expected_seq=0, batch_id="b", fence=lease)
+
+    def test_watchers_hear_which_known_session_got_a_command(
+        self, store: PostgresStore, pg_url: str
+    ) -> None:
+        """watch_pending's callback gets the key of a session this store has used (whoever
+        holds it here looks), and None for a session it has not (claimers claim)."""
+        known, other = child_key("known"), child_key("other")
+        store.create_session(known)
+        assert store.head(known) == 0  # used here
+        with PostgresStore(pg_url) as elsewhere:  # a session the watching store never used
+            elsewhere.create_session(other)
+        heard: queue.Queue[SessionKey | None] = queue.Queue()
+        unwatch = store.watch_pending(heard.put)
+        try:
+            assert heard.get(timeout=GUARD) is None  # the listener connected: look once
+            child("command", pg_url, "known")
+            assert heard.get(timeout=GUARD) == known
+            child("command", pg_url, "other")
+            assert heard.get(timeout=GUARD) is None
+            assert heard.empty()
+        finally:
+            unwatch()
