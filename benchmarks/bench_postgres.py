@@ -1,11 +1,12 @@
-"""PostgresStore throughput and wake-up latency, side by side with raw psycopg.
+"""PostgresStore throughput and wake-up latency against raw psycopg; worker scaling.
 
-Run with ``python benchmarks/bench_postgres.py`` (``--quick`` for smoke-test sizes). It starts
-a throwaway PostgreSQL cluster with fsync on (``tests/pg.py``: ``initdb`` + ``pg_ctl`` on a
-unix socket), or uses ``--url postgresql://...`` (two databases are created there). Prints
-the environment, a table, then one JSON line per metric with the keys ``metric``, ``value``,
-``baseline``, ``ratio``, ``unit``, ``target`` and ``ok`` (latency lines add ``p95`` and
-``baseline_p95``).
+Run with ``python benchmarks/bench_postgres.py`` (``--quick`` for smoke-test sizes, ``--only
+GROUP`` for one group: commits, wake, read, workers). It starts a throwaway PostgreSQL cluster
+with fsync on (``tests/pg.py``: ``initdb`` + ``pg_ctl`` on a unix socket), or uses ``--url
+postgresql://...`` (databases are created there). Prints the environment, a table per group
+kind, then one JSON line per metric with the keys ``metric``, ``value``, ``baseline``,
+``ratio``, ``unit``, ``target`` and ``ok`` (None where there is no target; latency lines add
+``p95`` and ``baseline_p95``, worker lines where the CPU went).
 
 Metrics:
 
@@ -30,6 +31,19 @@ Metrics:
     Milliseconds for ``read_arrow`` of 10,000 events (``COPY ... (FORMAT csv)`` parsed by
     pyarrow, then checked) against the port's row-by-row default (``read_raw`` then Arrow).
     Target ratio <= 1.0. Skipped without pyarrow.
+``workers_1``, ``workers_2``, ``workers_4``
+    Scripted turns/s (bench_scale's agent: model -> tool -> model -> tool -> model) with 1, 2
+    and 4 ``agentnb worker`` processes (``--concurrency 16`` each) on one machine and one
+    server, each against 1 worker. 128 sessions x 3 tasks are submitted by a client runtime
+    (``execute=False``) while the workers, ready, are stopped (SIGSTOP); all are released at
+    once (SIGCONT), and the time runs from the first ``run/start`` to the last
+    ``turn/completed`` in the committed log. The median of 3 runs per count, the counts in a
+    different order each round. Target for 4 workers: >= 2.5. Each line also says where the
+    CPU went (the workers', the server's processes' and the client's, from /proc and
+    getrusage), how busy the workers and the whole machine were, and what the database paid
+    per turn (transactions, WAL). ``cpu_bound_ratio``: CPUs / CPU time per turn of the
+    1-worker run, the most any number of workers can reach on this machine; where it is
+    below 2.5, 4 workers cannot show the target here, however well they scale.
 
 Both sides of a commit comparison run the same loop shape over pre-built inputs, after a
 warm-up, in interleaved rounds so that disk and CPU drift hit both alike; a ratio is the
@@ -41,8 +55,13 @@ row (expected head, lease fence, inbox head) and the ``NOTIFY`` in the same tran
 from __future__ import annotations
 
 import argparse
+import contextlib
+import dataclasses
 import json
+import os
 import platform
+import resource
+import signal
 import statistics
 import subprocess
 import sys
@@ -58,11 +77,13 @@ sys.path.insert(0, str(REPO))  # tests.pg (the throwaway cluster), benchmarks.be
 
 import psycopg  # noqa: E402
 
+import agentnb as nb  # noqa: E402
 from agentnb.events import Event  # noqa: E402
 from agentnb.ids import SessionKey, new_id  # noqa: E402
 from agentnb.stores import _rows  # noqa: E402
 from agentnb.stores.base import SessionStore  # noqa: E402
 from agentnb.stores.postgres import PostgresStore  # noqa: E402
+from benchmarks.bench_scale import make_agent  # noqa: E402
 from benchmarks.bench_store import make_events  # noqa: E402
 
 KEY = SessionKey("bench", "user", "agent", "session")
@@ -81,10 +102,14 @@ class Sizes:
     wakes: int
     read_events: int
     reads: int
+    pool_sessions: int
+    pool_tasks: int
+    concurrency: int
+    pool_rounds: int
 
 
-DEFAULT = Sizes(3_000, 300, 100, 10, 300, 10_000, 20)
-QUICK = Sizes(300, 30, 100, 4, 40, 10_000, 5)
+DEFAULT = Sizes(3_000, 300, 100, 10, 300, 10_000, 20, 128, 3, 16, 3)
+QUICK = Sizes(300, 30, 100, 4, 40, 10_000, 5, 8, 2, 4, 1)
 
 
 @dataclass(frozen=True)
@@ -96,11 +121,14 @@ class Result:
     unit: str
     target: str
     higher_is_better: bool
-    bound: float
+    bound: float | None
+    """None: reported for information, no target."""
     extra: dict[str, float] = field(default_factory=dict)
 
     @property
-    def ok(self) -> bool:
+    def ok(self) -> bool | None:
+        if self.bound is None:
+            return None
         return self.ratio >= self.bound if self.higher_is_better else self.ratio <= self.bound
 
     def as_json(self) -> str:
@@ -361,7 +389,296 @@ def compare_read_arrow(url: str, n: int, reads: int) -> tuple[float, float] | No
     return statistics.median(copy_times[1:]) * 1e3, statistics.median(row_times[1:]) * 1e3
 
 
-def run(sizes: Sizes, url: str | None) -> list[Result]:
+# --------------------------------------------------------------------------------------------
+# Worker scaling: scripted turns/s with 1, 2 and 4 ``agentnb worker`` processes
+
+worker_agent = make_agent()
+"""What the benchmark's workers run: bench_scale's model -> tool -> model -> tool -> model."""
+_WORKER_AGENT = "benchmarks.bench_postgres:worker_agent"
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _cpu_of(pid: int, *, children: bool = False) -> float:
+    """CPU seconds (user + system) of a live process; with ``children``, plus those of its
+    children it has reaped."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rpartition(")")[2].split()
+    except OSError:
+        return 0.0
+    ticks = int(fields[11]) + int(fields[12])  # utime, stime
+    if children:
+        ticks += int(fields[13]) + int(fields[14])  # cutime, cstime
+    return ticks / _TICK
+
+
+def _server_cpu(data: Path) -> float:
+    """CPU seconds of a local server: the postmaster, its live processes and the exited
+    ones it reaped (backends of closed connections)."""
+    postmaster = int((data / "postmaster.pid").read_text().split()[0])
+    total = _cpu_of(postmaster, children=True)
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                with open(f"/proc/{entry.name}/stat") as f:
+                    ppid = int(f.read().rpartition(")")[2].split()[1])
+            except OSError:
+                continue
+            if ppid == postmaster:
+                total += _cpu_of(int(entry.name))
+    return total
+
+
+@dataclass(frozen=True)
+class PoolRun:
+    """One run of ``workers`` worker processes over the same queued work."""
+
+    workers: int
+    turns: int
+    seconds: float
+    """First ``run/start`` to last ``turn/completed``, read from the committed log."""
+    worker_cpu: list[float]
+    server_cpu: float | None
+    """CPU seconds of the database server (None: a server elsewhere, ``--url``)."""
+    client_cpu: float
+    transactions: int
+    wal_bytes: int
+
+    @property
+    def turns_per_s(self) -> float:
+        return self.turns / self.seconds
+
+    @property
+    def cpu_ms_per_turn(self) -> float:
+        """Worker, server and client CPU per turn: what a turn costs wherever it runs."""
+        total = sum(self.worker_cpu) + (self.server_cpu or 0.0) + self.client_cpu
+        return total / self.turns * 1000
+
+
+def _db_counters(url: str) -> tuple[int, int]:
+    """(transactions committed in the database, WAL position in bytes)."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT xact_commit, pg_current_wal_lsn() - '0/0'::pg_lsn FROM pg_stat_database "
+            "WHERE datname = current_database()"
+        ).fetchone()
+    assert row is not None
+    return int(row[0]), int(row[1])
+
+
+class _Worker:
+    """One ``agentnb worker`` process, its stderr kept in a file (a chatty worker never
+    blocks on a full pipe)."""
+
+    def __init__(self, url: str, concurrency: int) -> None:
+        self.err = tempfile.TemporaryFile("w+")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "agentnb.cli",
+                "worker",
+                "--store",
+                url,
+                "--agent",
+                _WORKER_AGENT,
+                "--concurrency",
+                str(concurrency),
+            ],
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=self.err,
+            text=True,
+        )
+        self.pid = self.proc.pid
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()  # printed once it serves
+        if "worker for" not in line:
+            self.proc.kill()
+            raise RuntimeError(f"the worker did not start: {line}{self.stop()}")
+
+    def signal(self, signum: int) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.pid, signum)
+
+    def stop(self) -> str:
+        """SIGTERM (it stops cleanly), wait; its stderr if it did not exit 0."""
+        self.signal(signal.SIGCONT)
+        self.signal(signal.SIGTERM)
+        self.proc.communicate(timeout=120)
+        self.err.seek(0)
+        err = self.err.read()
+        self.err.close()
+        return "" if self.proc.returncode == 0 else f"exit {self.proc.returncode}: {err[-2000:]}"
+
+
+def run_pool(
+    url: str, workers: int, sessions: int, tasks: int, concurrency: int, data: Path | None
+) -> PoolRun:
+    """``workers`` workers serve ``sessions`` x ``tasks`` scripted turns, all queued while
+    the workers wait (stopped), then released at once; timed from the committed log."""
+    client = nb.Runtime(worker_agent, store=url, execute=False)
+    procs: list[_Worker] = []
+    try:
+        handles = [client.session(f"s{i}") for i in range(sessions)]
+        for _ in range(workers):
+            procs.append(_Worker(url, concurrency))
+            procs[-1].signal(signal.SIGSTOP)  # the work is queued while they wait
+        last = [[h.submit(f"task {t}") for t in range(tasks)][-1] for h in handles]
+        cpu0 = [_cpu_of(p.pid) for p in procs]
+        server0 = _server_cpu(data) if data is not None else 0.0
+        client0 = resource.getrusage(resource.RUSAGE_SELF)
+        xacts0, wal0 = _db_counters(url)
+        for proc in procs:
+            proc.signal(signal.SIGCONT)
+        for receipt in last:  # a session runs its tasks in order: its last one ends last
+            receipt.wait(timeout=600)
+        client1 = resource.getrusage(resource.RUSAGE_SELF)
+        worker_cpu = [_cpu_of(p.pid) - c for p, c in zip(procs, cpu0, strict=True)]
+        server_cpu = _server_cpu(data) - server0 if data is not None else None
+        wal1 = _db_counters(url)[1]
+        starts: list[float] = []
+        ends: list[float] = []
+        for handle in handles:
+            for task in handle.tasks():
+                if task.status != "completed":
+                    raise RuntimeError(f"a turn ended {task.status}: {task.error}")
+            for event in handle.log.scan(0, handle.log.head()):
+                if event.type == "run/start":
+                    starts.append(event.occurred_at.timestamp())
+                elif event.type == "turn/completed":
+                    ends.append(event.occurred_at.timestamp())
+        if len(ends) != sessions * tasks:
+            raise RuntimeError(f"{len(ends)} turns completed, expected {sessions * tasks}")
+    finally:
+        for proc in procs:
+            failed = proc.stop()
+            if failed:
+                print(f"a worker failed: {failed}", file=sys.stderr)
+        client.close()
+    xacts1 = _db_counters(url)[0]  # the backends are gone: their counts are in
+    return PoolRun(
+        workers,
+        len(ends),
+        max(ends) - min(starts),
+        worker_cpu,
+        server_cpu,
+        (client1.ru_utime + client1.ru_stime) - (client0.ru_utime + client0.ru_stime),
+        xacts1 - xacts0,
+        wal1 - wal0,
+    )
+
+
+WORKER_COUNTS = (1, 2, 4)
+
+
+def worker_scaling(database: Any, sizes: Sizes, data: Path | None) -> list[Result]:
+    """Turns/s of 1, 2 and 4 workers on the same work, each against 1 worker: the median
+    of ``pool_rounds`` runs each, the counts taken in a different order every round."""
+    runs: dict[int, list[PoolRun]] = {n: [] for n in WORKER_COUNTS}
+    for round_ in range(sizes.pool_rounds):
+        for n in WORKER_COUNTS if round_ % 2 == 0 else WORKER_COUNTS[::-1]:
+            runs[n].append(
+                run_pool(
+                    database(), n, sizes.pool_sessions, sizes.pool_tasks, sizes.concurrency, data
+                )
+            )
+    median = {n: sorted(rs, key=lambda x: x.turns_per_s)[len(rs) // 2] for n, rs in runs.items()}
+    base = median[1]
+    cpus = os.cpu_count() or 1
+    # With every core busy, turns/s cannot pass cores / (CPU per turn): the most this
+    # machine allows, whatever the number of workers.
+    ceiling = cpus * 1000 / base.cpu_ms_per_turn / base.turns_per_s
+    results = []
+    for n, r in median.items():
+        target, bound = (">= 2.5", 2.5) if n == 4 else ("", None)
+        cpu = sum(r.worker_cpu) + (r.server_cpu or 0.0) + r.client_cpu
+        results.append(
+            Result(
+                f"workers_{n}",
+                r.turns_per_s,
+                base.turns_per_s,
+                r.turns_per_s / base.turns_per_s,
+                "turns/s",
+                target,
+                True,
+                bound,
+                {
+                    "cpus": float(cpus),
+                    "turns": float(r.turns),
+                    "seconds": r.seconds,
+                    "worker_busy": sum(r.worker_cpu) / r.seconds / n,
+                    "machine_busy": cpu / r.seconds / cpus,
+                    "worker_cpu_s": sum(r.worker_cpu),
+                    "server_cpu_s": r.server_cpu if r.server_cpu is not None else -1.0,
+                    "client_cpu_s": r.client_cpu,
+                    "cpu_ms_per_turn": r.cpu_ms_per_turn,
+                    "cpu_bound_ratio": ceiling,
+                    "transactions_per_turn": r.transactions / r.turns,
+                    "wal_kb_per_turn": r.wal_bytes / r.turns / 1024,
+                    "runs": float(len(runs[n])),
+                },
+            )
+        )
+    return results
+
+
+def worker_table(results: Sequence[Result]) -> str:
+    """The worker-scaling lines side by side: throughput, and where the CPU went."""
+    header = (
+        "workers",
+        "turns/s",
+        "x 1 worker",
+        "worker busy",
+        "machine busy",
+        "CPU ms/turn",
+        "of which server",
+        "xacts/turn",
+        "WAL KB/turn",
+    )
+    rows = [header]
+    for r in results:
+        e = r.extra
+        server = e["server_cpu_s"] / e["turns"] * 1000 if e["server_cpu_s"] >= 0 else None
+        rows.append(
+            (
+                r.metric.removeprefix("workers_"),
+                f"{r.value:,.1f}",
+                f"{r.ratio:.2f}" + (f" ({r.target})" if r.target else ""),
+                f"{e['worker_busy']:.0%}",
+                f"{e['machine_busy']:.0%}",
+                f"{e['cpu_ms_per_turn']:.1f}",
+                "?" if server is None else f"{server:.1f}",
+                f"{e['transactions_per_turn']:.1f}",
+                f"{e['wal_kb_per_turn']:.1f}",
+            )
+        )
+    lines = _align(rows, left=(0,))
+    first = results[0].extra
+    lines.append(
+        f"{first['cpus']:.0f} CPUs: with every one busy this machine allows at most "
+        f"{first['cpu_bound_ratio']:.2f}x one worker (CPUs / CPU per turn of the 1-worker run)"
+    )
+    return "\n".join(lines)
+
+
+def _align(rows: Sequence[Sequence[str]], left: Sequence[int]) -> list[str]:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = [
+        "  ".join(
+            cell.ljust(w) if i in left else cell.rjust(w)
+            for i, (cell, w) in enumerate(zip(row, widths, strict=True))
+        )
+        for row in rows
+    ]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return lines
+
+
+GROUPS = ("commits", "wake", "read", "workers")
+
+
+def run(sizes: Sizes, url: str | None, groups: Sequence[str] = GROUPS) -> list[Result]:
     from tests.pg import Cluster
 
     cluster = None
@@ -386,60 +703,86 @@ def run(sizes: Sizes, url: str | None) -> list[Result]:
             row = conn.execute("SELECT version(), current_setting('fsync')").fetchone()
             print(f"server: {row[0].split(',')[0] if row else '?'}; fsync={row and row[1]}")
         results: list[Result] = []
-        print(f"single-event commits: {sizes.single_commits} per side ...", flush=True)
-        store, raw, ratio = compare_commits(
-            database(), database(), sizes.single_commits, 1, sizes.rounds
-        )
-        results.append(Result("single_commit", store, raw, ratio, "commits/s", ">= 0.8", True, 0.8))
-        size = sizes.batch_size
-        print(f"{size}-event batch commits: {sizes.batches} per side ...", flush=True)
-        store, raw, ratio = compare_commits(
-            database(), database(), sizes.batches, size, sizes.rounds
-        )
-        results.append(
-            Result(f"batch{size}_commit", store, raw, ratio, "events/s", ">= 0.6", True, 0.6)
-        )
-        print(f"commit-to-wake in another process: {sizes.wakes} commits per side ...", flush=True)
-        ours, our_commits = wake_store(database(), sizes.wakes)
-        theirs, their_commits = wake_raw(database(), sizes.wakes)
-        med, base_med = statistics.median(ours), statistics.median(theirs)
-        results.append(
-            Result(
-                "wake_ms",
-                med,
-                base_med,
-                med / base_med,
-                "ms",
-                "<= 3",
-                False,
-                3.0,
-                {
-                    "p95": p95(ours),
-                    "baseline_p95": p95(theirs),
-                    "commit_ms": statistics.median(our_commits),
-                    "baseline_commit_ms": statistics.median(their_commits),
-                    "samples": len(ours),
-                },
+        if "commits" in groups:
+            results += commits(database, sizes)
+        if "wake" in groups:
+            results.append(wake(database, sizes))
+        if "read" in groups:
+            print(
+                f"read_arrow of {sizes.read_events:,} events: {sizes.reads} reads ...", flush=True
             )
-        )
-        print(f"read_arrow of {sizes.read_events:,} events: {sizes.reads} reads ...", flush=True)
-        reads = compare_read_arrow(database(), sizes.read_events, sizes.reads)
-        if reads is not None:
-            copy_ms, row_ms = reads
-            results.append(
-                Result(
-                    "read_arrow_10k", copy_ms, row_ms, copy_ms / row_ms, "ms", "<= 1.0", False, 1.0
+            reads = compare_read_arrow(database(), sizes.read_events, sizes.reads)
+            if reads is not None:
+                copy_ms, row_ms = reads
+                results.append(
+                    Result(
+                        "read_arrow_10k",
+                        copy_ms,
+                        row_ms,
+                        copy_ms / row_ms,
+                        "ms",
+                        "<= 1.0",
+                        False,
+                        1.0,
+                    )
                 )
+        if "workers" in groups:
+            print(
+                f"worker scaling: {sizes.pool_sessions} sessions x {sizes.pool_tasks} tasks "
+                f"with 1, 2 and 4 workers ({sizes.concurrency} sessions at once each) ...",
+                flush=True,
             )
+            linux = Path("/proc/self/stat").exists()  # where the server's CPU can be read
+            data = cluster.data if cluster is not None and linux else None
+            results += worker_scaling(database, sizes, data)
         return results
     finally:
         if cluster is not None:
             cluster.remove()
 
 
+def commits(database: Any, sizes: Sizes) -> list[Result]:
+    print(f"single-event commits: {sizes.single_commits} per side ...", flush=True)
+    store, raw, ratio = compare_commits(
+        database(), database(), sizes.single_commits, 1, sizes.rounds
+    )
+    single = Result("single_commit", store, raw, ratio, "commits/s", ">= 0.8", True, 0.8)
+    size = sizes.batch_size
+    print(f"{size}-event batch commits: {sizes.batches} per side ...", flush=True)
+    store, raw, ratio = compare_commits(database(), database(), sizes.batches, size, sizes.rounds)
+    return [
+        single,
+        Result(f"batch{size}_commit", store, raw, ratio, "events/s", ">= 0.6", True, 0.6),
+    ]
+
+
+def wake(database: Any, sizes: Sizes) -> Result:
+    print(f"commit-to-wake in another process: {sizes.wakes} commits per side ...", flush=True)
+    ours, our_commits = wake_store(database(), sizes.wakes)
+    theirs, their_commits = wake_raw(database(), sizes.wakes)
+    med, base_med = statistics.median(ours), statistics.median(theirs)
+    return Result(
+        "wake_ms",
+        med,
+        base_med,
+        med / base_med,
+        "ms",
+        "<= 3",
+        False,
+        3.0,
+        {
+            "p95": p95(ours),
+            "baseline_p95": p95(theirs),
+            "commit_ms": statistics.median(our_commits),
+            "baseline_commit_ms": statistics.median(their_commits),
+            "samples": len(ours),
+        },
+    )
+
+
 def table(results: Sequence[Result]) -> str:
-    header = ("metric", "agentnb", "raw psycopg", "unit", "ratio", "target", "ok")
-    rows = [header]
+    """The store metrics side by side with raw psycopg."""
+    rows = [("metric", "agentnb", "raw psycopg", "unit", "ratio", "target", "ok")]
     for r in results:
         rows.append(
             (
@@ -460,16 +803,7 @@ def table(results: Sequence[Result]) -> str:
                 rows.append(
                     (label, f"{r.extra[ours]:,.2f}", f"{r.extra[theirs]:,.2f}", r.unit, "", "", "")
                 )
-    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
-    lines = [
-        "  ".join(
-            cell.ljust(w) if i in (0, 3, 5, 6) else cell.rjust(w)
-            for i, (cell, w) in enumerate(zip(row, widths, strict=True))
-        )
-        for row in rows
-    ]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
+    return "\n".join(_align(rows, left=(0, 3, 5, 6)))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -480,6 +814,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="an existing server to use (databases are created there); default: "
         "a throwaway cluster with fsync on",
     )
+    parser.add_argument(
+        "--only",
+        action="append",
+        choices=GROUPS,
+        help="run only this group of metrics (repeatable); default: all",
+    )
+    parser.add_argument(
+        "--sessions", type=int, help="worker scaling: sessions (default 128, quick 8)"
+    )
+    parser.add_argument(
+        "--tasks", type=int, help="worker scaling: tasks per session (default 3, quick 2)"
+    )
+    parser.add_argument(
+        "--concurrency",
+        type=int,
+        help="worker scaling: sessions each worker executes at once (default 16, quick 4)",
+    )
+    parser.add_argument(
+        "--rounds", type=int, help="worker scaling: runs per worker count (default 3, quick 1)"
+    )
     parser.add_argument("--writer", choices=["store", "raw"], help=argparse.SUPPRESS)
     parser.add_argument("--count", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -487,15 +841,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         writer_child(args.url, args.writer, args.count)
         return 0
     sizes = QUICK if args.quick else DEFAULT
+    sizes = dataclasses.replace(
+        sizes,
+        pool_sessions=args.sessions or sizes.pool_sessions,
+        pool_tasks=args.tasks or sizes.pool_tasks,
+        concurrency=args.concurrency or sizes.concurrency,
+        pool_rounds=args.rounds or sizes.pool_rounds,
+    )
     print(
         f"python {platform.python_version()}, psycopg {psycopg.__version__} "
         f"(libpq {psycopg.pq.version()}), {platform.system()} {platform.machine()}, "
         f"{'quick' if args.quick else 'default'} sizes",
         flush=True,
     )
-    results = run(sizes, args.url)
-    print()
-    print(table(results))
+    results = run(sizes, args.url, args.only or GROUPS)
+    store = [r for r in results if not r.metric.startswith("workers_")]
+    workers = [r for r in results if r.metric.startswith("workers_")]
+    for text in ([table(store)] if store else []) + ([worker_table(workers)] if workers else []):
+        print()
+        print(text)
     print()
     for r in results:
         print(r.as_json())

@@ -70,7 +70,7 @@ def test_widgets_quick_run_prints_one_json_line_per_metric() -> None:
 
 def test_postgres_quick_run_prints_one_json_line_per_metric() -> None:
     """`bench_postgres.py --quick` (its own throwaway server) prints JSON with value,
-    baseline, ratio; the wake-up latency line adds its p95."""
+    baseline, ratio; the wake-up latency line adds its p95, the worker lines their CPU."""
     from tests.pg import require_server
 
     require_server()
@@ -80,9 +80,17 @@ def test_postgres_quick_run_prints_one_json_line_per_metric() -> None:
         "batch100_commit",
         "wake_ms",
         "read_arrow_10k",
+        "workers_1",
+        "workers_2",
+        "workers_4",
     }
     wake = next(r for r in records if r["metric"] == "wake_ms")
     assert wake["p95"] >= wake["value"]
+    for n in (1, 2, 4):
+        workers = next(r for r in records if r["metric"] == f"workers_{n}")
+        assert workers["turns"] == 16
+        assert workers["worker_cpu_s"] > 0
+        assert workers["server_cpu_s"] > 0
 
 
 def test_scale_quick_run_prints_one_json_line_per_metric() -> None:
