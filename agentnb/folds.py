@@ -14,6 +14,7 @@ drops what it folded, so the next refresh starts again from the newest snapshot.
 
 from __future__ import annotations
 
+import collections
 import functools
 import json
 import logging
@@ -301,6 +302,26 @@ class ChatFolds:
         self._loaded = False
         self._saved_seq = 0
         self._lock = threading.Lock()
+        self._fed: collections.deque[Sequence[Event]] = collections.deque()
+        """Commits of this process's driver not folded yet (folded at the next read)."""
+
+    def feed(self, events: Sequence[Event]) -> None:
+        """Hand over events the driver just committed, so the fold need not read them back.
+
+        Never blocks the committer: they are folded by the next reader (or snapshot)."""
+        self._fed.append(events)
+
+    def _take_fed(self, head: int) -> None:
+        """Under the lock: fold the fed events that follow the fold, up to ``head``."""
+        while self._fed:
+            batch = self._fed.popleft()
+            for i, event in enumerate(batch):
+                if event.seq > head:  # asked for an older prefix: keep the rest for later
+                    self._fed.appendleft(batch[i:])
+                    return
+                if event.seq == self.chat.seq + 1:
+                    self.chat.apply(event)
+                # older ones are folded already; after a gap the log is read instead
 
     def _new(self, data: dict[str, Any] | None) -> Any:
         """A chat fold (from a dump, or empty) wired to read the log when it must."""
@@ -356,8 +377,10 @@ class ChatFolds:
             for event in self.store.scan(self.key, 0, head):
                 older.apply(event)
             return older
-        for event in self.store.scan(self.key, self.chat.seq, head):
-            self.chat.apply(event)
+        self._take_fed(head)
+        if self.chat.seq < head:
+            for event in self.store.scan(self.key, self.chat.seq, head):
+                self.chat.apply(event)
         if len(self.chat.session.turns) > 2 * KEEP_TURNS:
             self.chat.retire()
         if self.chat.seq - self._saved_seq >= CHAT_SNAPSHOT_EVERY:

@@ -156,8 +156,6 @@ class Session:
         self._lock = threading.RLock()
         self._fed: collections.deque[Sequence[Event]] = collections.deque()
         """Commits of this process not folded yet (a reader held the session)."""
-        self._fed_signal = threading.Event()
-        """Set when this process commits for the session (``wait`` wakes on it)."""
         self._folds = Folds(runtime.store, key, limits=runtime.limits)
         self._chat = runtime.chat_folds(key)
 
@@ -168,7 +166,6 @@ class Session:
         them back. While a reader holds the session they wait for its next read (the
         committer never blocks on a reader)."""
         self._fed.append(events)
-        self._fed_signal.set()
         if not self._lock.acquire(blocking=False):
             return
         try:
@@ -874,7 +871,6 @@ class Session:
             raise InvalidInput(f"wait() takes a Receipt, got {type(receipt).__name__}")
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
-            self._fed_signal.clear()
             with self._lock:
                 outcome, seq = self._settled(receipt)
             if outcome is not None:
@@ -882,13 +878,11 @@ class Session:
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
                 raise TimeoutError(f"turn {receipt.turn_id} did not end within {timeout}s")
-            beat = 0.5 if remaining is None else min(0.5, remaining)
-            if self.runtime.executing(self.key):
-                # This process commits the session's events: wake when they are handed to
-                # its fold, not when the store has them, so they are never read back.
-                self._fed_signal.wait(beat)
-            else:
-                self.runtime.store.wait_for_head(self.key, seq, beat)
+            # Commits of this process wake it once they are handed to the fold (the writer
+            # wakes the store's waiters after ``feed``): they are never read back.
+            self.runtime.store.wait_for_head(
+                self.key, seq, 0.5 if remaining is None else min(0.5, remaining)
+            )
 
     def events(self, maxsize: int = 1000) -> Subscription:
         """Live notifications of this session in this process (chunks before commit, status).

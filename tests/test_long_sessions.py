@@ -210,8 +210,9 @@ class TestOneDurableStep:
             assert store.calls["append"] == 4
             # The driver never reads back what it wrote itself (it reads only the inbox).
             assert store.by_thread["agentnb"] == 0
-            # The waiting caller folds what its runtime hands it: it reads nothing back.
-            assert sum(store.by_thread.values()) == 0, (store.by_thread, written)
+            # The waiting caller folds what its runtime hands it; only a poll that lands
+            # between a commit and its hand-over reads those events, each once at most.
+            assert sum(store.by_thread.values()) <= written, (store.by_thread, written)
         finally:
             runtime.close()
             store.close()

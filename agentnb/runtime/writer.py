@@ -118,6 +118,7 @@ class LogWriter:
                     batch_id=batch_id,
                     fence=self.lease,
                     expected_inbox=expected_inbox,
+                    wake=False,  # woken below, once the readers of this process have them
                 )
                 break
             except _NO_RETRY:
@@ -138,6 +139,7 @@ class LogWriter:
                 self.on_commit(batch)
             except Exception:  # an observer's failure must not look like a failed commit
                 log.exception("session %s: a commit observer failed", self.key)
+        self.store.wake_waiters(self.key)
 
     def _check_room(self, limits: Limits, batch: Sequence[Event]) -> None:
         """``SessionFull`` if ``batch`` would pass the session's cap."""

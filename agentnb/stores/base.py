@@ -833,12 +833,16 @@ class SessionStore(ABC):
         batch_id: str,
         fence: Lease | None = None,
         expected_inbox: int | None = None,
+        wake: bool = True,
     ) -> list[Event]:
         """Commit ``events`` atomically after ``expected_seq``; returns them with their seqs.
 
         With ``expected_inbox`` the batch commits only if the inbox head is still that seq
         (else ``InboxChanged``, nothing written): a writer can decide from the inbox and
         commit that decision without another writer's command slipping in between.
+        ``wake=False`` leaves this process's waiters asleep: the writer wakes them with
+        ``wake_waiters(key)`` once it has handed the events to its readers (so they need
+        not read them back); other processes' waiters poll as always.
         """
         key = _key(key)
         check_id(batch_id, "batch_id")
@@ -860,7 +864,8 @@ class SessionStore(ABC):
             self.clock.now(),
             expected_inbox=expected_inbox,
         )
-        self._notify(key)
+        if wake:
+            self._notify(key)
         return batch
 
     @_guarded
@@ -1109,9 +1114,10 @@ class SessionStore(ABC):
         key = _key(key)
         return self._wait(lambda: self._inbox_head(key), after, timeout, stop, key=key)
 
-    def wake_waiters(self) -> None:
-        """Wake every waiter of this store, so those whose ``stop`` is set return now."""
-        self._notify()
+    def wake_waiters(self, key: SessionKey | None = None) -> None:
+        """Wake the waiters of ``key`` (and those of no session in particular); None wakes
+        every waiter of this store, so those whose ``stop`` is set return now."""
+        self._notify(None if key is None else _key(key))
 
     def close(self) -> None:
         """Release resources; committed data stays. Waiters wake up.

@@ -462,7 +462,7 @@ class TestChatSnapshotCache:
             snap = reader.snapshot(head, InboxState(), executing=False)
         finally:
             del store.scan
-        assert scanned == [head]  # nothing before the snapshot was read again
+        assert all(after >= head for after in scanned)  # nothing before it was read again
         assert snap.cursor == head
         assert snap.items == ChatState.fold(session.log.scan(0, head)).items
 
