@@ -41,25 +41,8 @@ class Recipes:
         turn_id = command.turn_id or new_id("turn")
         run_id = new_id("run")
         text = command.input or ""
-        w = self.host.writer
-        w.add(
-            "inbox/started",
-            {"command_id": command.command_id, "kind": command.kind},
-            turn_id=turn_id,
-            run_id=run_id,
-        )
-        w.add(
-            "turn/start",
-            {"input": text, "command_id": command.command_id},
-            turn_id=turn_id,
-            run_id=run_id,
-        )
-        w.add(
-            "run/start",
-            {"reason": "submit", "command_id": command.command_id},
-            turn_id=turn_id,
-            run_id=run_id,
-        )
+        opening = {"input": text, "command_id": command.command_id}
+        self._start_run(command, turn_id, run_id, "submit", "turn/start", opening)
         self.add_input(turn_id, run_id, command.command_id, "submit", text)
         return turn_id, run_id
 
@@ -78,26 +61,26 @@ class Recipes:
     def begin_run(self, command: Command, turn_id: str, reason: str) -> str:
         """Add the events that start a later run of a turn (resume, respond): its run_id."""
         run_id = new_id("run")
-        w = self.host.writer
-        w.add(
-            "inbox/started",
-            {"command_id": command.command_id, "kind": command.kind},
-            turn_id=turn_id,
-            run_id=run_id,
-        )
-        w.add(
-            "turn/resumed",
-            {"command_id": command.command_id, "reason": reason},
-            turn_id=turn_id,
-            run_id=run_id,
-        )
-        w.add(
-            "run/start",
-            {"reason": reason, "command_id": command.command_id},
-            turn_id=turn_id,
-            run_id=run_id,
-        )
+        opening = {"command_id": command.command_id, "reason": reason}
+        self._start_run(command, turn_id, run_id, reason, "turn/resumed", opening)
         return run_id
+
+    def _start_run(
+        self,
+        command: Command,
+        turn_id: str,
+        run_id: str,
+        reason: str,
+        opening: str,
+        payload: dict[str, str],
+    ) -> None:
+        """The command started, the turn's ``opening`` event, and the run's start."""
+        w = self.host.writer
+        started = {"command_id": command.command_id, "kind": command.kind}
+        w.add("inbox/started", started, turn_id=turn_id, run_id=run_id)
+        w.add(opening, payload, turn_id=turn_id, run_id=run_id)
+        run_start = {"reason": reason, "command_id": command.command_id}
+        w.add("run/start", run_start, turn_id=turn_id, run_id=run_id)
 
     def checkpoint(self, turn_id: str, run_id: str, applied: list[str]) -> list[Event]:
         """The checkpoint closing a step, and the inputs it makes applied."""

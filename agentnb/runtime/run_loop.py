@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import threading
+from dataclasses import dataclass
 
 from agentnb.errors import InboxChanged
 from agentnb.events import Event, ToolCallData
@@ -45,9 +46,7 @@ class RunLoop:
     async def continue_(self, turn_id: str, run_id: str) -> None:
         """Finish the turn's open tool calls (answered, re-runnable, not yet run), then go on."""
         self.host.reset_stop()
-        watch_stop = threading.Event()
-        watcher = asyncio.create_task(self.watch(turn_id, run_id, watch_stop))
-        limit = self.arm_time_limit(turn_id)
+        watching = self.start_watching(turn_id, run_id)
         try:
             for call in self.host.state.open_calls(turn_id):
                 data = ToolCallData(call_id=call.call_id, name=call.name, arguments=call.arguments)
@@ -67,11 +66,7 @@ class RunLoop:
             await self.recipes.finish(turn_id, run_id, "interrupted", [])
             return
         finally:
-            if limit is not None:
-                limit.cancel()
-            watcher.cancel()
-            watch_stop.set()  # and end the watcher's wait in its worker thread now
-            self.host.store.wake_waiters()
+            self.stop_watching(watching)
         await self.run(turn_id, run_id, [])
 
     async def start_turn(self, command: Command) -> None:
@@ -90,9 +85,7 @@ class RunLoop:
         """Steps until the turn completes, fails, needs a person, or is interrupted."""
         w = self.host.writer
         self.host.publish("status", turn_id, run_id, status="running")
-        watch_stop = threading.Event()
-        watcher = asyncio.create_task(self.watch(turn_id, run_id, watch_stop))
-        limit = self.arm_time_limit(turn_id)
+        watching = self.start_watching(turn_id, run_id)
         step = 0
         step_id: str | None = None
         try:
@@ -166,11 +159,21 @@ class RunLoop:
         except StopRun:
             await self.recipes.finish(turn_id, run_id, "interrupted", applied, step_id=step_id)
         finally:
-            if limit is not None:
-                limit.cancel()
-            watcher.cancel()
-            watch_stop.set()  # and end the watcher's wait in its worker thread now
-            self.host.store.wake_waiters()
+            self.stop_watching(watching)
+
+    def start_watching(self, turn_id: str, run_id: str) -> _Watching:
+        """While a run runs: watch for its interrupts, and arm its time limit."""
+        stop = threading.Event()
+        watcher = asyncio.create_task(self.watch(turn_id, run_id, stop))
+        return _Watching(stop, watcher, self.arm_time_limit(turn_id))
+
+    def stop_watching(self, watching: _Watching) -> None:
+        if watching.limit is not None:
+            watching.limit.cancel()
+        watching.watcher.cancel()
+        watching.stop.set()
+        # End the watcher's wait in its worker thread now (it waits on this session only).
+        self.host.store.wake_waiters(self.host.key)
 
     async def watch(self, turn_id: str, run_id: str, stop: threading.Event) -> None:
         """Notice interrupt commands for this run (from any process) while it runs."""
@@ -319,6 +322,15 @@ class RunLoop:
             kind = "steer" if c.kind == "steer" else "inject"
             self.recipes.add_input(turn_id, run_id, c.command_id, kind, c.input or "")
         return [c.command_id for c in fresh]
+
+
+@dataclass(frozen=True, slots=True)
+class _Watching:
+    """What watches a running run: the watcher's stop, its task, the time limit's timer."""
+
+    stop: threading.Event
+    watcher: asyncio.Task[None]
+    limit: asyncio.TimerHandle | None
 
 
 def _event(type_: str, payload: object, turn_id: str, run_id: str) -> Event:
