@@ -246,7 +246,14 @@ class TestUpdateIsAnInboxCommand:
 
     @pytest.mark.parametrize(
         "changes",
-        [{"title": "two\nlines"}, {"title": ""}, {"labels": {"k": 5}}, {"labels": ["a"]}],
+        [
+            {"title": "two\nlines"},
+            {"title": ""},
+            {"labels": {"k": 5}},
+            {"labels": ["a"]},
+            {"title": "ok", "key": 5},
+            {"title": "ok", "key": ""},
+        ],
     )
     def test_a_bad_update_writes_nothing(
         self, make_runtime: MakeRuntime, changes: dict[str, Any]
