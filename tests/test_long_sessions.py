@@ -30,20 +30,25 @@ class CountingStore(nb.MemoryStore):
         self.events_read = 0
         self.calls: Counter[str] = Counter()
         self.by_thread: Counter[str] = Counter()
+        self.inbox_reads_by_thread: Counter[str] = Counter()
         self._count_lock = threading.Lock()
 
     def _took(self, name: str, rows: int = 0) -> None:
         with self._count_lock:
             self.calls[name] += 1
             self.events_read += rows
-            if name != "inbox_read_after":  # execution-log events, by reading thread
-                self.by_thread[threading.current_thread().name.split("_")[0]] += rows
+            thread = threading.current_thread().name.split("_")[0]
+            if name == "inbox_read_after":
+                self.inbox_reads_by_thread[thread] += 1
+            else:  # execution-log events, by reading thread
+                self.by_thread[thread] += rows
 
     def reset(self) -> None:
         with self._count_lock:
             self.events_read = 0
             self.calls.clear()
             self.by_thread.clear()
+            self.inbox_reads_by_thread.clear()
 
     def read_raw(self, key: Any, after: int, limit: int) -> Any:
         rows = super().read_raw(key, after, limit)
@@ -210,6 +215,10 @@ class TestOneDurableStep:
             assert store.calls["append"] == 4
             # The driver never reads back what it wrote itself (it reads only the inbox).
             assert store.by_thread["agentnb"] == 0
+            # It reads the inbox twice: for the task, and for what comes next. At each step
+            # and before the completion it asks the store's hint instead (commands accepted
+            # in this process are in it; a watcher reads for other processes').
+            assert store.inbox_reads_by_thread["agentnb"] == 2, store.inbox_reads_by_thread
             # The waiting caller folds what its runtime hands it; only a poll that lands
             # between a commit and its hand-over reads those events, each once at most.
             assert sum(store.by_thread.values()) <= written, (store.by_thread, written)

@@ -633,6 +633,10 @@ class SessionStore(ABC):
         self._closed = False
         self._ops = 0
         self._ops_done = threading.Condition()
+        self._inbox_seen: dict[SessionKey, int] = {}
+        """The highest inbox seq of each session this object appended or read: a lower bound
+        of the inbox head (``inbox_head_hint``)."""
+        self._inbox_seen_lock = threading.Lock()
 
     # -- catalogue ---------------------------------------------------------------------------
 
@@ -767,6 +771,7 @@ class SessionStore(ABC):
             if fence.key != key:
                 raise InvalidInput(f"fence is a lease of session {fence.key}, not of {key}")
         tombstone = self._delete_session(key, by, reason, fence, self.clock.now())
+        self._inbox_seen.pop(key, None)
         self._notify()
         return tombstone
 
@@ -965,6 +970,7 @@ class SessionStore(ABC):
         record = self._inbox_append(
             key, stamped, dedupe_key, fingerprint or event_digest([stamped]), self.clock.now()
         )
+        self._saw_inbox(key, record[0].seq)
         if record[1]:
             self._notify(key)
         return record
@@ -972,7 +978,8 @@ class SessionStore(ABC):
     @_guarded
     def inbox_head(self, key: SessionKey) -> int:
         """Last inbox seq (0 when empty)."""
-        return self._inbox_head(_key(key))
+        key = _key(key)
+        return self._saw_inbox(key, self._inbox_head(key))
 
     @_guarded
     def inbox_read_after(self, key: SessionKey, after: int, limit: int) -> list[Event]:
@@ -980,7 +987,28 @@ class SessionStore(ABC):
         key = _key(key)
         _check_seq(after, "after")
         _check_limit(limit)
-        return _checked(key, after, self._inbox_read(key, after, after + limit))
+        events = _checked(key, after, self._inbox_read(key, after, after + limit))
+        if events:
+            self._saw_inbox(key, events[-1].seq)
+        return events
+
+    def inbox_head_hint(self, key: SessionKey) -> int:
+        """The highest inbox seq of ``key`` this store object has appended or read (0: none).
+
+        Never a database call: a lower bound of the inbox head, exact for commands accepted
+        through this object, and as fresh for other writers' as the last read (a
+        ``wait_for_inbox`` reads at least every ``poll_interval``, or on their notification).
+        A reader that knows every command up to the hint may skip a read whose result only
+        decides *when* it sees another writer's command, never *whether*.
+        """
+        return self._inbox_seen.get(key, 0)
+
+    def _saw_inbox(self, key: SessionKey, seq: int) -> int:
+        if seq > self._inbox_seen.get(key, 0):
+            with self._inbox_seen_lock:  # never lowered by a slower thread's older read
+                if seq > self._inbox_seen.get(key, 0):
+                    self._inbox_seen[key] = seq
+        return seq
 
     # -- leases ------------------------------------------------------------------------------
 
@@ -1112,7 +1140,9 @@ class SessionStore(ABC):
     ) -> int:
         """Block until the inbox head passes ``after``, ``timeout`` elapses or ``stop`` is set."""
         key = _key(key)
-        return self._wait(lambda: self._inbox_head(key), after, timeout, stop, key=key)
+        return self._wait(
+            lambda: self._saw_inbox(key, self._inbox_head(key)), after, timeout, stop, key=key
+        )
 
     def wake_waiters(self, key: SessionKey | None = None) -> None:
         """Wake the waiters of ``key`` (and those of no session in particular); None wakes

@@ -1355,6 +1355,12 @@ class PostgresStore(SessionStore):
         if kind == "i":
             self._wake_pending(self._keys.get(sid))
 
+    def inbox_head_hint(self, key: SessionKey) -> int:
+        """Also what notifications said of other writers' commands (see the base class)."""
+        sid = self._ids.get(key)
+        notified = 0 if sid is None else self._inbox_heads.get(sid, 0)
+        return max(super().inbox_head_hint(key), notified)
+
     def wait_for_head(
         self,
         key: SessionKey,

@@ -260,6 +260,72 @@ class TestSteer:
         queued.wait(timeout=WAIT)
 
 
+def texts(messages: Any) -> list[str]:
+    return [m.text for m in messages]
+
+
+class TestSteerFromAnotherWriter:
+    """Steering accepted through another store object (what another process does) while a
+    turn runs is applied in that run, exactly once, even when this process has not seen it
+    yet: the driver skips inbox reads its store's hint says are empty, and the completion's
+    commit, conditioned on the inbox head, catches what the hint missed."""
+
+    @pytest.mark.parametrize("store_url", ["sqlite", "postgres"], indirect=True)
+    def test_steer_during_a_tool_call_is_applied_in_the_same_run(
+        self, make_runtime: MakeRuntime
+    ) -> None:
+        gate = Gate()
+
+        @nb.tool
+        def slow(topic: str) -> str:
+            """Research a topic slowly."""
+            gate.pass_sync()
+            return "notes"
+
+        model = nb.ScriptedModel([nb.ToolCall("slow", {"topic": "plans"}), "draft", "final"])
+        runtime = make_runtime(model, [slow])
+        runtime.store.poll_interval = 60.0  # the watcher does not poll again in this test
+        other = make_runtime(model, [slow], execute=False)
+        session = runtime.session("s1")
+        receipt = session.submit("research plans")
+        gate.wait_arrived()
+        steer = other.session("s1").steer("focus on price", task=receipt.turn_id)
+        gate.release()
+        outcome = receipt.wait(timeout=WAIT)
+        assert outcome.status == "completed"
+        applied = [i for e in events_of(session, "input/applied") for i in e.payload["input_ids"]]
+        assert applied.count(steer.input_id) == 1
+        # Seen at the step after the tool, or else when the completion's commit was refused
+        # for it: then one more step of the same run answers with it.
+        steered = [
+            i for i, request in enumerate(model.requests) if "focus on price" in texts(request)
+        ]
+        assert steered
+        assert steered[0] in (1, 2)
+        assert outcome.output == ("draft" if steered[0] == 1 else "final")
+        assert {e.run_id for e in events_of(session, "model/dispatch")} == {outcome.run_id}
+
+    @pytest.mark.parametrize("store_url", ["sqlite", "postgres"], indirect=True)
+    def test_steer_during_the_final_model_call_gets_one_more_step(
+        self, make_runtime: MakeRuntime
+    ) -> None:
+        gate = Gate()
+        model = nb.ScriptedModel(gated_script(["first answer", "revised answer"], {0: gate}))
+        runtime = make_runtime(model)
+        runtime.store.poll_interval = 60.0
+        other = make_runtime(model, execute=False)
+        session = runtime.session("s1")
+        receipt = session.submit("question")
+        gate.wait_arrived()
+        other.session("s1").steer("also mention the price")
+        gate.release()
+        outcome = receipt.wait(timeout=WAIT)
+        assert outcome.output == "revised answer"
+        assert model.calls == 2
+        assert "also mention the price" in [m.text for m in model.requests[1]]
+        assert {e.run_id for e in events_of(session, "model/dispatch")} == {outcome.run_id}
+
+
 class TestInject:
     def test_inject_while_idle_starts_nothing(self, make_runtime: MakeRuntime) -> None:
         """inject() only writes to the inbox: the execution log does not move."""
