@@ -128,13 +128,12 @@ class SessionDriver:
                 loop = asyncio.get_running_loop()
                 idle_since: float | None = None
                 while not self.stopping:
-                    await self._execute_all()
-                    self.wake.clear()
-                    if await self._has_work():
+                    if await self._execute_all():
                         idle_since = None
-                        continue
                     if self.stopping:
                         break
+                    if self.wake.is_set():
+                        continue  # kicked after the last look: look again
                     # Keep the lease a moment: back-to-back tasks then cost no lease commits.
                     # Wake-ups that bring no work (a worker's poll) do not extend the moment.
                     idle_since = loop.time() if idle_since is None else idle_since
@@ -283,23 +282,32 @@ class SessionDriver:
             with contextlib.suppress(StorageError):
                 await asyncio.to_thread(self.store.release_lease, lease)
 
-    async def _execute_all(self) -> None:
+    async def _execute_all(self) -> bool:
+        """Run commands until none is dispatchable: True if any ran (or a run was closed).
+
+        The wake flag is cleared before each look, so a kick it did not see stays set.
+        """
+        worked = False
         while not self.stopping:
+            self.wake.clear()
             await asyncio.to_thread(self._refresh)
             if self.state.active_run is not None:
                 # Every command ends the run it starts, so an open run here was left by a
                 # failure nobody could record: close it as a crash is closed, and go on.
                 await self.recipes.recover("an error left the run open", auto_resume=False)
+                worked = True
                 continue
             command = next_command(self.inbox, self.state)
             if command is None:
-                return
+                return worked
+            worked = True
             try:
                 await self._execute(command)
             except FATAL:
                 raise
             except Exception as exc:  # noqa: BLE001 - every failure ends its run, recorded
                 await self._fail(command, exc)
+        return worked
 
     async def _fail(self, command: Command, exc: Exception) -> None:
         """End what a failed command left open, with the reason committed.
