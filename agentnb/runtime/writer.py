@@ -139,7 +139,7 @@ class LogWriter:
                 self.on_commit(batch)
             except Exception:  # an observer's failure must not look like a failed commit
                 log.exception("session %s: a commit observer failed", self.key)
-        self.store.wake_waiters(self.key)
+        self.store.wake_waiters(self.key, inbox=False)
 
     def _check_room(self, limits: Limits, batch: Sequence[Event]) -> None:
         """``SessionFull`` if ``batch`` would pass the session's cap."""

@@ -606,6 +606,10 @@ def _guarded(method: _F) -> _F:
     return wrapper  # type: ignore[return-value]
 
 
+_Slot = tuple[SessionKey, bool]
+"""Whose waiters a commit wakes: (session, its inbox rather than its execution log)."""
+
+
 class SessionStore(ABC):
     """Durable storage for sessions: catalogue, execution log, inbox, leases, watermarks.
 
@@ -626,10 +630,11 @@ class SessionStore(ABC):
         """Waiters of no session in particular: woken by every commit."""
         self._waiting = 0
         self._generation = 0
-        self._key_conds: dict[SessionKey, threading.Condition] = {}
-        """Waiters of one session: woken by that session's commits (and by ``wake_waiters``)."""
-        self._key_waiting: dict[SessionKey, int] = {}
-        self._key_generations: dict[SessionKey, int] = {}
+        self._key_conds: dict[_Slot, threading.Condition] = {}
+        """Waiters of one log of one session: woken by that log's commits (and by
+        ``wake_waiters``)."""
+        self._key_waiting: dict[_Slot, int] = {}
+        self._key_generations: dict[_Slot, int] = {}
         self._closed = False
         self._ops = 0
         self._ops_done = threading.Condition()
@@ -870,7 +875,7 @@ class SessionStore(ABC):
             expected_inbox=expected_inbox,
         )
         if wake:
-            self._notify(key)
+            self._notify(key, inbox=False)
         return batch
 
     @_guarded
@@ -972,7 +977,7 @@ class SessionStore(ABC):
         )
         self._saw_inbox(key, record[0].seq)
         if record[1]:
-            self._notify(key)
+            self._notify(key)  # both logs' waiters: a record in the inbox can settle a turn
         return record
 
     @_guarded
@@ -1128,7 +1133,7 @@ class SessionStore(ABC):
         Returns the head. Whoever sets ``stop`` calls ``wake_waiters()`` to end the wait now.
         """
         key = _key(key)
-        return self._wait(lambda: self._head(key), after, timeout, stop, key=key)
+        return self._wait(lambda: self._head(key), after, timeout, stop, key=key, inbox=False)
 
     def wait_for_inbox(
         self,
@@ -1141,13 +1146,22 @@ class SessionStore(ABC):
         """Block until the inbox head passes ``after``, ``timeout`` elapses or ``stop`` is set."""
         key = _key(key)
         return self._wait(
-            lambda: self._saw_inbox(key, self._inbox_head(key)), after, timeout, stop, key=key
+            lambda: self._saw_inbox(key, self._inbox_head(key)),
+            after,
+            timeout,
+            stop,
+            key=key,
+            inbox=True,
         )
 
-    def wake_waiters(self, key: SessionKey | None = None) -> None:
+    def wake_waiters(self, key: SessionKey | None = None, *, inbox: bool | None = None) -> None:
         """Wake the waiters of ``key`` (and those of no session in particular); None wakes
-        every waiter of this store, so those whose ``stop`` is set return now."""
-        self._notify(None if key is None else _key(key))
+        every waiter of this store, so those whose ``stop`` is set return now.
+
+        ``inbox`` wakes only the waiters of that log of ``key`` (True: ``wait_for_inbox``,
+        False: ``wait_for_head``); None wakes both.
+        """
+        self._notify(None if key is None else _key(key), inbox=inbox)
 
     def close(self) -> None:
         """Release resources; committed data stays. Waiters wake up.
@@ -1184,14 +1198,17 @@ class SessionStore(ABC):
 
     # -- helpers for backends ----------------------------------------------------------------
 
-    def _notify(self, key: SessionKey | None = None) -> None:
-        """Wake the waiters of ``key`` (a commit of that session) and those of no session in
-        particular; None wakes every waiter (close, ``wake_waiters``, a remote commit).
+    def _notify(self, key: SessionKey | None = None, *, inbox: bool | None = None) -> None:
+        """Wake the waiters of ``key`` (a commit of that session: of its inbox when
+        ``inbox``, of its execution log when not, of either when None) and those of no
+        session in particular; no key wakes every waiter (close, ``wake_waiters``, a remote
+        commit nobody could place).
 
         Every commit calls this: the lock is skipped when nobody waits (a waiter counts
         itself before it reads, and the generations tell it a commit slipped in before it
-        slept). Waking only the session's waiters keeps a commit's cost flat however many
-        sessions run at once.
+        slept). Waking only the waiters of the log that moved keeps a commit's cost flat
+        however many sessions run at once, and a run's inbox watcher asleep through its own
+        run's commits.
         """
         if not self._waiting:
             return
@@ -1201,10 +1218,11 @@ class SessionStore(ABC):
                 for cond in self._key_conds.values():
                     cond.notify_all()
             else:
-                self._key_generations[key] = self._key_generations.get(key, 0) + 1
-                waiting = self._key_conds.get(key)
-                if waiting is not None:
-                    waiting.notify_all()
+                for slot in ((key, False), (key, True)) if inbox is None else ((key, inbox),):
+                    self._key_generations[slot] = self._key_generations.get(slot, 0) + 1
+                    waiting = self._key_conds.get(slot)
+                    if waiting is not None:
+                        waiting.notify_all()
             self._cond.notify_all()
 
     def _wait(
@@ -1215,31 +1233,34 @@ class SessionStore(ABC):
         stop: threading.Event | None = None,
         *,
         key: SessionKey | None = None,
+        inbox: bool = False,
     ) -> int:
         """Read until the value passes ``after``, sleeping between reads until a commit of
-        ``key`` (any commit, for None) or the poll interval for other processes' commits."""
+        ``key``'s inbox (``inbox``) or execution log (any commit, without a key) or the poll
+        interval for other processes' commits."""
+        slot = None if key is None else (key, inbox)
         with self._wake_lock:
             self._waiting += 1
             cond = self._cond
-            if key is not None:
-                self._key_waiting[key] = self._key_waiting.get(key, 0) + 1
-                cond = self._key_conds.setdefault(key, threading.Condition(self._wake_lock))
+            if slot is not None:
+                self._key_waiting[slot] = self._key_waiting.get(slot, 0) + 1
+                cond = self._key_conds.setdefault(slot, threading.Condition(self._wake_lock))
         try:
-            return self._wait_loop(read, after, timeout, stop, key, cond)
+            return self._wait_loop(read, after, timeout, stop, slot, cond)
         finally:
             with self._wake_lock:
                 self._waiting -= 1
-                if key is not None:
-                    left = self._key_waiting[key] - 1
+                if slot is not None:
+                    left = self._key_waiting[slot] - 1
                     if left:
-                        self._key_waiting[key] = left
-                    else:  # nobody waits for this session: forget it (keys come and go)
-                        del self._key_waiting[key]
-                        self._key_conds.pop(key, None)
-                        self._key_generations.pop(key, None)
+                        self._key_waiting[slot] = left
+                    else:  # nobody waits for this log: forget it (keys come and go)
+                        del self._key_waiting[slot]
+                        self._key_conds.pop(slot, None)
+                        self._key_generations.pop(slot, None)
 
-    def _generations(self, key: SessionKey | None) -> tuple[int, int]:
-        return self._generation, (0 if key is None else self._key_generations.get(key, 0))
+    def _generations(self, slot: _Slot | None) -> tuple[int, int]:
+        return self._generation, (0 if slot is None else self._key_generations.get(slot, 0))
 
     def _wait_loop(
         self,
@@ -1247,13 +1268,13 @@ class SessionStore(ABC):
         after: int,
         timeout: float | None,
         stop: threading.Event | None,
-        key: SessionKey | None,
+        slot: _Slot | None,
         cond: threading.Condition,
     ) -> int:
         deadline = None if timeout is None else time.monotonic() + timeout
         value = after
         while True:
-            generation = self._generations(key)
+            generation = self._generations(slot)
             try:
                 with self._operation():
                     value = read()
@@ -1272,7 +1293,7 @@ class SessionStore(ABC):
                 if (
                     not self._closed
                     and not (stop is not None and stop.is_set())
-                    and generation == self._generations(key)
+                    and generation == self._generations(slot)
                 ):
                     cond.wait(step)
             if self._closed:

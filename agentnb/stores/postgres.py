@@ -1344,16 +1344,25 @@ class PostgresStore(SessionStore):
             if heads.get(sid, 0) < seq:
                 heads[sid] = seq
 
-    def _on_notify(self, payload: str) -> None:
+    def _on_notify(self, payload: str) -> bool:
+        """Take one notification: record the head it tells, wake that log's waiters. False
+        when it names a session this object never resolved (a waiter of it may not have
+        either: the caller wakes everyone)."""
         kind, _, rest = payload.partition(":")
         sid_text, _, seq_text = rest.partition(":")
         try:
             sid, seq = int(sid_text), int(seq_text)
         except ValueError:
-            return  # not ours
+            return True  # not ours
         self._seen(self._heads if kind == "e" else self._inbox_heads, sid, seq)
+        key = self._keys.get(sid)
         if kind == "i":
-            self._wake_pending(self._keys.get(sid))
+            self._wake_pending(key)
+        if key is None:
+            return False
+        # An inbox record can settle a turn too, so it wakes both logs' waiters.
+        self._notify(key, inbox=False if kind == "e" else None)
+        return True
 
     def inbox_head_hint(self, key: SessionKey) -> int:
         """Also what notifications said of other writers' commands (see the base class)."""
@@ -1418,7 +1427,7 @@ class PostgresStore(SessionStore):
             sid, checked = self._ids[key], (resync, at)
             return value
 
-        return self._wait(read, after, timeout, stop)
+        return self._wait(read, after, timeout, stop, key=key, inbox=inbox)
 
     def _listening(self) -> bool:
         listener = self._listener
@@ -1605,8 +1614,8 @@ class _Listener(threading.Thread):
             return False
         woke = resynced
         for note in conn.notifies(timeout=0):
-            store._on_notify(note.payload)
-            woke = True
+            if not store._on_notify(note.payload):
+                woke = True  # for a session it does not know: wake everyone
         if resynced:
             store._resyncs += 1  # waiters read the database again: commits made while
             # nobody listened sent notifications nobody heard
