@@ -153,14 +153,24 @@ def _freeze(value: Any, path: _Path, depth: int, keep_models: bool) -> Any:
                         f"{_where(path)} has a non-string key {k!r}; JSON keys are strings"
                     )
                 k = str.__str__(k)  # noqa: PLW2901 - the key as a plain str
-            out[k if k.isascii() else clean_text(k)] = _freeze(
-                v, (path, "." + k), depth + 1, keep_models
-            )
+            value_kind = type(v)
+            if value_kind is str:  # plain values are taken here, not by a call each
+                v = v if v.isascii() else clean_text(v)  # noqa: PLW2901
+            elif value_kind not in _SCALARS:
+                v = _freeze(v, (path, "." + k), depth + 1, keep_models)  # noqa: PLW2901
+            out[k if k.isascii() else clean_text(k)] = v
         return FrozenDict(out)
     if kind is list or kind is tuple:
-        return tuple(
-            [_freeze(v, (path, f"[{i}]"), depth + 1, keep_models) for i, v in enumerate(value)]
-        )
+        items: list[Any] = []
+        for i, v in enumerate(value):
+            value_kind = type(v)
+            if value_kind is str:
+                items.append(v if v.isascii() else clean_text(v))
+            elif value_kind in _SCALARS:
+                items.append(v)
+            else:
+                items.append(_freeze(v, (path, f"[{i}]"), depth + 1, keep_models))
+        return tuple(items)
     if isinstance(value, str):
         return clean_text(str.__str__(value))
     if value is None or isinstance(value, bool):
@@ -183,6 +193,51 @@ def _freeze(value: Any, path: _Path, depth: int, keep_models: bool) -> Any:
         f"{_where(path)} holds a {type(value).__name__}, which is not JSON; "
         "convert it to str, number, bool, None, list or dict first"
     )
+
+
+def _freeze_dump(value: dict[str, Any], depth: int = 0) -> FrozenDict:
+    """``freeze_json`` of what a payload model dumped (``mode="json"``): only dicts with str
+    keys, lists, str, int, float, bool and None can be there, so only what a model does not
+    check is checked (text cleaned, floats finite, depth). Scalars are taken in the loop, not
+    by a call each: this runs for every event the runtime writes."""
+    if depth > _MAX_DEPTH:
+        raise InvalidInput(f"payload is nested deeper than {_MAX_DEPTH} levels")
+    out = {}
+    for k, v in value.items():
+        kind = type(v)
+        if kind is str:
+            out[k if k.isascii() else clean_text(k)] = v if v.isascii() else clean_text(v)
+            continue
+        if not k.isascii():
+            k = clean_text(k)  # noqa: PLW2901 - the key as it is stored
+        if kind is dict:
+            out[k] = _freeze_dump(v, depth + 1)
+        elif kind is list:
+            out[k] = _freeze_dump_list(v, depth + 1)
+        elif kind is float and not math.isfinite(v):
+            raise InvalidInput(f"payload.{k} is {v!r}; JSON has no NaN or infinity")
+        else:
+            out[k] = v
+    return FrozenDict(out)
+
+
+def _freeze_dump_list(value: list[Any], depth: int) -> tuple[Any, ...]:
+    if depth > _MAX_DEPTH:
+        raise InvalidInput(f"payload is nested deeper than {_MAX_DEPTH} levels")
+    out: list[Any] = []
+    for v in value:
+        kind = type(v)
+        if kind is str:
+            out.append(v if v.isascii() else clean_text(v))
+        elif kind is dict:
+            out.append(_freeze_dump(v, depth + 1))
+        elif kind is list:
+            out.append(_freeze_dump_list(v, depth + 1))
+        elif kind is float and not math.isfinite(v):
+            raise InvalidInput(f"payload holds {v!r}; JSON has no NaN or infinity")
+        else:
+            out.append(v)
+    return tuple(out)
 
 
 _ENCODER = json.JSONEncoder(
@@ -865,10 +920,18 @@ def _prepare_payload(type_: str, payload: Any, required: bool | None) -> tuple[A
             if not isinstance(frozen, Mapping):
                 raise InvalidInput(f"payload for {type_!r} must be a JSON object")
             try:
-                data = model.model_validate(frozen).model_dump(mode="json")
+                # What model_validate(...).model_dump(mode="json") does, without their
+                # Python wrappers (this runs for every event the runtime writes).
+                data = model.__pydantic_serializer__.to_python(
+                    model.__pydantic_validator__.validate_python(frozen), mode="json"
+                )
             except ValidationError as exc:
                 raise InvalidInput(f"invalid payload for {type_!r}: {exc}") from None
-        return freeze_json(data), type_ not in _OPTIONAL_BUILTINS if required is None else required
+        try:
+            frozen_data = _freeze_dump(data)
+        except InvalidInput:
+            frozen_data = freeze_json(data)  # the checking walk says where (and raises)
+        return frozen_data, type_ not in _OPTIONAL_BUILTINS if required is None else required
     if (
         not isinstance(type_, str)
         or not _APP_TYPE.match(type_)

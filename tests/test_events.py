@@ -17,7 +17,9 @@ from agentnb.events import (
     PAYLOADS,
     Event,
     FrozenDict,
+    Message,
     StepStart,
+    ToolCallData,
     _unregister_event_type,
     canonical_json,
     check_readable,
@@ -264,6 +266,32 @@ class TestFreezing:
         """Payloads JSON cannot carry exactly raise InvalidInput from Event.create."""
         with pytest.raises(InvalidInput):
             Event.create("acme/x", payload)
+
+    def test_messages_inside_a_builtin_payload_are_checked_once_dumped(self) -> None:
+        """A message model in a built-in payload is taken as a model and dumped once: its
+        text is cleaned, too deep tool arguments are refused naming where, and a float JSON
+        cannot carry is written as null (as the model's JSON dump writes it)."""
+        split = "\ud83d"  # half of a surrogate pair, as a split stream leaves it
+        message = Message(id="msg_1", role="assistant", text=f"a{split}b")
+        event = Event.create("message/assistant", {"message": message})
+        assert event.payload["message"]["text"] == "a\ufffdb"
+        assert isinstance(event.payload["message"], FrozenDict)
+
+        def assistant(arguments: dict[str, Any]) -> Message:
+            call = ToolCallData(call_id="call_1", name="look", arguments=arguments)
+            return Message(id="msg_2", role="assistant", tool_calls=(call,))
+
+        deep = r"tool_calls\[0\]\.arguments\.deep.* is nested deeper"
+        with pytest.raises(InvalidInput, match=deep):
+            Event.create("message/assistant", {"message": assistant({"deep": _nested(70)})})
+        for number in (math.nan, math.inf):
+            event = Event.create("message/assistant", {"message": assistant({"n": number})})
+            assert event.payload["message"]["tool_calls"][0]["arguments"] == {"n": None}
+        event = Event.create(
+            "message/assistant", {"message": assistant({"k": [f"v{split}", {"x": 1.5}]})}
+        )
+        (dumped,) = event.payload["message"]["tool_calls"]
+        assert dumped["arguments"] == {"k": ("v\ufffd", FrozenDict({"x": 1.5}))}
 
     def test_frozen_dict_hashes_and_pickles(self) -> None:
         """Frozen payloads hash by content and survive pickling still frozen."""

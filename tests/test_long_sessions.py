@@ -31,6 +31,7 @@ class CountingStore(nb.MemoryStore):
         self.calls: Counter[str] = Counter()
         self.by_thread: Counter[str] = Counter()
         self.inbox_reads_by_thread: Counter[str] = Counter()
+        self.empty_inbox_reads_by_thread: Counter[str] = Counter()
         self._count_lock = threading.Lock()
 
     def _took(self, name: str, rows: int = 0) -> None:
@@ -40,6 +41,7 @@ class CountingStore(nb.MemoryStore):
             thread = threading.current_thread().name.split("_")[0]
             if name == "inbox_read_after":
                 self.inbox_reads_by_thread[thread] += 1
+                self.empty_inbox_reads_by_thread[thread] += rows == 0
             else:  # execution-log events, by reading thread
                 self.by_thread[thread] += rows
 
@@ -49,6 +51,7 @@ class CountingStore(nb.MemoryStore):
             self.calls.clear()
             self.by_thread.clear()
             self.inbox_reads_by_thread.clear()
+            self.empty_inbox_reads_by_thread.clear()
 
     def read_raw(self, key: Any, after: int, limit: int) -> Any:
         rows = super().read_raw(key, after, limit)
@@ -215,10 +218,13 @@ class TestOneDurableStep:
             assert store.calls["append"] == 4
             # The driver never reads back what it wrote itself (it reads only the inbox).
             assert store.by_thread["agentnb"] == 0
-            # It reads the inbox twice: for the task, and for what comes next. At each step
-            # and before the completion it asks the store's hint instead (commands accepted
-            # in this process are in it; a watcher reads for other processes').
-            assert store.inbox_reads_by_thread["agentnb"] == 2, store.inbox_reads_by_thread
+            # It reads the inbox for the task, and after the turn for what comes next (that
+            # look of the warm-up may land after the reset: at most two find nothing). At
+            # each step and before the completion it asks the store's hint instead (commands
+            # accepted in this process are in it; a watcher reads for other processes').
+            reads, empty = store.inbox_reads_by_thread, store.empty_inbox_reads_by_thread
+            assert reads["agentnb"] - empty["agentnb"] == 1, (reads, empty)
+            assert empty["agentnb"] <= 2, (reads, empty)
             # The waiting caller folds what its runtime hands it; only a poll that lands
             # between a commit and its hand-over reads those events, each once at most.
             assert sum(store.by_thread.values()) <= written, (store.by_thread, written)
