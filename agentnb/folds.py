@@ -133,6 +133,11 @@ class Folds:
         self.state, self.inbox = state, inbox
         self._saved_seq, self._saved_inbox = state.seq, inbox.seq
 
+    @property
+    def loaded(self) -> bool:
+        """Whether the folds started (from a snapshot or the log's start) and are fed."""
+        return self._loaded
+
     def feed(self, events: Sequence[Event]) -> None:
         """Fold events this process just committed, so no reader reads them back.
 

@@ -16,6 +16,11 @@ seeds' bounds):
   start, resumes, answers, cancels, reconciles, compactions); one more ``submit`` (or ``send``
   that queues) raises ``QueueFull``. Answers, resumes and cancels are never refused by it:
   they are how a parked queue drains.
+
+  Both count what the submitting process knows: exact within one process, while a command
+  another process accepted a moment ago may not be counted yet (commands are accepted
+  unconditionally by the store), so processes submitting at the same time can pass a bound
+  by their number.
 - ``max_recovery_events`` (1,000,000) and ``max_recovery_bytes`` (128 MiB): what opening a
   session may replay (events after its newest usable snapshot, of both logs, and their payload
   bytes); past them ``RecoveryLimitExceeded``.

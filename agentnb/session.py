@@ -114,11 +114,17 @@ class SessionHost(Protocol):
     def check_open(self) -> None:
         """Raise ``StorageError`` if the host no longer accepts commands."""
 
-    def kick(self, key: SessionKey) -> None:
-        """Make sure accepted work of ``key`` gets dispatched (non-blocking)."""
+    def kick(self, key: SessionKey, accepted: Event | None = None) -> None:
+        """Make sure accepted work of ``key`` gets dispatched (non-blocking); ``accepted``
+        is the inbox record just accepted, handed over so that it need not be read back."""
 
     def executing(self, key: SessionKey) -> bool:
         """Whether this host executes ``key`` right now."""
+
+    def sole_writer(self, key: SessionKey) -> bool:
+        """Whether this host holds ``key``'s lease now: every commit of its execution log,
+        and every record that settles a turn, is then this host's own (and handed to the
+        session's fold by ``feed``)."""
 
     def failure(self, key: SessionKey) -> str | None:
         """Why the host gave ``key`` up after an error it could not record, if it did."""
@@ -183,6 +189,26 @@ class Session:
         with self._lock:
             self._take_fed()
             return self._folds.refresh()
+
+    def _catch_up(self) -> tuple[SessionState, InboxState]:
+        """``_refresh`` for a waiter, which reads the store only when it could hold more.
+
+        While this process holds the lease, what settles a turn is committed here and fed
+        to the fold; the store object's hints say whether anything else (a command of this
+        process not handed over yet) is ahead of the fold. A waiter wakes at every commit,
+        so this keeps its wake-ups off the database.
+        """
+        with self._lock:
+            self._take_fed()
+            folds, store = self._folds, self.runtime.store
+            if (
+                folds.loaded
+                and self.runtime.sole_writer(self.key)
+                and store.head_hint(self.key) <= folds.state.seq
+                and store.inbox_head_hint(self.key) <= folds.inbox.seq
+            ):
+                return folds.state, folds.inbox
+            return folds.refresh()
 
     def tasks(self, limit: int | None = None, before: str | None = None) -> list[Task]:
         """One task per turn, in submission order, with its status and runs.
@@ -360,14 +386,16 @@ class Session:
         data = {} if timeout is None else {"timeout": check_seconds(timeout, "timeout")}
         self.runtime.check_open()
         with self._lock:
-            state, inbox = self._refresh()
-            # A re-send under a key already accepted gets its receipt, full queue or not.
+            # The admission checks read what this process knows (see ``Limits``); a re-send
+            # under a key reads the inbox, so it finds its receipt, full queue or not.
+            state, inbox = self._catch_up() if key is None else self._refresh()
             if key is None or all(c.key != key for c in inbox.commands.values()):
                 self._admit(state, inbox, queued=True)
             event, _ = self.inbox.accept(
                 "submit", key=key, turn_id=new_id("turn"), input=text, data=data
             )
-        self.start()
+        self.runtime.check_open()
+        self.runtime.kick(self.key, event)
         return Receipt(
             event.payload["command_id"], event.payload["turn_id"], None, "queued", None, self
         )
@@ -837,7 +865,7 @@ class Session:
         # Whether anyone executes is read before and after the state: a run seen open with
         # nobody executing on both sides of the read was really cut off.
         before = self._executing()
-        state, inbox = self._refresh()
+        state, inbox = self._catch_up()
         executing = before or self._executing()
         if (
             state.retired_turns

@@ -111,6 +111,8 @@ class SessionDriver:
         self.stopping = False
         self.given_up: str | None = None
         """Why this driver stopped executing the session after a failure it could not record."""
+        self._handed: list[Event] = []
+        """Inbox records this process accepted and handed over (``hand_over``), not folded."""
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -169,6 +171,17 @@ class SessionDriver:
     @property
     def state(self) -> SessionState:
         return self.folds.state
+
+    @property
+    def holds_lease(self) -> bool:
+        """Whether this driver holds the session's lease (read from any thread)."""
+        task = self.task
+        return (
+            self.writer.lease is not None
+            and not self.stopping
+            and task is not None
+            and not task.done()
+        )
 
     @property
     def inbox(self) -> InboxState:
@@ -282,6 +295,37 @@ class SessionDriver:
             with contextlib.suppress(StorageError):
                 await asyncio.to_thread(self.store.release_lease, lease)
 
+    def hand_over(self, record: Event) -> None:
+        """On the loop: an inbox record this process just accepted, folded at the next look
+        instead of read back."""
+        self._handed.append(record)
+
+    def _fold_handed(self) -> bool:
+        """On the loop: fold the records handed over; True if the folds are then known to be
+        current without reading the store.
+
+        They are while this driver holds the lease (nobody else writes the execution log),
+        has nothing uncommitted, and the store object has seen no command they lack: a
+        command of another process not seen yet is taken at the look after this turn (and
+        the turn's first commit is conditioned on the inbox head, so a cancel of it is
+        not missed).
+        """
+        handed, self._handed = self._handed, []
+        if not handed or not self._inbox_lock.acquire(blocking=False):
+            return False  # nothing new from here, or a read is under way: read
+        try:
+            for record in handed:
+                if record.seq == self.inbox.seq + 1:
+                    self.inbox.apply(record)
+        finally:
+            self._inbox_lock.release()
+        return (
+            self.writer.lease is not None
+            and not self.writer.pending
+            and self.store.head_hint(self.key) <= self.state.seq
+            and self.store.inbox_head_hint(self.key) <= self.inbox.seq
+        )
+
     async def _execute_all(self) -> bool:
         """Run commands until none is dispatchable: True if any ran (or a run was closed).
 
@@ -290,7 +334,8 @@ class SessionDriver:
         worked = False
         while not self.stopping:
             self.wake.clear()
-            await asyncio.to_thread(self._refresh)
+            if not self._fold_handed():
+                await asyncio.to_thread(self._refresh)
             if self.state.active_run is not None:
                 # Every command ends the run it starts, so an open run here was left by a
                 # failure nobody could record: close it as a crash is closed, and go on.

@@ -693,21 +693,25 @@ class Runtime:
 
     # -- the loop ----------------------------------------------------------------------------
 
-    def kick(self, key: SessionKey) -> None:
+    def kick(self, key: SessionKey, accepted: Event | None = None) -> None:
         """Make sure a driver dispatches the session's accepted work (non-blocking).
 
-        Does nothing in a runtime made with ``execute=False``: workers execute.
+        ``accepted``: the inbox record just accepted here, handed to a running driver so it
+        need not read it back. Does nothing in a runtime made with ``execute=False``:
+        workers execute.
         """
         if self._closed or not self.execute:
             return
         driver = self._drivers.get(key)
         if driver is not None:
             driver.given_up = None  # asked to try again: waiters wait for the new attempt
-        self._loop.call_soon_threadsafe(self._ensure_driver, key)
+        self._loop.call_soon_threadsafe(self._ensure_driver, key, accepted)
 
-    def _ensure_driver(self, key: SessionKey) -> None:
+    def _ensure_driver(self, key: SessionKey, accepted: Event | None = None) -> None:
         driver = self._drivers.get(key)
         if driver is not None and driver.task is not None and not driver.task.done():
+            if accepted is not None:
+                driver.hand_over(accepted)
             driver.wake.set()
             return
         driver = SessionDriver(self, key)
@@ -981,6 +985,11 @@ class Runtime:
     def executing(self, key: SessionKey) -> bool:
         """Whether this runtime has a driver working on ``key`` now."""
         return self.active(key)
+
+    def sole_writer(self, key: SessionKey) -> bool:
+        """Whether this runtime's driver of ``key`` holds its lease now."""
+        driver = self._drivers.get(key)
+        return driver is not None and driver.holds_lease
 
     def active(self, key: SessionKey) -> bool:
         """Whether this runtime has a driver working on ``key`` now."""

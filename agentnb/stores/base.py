@@ -641,7 +641,9 @@ class SessionStore(ABC):
         self._inbox_seen: dict[SessionKey, int] = {}
         """The highest inbox seq of each session this object appended or read: a lower bound
         of the inbox head (``inbox_head_hint``)."""
-        self._inbox_seen_lock = threading.Lock()
+        self._heads_seen: dict[SessionKey, int] = {}
+        """The last seq each session's appends through this object committed (``head_hint``)."""
+        self._hints_lock = threading.Lock()
 
     # -- catalogue ---------------------------------------------------------------------------
 
@@ -777,6 +779,7 @@ class SessionStore(ABC):
                 raise InvalidInput(f"fence is a lease of session {fence.key}, not of {key}")
         tombstone = self._delete_session(key, by, reason, fence, self.clock.now())
         self._inbox_seen.pop(key, None)
+        self._heads_seen.pop(key, None)
         self._notify()
         return tombstone
 
@@ -874,6 +877,7 @@ class SessionStore(ABC):
             self.clock.now(),
             expected_inbox=expected_inbox,
         )
+        self._saw(self._heads_seen, key, batch[-1].seq)
         if wake:
             self._notify(key, inbox=False)
         return batch
@@ -1008,11 +1012,22 @@ class SessionStore(ABC):
         """
         return self._inbox_seen.get(key, 0)
 
+    def head_hint(self, key: SessionKey) -> int:
+        """The last execution-log seq of ``key`` this store object committed (0: none).
+
+        Never a database call; a lower bound of the head, exact while every append of the
+        session goes through this object (its lease holder's, say).
+        """
+        return self._heads_seen.get(key, 0)
+
     def _saw_inbox(self, key: SessionKey, seq: int) -> int:
-        if seq > self._inbox_seen.get(key, 0):
-            with self._inbox_seen_lock:  # never lowered by a slower thread's older read
-                if seq > self._inbox_seen.get(key, 0):
-                    self._inbox_seen[key] = seq
+        return self._saw(self._inbox_seen, key, seq)
+
+    def _saw(self, seen: dict[SessionKey, int], key: SessionKey, seq: int) -> int:
+        if seq > seen.get(key, 0):
+            with self._hints_lock:  # never lowered by a slower thread's older value
+                if seq > seen.get(key, 0):
+                    seen[key] = seq
         return seq
 
     # -- leases ------------------------------------------------------------------------------
@@ -1133,7 +1148,13 @@ class SessionStore(ABC):
         Returns the head. Whoever sets ``stop`` calls ``wake_waiters()`` to end the wait now.
         """
         key = _key(key)
-        return self._wait(lambda: self._head(key), after, timeout, stop, key=key, inbox=False)
+
+        def read() -> int:
+            # This object's own commits are known without asking the database.
+            committed = self._heads_seen.get(key, 0)
+            return committed if committed > after else self._head(key)
+
+        return self._wait(read, after, timeout, stop, key=key, inbox=False)
 
     def wait_for_inbox(
         self,

@@ -326,6 +326,32 @@ class TestSteerFromAnotherWriter:
         assert {e.run_id for e in events_of(session, "model/dispatch")} == {outcome.run_id}
 
 
+class TestHandOver:
+    """A task submitted here is handed to the running driver, not read back; tasks that
+    another process (another store object) queued meanwhile still run, in inbox order."""
+
+    @pytest.mark.parametrize("store_url", ["sqlite", "postgres"], indirect=True)
+    def test_tasks_of_another_writer_queued_around_ours_all_run_in_order(
+        self, make_runtime: MakeRuntime
+    ) -> None:
+        model = nb.ScriptedModel(lambda messages: f"re: {messages[-1].text}")
+        runtime = make_runtime(model)
+        other = make_runtime(model, execute=False)
+        here, there = runtime.session("s1"), other.session("s1")
+        assert here.run("warm up", timeout=WAIT).status == "completed"  # the driver lingers
+        before = there.submit("queued there first")  # accepted, not handed to our driver
+        ours = here.submit("submitted here")
+        after = there.submit("queued there after")
+        outcomes = [r.wait(timeout=WAIT) for r in (before, ours, after)]
+        assert [o.output for o in outcomes] == [
+            "re: queued there first",
+            "re: submitted here",
+            "re: queued there after",
+        ]
+        starts = [e.payload["command_id"] for e in events_of(here, "inbox/started")]
+        assert starts[-3:] == [before.command_id, ours.command_id, after.command_id]
+
+
 class TestInject:
     def test_inject_while_idle_starts_nothing(self, make_runtime: MakeRuntime) -> None:
         """inject() only writes to the inbox: the execution log does not move."""
