@@ -909,7 +909,10 @@ class Session:
             # Commits of this process wake it once they are handed to the fold (the writer
             # wakes the store's waiters after ``feed``): they are never read back.
             self.runtime.store.wait_for_head(
-                self.key, seq, 0.5 if remaining is None else min(0.5, remaining)
+                self.key,
+                seq,
+                0.5 if remaining is None else min(0.5, remaining),
+                local=self.runtime.sole_writer(self.key),
             )
 
     def events(self, maxsize: int = 1000) -> Subscription:

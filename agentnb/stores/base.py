@@ -96,6 +96,7 @@ import binascii
 import contextlib
 import functools
 import json
+import math
 import threading
 import time
 from abc import ABC, abstractmethod
@@ -1142,17 +1143,29 @@ class SessionStore(ABC):
         timeout: float | None,
         *,
         stop: threading.Event | None = None,
+        local: bool = False,
     ) -> int:
         """Block until the head passes ``after``, ``timeout`` elapses or ``stop`` is set.
 
-        Returns the head. Whoever sets ``stop`` calls ``wake_waiters()`` to end the wait now.
+        Returns the head (at least: this object's own commits are known without asking
+        the database). Whoever sets ``stop`` calls ``wake_waiters()`` to end the wait now.
+        ``local``: the caller knows that only this store object commits to the session now
+        (it holds the lease), so the database is read only every ``poll_interval``, as a
+        safety net, instead of at every wake-up.
         """
         key = _key(key)
+        checked = time.monotonic() if local else -math.inf
 
         def read() -> int:
-            # This object's own commits are known without asking the database.
+            nonlocal checked
             committed = self._heads_seen.get(key, 0)
-            return committed if committed > after else self._head(key)
+            if committed > after:
+                return committed
+            now = time.monotonic()
+            if now - checked < self.poll_interval:
+                return after
+            checked = now
+            return self._head(key)
 
         return self._wait(read, after, timeout, stop, key=key, inbox=False)
 

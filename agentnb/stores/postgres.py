@@ -1377,7 +1377,9 @@ class PostgresStore(SessionStore):
         timeout: float | None,
         *,
         stop: threading.Event | None = None,
+        local: bool = False,
     ) -> int:
+        # Notifications already spare the reads ``local`` would (see ``_wait_on``).
         return self._wait_on(key, after, timeout, stop, inbox=False)
 
     def wait_for_inbox(
