@@ -47,10 +47,12 @@ __all__ = [
     "ToolCallData",
     "canonical_json",
     "check_readable",
+    "check_writable",
     "event_digest",
     "freeze_json",
     "payload_model",
     "register_event_type",
+    "unregister_event_type",
 ]
 
 SCHEMA_VERSION = 1
@@ -855,7 +857,7 @@ def register_event_type(
         _app_types[name] = _AppType(name, check, required)
 
 
-def _unregister_event_type(name: str) -> None:
+def unregister_event_type(name: str) -> None:
     """Forget a registration (tests only)."""
     with _app_lock:
         _app_types.pop(name, None)
@@ -877,7 +879,7 @@ def check_readable(type_: str, required: bool, *, session: object, seq: int) -> 
     )
 
 
-def _check_writable(type_: object, required: bool) -> None:
+def check_writable(type_: object, required: bool) -> None:
     """Refuse (``InvalidInput``) a type a store must not commit: one no reader could read.
 
     ``Event.create`` already enforces this; stores call it too so an event built around it

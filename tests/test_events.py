@@ -20,12 +20,12 @@ from agentnb.events import (
     Message,
     StepStart,
     ToolCallData,
-    _unregister_event_type,
     canonical_json,
     check_readable,
     event_digest,
     freeze_json,
     register_event_type,
+    unregister_event_type,
 )
 from agentnb.ids import FakeClock, SequentialIds, SessionKey, UUID7Ids, check_id, new_id
 
@@ -36,7 +36,7 @@ def registered() -> Iterator[list[str]]:
     names: list[str] = []
     yield names
     for name in names:
-        _unregister_event_type(name)
+        unregister_event_type(name)
 
 
 def _nested(depth: int) -> Any:

@@ -120,7 +120,7 @@ from agentnb.events import (
     INBOX_TYPES,
     Event,
     FrozenDict,
-    _check_writable,
+    check_writable,
     event_digest,
     freeze_json,
 )
@@ -142,7 +142,9 @@ __all__ = [
     "WORK_KINDS",
     "CatalogueDelta",
     "Lease",
+    "LeaseRow",
     "RawEvent",
+    "SessionQuery",
     "SessionRecord",
     "SessionStore",
     "Tombstone",
@@ -150,6 +152,7 @@ __all__ = [
     "check_archived",
     "check_fence",
     "check_inbox",
+    "check_ttl",
     "decide_acquire",
     "decide_append",
     "decide_catalogue",
@@ -265,7 +268,7 @@ UNSET = Unset()
 
 
 @dataclass(frozen=True, slots=True)
-class _Query:
+class SessionQuery:
     """A checked ``find_sessions`` query (what a backend's ``_find_sessions`` gets)."""
 
     namespace: str | None
@@ -308,7 +311,9 @@ class _Query:
 
 
 @dataclass(frozen=True, slots=True)
-class _LeaseRow:
+class LeaseRow:
+    """A session's lease as a backend read it (what ``check_fence`` and friends decide on)."""
+
     owner: str | None
     epoch: int
     expires_at: float
@@ -318,9 +323,7 @@ class _LeaseRow:
 # Pure decisions shared by every backend (called inside the backend's transaction)
 
 
-def check_fence(
-    key: SessionKey, current: _LeaseRow | None, fence: Lease | None, now: float
-) -> None:
+def check_fence(key: SessionKey, current: LeaseRow | None, fence: Lease | None, now: float) -> None:
     """Raise unless a write with ``fence`` may commit given the ``current`` lease row."""
     if fence is None:
         if current is not None and current.owner is not None and current.expires_at > now:
@@ -340,7 +343,7 @@ def check_fence(
         )
 
 
-def decide_release(key: SessionKey, current: _LeaseRow | None, lease: Lease) -> bool:
+def decide_release(key: SessionKey, current: LeaseRow | None, lease: Lease) -> bool:
     """Whether releasing ``lease`` changes anything; ``Fenced`` if another epoch holds it.
 
     Releasing twice, or after the lease ran out while nobody took it, is harmless.
@@ -354,7 +357,7 @@ def decide_release(key: SessionKey, current: _LeaseRow | None, lease: Lease) -> 
 
 
 def decide_acquire(
-    key: SessionKey, current: _LeaseRow | None, owner: str, ttl: float, now: float
+    key: SessionKey, current: LeaseRow | None, owner: str, ttl: float, now: float
 ) -> Lease:
     """The lease ``owner`` gets, or ``LeaseHeld`` if another live holder has it."""
     if current is not None and current.owner is not None and current.expires_at > now:
@@ -728,7 +731,7 @@ class SessionStore(ABC):
             raise InvalidInput(f"archived must be True, False or None (both), got {archived!r}")
         after = None if before is None else decode_cursor(before)
         return self._find_sessions(
-            _Query(
+            SessionQuery(
                 namespace,
                 user_id,
                 agent_id,
@@ -1038,13 +1041,13 @@ class SessionStore(ABC):
         """Take (or extend, for the same owner) the execution lease; ``LeaseHeld`` if taken."""
         key = _key(key)
         check_id(owner, "owner")
-        return self._acquire_lease(key, owner, _check_ttl(ttl), self.clock.now())
+        return self._acquire_lease(key, owner, check_ttl(ttl), self.clock.now())
 
     @_guarded
     def renew_lease(self, lease: Lease, ttl: float = 10.0) -> Lease:
         """Extend a live lease; ``Fenced`` if it is stale or expired."""
         _check_lease(lease)
-        return self._renew_lease(lease, _check_ttl(ttl), self.clock.now())
+        return self._renew_lease(lease, check_ttl(ttl), self.clock.now())
 
     @_guarded
     def release_lease(self, lease: Lease) -> None:
@@ -1348,7 +1351,7 @@ class SessionStore(ABC):
     ) -> list[SessionRecord]: ...
 
     @abstractmethod
-    def _find_sessions(self, query: _Query) -> list[SessionRecord]:
+    def _find_sessions(self, query: SessionQuery) -> list[SessionRecord]:
         """Live records matching ``query``, newest (last_activity, row) first, each with its
         ``cursor``; an index range, never a scan of the logs."""
 
@@ -1425,7 +1428,7 @@ class SessionStore(ABC):
     def _inbox_read(self, key: SessionKey, after: int, through: int) -> list[Event]: ...
 
     @abstractmethod
-    def _lease_row(self, key: SessionKey) -> _LeaseRow | None: ...
+    def _lease_row(self, key: SessionKey) -> LeaseRow | None: ...
 
     @abstractmethod
     def _acquire_lease(self, key: SessionKey, owner: str, ttl: float, now: float) -> Lease: ...
@@ -1484,7 +1487,7 @@ def _check_limit(limit: object) -> int:
     return limit
 
 
-def _check_ttl(ttl: object) -> float:
+def check_ttl(ttl: object) -> float:
     if not isinstance(ttl, int | float) or isinstance(ttl, bool) or not 0 < ttl <= 86_400:
         raise InvalidInput(f"ttl must be seconds in (0, 86400], got {ttl!r}")
     return float(ttl)
@@ -1510,7 +1513,7 @@ def _stamp(events: Sequence[Event], expected_seq: int, *, execution: bool) -> li
         if (event.type in INBOX_TYPES) == execution:
             where = "the inbox" if execution else "the execution log"
             raise InvalidInput(f"{event.type!r} events belong in {where}")
-        _check_writable(event.type, event.required)
+        check_writable(event.type, event.required)
         if type(event.payload) is not FrozenDict:
             event = _frozen(event)  # noqa: PLW2901 - the frozen copy replaces it from here on
         if event.event_id in seen:

@@ -13,12 +13,12 @@ from agentnb.ids import Clock, SessionKey
 from agentnb.stores._rows import blob_digest, check_blob
 from agentnb.stores.base import (
     Lease,
+    LeaseRow,
+    SessionQuery,
     SessionRecord,
     SessionStore,
     Tombstone,
     Unset,
-    _LeaseRow,
-    _Query,
     check_archived,
     check_fence,
     check_inbox,
@@ -44,7 +44,7 @@ class _Session:
     batches: dict[str, tuple[str, int]] = field(default_factory=dict)
     inbox: list[Event] = field(default_factory=list)
     dedupe: dict[str, tuple[str, int]] = field(default_factory=dict)
-    lease: _LeaseRow | None = None
+    lease: LeaseRow | None = None
     watermarks: dict[str, int] = field(default_factory=dict)
     snapshots: dict[str, tuple[int, bytes]] = field(default_factory=dict)
     blobs: set[str] = field(default_factory=set)
@@ -85,7 +85,7 @@ class MemoryStore(SessionStore):
         record = dataclasses.replace(s.record, **changes)  # type: ignore[arg-type]
         s.record = dataclasses.replace(record, cursor=encode_cursor(record.last_activity, s.row))
 
-    def _find_sessions(self, query: _Query) -> list[SessionRecord]:
+    def _find_sessions(self, query: SessionQuery) -> list[SessionRecord]:
         # No index: memory stores are small (tests, throwaway sessions).
         with self._lock:
             records = [(self._live(s), s.row) for s in self._sessions.values()]
@@ -270,7 +270,7 @@ class MemoryStore(SessionStore):
         with self._lock:
             return self._get(key).inbox[after:through]
 
-    def _lease_row(self, key: SessionKey) -> _LeaseRow | None:
+    def _lease_row(self, key: SessionKey) -> LeaseRow | None:
         with self._lock:
             return self._get(key).lease
 
@@ -278,7 +278,7 @@ class MemoryStore(SessionStore):
         with self._lock:
             s = self._get(key)
             lease = decide_acquire(key, s.lease, owner, ttl, now)
-            s.lease = _LeaseRow(owner, lease.epoch, lease.expires_at)
+            s.lease = LeaseRow(owner, lease.epoch, lease.expires_at)
             return lease
 
     def _renew_lease(self, lease: Lease, ttl: float, now: float) -> Lease:
@@ -286,14 +286,14 @@ class MemoryStore(SessionStore):
             s = self._get(lease.key)
             check_fence(lease.key, s.lease, lease, now)
             renewed = Lease(lease.key, lease.owner, lease.epoch, now + ttl)
-            s.lease = _LeaseRow(lease.owner, lease.epoch, renewed.expires_at)
+            s.lease = LeaseRow(lease.owner, lease.epoch, renewed.expires_at)
             return renewed
 
     def _release_lease(self, lease: Lease, now: float) -> None:
         with self._lock:
             s = self._get(lease.key)
             if decide_release(lease.key, s.lease, lease):
-                s.lease = _LeaseRow(None, lease.epoch, 0.0)
+                s.lease = LeaseRow(None, lease.epoch, 0.0)
 
     def _watermark(self, key: SessionKey, sink: str) -> int:
         with self._lock:

@@ -62,18 +62,18 @@ from agentnb.ids import Clock, SessionKey, check_id, check_seconds
 from agentnb.stores import _rows
 from agentnb.stores.base import (
     Lease,
+    LeaseRow,
     RawEvent,
+    SessionQuery,
     SessionRecord,
     SessionStore,
     Tombstone,
     Unset,
-    _check_ttl,
-    _LeaseRow,
-    _Query,
     check_archived,
     check_fence,
     check_inbox,
     check_tombstone,
+    check_ttl,
     decide_acquire,
     decide_append,
     decide_catalogue,
@@ -791,7 +791,7 @@ class PostgresStore(SessionStore):
         )
         return [_record(r) for r in rows]
 
-    def _find_sessions(self, query: _Query) -> list[SessionRecord]:
+    def _find_sessions(self, query: SessionQuery) -> list[SessionRecord]:
         where = ["deleted_at IS NULL"]
         if query.archived is not None:
             where.append(f"archived_at IS {'NOT ' if query.archived else ''}NULL")
@@ -866,9 +866,7 @@ class PostgresStore(SessionStore):
                     return False
                 lease_owner, lease_epoch, expires, db_now, _ = row
                 at = now if self._db_clock is None else float(db_now)
-                check_fence(
-                    key, _LeaseRow(lease_owner, int(lease_epoch), float(expires)), fence, at
-                )
+                check_fence(key, LeaseRow(lease_owner, int(lease_epoch), float(expires)), fence, at)
                 c.execute(_DELETE_BLOBS, {"sid": sid})
                 for table in ("events", "inbox", "watermarks", "snapshots"):
                     c.execute(f"DELETE FROM agentnb.{table} WHERE session = %s", (sid,))
@@ -1047,7 +1045,7 @@ class PostgresStore(SessionStore):
                 self._ids.pop(key, None)
                 check_tombstone(key, self._tombstone(key))
             decided_now = now if self._db_clock is None else float(db_now)
-            check_fence(key, _LeaseRow(owner, int(epoch), float(expires)), fence, decided_now)
+            check_fence(key, LeaseRow(owner, int(epoch), float(expires)), fence, decided_now)
             old = None if old_digest is None else (str(old_digest), int(old_first))
             if not decide_append(key, int(head), expected_seq, old, digest):
                 return  # an acknowledged replay: the batch is committed
@@ -1183,7 +1181,7 @@ class PostgresStore(SessionStore):
 
     # -- leases ------------------------------------------------------------------------------
 
-    def _lease_row(self, key: SessionKey) -> _LeaseRow | None:
+    def _lease_row(self, key: SessionKey) -> LeaseRow | None:
         sid = self._sid(key)
         row = self._query(
             lambda c: c.execute(
@@ -1192,13 +1190,13 @@ class PostgresStore(SessionStore):
                 (sid,),
             ).fetchone()
         )
-        return _LeaseRow(row[0], int(row[1]), float(row[2])) if row else None
+        return LeaseRow(row[0], int(row[1]), float(row[2])) if row else None
 
     def _decide_lease(
         self,
         key: SessionKey,
         now: float,
-        decide: Callable[[_LeaseRow, float], tuple[_T, tuple[str | None, int, float] | None]],
+        decide: Callable[[LeaseRow, float], tuple[_T, tuple[str | None, int, float] | None]],
         doing: str,
     ) -> _T:
         """Lock the lease row, ``decide`` from it on the lease clock, write what it returns.
@@ -1218,7 +1216,7 @@ class PostgresStore(SessionStore):
                 if self._db_clock is not None:
                     self._db_clock.observe(float(server_now), sent, time.time())
                 at = now if self._db_clock is None else float(server_now)
-                result, write = decide(_LeaseRow(owner, int(epoch), float(expires)), at)
+                result, write = decide(LeaseRow(owner, int(epoch), float(expires)), at)
                 if write is not None:
                     c.execute(_SET_LEASE, (*write, sid))
                 return result
@@ -1226,14 +1224,14 @@ class PostgresStore(SessionStore):
         return self._write(run, f"{doing} of session {key}")
 
     def _acquire_lease(self, key: SessionKey, owner: str, ttl: float, now: float) -> Lease:
-        def decide(row: _LeaseRow, at: float) -> tuple[Lease, tuple[str, int, float]]:
+        def decide(row: LeaseRow, at: float) -> tuple[Lease, tuple[str, int, float]]:
             lease = decide_acquire(key, row, owner, ttl, at)
             return lease, (owner, lease.epoch, lease.expires_at)
 
         return self._decide_lease(key, now, decide, "acquiring the lease")
 
     def _renew_lease(self, lease: Lease, ttl: float, now: float) -> Lease:
-        def decide(row: _LeaseRow, at: float) -> tuple[Lease, tuple[str, int, float]]:
+        def decide(row: LeaseRow, at: float) -> tuple[Lease, tuple[str, int, float]]:
             check_fence(lease.key, row, lease, at)
             return Lease(lease.key, lease.owner, lease.epoch, at + ttl), (
                 lease.owner,
@@ -1244,7 +1242,7 @@ class PostgresStore(SessionStore):
         return self._decide_lease(lease.key, now, decide, "renewing the lease")
 
     def _release_lease(self, lease: Lease, now: float) -> None:
-        def decide(row: _LeaseRow, at: float) -> tuple[None, tuple[None, int, float] | None]:
+        def decide(row: LeaseRow, at: float) -> tuple[None, tuple[None, int, float] | None]:
             if decide_release(lease.key, row, lease):
                 return None, (None, lease.epoch, 0.0)
             return None, None
@@ -1462,7 +1460,7 @@ class PostgresStore(SessionStore):
         expires, with the next epoch, so a stale holder is fenced.
         """
         check_id(owner, "owner")
-        ttl = _check_ttl(ttl)
+        ttl = check_ttl(ttl)
         if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= 1000:
             raise InvalidInput(f"limit must be an int in 1..1000, got {limit!r}")
         for value, name in ((agent_id, "agent_id"), (namespace, "namespace")):

@@ -52,13 +52,13 @@ from agentnb.ids import Clock, SessionKey
 from agentnb.stores import _rows
 from agentnb.stores.base import (
     Lease,
+    LeaseRow,
     RawEvent,
+    SessionQuery,
     SessionRecord,
     SessionStore,
     Tombstone,
     Unset,
-    _LeaseRow,
-    _Query,
     check_archived,
     check_fence,
     check_inbox,
@@ -555,7 +555,7 @@ class SQLiteStore(SessionStore):
             None if archived is None else float(archived),
         )
 
-    def _find_sessions(self, query: _Query) -> list[SessionRecord]:
+    def _find_sessions(self, query: SessionQuery) -> list[SessionRecord]:
         where = ["deleted_at IS NULL"]
         if query.archived is not None:
             where.append(f"archived_at IS {'NOT ' if query.archived else ''}NULL")
@@ -817,14 +817,14 @@ class SQLiteStore(SessionStore):
             self._gone(conn, key)
         return int(head or 0)
 
-    def _lease_of(self, conn: sqlite3.Connection, sid: int, key: SessionKey) -> _LeaseRow:
+    def _lease_of(self, conn: sqlite3.Connection, sid: int, key: SessionKey) -> LeaseRow:
         owner, epoch, expires, deleted = conn.execute(
             "SELECT lease_owner, lease_epoch, lease_expires, deleted_at FROM sessions WHERE id=?",
             (sid,),
         ).fetchone()
         if deleted is not None:
             self._gone(conn, key)
-        return _LeaseRow(owner, int(epoch), float(expires))
+        return LeaseRow(owner, int(epoch), float(expires))
 
     def _append(
         self,
@@ -867,7 +867,7 @@ class SQLiteStore(SessionStore):
                 if deleted is not None:
                     self._ids.pop(key, None)
                     check_tombstone(key, self._tombstone_of(c, key))
-                check_fence(key, _LeaseRow(owner_, int(epoch_), float(expires)), fence, now)
+                check_fence(key, LeaseRow(owner_, int(epoch_), float(expires)), fence, now)
                 old = None if old_digest is None else (old_digest, int(old_first))
                 if not decide_append(key, int(head or 0), expected_seq, old, digest):
                     return
@@ -1017,7 +1017,7 @@ class SQLiteStore(SessionStore):
 
     # -- leases ------------------------------------------------------------------------------
 
-    def _lease_row(self, key: SessionKey) -> _LeaseRow | None:
+    def _lease_row(self, key: SessionKey) -> LeaseRow | None:
         conn = self._conn()
         return self._lease_of(conn, self._sid(key, conn), key)
 

@@ -45,9 +45,9 @@ from agentnb.events import (
     BLOB_THRESHOLD,
     Event,
     FrozenDict,
-    _unregister_event_type,
     canonical_json,
     register_event_type,
+    unregister_event_type,
 )
 from agentnb.ids import Clock, FakeClock, SessionKey
 from agentnb.log import Inbox, SessionLog
@@ -1531,7 +1531,7 @@ class StoreContract:
             store.append(key, [event], expected_seq=0, batch_id="b")
             assert store.read_after(key, 0, 1)[0].payload == {"text": "ok"}
         finally:
-            _unregister_event_type("acme/review_note")
+            unregister_event_type("acme/review_note")
 
     # -- waiting and following -------------------------------------------------------------------
 

@@ -9,7 +9,7 @@ from collections.abc import Callable
 import pytest
 
 import agentnb as nb
-from agentnb.events import _unregister_event_type, canonical_json
+from agentnb.events import canonical_json, unregister_event_type
 from tests.runtime.helpers import WAIT, Gate, events_of, gated_script
 
 MakeRuntime = Callable[..., nb.Runtime]
@@ -402,7 +402,7 @@ class TestApplicationEvents:
             first.session("s1").run("go", timeout=WAIT)
             first.close()
         finally:
-            _unregister_event_type("acme/audit")
+            unregister_event_type("acme/audit")
         session = make_runtime(nb.ScriptedModel([])).open("s1")
         with pytest.raises(nb.UnknownRequiredEvent, match="acme/audit") as info:
             session.transcript()
