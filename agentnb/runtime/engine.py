@@ -16,6 +16,10 @@ the parts that execute a run, each with one job:
 Commit rules (DESIGN §4): events are committed in one batch right before every side effect
 (``model/dispatch``, ``tool/dispatch``) and at the end of a run; everything between two side
 effects shares one commit.
+
+Why it is about 500 lines: the lease's life (take, renew, take over, release), the command
+loop with the fold it reads (and what it may skip reading), and the fault path that must
+commit every failure's reason belong to one object, the session's one executor.
 """
 
 from __future__ import annotations
