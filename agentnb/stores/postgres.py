@@ -499,6 +499,9 @@ class PostgresStore(SessionStore):
         self._secret_bytes: bytes | None = None
         self._heads: dict[int, int] = {}
         self._inbox_heads: dict[int, int] = {}
+        self._committing: dict[int, int] = {}
+        """The last seq of each session's append under way through this object: its
+        notification wakes nobody (the appender wakes the waiters once it handed over)."""
         self._seen_lock = threading.Lock()
         self._resyncs = 0
         self._listener: _Listener | None = None
@@ -1030,9 +1033,15 @@ class PostgresStore(SessionStore):
                 return False  # the batch id was used before: a replay, or a reuse
 
         for _ in range(3):
-            if self._write(commit, f"the commit of batch {batch_id} to session {key}"):
+            self._committing[sid] = batch[-1].seq
+            try:
+                committed = self._write(commit, f"the commit of batch {batch_id} to session {key}")
+            finally:
+                self._committing.pop(sid, None)
+            if committed:
                 self._seen(self._heads, sid, batch[-1].seq)
                 return
+            self._notify(key, inbox=False)  # a notification it held back was another's
             state = self._query(
                 lambda c: c.execute(
                     _APPEND_STATE, {"sid": sid, "batch_id": batch_id, **params}
@@ -1358,6 +1367,8 @@ class PostgresStore(SessionStore):
             self._wake_pending(key)
         if key is None:
             return False
+        if kind == "e" and seq <= max(self._committing.get(sid, 0), self.head_hint(key)):
+            return True  # this object's own commit: it wakes the waiters after hand-over
         # An inbox record can settle a turn too, so it wakes both logs' waiters.
         self._notify(key, inbox=False if kind == "e" else None)
         return True
@@ -1377,8 +1388,7 @@ class PostgresStore(SessionStore):
         stop: threading.Event | None = None,
         local: bool = False,
     ) -> int:
-        # Notifications already spare the reads ``local`` would (see ``_wait_on``).
-        return self._wait_on(key, after, timeout, stop, inbox=False)
+        return self._wait_on(key, after, timeout, stop, inbox=False, local=local)
 
     def wait_for_inbox(
         self,
@@ -1398,6 +1408,7 @@ class PostgresStore(SessionStore):
         stop: threading.Event | None,
         *,
         inbox: bool,
+        local: bool = False,
     ) -> int:
         if not isinstance(key, SessionKey):
             raise InvalidInput(f"expected a SessionKey, got {type(key).__name__}")
@@ -1406,6 +1417,10 @@ class PostgresStore(SessionStore):
         column = "inbox_head" if inbox else "head"
         sid = -1
         checked = (-1, 0.0)  # (listener connection, time) of the last database read
+        if local and key in self._ids:
+            # Only this object commits to the session now (the caller holds its lease), and
+            # it records each commit's head: no first read (the poll still comes).
+            sid, checked = self._ids[key], (self._resyncs, time.monotonic())
 
         def read() -> int:
             # The database is read first, after each (re)connect of the listener and every

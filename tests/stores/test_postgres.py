@@ -35,7 +35,7 @@ from agentnb.errors import (
     StorageError,
 )
 from agentnb.events import Event
-from agentnb.ids import Clock, FakeClock, SessionKey
+from agentnb.ids import Clock, FakeClock, SessionKey, new_id
 from agentnb.log import SessionLog
 from agentnb.stores import SessionStore, open_store
 from agentnb.stores.postgres import SCHEMA_VERSION, PostgresStore
@@ -417,6 +417,27 @@ class TestNotify:
         assert value == 1
         assert got == ({"seq": 1} if inbox else {"head": 1})
         assert woke - started < timeout / 2, "the waiter slept until its timeout"
+
+    def test_own_commits_wake_waiters_when_handed_over_not_when_notified(
+        self, store: PostgresStore, pg_url: str
+    ) -> None:
+        """An append made with wake=False (the runtime hands the events to its readers
+        first) is not announced to this object's waiters by its own NOTIFY; wake_waiters
+        wakes them. A local waiter returns the head it committed without reading it."""
+        key = child_key("s1")
+        store.create_session(key)
+        store.poll_interval = GUARD * 4
+        assert store.wait_for_head(key, 0, 0.01) == 0  # starts the listener
+        wait_until(lambda: listeners(pg_url) == 1, "the store listens")
+        thread, result = in_background(lambda: store.wait_for_head(key, 0, GUARD))
+        time.sleep(0.05)
+        store.append(key, [step(1)], expected_seq=0, batch_id=new_id("b"), wake=False)
+        time.sleep(0.3)  # its NOTIFY came back to this process meanwhile
+        assert thread.is_alive(), "the waiter woke before the events were handed over"
+        store.wake_waiters(key, inbox=False)
+        thread.join(GUARD)
+        assert result == [1]
+        assert store.wait_for_head(key, 0, GUARD, local=True) == 1
 
     def test_follow_sees_another_process_commit_everything_once(
         self, store: PostgresStore, pg_url: str
