@@ -94,10 +94,12 @@ def test_postgres_quick_run_prints_one_json_line_per_metric() -> None:
 
 
 def test_scale_quick_run_prints_one_json_line_per_metric() -> None:
-    """`bench_scale.py --quick` prints the windows' turns/s and the reopen ratio."""
+    """`bench_scale.py --quick` prints the windows' turns/s (by total and by median turn)
+    and the reopen ratio."""
     records = _records("bench_scale.py", "--quick", "--repeats", "1")
-    assert len(records) == 2
+    assert len(records) == 3
     assert all(r["bench"] == "scale" for r in records)
+    assert [r["target"] for r in records] == [">= 0.9", "informational", "<= 1.5"]
 
 
 def test_sessions_quick_run_prints_one_json_line_per_metric() -> None:
