@@ -220,11 +220,13 @@ class TestOneDurableStep:
             assert store.by_thread["agentnb"] == 0
             # The task is handed to the driver by the submit, not read back; the driver reads
             # the inbox only after a turn, for what comes next (that look of the warm-up may
-            # land after the reset: at most two such looks, each finding nothing). At each
-            # step and before the completion it asks the store's hint instead (commands
-            # accepted in this process are in it; a watcher reads for other processes').
+            # land after the reset, and even find the task: at most two looks, at most one
+            # finding it). At each step and before the completion it asks the store's hint
+            # instead (commands accepted in this process are in it; a watcher reads for
+            # other processes').
             reads, empty = store.inbox_reads_by_thread, store.empty_inbox_reads_by_thread
-            assert reads["agentnb"] == empty["agentnb"] <= 2, (reads, empty)
+            assert reads["agentnb"] <= 2, (reads, empty)
+            assert reads["agentnb"] - empty["agentnb"] <= 1, (reads, empty)
             # The waiting caller folds what its runtime hands it; only a poll that lands
             # between a commit and its hand-over reads those events, each once at most.
             assert sum(store.by_thread.values()) <= written, (store.by_thread, written)
