@@ -1036,10 +1036,12 @@ class PostgresStore(SessionStore):
             self._committing[sid] = batch[-1].seq
             try:
                 committed = self._write(commit, f"the commit of batch {batch_id} to session {key}")
+                if committed:  # recorded before the marker goes: its NOTIFY wakes nobody
+                    self._seen(self._heads, sid, batch[-1].seq)
+                    self._saw(self._heads_seen, key, batch[-1].seq)
             finally:
                 self._committing.pop(sid, None)
             if committed:
-                self._seen(self._heads, sid, batch[-1].seq)
                 return
             self._notify(key, inbox=False)  # a notification it held back was another's
             state = self._query(
