@@ -138,6 +138,12 @@ class Folds:
         """Whether the folds started (from a snapshot or the log's start) and are fed."""
         return self._loaded
 
+    def feed_inbox(self, record: Event) -> None:
+        """Fold an inbox record this process just accepted, when it follows the fold (else
+        the next refresh reads it)."""
+        if self._loaded and record.seq == self.inbox.seq + 1:
+            self.inbox.apply(record)
+
     def feed(self, events: Sequence[Event]) -> None:
         """Fold events this process just committed, so no reader reads them back.
 

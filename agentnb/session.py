@@ -394,8 +394,8 @@ class Session:
             event, _ = self.inbox.accept(
                 "submit", key=key, turn_id=new_id("turn"), input=text, data=data
             )
-        self.runtime.check_open()
-        self.runtime.kick(self.key, event)
+            self._folds.feed_inbox(event)  # this process's readers need not read it back
+        self._dispatch(event)
         return Receipt(
             event.payload["command_id"], event.payload["turn_id"], None, "queued", None, self
         )
@@ -811,8 +811,12 @@ class Session:
 
     def start(self) -> None:
         """Dispatch accepted queued work (needed after a restart; submit calls it)."""
+        self._dispatch()
+
+    def _dispatch(self, accepted: Event | None = None) -> None:
+        """``start``, handing the inbox record just ``accepted`` to the runtime's driver."""
         self.runtime.check_open()
-        self.runtime.kick(self.key)
+        self.runtime.kick(self.key, accepted)
 
     # -- waiting -----------------------------------------------------------------------------
 
