@@ -324,7 +324,7 @@ class SessionDriver:
         finally:
             self._inbox_lock.release()
         return (
-            self.writer.lease is not None
+            self.holds_lease
             and not self.writer.pending
             and self.store.head_hint(self.key) <= self.state.seq
             and self.store.inbox_head_hint(self.key) <= self.inbox.seq

@@ -902,10 +902,9 @@ class Runtime:
 
     def _wake_drivers(self, keys: set[SessionKey] | None = None) -> None:
         """Wake the live drivers of ``keys`` (None: every one) to look at their inboxes."""
-        for key, driver in list(self._drivers.items()):
-            if keys is not None and key not in keys:
-                continue
-            if driver.task is not None and not driver.task.done():
+        drivers = self._drivers
+        for driver in list(drivers.values()) if keys is None else map(drivers.get, keys):
+            if driver is not None and driver.task is not None and not driver.task.done():
                 driver.wake.set()
 
     def _let_go(self, futures: list[concurrent.futures.Future[None]]) -> None:

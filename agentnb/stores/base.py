@@ -1151,10 +1151,10 @@ class SessionStore(ABC):
         """Block until the head passes ``after``, ``timeout`` elapses or ``stop`` is set.
 
         Returns the head (at least: this object's own commits are known without asking
-        the database). Whoever sets ``stop`` calls ``wake_waiters()`` to end the wait now.
-        ``local``: the caller knows that only this store object commits to the session now
-        (it holds the lease), so the database is read only every ``poll_interval``, as a
-        safety net, instead of at every wake-up.
+        the database, which is read at most every ``poll_interval`` for other writers').
+        Whoever sets ``stop`` calls ``wake_waiters()`` to end the wait now. ``local``: the
+        caller knows that only this store object commits to the session now (it holds the
+        lease), so even the first read is left to the poll.
         """
         key = _key(key)
         checked = time.monotonic() if local else -math.inf
