@@ -168,11 +168,13 @@ class Folds:
         """Fold the inbox commands accepted since the last call."""
         if not self._loaded:
             self._load()
-        while batch := self.store.inbox_read_after(self.key, self.inbox.seq, 1000):
+        while batch := self.store.inbox_read_after(self.key, self.inbox.seq, _INBOX_PAGE):
             if self.limits is not None:
                 self._replay(len(batch), sum(len(canonical_json(e.payload)) for e in batch))
             for event in batch:
                 self.inbox.apply(event)
+            if len(batch) < _INBOX_PAGE:
+                break  # a short page is the end: no read that finds nothing
         return self.inbox
 
     def _replay(self, events: int, nbytes: int, *, ahead: int = 0) -> None:
@@ -269,6 +271,8 @@ class Folds:
         self.put_snapshots(self.due_snapshots(every))
 
 
+_INBOX_PAGE = 1000
+"""Inbox records read at most per read."""
 _CHAT = "chat-state"
 _ITEMS_WINDOW = 256
 """Events read per step when older chat items are read back from the log."""

@@ -7,6 +7,7 @@ Costs are counted (events read, store calls), never timed.
 from __future__ import annotations
 
 import threading
+import time
 from collections import Counter
 from collections.abc import Iterator
 from typing import Any
@@ -16,6 +17,7 @@ import pytest
 import agentnb as nb
 from agentnb.folds import SNAPSHOT_EVERY
 from agentnb.projections.state import KEEP_TURNS
+from agentnb.runtime.engine import LINGER
 from agentnb.widgets import SessionView
 
 WAIT = 30.0
@@ -230,6 +232,29 @@ class TestOneDurableStep:
             # The waiting caller folds what its runtime hands it; only a poll that lands
             # between a commit and its hand-over reads those events, each once at most.
             assert sum(store.by_thread.values()) <= written, (store.by_thread, written)
+        finally:
+            runtime.close()
+            store.close()
+
+
+    def test_a_new_driver_takes_over_the_folds_its_session_left(self) -> None:
+        """A task that comes after the driver let the session go (its linger passed) starts
+        a new driver; it starts from the folds the last one left, so it loads no snapshot
+        and reads back none of the log it already folded."""
+        store = CountingStore()
+        runtime = nb.Runtime(_agent(), store=store)
+        try:
+            session = runtime.session("s")
+            for i in range(3):
+                assert session.run(f"task {i}", timeout=WAIT).status == "completed"
+            deadline = time.monotonic() + 10 * LINGER
+            while runtime.active(session.key):  # the driver lingers, then lets go
+                assert time.monotonic() < deadline, "the idle driver never let go"
+                time.sleep(LINGER / 5)
+            store.reset()
+            assert session.run("after a pause", timeout=WAIT).status == "completed"
+            assert store.calls["get_snapshot"] == 0, store.calls
+            assert store.by_thread["agentnb"] == 0, store.by_thread
         finally:
             runtime.close()
             store.close()

@@ -93,7 +93,18 @@ class DriverHost(Protocol):
 class SessionDriver:
     """Executes one session's accepted commands while this process holds its lease."""
 
-    def __init__(self, runtime: DriverHost, key: SessionKey) -> None:
+    def __init__(
+        self,
+        runtime: DriverHost,
+        key: SessionKey,
+        *,
+        folds: Folds | None = None,
+        lease: Lease | None = None,
+    ) -> None:
+        """``folds``: the session's folds left by its last driver (or a worker's look), taken
+        over and brought up to date instead of loaded again. ``lease``: one the caller holds
+        (a worker's claim) and lends: the driver runs under it, keeps it only while it has
+        work (no lingering) and gives it back in ``lent_back`` instead of releasing it."""
         self.runtime = runtime
         self.key = key
         self.store = runtime.store
@@ -101,7 +112,11 @@ class SessionDriver:
         self.inbox_log = Inbox(self.store, key)
         self.wake = asyncio.Event()
         self.task: asyncio.Task[None] | None = None
-        self.folds = Folds(self.store, key, limits=runtime.limits)
+        self.folds = folds if folds is not None else Folds(self.store, key, limits=runtime.limits)
+        self._lent = lease
+        self.lent_back: Lease | None = None
+        """The lent lease, given back when the driver ended idle (None: it was lost, or
+        released)."""
         self.chat_folds = runtime.chat_folds(key)
         self.writer = LogWriter(self.store, key, self.state, runtime.limits)
         self.writer.on_commit = self._committed
@@ -124,12 +139,15 @@ class SessionDriver:
         """Take the lease, run every dispatchable command, release the lease when idle."""
         while not self.stopping:
             self.wake.clear()
-            if not await self._has_work():
-                if self.wake.is_set():
-                    continue  # work was accepted while this looked: look again
-                return
-            if await self._acquire() is None:
-                return
+            if self._lent is not None:
+                await self._adopt(self._lent)
+            else:
+                if not await self._has_work():
+                    if self.wake.is_set():
+                        continue  # work was accepted while this looked: look again
+                    return
+                if await self._acquire() is None:
+                    return
             try:
                 loop = asyncio.get_running_loop()
                 idle_since: float | None = None
@@ -140,6 +158,8 @@ class SessionDriver:
                         break
                     if self.wake.is_set():
                         continue  # kicked after the last look: look again
+                    if self._lent is not None:
+                        break  # the lender looks again and settles: its slot is not held
                     # Keep the lease a moment: back-to-back tasks then cost no lease commits.
                     # Wake-ups that bring no work (a worker's poll) do not extend the moment.
                     idle_since = loop.time() if idle_since is None else idle_since
@@ -152,6 +172,7 @@ class SessionDriver:
                         break
             except FATAL as exc:
                 log.warning("session %s: execution stopped: %s", self.key, exc)
+                self._lent = None  # the lease may be lost: released, not given back
                 self.writer.pending.clear()
                 with contextlib.suppress(Exception):
                     await asyncio.to_thread(self._reload)
@@ -159,13 +180,52 @@ class SessionDriver:
                 # Even the fault path could not commit (the store keeps failing). Give the
                 # session up; a later driver closes the open run as a crash would be.
                 log.error("session %s: execution given up: %s", self.key, exc)
+                self._lent = None
                 self.writer.pending.clear()
                 self.given_up = str(exc)
                 return
             finally:
                 await self._release()
-            if not self.wake.is_set():
+            if self.lent_back is not None or not self.wake.is_set():
                 return
+
+    async def _adopt(self, lease: Lease) -> None:
+        """Run under a lease the caller holds: the folds are brought up to date only if the
+        store object knows of a commit they lack (the caller looked under this lease)."""
+        self.writer.lease = lease
+        self._renewer = asyncio.create_task(self._renew(lease))
+        if not self._folds_current():
+            await asyncio.to_thread(self._refresh)
+        if self.state.active_run is not None:
+            await self.recipes.recover()
+
+    @property
+    def reusable_folds(self) -> Folds | None:
+        """The folds, when they hold exactly what was committed up to their seq (the next
+        driver of the session may take them over); None after a failure."""
+        if (
+            self.given_up is None
+            and not self.writer.pending
+            and self.state.seq == self.writer.head
+            and self.folds.loaded
+        ):
+            return self.folds
+        return None
+
+    def _folds_current(self) -> bool:
+        """Whether the folds hold every commit this store object knows of, and nobody else
+        writes the execution log (this driver holds the lease).
+
+        A command of another process not seen yet is taken at a later look; a turn's first
+        commit is conditioned on the inbox head, so a cancel of it is not missed.
+        """
+        return (
+            self.folds.loaded
+            and self.holds_lease
+            and not self.writer.pending
+            and self.store.head_hint(self.key) <= self.state.seq
+            and self.store.inbox_head_hint(self.key) <= self.inbox.seq
+        )
 
     async def _has_work(self) -> bool:
         await asyncio.to_thread(self._refresh)
@@ -295,7 +355,9 @@ class SessionDriver:
                 await self._renewer
             self._renewer = None
         lease, self.writer.lease = self.writer.lease, None
-        if lease is not None:
+        if lease is not None and self._lent is not None:
+            self._lent, self.lent_back = None, lease  # renewed meanwhile: the newest
+        elif lease is not None:
             with contextlib.suppress(StorageError):
                 await asyncio.to_thread(self.store.release_lease, lease)
 
@@ -315,20 +377,16 @@ class SessionDriver:
         not missed).
         """
         handed, self._handed = self._handed, []
-        if not handed or not self._inbox_lock.acquire(blocking=False):
-            return False  # nothing new from here, or a read is under way: read
-        try:
-            for record in handed:
-                if record.seq == self.inbox.seq + 1:
-                    self.inbox.apply(record)
-        finally:
-            self._inbox_lock.release()
-        return (
-            self.holds_lease
-            and not self.writer.pending
-            and self.store.head_hint(self.key) <= self.state.seq
-            and self.store.inbox_head_hint(self.key) <= self.inbox.seq
-        )
+        if handed:
+            if not self._inbox_lock.acquire(blocking=False):
+                return False  # a read is under way: read
+            try:
+                for record in handed:
+                    if record.seq == self.inbox.seq + 1:
+                        self.inbox.apply(record)
+            finally:
+                self._inbox_lock.release()
+        return self._folds_current()
 
     async def _execute_all(self) -> bool:
         """Run commands until none is dispatchable: True if any ran (or a run was closed).
@@ -338,7 +396,10 @@ class SessionDriver:
         worked = False
         while not self.stopping:
             self.wake.clear()
-            if not self._fold_handed():
+            if not self._fold_handed() or (
+                self.state.active_run is None and next_command(self.inbox, self.state) is None
+            ):
+                # Nothing to do by what is folded: the store decides (before going idle).
                 await asyncio.to_thread(self._refresh)
             if self.state.active_run is not None:
                 # Every command ends the run it starts, so an open run here was left by a

@@ -184,9 +184,11 @@ class RunLoop:
         """Notice interrupt commands for this run (from any process) while it runs."""
         pos = self.host.inbox.seq
         while True:
+            # ``local``: the fold holds what the store object knows; others' commands come
+            # by notification (PostgreSQL) or the store's poll, not a read per wake-up.
             head = await asyncio.to_thread(
                 functools.partial(
-                    self.host.store.wait_for_inbox, self.host.key, pos, 0.5, stop=stop
+                    self.host.store.wait_for_inbox, self.host.key, pos, 0.5, stop=stop, local=True
                 )
             )
             if head <= pos:

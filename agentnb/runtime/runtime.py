@@ -683,6 +683,7 @@ class Runtime:
             self._drivers.pop(key, None)
         with self._chat_lock:
             self._chat_folds.pop(key, None)
+        self._take_folds(key)
 
     def _session(self, key: SessionKey) -> Session:
         with self._lock:
@@ -707,26 +708,50 @@ class Runtime:
             driver.given_up = None  # asked to try again: waiters wait for the new attempt
         self._loop.call_soon_threadsafe(self._ensure_driver, key, accepted)
 
-    def _ensure_driver(self, key: SessionKey, accepted: Event | None = None) -> None:
+    def _ensure_driver(
+        self, key: SessionKey, accepted: Event | None = None, *, lease: Lease | None = None
+    ) -> SessionDriver:
+        """The session's running driver, woken (handed ``accepted``), or a new one: lent
+        ``lease`` (a worker's claim) and given the folds the last one left."""
         driver = self._drivers.get(key)
         if driver is not None and driver.task is not None and not driver.task.done():
             if accepted is not None:
                 driver.hand_over(accepted)
             driver.wake.set()
-            return
-        driver = SessionDriver(self, key)
+            return driver
+        driver = SessionDriver(self, key, folds=self._take_folds(key), lease=lease)
         self._drivers[key] = driver
         driver.task = self._loop.create_task(driver.run(), name=f"agentnb-session-{key}")
         driver.task.add_done_callback(functools.partial(self._driver_done, driver))
+        return driver
 
     def _driver_done(self, driver: SessionDriver, task: asyncio.Task[None]) -> None:
-        """A driver ended: an error that escaped it is logged and kept for waiters."""
+        """A driver ended: an error that escaped it is logged and kept for waiters; folds
+        it left clean are kept for the session's next driver."""
         if task.cancelled():
             return
         exc = task.exception()
         if exc is not None:
             log.error("session %s: execution stopped by an error", driver.key, exc_info=exc)
             driver.given_up = describe(exc)
+            return
+        folds = driver.reusable_folds
+        if folds is not None:
+            self._keep_folds(driver.key, folds)
+
+    def _take_folds(self, key: SessionKey) -> Folds | None:
+        """The session's kept folds, now the caller's alone (None: none kept)."""
+        with self._work_folds_lock:
+            return self._work_folds.pop(key, None)
+
+    def _keep_folds(self, key: SessionKey, folds: Folds) -> None:
+        """Keep folds nobody uses now for the session's next driver or worker look (the
+        newest ``_WORK_FOLDS`` sessions')."""
+        with self._work_folds_lock:
+            self._work_folds[key] = folds
+            self._work_folds.move_to_end(key)
+            while len(self._work_folds) > _WORK_FOLDS:
+                self._work_folds.popitem(last=False)
 
     def failure(self, key: SessionKey) -> str | None:
         """Why this runtime stopped executing ``key`` after an error, while nothing runs it.
@@ -932,17 +957,21 @@ class Runtime:
         """Execute one session's work: under ``lease`` when claimed (its driver adopts it:
         same owner), else under the lease its driver takes. Claimed, it is let go only when
         its mark is settled, so work accepted meanwhile is never left unclaimed."""
+        fresh = False
         try:
             while not halt.is_set() and not self._closed:
-                work, lease = await asyncio.to_thread(self._look, key, lease, claims)
+                work, lease = await asyncio.to_thread(self._look, key, lease, claims, fresh)
                 if not work:
                     return
-                self._ensure_driver(key)
-                driver = self._drivers[key]
+                driver = self._ensure_driver(key, lease=lease)
                 if driver.task is not None:
                     await asyncio.wait({driver.task})
                 if driver.given_up is not None or lease is None:
                     return  # a broken store: the next pass (or claim) tries again
+                if driver.lent_back is not None:
+                    lease = driver.lent_back  # idle: settle or go on under it
+                    fresh = not driver.stopping and driver.reusable_folds is not None
+                    continue
                 try:  # the driver released it; take it back to settle or go on
                     lease = await asyncio.to_thread(
                         self.store.acquire_lease, key, self.owner, self.lease_ttl
@@ -958,17 +987,39 @@ class Runtime:
                     await asyncio.to_thread(self.store.release_lease, lease)
 
     def _look(
-        self, key: SessionKey, lease: Lease | None, claims: PendingWork | None
+        self,
+        key: SessionKey,
+        lease: Lease | None,
+        claims: PendingWork | None,
+        fresh: bool = False,
     ) -> tuple[bool, Lease | None]:
         """In a worker thread: (whether ``key`` has work, the lease still held). Without work
-        a claimed session's mark is settled and its lease released."""
-        with self._work_folds_lock:
-            folds = self._work_folds.pop(key, None) or Folds(self.store, key, limits=self.limits)
-            self._work_folds[key] = folds
-            while len(self._work_folds) > _WORK_FOLDS:
-                self._work_folds.popitem(last=False)
+        a claimed session's mark is settled and its lease released. ``fresh``: the session's
+        driver just read both logs under ``lease`` and found nothing to do."""
+        folds = self._take_folds(key) or Folds(self.store, key, limits=self.limits)
+        try:
+            return self._look_at(key, folds, lease, claims, fresh)
+        finally:
+            self._keep_folds(key, folds)  # a failed refresh leaves a consistent prefix
+
+    def _look_at(
+        self,
+        key: SessionKey,
+        folds: Folds,
+        lease: Lease | None,
+        claims: PendingWork | None,
+        fresh: bool,
+    ) -> tuple[bool, Lease | None]:
+        store = self.store
         while True:
-            folds.refresh()
+            if not (
+                fresh
+                and folds.loaded
+                and store.head_hint(key) <= folds.state.seq
+                and store.inbox_head_hint(key) <= folds.inbox.seq
+            ):
+                folds.refresh()
+            fresh = False  # settling is conditioned on the inbox head the look decided on
             # An open run nobody executes was cut off by a crash: its driver recovers it.
             work = next_command(folds.inbox, folds.state) is not None
             if work or folds.state.active_run is not None:

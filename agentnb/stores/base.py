@@ -1179,17 +1179,30 @@ class SessionStore(ABC):
         timeout: float | None,
         *,
         stop: threading.Event | None = None,
+        local: bool = False,
     ) -> int:
-        """Block until the inbox head passes ``after``, ``timeout`` elapses or ``stop`` is set."""
+        """Block until the inbox head passes ``after``, ``timeout`` elapses or ``stop`` is set.
+
+        ``local``: the caller's fold already holds every command this object knows of up to
+        ``after`` (a run's watcher), so the database is read only every ``poll_interval``
+        (for other writers' commands, where no notification brings them sooner); commands
+        accepted through this object wake it at once, without a read.
+        """
         key = _key(key)
-        return self._wait(
-            lambda: self._saw_inbox(key, self._inbox_head(key)),
-            after,
-            timeout,
-            stop,
-            key=key,
-            inbox=True,
-        )
+        checked = time.monotonic() if local else -math.inf
+
+        def read() -> int:
+            nonlocal checked
+            known = self._inbox_seen.get(key, 0)
+            if known > after or not local:
+                return known if known > after else self._saw_inbox(key, self._inbox_head(key))
+            now = time.monotonic()
+            if now - checked < self.poll_interval:
+                return after
+            checked = now
+            return self._saw_inbox(key, self._inbox_head(key))
+
+        return self._wait(read, after, timeout, stop, key=key, inbox=True)
 
     def wake_waiters(self, key: SessionKey | None = None, *, inbox: bool | None = None) -> None:
         """Wake the waiters of ``key`` (and those of no session in particular); None wakes

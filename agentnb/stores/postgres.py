@@ -1399,8 +1399,9 @@ class PostgresStore(SessionStore):
         timeout: float | None,
         *,
         stop: threading.Event | None = None,
+        local: bool = False,
     ) -> int:
-        return self._wait_on(key, after, timeout, stop, inbox=True)
+        return self._wait_on(key, after, timeout, stop, inbox=True, local=local)
 
     def _wait_on(
         self,
@@ -1420,9 +1421,12 @@ class PostgresStore(SessionStore):
         sid = -1
         checked = (-1, 0.0)  # (listener connection, time) of the last database read
         if local and key in self._ids:
-            # Only this object commits to the session now (the caller holds its lease), and
-            # it records each commit's head: no first read (the poll still comes).
+            # The caller knows what this object knows: its own commits (of a session whose
+            # lease it holds) and what notifications told. No first read; the poll comes.
             sid, checked = self._ids[key], (self._resyncs, time.monotonic())
+
+        def known() -> int:
+            return max(after, self.inbox_head_hint(key) if inbox else heads.get(sid, 0))
 
         def read() -> int:
             # The database is read first, after each (re)connect of the listener and every
@@ -1433,14 +1437,14 @@ class PostgresStore(SessionStore):
                 at - checked[1] < self.poll_interval
                 and (checked[0] == resync or not self._listening())
             ):
-                return max(after, heads.get(sid, 0))
+                return known()
             try:
                 value = self._column(key, column, timeout=1.0)
             except StorageError:
                 if sid < 0:
                     raise
                 checked = (checked[0], at)  # the server is away: the listener's reconnect
-                return max(after, heads.get(sid, 0))  # wakes this waiter to read again
+                return known()  # wakes this waiter to read again
             sid, checked = self._ids[key], (resync, at)
             return value
 

@@ -9,6 +9,7 @@ judged against its timeout, never against a fixed time.
 
 from __future__ import annotations
 
+import functools
 import gc
 import json
 import os
@@ -396,17 +397,24 @@ class TestUrls:
 
 
 class TestNotify:
-    @pytest.mark.parametrize("inbox", [False, True], ids=["head", "inbox"])
+    @pytest.mark.parametrize(
+        ("inbox", "local"),
+        [(False, False), (True, False), (True, True)],
+        ids=["head", "inbox", "inbox-local"],
+    )
     def test_commit_in_another_process_wakes_a_waiter(
-        self, store: PostgresStore, pg_url: str, inbox: bool
+        self, store: PostgresStore, pg_url: str, inbox: bool, local: bool
     ) -> None:
         """A commit by another process wakes wait_for_head / wait_for_inbox through NOTIFY:
-        with polling pushed past the timeout, the waiter still returns well before it."""
+        with polling pushed past the timeout, the waiter still returns well before it. A
+        ``local`` inbox waiter (a run's watcher, which reads nothing on entry) too."""
         key = child_key("s1")
         store.create_session(key)
         timeout = GUARD
         store.poll_interval = timeout * 4  # only a notification can wake the waiter in time
-        wait = store.wait_for_inbox if inbox else store.wait_for_head
+        wait = store.wait_for_head
+        if inbox:
+            wait = functools.partial(store.wait_for_inbox, local=local)
         assert wait(key, 0, 0.01) == 0  # starts the listener
         wait_until(lambda: listeners(pg_url) == 1, "the store listens")
         started = time.monotonic()

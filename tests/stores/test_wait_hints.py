@@ -135,3 +135,37 @@ def test_a_local_waiter_still_sees_another_writer_within_a_poll(
     thread.join(5)
     assert out == [1]
     assert time.monotonic() - started < 2.0
+
+
+def test_a_local_inbox_waiter_wakes_at_this_objects_commands_without_a_read(
+    stores: tuple[CountingStore, CountingStore],
+) -> None:
+    """A run's watcher (``local``): its fold holds what this object knows, so a command
+    accepted here wakes it from the hint; the database is left to the poll."""
+    one, _ = stores
+    one.poll_interval = 60.0  # the safety-net read does not come during the test
+    key = session_key()
+    one.create_session(key)
+    one.inbox_append(key, command("a"))
+    one.inbox_head_reads = 0
+    thread, out = _in_thread(lambda: one.wait_for_inbox(key, 1, 5, local=True))
+    time.sleep(0.02)
+    one.inbox_append(key, command("b"))
+    thread.join(5)
+    assert out == [2]
+    assert one.inbox_head_reads == 0
+
+
+def test_a_local_inbox_waiter_sees_another_objects_command_within_a_poll(
+    stores: tuple[CountingStore, CountingStore],
+) -> None:
+    one, two = stores
+    key = session_key()
+    one.create_session(key)
+    thread, out = _in_thread(lambda: one.wait_for_inbox(key, 0, 10, local=True))
+    time.sleep(0.02)
+    started = time.monotonic()
+    two.inbox_append(key, command("from elsewhere"))
+    thread.join(5)
+    assert out == [1]
+    assert time.monotonic() - started < 2.0
