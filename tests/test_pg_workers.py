@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ import pytest
 
 import agentnb as nb
 from agentnb.errors import NotRunning
+from agentnb.stores.postgres import PostgresStore
 from tests._pg_worker_agent import agent
 
 REPO = Path(__file__).resolve().parents[1]
@@ -307,3 +309,68 @@ class TestDatabaseRestart:
         assert sessions[-1].wait(receipts[-1][-1], timeout=WAIT).status == "completed"
         for proc in procs:
             workers.stop(proc)
+
+
+class CountingPostgresStore(PostgresStore):
+    """Counts the lease calls a worker makes and the log events it reads back."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(url)
+        self.calls: Counter[str] = Counter()
+
+    def acquire_lease(self, *args: Any, **kwargs: Any) -> Any:
+        self.calls["acquire_lease"] += 1
+        return super().acquire_lease(*args, **kwargs)
+
+    def release_lease(self, *args: Any, **kwargs: Any) -> Any:
+        self.calls["release_lease"] += 1
+        return super().release_lease(*args, **kwargs)
+
+    def claim_pending(self, *args: Any, **kwargs: Any) -> Any:
+        leases = super().claim_pending(*args, **kwargs)
+        self.calls["claimed"] += len(leases)
+        return leases
+
+    def read_raw(self, key: Any, after: int, limit: int) -> Any:
+        rows = super().read_raw(key, after, limit)
+        self.calls["events_read"] += len(rows)
+        return rows
+
+    def get_snapshot(self, key: Any, name: str) -> Any:
+        self.calls["get_snapshot"] += 1
+        return super().get_snapshot(key, name)
+
+
+class TestClaimedSessionCost:
+    def test_a_claimed_session_runs_under_its_claim_and_folds_once(
+        self, client: nb.Runtime, pg_url: str
+    ) -> None:
+        """A worker runs a claimed session's queued tasks under the claim's lease: its
+        driver takes no lease of its own and releases none; the claim is released once,
+        when nothing is left. The session is folded once: the driver takes over the folds
+        the worker looked with, and the look after it reads none of what the driver
+        wrote."""
+        session = client.session("counted")
+        receipts = [session.submit(f"task {i}") for i in range(3)]
+        store = CountingPostgresStore(pg_url)
+        worker = nb.Runtime(agent, store=store)
+        stop = threading.Event()
+        serving = threading.Thread(target=worker.serve, kwargs={"poll": 0.2, "stop": stop})
+        serving.start()
+        try:
+            for receipt in receipts:
+                assert session.wait(receipt, timeout=WAIT).status == "completed"
+            deadline = time.monotonic() + WAIT
+            while store.calls["release_lease"] == 0:  # settled and let go once idle
+                assert time.monotonic() < deadline, f"the claim was never released: {store.calls}"
+                time.sleep(0.02)
+        finally:
+            stop.set()
+            serving.join(WAIT)
+            worker.close()
+        assert outputs(log_of(client.store, session.key)) == [f"done: task {i}" for i in range(3)]
+        assert store.calls["claimed"] == 1, store.calls
+        assert store.calls["acquire_lease"] == 0, store.calls
+        assert store.calls["release_lease"] == 1, store.calls
+        assert store.calls["get_snapshot"] == 1, store.calls
+        assert store.calls["events_read"] == 0, store.calls
