@@ -634,6 +634,8 @@ class SessionStore(ABC):
         """Waiters of no session in particular: woken by every commit."""
         self._waiting = 0
         self._generation = 0
+        self._unkeyed = 0
+        """Wake-ups of the waiters of no session in particular (every commit is one)."""
         self._key_conds: dict[_Slot, threading.Condition] = {}
         """Waiters of one log of one session: woken by that log's commits (and by
         ``wake_waiters``)."""
@@ -1273,6 +1275,17 @@ class SessionStore(ABC):
                     waiting = self._key_conds.get(slot)
                     if waiting is not None:
                         waiting.notify_all()
+            self._unkeyed += 1
+            self._cond.notify_all()
+
+    def _notify_unkeyed(self) -> None:
+        """Wake only the waiters of no session in particular: for a commit of a session
+        this object never resolved (a waiter's first read resolves its session, so such a
+        session has no waiter of its own)."""
+        if not self._waiting:
+            return
+        with self._wake_lock:
+            self._unkeyed += 1
             self._cond.notify_all()
 
     def _wait(
@@ -1310,7 +1323,9 @@ class SessionStore(ABC):
                         self._key_generations.pop(slot, None)
 
     def _generations(self, slot: _Slot | None) -> tuple[int, int]:
-        return self._generation, (0 if slot is None else self._key_generations.get(slot, 0))
+        return self._generation, (
+            self._unkeyed if slot is None else self._key_generations.get(slot, 0)
+        )
 
     def _wait_loop(
         self,

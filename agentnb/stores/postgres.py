@@ -1355,8 +1355,8 @@ class PostgresStore(SessionStore):
 
     def _on_notify(self, payload: str) -> bool:
         """Take one notification: record the head it tells, wake that log's waiters. False
-        when it names a session this object never resolved (a waiter of it may not have
-        either: the caller wakes everyone)."""
+        when it names a session this object never resolved (the caller wakes the waiters
+        of no session in particular)."""
         kind, _, rest = payload.partition(":")
         sid_text, _, seq_text = rest.partition(":")
         try:
@@ -1633,16 +1633,17 @@ class _Listener(threading.Thread):
         store = self._store()
         if store is None:
             return False
-        woke = resynced
+        unknown = False
         for note in conn.notifies(timeout=0):
             if not store._on_notify(note.payload):
-                woke = True  # for a session it does not know: wake everyone
+                unknown = True  # a session it never resolved: no waiter of it sleeps
         if resynced:
             store._resyncs += 1  # waiters read the database again: commits made while
             # nobody listened sent notifications nobody heard
             store._wake_pending(None)
-        if woke:
             store._notify()
+        elif unknown:  # another worker's session, say: only waiters of every session care
+            store._notify_unkeyed()
         return True
 
 
