@@ -84,6 +84,8 @@ if TYPE_CHECKING:
 __all__ = ["Session"]
 
 _MISSING: Any = object()
+_HOLDER_RECHECK = 0.5
+"""Seconds a waiter trusts a live holder's lease it read, before reading it again."""
 
 
 def _answers_key(checked: Mapping[str, Any]) -> str:
@@ -164,6 +166,8 @@ class Session:
         """Commits of this process not folded yet (a reader held the session)."""
         self._folds = Folds(runtime.store, key, limits=runtime.limits)
         self._chat = runtime.chat_folds(key)
+        self._holder_until = 0.0
+        """Until when (monotonic) a waiter may take the holder it last read as executing."""
 
     # -- reading -----------------------------------------------------------------------------
 
@@ -551,15 +555,24 @@ class Session:
         """Whether some runtime (here or elsewhere) holds the lease and executes now."""
         return self._executing()
 
-    def _executing(self) -> bool:
+    def _executing(self, *, recent: bool = False) -> bool:
         """Whether some runtime (here or elsewhere) holds the lease and executes now.
 
         A lease whose holder is known to be dead (same host, process gone) does not count.
+        ``recent``: a live holder read less than ``_HOLDER_RECHECK`` seconds ago counts
+        without a read (a waiter woken at each of a worker's commits). Only a yes is
+        reused: a stale one makes a waiter wait a moment longer for a holder that died,
+        never report a running turn as cut off.
         """
         if self.runtime.executing(self.key):
             return True
+        now = time.monotonic()
+        if recent and now < self._holder_until:
+            return True
         lease = self.runtime.store.current_lease(self.key)
-        return lease is not None and holder_alive(lease.owner) is not False
+        alive = lease is not None and holder_alive(lease.owner) is not False
+        self._holder_until = now + _HOLDER_RECHECK if alive else 0.0
+        return alive
 
     def _tool(self, name: str) -> Any:
         return self.runtime.agent.tool_named(name)
@@ -868,7 +881,7 @@ class Session:
         """(outcome or None, the seq it was decided at); ``Parked`` if it cannot move."""
         # Whether anyone executes is read before and after the state: a run seen open with
         # nobody executing on both sides of the read was really cut off.
-        before = self._executing()
+        before = self._executing(recent=True)
         state, inbox = self._catch_up()
         executing = before or self._executing()
         if (

@@ -264,6 +264,54 @@ def texts(messages: Any) -> list[str]:
     return [m.text for m in messages]
 
 
+class TestObserverOfAnotherProcess:
+    @pytest.mark.parametrize("store_url", ["sqlite"], indirect=True)
+    def test_a_waiter_rereads_a_live_holders_lease_only_now_and_then(
+        self, make_runtime: MakeRuntime, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A runtime that only observes (another process executes) wakes at each of the
+        turn's commits; the holder it found alive is trusted for a moment instead of being
+        read at every wake-up. The turn still settles as it ran."""
+
+        @nb.tool
+        def pause(seconds: float) -> str:
+            """Wait a moment."""
+            time.sleep(seconds)
+            return "ok"
+
+        steps = 5
+        model = nb.ScriptedModel([nb.ToolCall("pause", {"seconds": 0.05})] * steps + ["done"])
+        executor = make_runtime(model, [pause])
+        executor.session("s1")
+        observer = make_runtime(model, [pause], execute=False)
+        reads = []
+        current_lease = observer.store.current_lease
+
+        def counted(key: nb.SessionKey) -> Any:
+            reads.append(time.monotonic())
+            return current_lease(key)
+
+        monkeypatch.setattr(observer.store, "current_lease", counted)
+        commits = []
+        append = executor.store.append
+
+        def committed(*args: Any, **kwargs: Any) -> Any:
+            commits.append(1)
+            return append(*args, **kwargs)
+
+        monkeypatch.setattr(executor.store, "append", committed)
+        session = observer.session("s1")
+        started = time.monotonic()
+        receipt = session.submit("pause a few times")
+        executor.kick(session.key)
+        outcome = receipt.wait(timeout=WAIT)
+        elapsed = time.monotonic() - started
+        assert outcome.status == "completed"
+        assert len(commits) > steps
+        # one read per recheck window, plus the reads around the turn's start and end
+        assert len(reads) <= elapsed / 0.5 + 3, (len(reads), elapsed)
+
+
 class TestSteerFromAnotherWriter:
     """Steering accepted through another store object (what another process does) while a
     turn runs is applied in that run, exactly once, even when this process has not seen it
