@@ -119,7 +119,10 @@ class Folds:
         make a retired command look unhandled)."""
         self._loaded = True
         found = self.store.get_snapshot(self.key, _FOLDS)
-        if found is None or found[0] > self.store.head(self.key):
+        if found is None:
+            return
+        head, inbox_head = self.store.heads(self.key)
+        if found[0] > head:
             return
         try:
             data = _decode(found[1])
@@ -128,7 +131,7 @@ class Folds:
         except (ValueError, KeyError, TypeError, zlib.error) as exc:
             log.info("session %s: ignoring snapshot %s (%s)", self.key, _FOLDS, exc)
             return
-        if inbox.seq > self.store.inbox_head(self.key):
+        if inbox.seq > inbox_head:
             return  # an inbox that lost commands it had: fold both logs from the start
         self.state, self.inbox = state, inbox
         self._saved_seq, self._saved_inbox = state.seq, inbox.seq
@@ -209,20 +212,24 @@ class Folds:
 
     def _refresh(self) -> tuple[SessionState, InboxState]:
         self._replayed = [0, 0]
-        # Inbox first: a command seen there may have started by the time the log is read,
-        # never the other way round.
-        self.refresh_inbox()
+        if not self._loaded:
+            self._load()
+        # Both heads at one moment, then each log up to at least its head: a command seen
+        # started in the log is in the inbox read (it was accepted before it started).
+        head, inbox_head = self.store.heads(self.key)
+        if inbox_head > self.inbox.seq:
+            self.refresh_inbox()
         before = self.state.seq
-        self._fold_log()
+        self._fold_log(head)
         if not self.whole and len(self.state.turns) > 2 * KEEP_TURNS:
             retire_turns(self.state, self.inbox)
         if self.state.seq - before >= SNAPSHOT_EVERY and not self.whole:
             self.save_if_due()
         return self.state, self.inbox
 
-    def _fold_log(self) -> None:
-        """Fold the execution log's new events, decoding only the types the fold reads."""
-        head = self.store.head(self.key)
+    def _fold_log(self, head: int) -> None:
+        """Fold the execution log's new events up to ``head``, decoding only the types the
+        fold reads."""
         pos = self.state.seq
         if self.limits is not None and head > pos:
             self._replay(0, 0, ahead=head - pos)

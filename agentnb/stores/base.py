@@ -843,6 +843,15 @@ class SessionStore(ABC):
         return self._head(_key(key))
 
     @_guarded
+    def heads(self, key: SessionKey) -> tuple[int, int]:
+        """(``head``, ``inbox_head``) read together, in one read where the backend can: a
+        reader that folds both logs reads a log only when its head moved."""
+        key = _key(key)
+        head, inbox_head = self._read_heads(key)
+        self._saw_inbox(key, inbox_head)
+        return head, inbox_head
+
+    @_guarded
     def append(
         self,
         key: SessionKey,
@@ -1422,6 +1431,10 @@ class SessionStore(ABC):
 
     @abstractmethod
     def _head(self, key: SessionKey) -> int: ...
+
+    def _read_heads(self, key: SessionKey) -> tuple[int, int]:
+        """Both heads; a backend overrides it to read them in one statement."""
+        return self._head(key), self._inbox_head(key)
 
     @abstractmethod
     def _append(

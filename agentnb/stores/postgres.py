@@ -961,6 +961,17 @@ class PostgresStore(SessionStore):
     def _head(self, key: SessionKey) -> int:
         return self._column(key, "head")
 
+    def _read_heads(self, key: SessionKey) -> tuple[int, int]:
+        sid = self._sid(key)
+        row = self._query(
+            lambda c: c.execute(
+                "SELECT head, inbox_head, deleted_at FROM agentnb.sessions WHERE id = %s", (sid,)
+            ).fetchone()
+        )
+        if row is None or row[2] is not None:
+            self._gone(key)
+        return int(row[0]), int(row[1])
+
     def _column(self, key: SessionKey, column: str, *, timeout: float | None = None) -> int:
         sid = self._sid(key)
         row = self._query(

@@ -803,6 +803,18 @@ class SQLiteStore(SessionStore):
     def _head(self, key: SessionKey) -> int:
         return self._live_head(key, "events")
 
+    def _read_heads(self, key: SessionKey) -> tuple[int, int]:
+        conn = self._conn()
+        sid = self._sid(key, conn)
+        head, inbox_head, deleted = conn.execute(
+            "SELECT (SELECT max(seq) FROM events WHERE session=?1), "
+            "(SELECT max(seq) FROM inbox WHERE session=?1), deleted_at FROM sessions WHERE id=?1",
+            (sid,),
+        ).fetchone()
+        if deleted is not None:
+            self._gone(conn, key)
+        return int(head or 0), int(inbox_head or 0)
+
     def _live_head(self, key: SessionKey, table: str) -> int:
         """The last seq of ``table``; ``SessionDeleted`` once another process deleted the
         session this one knows by its cached row id."""

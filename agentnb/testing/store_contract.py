@@ -232,6 +232,7 @@ class StoreContract:
             lambda: list(store.scan(key)),
             lambda: store.inbox_append(key, command()),
             lambda: store.inbox_head(key),
+            lambda: store.heads(key),
             lambda: store.inbox_read_after(key, 0, 10),
             lambda: store.acquire_lease(key, "owner"),
             lambda: store.current_lease(key),
@@ -264,6 +265,14 @@ class StoreContract:
         assert [e.seq for e in more] == [4, 5]
         assert store.head(key) == 5
         assert store.read_after(key, 0, 100) == committed + more
+
+    def test_heads_are_both_logs_heads(self, store: SessionStore, key: SessionKey) -> None:
+        """``heads`` is (``head``, ``inbox_head``), each log's own."""
+        assert store.heads(key) == (0, 0)
+        store.append(key, [step(1), step(2)], expected_seq=0, batch_id="b1")
+        assert store.heads(key) == (2, 0)
+        store.inbox_append(key, command("a"))
+        assert store.heads(key) == (2, 1) == (store.head(key), store.inbox_head(key))
 
     def test_empty_session_head_is_zero(self, store: SessionStore, key: SessionKey) -> None:
         """A new session has head 0 and reads return nothing."""
