@@ -17,9 +17,10 @@ Commit rules (DESIGN §4): events are committed in one batch right before every 
 (``model/dispatch``, ``tool/dispatch``) and at the end of a run; everything between two side
 effects shares one commit.
 
-Why it is about 500 lines: the lease's life (take, renew, take over, release), the command
-loop with the fold it reads (and what it may skip reading), and the fault path that must
-commit every failure's reason belong to one object, the session's one executor.
+Why it is over 500 lines: the lease's life (take, renew, take over, release, or run under a
+worker's claim and give it back), the command loop with the fold it reads (and what it may
+skip reading), and the fault path that must commit every failure's reason belong to one
+object, the session's one executor.
 """
 
 from __future__ import annotations
