@@ -236,7 +236,6 @@ class TestOneDurableStep:
             runtime.close()
             store.close()
 
-
     def test_a_new_driver_takes_over_the_folds_its_session_left(self) -> None:
         """A task that comes after the driver let the session go (its linger passed) starts
         a new driver; it starts from the folds the last one left, so it loads no snapshot

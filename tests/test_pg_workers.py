@@ -326,6 +326,11 @@ class CountingPostgresStore(PostgresStore):
         self.calls["release_lease"] += 1
         return super().release_lease(*args, **kwargs)
 
+    def settle_pending(self, *args: Any, **kwargs: Any) -> bool:
+        settled = super().settle_pending(*args, **kwargs)
+        self.calls["let_go"] += settled and kwargs.get("release", False)
+        return settled
+
     def claim_pending(self, *args: Any, **kwargs: Any) -> Any:
         leases = super().claim_pending(*args, **kwargs)
         self.calls["claimed"] += len(leases)
@@ -346,10 +351,10 @@ class TestClaimedSessionCost:
         self, client: nb.Runtime, pg_url: str
     ) -> None:
         """A worker runs a claimed session's queued tasks under the claim's lease: its
-        driver takes no lease of its own and releases none; the claim is released once,
-        when nothing is left. The session is folded once: the driver takes over the folds
-        the worker looked with, and the look after it reads none of what the driver
-        wrote."""
+        driver takes no lease of its own and releases none; the claim is released with the
+        session's mark, once nothing is left. The session is folded once: the driver takes
+        over the folds the worker looked with, and the look after it reads none of what the
+        driver wrote."""
         session = client.session("counted")
         receipts = [session.submit(f"task {i}") for i in range(3)]
         store = CountingPostgresStore(pg_url)
@@ -361,7 +366,7 @@ class TestClaimedSessionCost:
             for receipt in receipts:
                 assert session.wait(receipt, timeout=WAIT).status == "completed"
             deadline = time.monotonic() + WAIT
-            while store.calls["release_lease"] == 0:  # settled and let go once idle
+            while store.calls["let_go"] == 0:  # settled and let go once idle
                 assert time.monotonic() < deadline, f"the claim was never released: {store.calls}"
                 time.sleep(0.02)
         finally:
@@ -371,6 +376,7 @@ class TestClaimedSessionCost:
         assert outputs(log_of(client.store, session.key)) == [f"done: task {i}" for i in range(3)]
         assert store.calls["claimed"] == 1, store.calls
         assert store.calls["acquire_lease"] == 0, store.calls
-        assert store.calls["release_lease"] == 1, store.calls
+        assert store.calls["release_lease"] == 0, store.calls  # released with its mark
+        assert store.calls["let_go"] == 1, store.calls
         assert store.calls["get_snapshot"] == 1, store.calls
         assert store.calls["events_read"] == 0, store.calls

@@ -91,8 +91,9 @@ class PendingWork(Protocol):
     ) -> list[Lease]:
         """Lease up to ``limit`` sessions with accepted commands and no live lease."""
 
-    def settle_pending(self, lease: Lease, inbox_seen: int) -> bool:
-        """Clear the leased session's mark if its inbox is still at ``inbox_seen``."""
+    def settle_pending(self, lease: Lease, inbox_seen: int, *, release: bool = ...) -> bool:
+        """Clear the leased session's mark if its inbox is still at ``inbox_seen`` (and
+        with ``release``, release the lease at once)."""
 
     def watch_pending(self, callback: Callable[[SessionKey | None], None]) -> Callable[[], None]:
         """Call ``callback`` when work may have been accepted (with the session's key when
@@ -1026,8 +1027,7 @@ class Runtime:
                 return True, lease
             if lease is None or claims is None:
                 return False, lease
-            if claims.settle_pending(lease, folds.inbox.seq):
-                self.store.release_lease(lease)
+            if claims.settle_pending(lease, folds.inbox.seq, release=True):
                 return False, None
             # A command came after the fold, or the lease ran out: look again, under it.
             lease = self.store.acquire_lease(key, self.owner, self.lease_ttl)

@@ -343,10 +343,15 @@ _CLAIM = (
     "s.lease_expires"
 )
 _SETTLE = (
-    "UPDATE agentnb.sessions SET pending_since = NULL WHERE id = %(sid)s "
+    "UPDATE agentnb.sessions SET pending_since = NULL{release} WHERE id = %(sid)s "
     "AND inbox_head = %(seen)s AND lease_owner = %(owner)s AND lease_epoch = %(epoch)s "
     "AND lease_expires > " + _NOW
 )
+_SETTLES = {
+    False: _SETTLE.format(release=""),
+    True: _SETTLE.format(release=", lease_owner = NULL, lease_expires = 0"),
+}
+"""Clear the mark; and release the lease too (the row ``release_lease`` writes)."""
 
 _RECORD_COLUMNS = (
     "id, namespace, user_id, agent_id, session_id, created_at, updated_at, last_activity, "
@@ -1548,9 +1553,11 @@ class PostgresStore(SessionStore):
             except Exception:  # a watcher's bug must not deafen the listener
                 log.exception("pending-work watcher failed")
 
-    def settle_pending(self, lease: Lease, inbox_seen: int) -> bool:
+    def settle_pending(self, lease: Lease, inbox_seen: int, *, release: bool = False) -> bool:
         """Clear the pending-work mark of the leased session if the holder has seen its inbox
-        through ``inbox_seen`` and nothing arrived since; True if cleared.
+        through ``inbox_seen`` and nothing arrived since; True if cleared. ``release``: the
+        lease is released in the same statement when the mark is cleared (and kept when it
+        is not, so the holder can look again under it).
 
         A command accepted later marks the session again, so no work is left unclaimed.
         """
@@ -1560,7 +1567,7 @@ class PostgresStore(SessionStore):
             sid = self._sid(lease.key)
             cur = self._write(
                 lambda c: c.execute(
-                    _SETTLE,
+                    _SETTLES[bool(release)],
                     {
                         "sid": sid,
                         "seen": inbox_seen,

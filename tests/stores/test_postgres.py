@@ -763,6 +763,24 @@ class TestPendingWork:
         with pytest.raises(Fenced):
             store.append(key, [step()], expected_seq=0, batch_id="b", fence=lease)
 
+    def test_settle_can_release_the_lease_in_the_same_statement(self, store: PostgresStore) -> None:
+        """With ``release``, a settled session's lease is released with its mark; a session
+        that got a command meanwhile keeps both, so its holder looks again under it."""
+        key = child_key("s1")
+        store.create_session(key)
+        store.inbox_append(key, command("a"))
+        (lease,) = store.claim_pending("w1")
+        store.inbox_append(key, command("b"))
+        assert store.settle_pending(lease, inbox_seen=1, release=True) is False
+        assert store.current_lease(key) == lease
+        assert store.claim_pending("w2") == []
+        assert store.settle_pending(lease, inbox_seen=2, release=True) is True
+        assert store.current_lease(key) is None
+        store.release_lease(lease)  # releasing again is harmless
+        store.inbox_append(key, command("c"))
+        (again,) = store.claim_pending("w2")
+        assert again.epoch == lease.epoch + 1
+
     def test_watchers_hear_which_known_session_got_a_command(
         self, store: PostgresStore, pg_url: str
     ) -> None:
