@@ -340,7 +340,7 @@ _CLAIM = (
     "UPDATE agentnb.sessions AS s SET lease_owner = %(owner)s, lease_epoch = s.lease_epoch + 1,"
     " lease_expires = " + _NOW + " + %(ttl)s FROM c WHERE s.id = c.id "
     "RETURNING s.namespace, s.user_id, s.agent_id, s.session_id, s.lease_epoch, "
-    "s.lease_expires"
+    "s.lease_expires, s.id, s.deleted_at"
 )
 _SETTLE = (
     "UPDATE agentnb.sessions SET pending_since = NULL{release} WHERE id = %(sid)s "
@@ -1519,8 +1519,10 @@ class PostgresStore(SessionStore):
                 "claiming sessions with pending work",
             )
         leases = []
-        for ns, user, agent, session, epoch, expires in rows:
+        for ns, user, agent, session, epoch, expires, sid, deleted in rows:
             key = SessionKey(ns, user, agent, session)
+            if deleted is None:  # resolved here: the claimer's first look needs no lookup
+                self._ids[key], self._keys[sid] = sid, key
             leases.append(Lease(key, owner, int(epoch), float(expires)))
         return leases
 
