@@ -230,6 +230,36 @@ class TestEveryCommitFails:
         finally:
             runtime.close()
 
+    def test_a_recovery_that_cannot_commit_lets_the_lease_go(
+        self, faulty: Callable[[], _Faults]
+    ) -> None:
+        """A driver that takes the lease to close a cut-off run, and cannot commit even that,
+        stops with the reason and releases the lease (nothing keeps renewing it), so a later
+        start, once the store heals, recovers the run at once."""
+        store = faulty()
+        broken = {"on": True}
+        store.fail = lambda i: RuntimeError("disk on fire") if broken["on"] and i >= 2 else None
+        runtime, session = make_session(store)
+        try:
+            receipt = session.submit("how much?")
+            with pytest.raises(nb.StorageError, match="disk on fire"):
+                receipt.wait(timeout=WAIT)
+            wait_idle(runtime, session)
+            session.start()  # the store still fails: the recovery's commit fails too
+            deadline = time.monotonic() + WAIT
+            while runtime.failure(session.key) is None:  # the new driver tried and stopped
+                assert time.monotonic() < deadline, "the recovery was never tried"
+                time.sleep(0.02)
+            assert "disk on fire" in (runtime.failure(session.key) or "")
+            with pytest.raises(nb.StorageError, match="disk on fire"):
+                receipt.wait(timeout=WAIT)
+            assert store.current_lease(session.key) is None
+            broken["on"] = False
+            session.start()
+            assert receipt.wait(timeout=WAIT).status == "interrupted"
+        finally:
+            runtime.close()
+
     def test_an_observer_that_raises_does_not_fail_the_run(
         self, faulty: Callable[[], _Faults]
     ) -> None:

@@ -137,19 +137,32 @@ class SessionDriver:
     # -- lifecycle ---------------------------------------------------------------------------
 
     async def run(self) -> None:
-        """Take the lease, run every dispatchable command, release the lease when idle."""
+        """Take the lease, run every dispatchable command, release the lease when idle.
+
+        An error that escapes is kept in ``given_up`` before the task ends, so a waiter that
+        sees nobody executing also sees why.
+        """
+        try:
+            await self._run()
+        except Exception as exc:
+            self.given_up = describe(exc)
+            raise
+
+    async def _run(self) -> None:
         while not self.stopping:
             self.wake.clear()
-            if self._lent is not None:
-                await self._adopt(self._lent)
-            else:
+            lease, taken = self._lent, False
+            if lease is None:
                 if not await self._has_work():
                     if self.wake.is_set():
                         continue  # work was accepted while this looked: look again
                     return
-                if await self._acquire() is None:
+                lease, taken = await self._acquire(), True
+                if lease is None:
                     return
+            self.writer.lease = lease
             try:
+                await self._begin(lease, refresh=taken)
                 loop = asyncio.get_running_loop()
                 idle_since: float | None = None
                 while not self.stopping:
@@ -190,13 +203,14 @@ class SessionDriver:
             if self.lent_back is not None or not self.wake.is_set():
                 return
 
-    async def _adopt(self, lease: Lease) -> None:
-        """Run under a lease the caller holds: the folds are brought up to date only if the
-        store object knows of a commit they lack (the caller looked under this lease)."""
-        self.writer.lease = lease
-        self._renewer = asyncio.create_task(self._renew(lease))
-        if not self._folds_current():
+    async def _begin(self, lease: Lease, *, refresh: bool) -> None:
+        """Under a lease just taken (``refresh``: another process may have written before)
+        or lent (the lender looked under it: the folds are read again only if the store
+        object knows of a commit they lack): keep it renewed, and recover a run that a
+        crash cut off. Inside the driver's ``try``, so a failure here still releases it."""
+        if refresh or not self._folds_current():
             await asyncio.to_thread(self._refresh)
+        self._renewer = asyncio.create_task(self._renew(lease))
         if self.state.active_run is not None:
             await self.recipes.recover()
 
@@ -313,11 +327,6 @@ class SessionDriver:
                 if not await self._has_work():
                     return None
                 continue
-            await asyncio.to_thread(self._refresh)  # another process may have written
-            self.writer.lease = lease
-            self._renewer = asyncio.create_task(self._renew(lease))
-            if self.state.active_run is not None:
-                await self.recipes.recover()
             return lease
         return None
 

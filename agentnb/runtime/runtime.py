@@ -732,9 +732,8 @@ class Runtime:
         if task.cancelled():
             return
         exc = task.exception()
-        if exc is not None:
+        if exc is not None:  # its driver kept the reason for waiters before it ended
             log.error("session %s: execution stopped by an error", driver.key, exc_info=exc)
-            driver.given_up = describe(exc)
             return
         folds = driver.reusable_folds
         if folds is not None:
