@@ -256,7 +256,10 @@ class TestEveryCommitFails:
             assert store.current_lease(session.key) is None
             broken["on"] = False
             session.start()
+            # The waiter waits for the driver just kicked: the run is closed by its recovery,
+            # not called cut off before the driver even looked.
             assert receipt.wait(timeout=WAIT).status == "interrupted"
+            assert "recovery/applied" in [e.type for e in session.log.scan()]
         finally:
             runtime.close()
 

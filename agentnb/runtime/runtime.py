@@ -445,6 +445,8 @@ class Runtime:
         self._work_folds_lock = threading.Lock()
         self.hub = LiveHub()
         self._drivers: dict[SessionKey, SessionDriver] = {}
+        self._kicked: dict[SessionKey, int] = {}
+        """Kicks of a session its loop has not handled yet."""
         self._sessions: dict[SessionKey, Session] = {}
         self._chat_folds: dict[SessionKey, ChatFolds] = {}
         self._chat_lock = threading.Lock()
@@ -707,7 +709,25 @@ class Runtime:
         driver = self._drivers.get(key)
         if driver is not None:
             driver.given_up = None  # asked to try again: waiters wait for the new attempt
-        self._loop.call_soon_threadsafe(self._ensure_driver, key, accepted)
+        with self._lock:  # executing from now on: a waiter does not call an open run cut off
+            self._kicked[key] = self._kicked.get(key, 0) + 1
+        try:
+            self._loop.call_soon_threadsafe(self._kicked_driver, key, accepted)
+        except RuntimeError:  # the loop closed meanwhile
+            self._kick_done(key)
+            raise
+
+    def _kicked_driver(self, key: SessionKey, accepted: Event | None) -> None:
+        try:
+            self._ensure_driver(key, accepted)
+        finally:
+            self._kick_done(key)
+
+    def _kick_done(self, key: SessionKey) -> None:
+        with self._lock:
+            left = self._kicked.pop(key, 1) - 1
+            if left:
+                self._kicked[key] = left
 
     def _ensure_driver(
         self, key: SessionKey, accepted: Event | None = None, *, lease: Lease | None = None
@@ -1041,7 +1061,10 @@ class Runtime:
         return driver is not None and driver.holds_lease
 
     def active(self, key: SessionKey) -> bool:
-        """Whether this runtime has a driver working on ``key`` now."""
+        """Whether this runtime has a driver working on ``key`` now (or one kicked that is
+        about to)."""
+        if self._kicked.get(key):
+            return True
         driver = self._drivers.get(key)
         return driver is not None and driver.task is not None and not driver.task.done()
 
