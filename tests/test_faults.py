@@ -9,6 +9,7 @@ left looping), and the next task must run.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import subprocess
@@ -141,6 +142,26 @@ def next_task_runs(session: nb.Session, turn_id: str) -> None:
     assert session.run("again", timeout=WAIT).status == "completed"
 
 
+@contextlib.contextmanager
+def given_up(
+    faulty: Callable[[], _Faults],
+) -> Iterator[tuple[Any, dict[str, bool], nb.Runtime, nb.Session, nb.Receipt]]:
+    """A session whose store fails every execution commit after the first while
+    ``broken["on"]``: its driver gave the session up and the waiter was told why."""
+    store = faulty()
+    broken = {"on": True}
+    store.fail = lambda i: RuntimeError("disk on fire") if broken["on"] and i >= 2 else None
+    runtime, session = make_session(store)
+    try:
+        receipt = session.submit("how much?")
+        with pytest.raises(nb.StorageError, match="disk on fire"):
+            receipt.wait(timeout=WAIT)
+        wait_idle(runtime, session)
+        yield store, broken, runtime, session, receipt
+    finally:
+        runtime.close()
+
+
 def baseline_commits(make: Callable[[], _Faults]) -> int:
     store = make()
     runtime, session = make_session(store)
@@ -210,15 +231,7 @@ class TestEveryCommitFails:
         self, faulty: Callable[[], _Faults]
     ) -> None:
         """When nothing can be committed, the driver stops and the waiter is told why."""
-        store = faulty()
-        broken = {"on": True}
-        store.fail = lambda i: RuntimeError("disk on fire") if broken["on"] and i >= 2 else None
-        runtime, session = make_session(store)
-        try:
-            receipt = session.submit("how much?")
-            with pytest.raises(nb.StorageError, match="disk on fire"):
-                receipt.wait(timeout=WAIT)
-            wait_idle(runtime, session)
+        with given_up(faulty) as (_, broken, _, session, receipt):
             broken["on"] = False  # the store heals: start() closes the cut-off run
             session.start()
             recovered = next(
@@ -227,8 +240,6 @@ class TestEveryCommitFails:
             assert recovered.turn_id == receipt.turn_id
             outcome = receipt.wait(timeout=WAIT)
             assert outcome.status == "interrupted"
-        finally:
-            runtime.close()
 
     def test_a_recovery_that_cannot_commit_lets_the_lease_go(
         self, faulty: Callable[[], _Faults]
@@ -236,15 +247,7 @@ class TestEveryCommitFails:
         """A driver that takes the lease to close a cut-off run, and cannot commit even that,
         stops with the reason and releases the lease (nothing keeps renewing it), so a later
         start, once the store heals, recovers the run at once."""
-        store = faulty()
-        broken = {"on": True}
-        store.fail = lambda i: RuntimeError("disk on fire") if broken["on"] and i >= 2 else None
-        runtime, session = make_session(store)
-        try:
-            receipt = session.submit("how much?")
-            with pytest.raises(nb.StorageError, match="disk on fire"):
-                receipt.wait(timeout=WAIT)
-            wait_idle(runtime, session)
+        with given_up(faulty) as (store, broken, runtime, session, receipt):
             session.start()  # the store still fails: the recovery's commit fails too
             deadline = time.monotonic() + WAIT
             while runtime.failure(session.key) is None:  # the new driver tried and stopped
@@ -260,8 +263,6 @@ class TestEveryCommitFails:
             # not called cut off before the driver even looked.
             assert receipt.wait(timeout=WAIT).status == "interrupted"
             assert "recovery/applied" in [e.type for e in session.log.scan()]
-        finally:
-            runtime.close()
 
     def test_an_observer_that_raises_does_not_fail_the_run(
         self, faulty: Callable[[], _Faults]
