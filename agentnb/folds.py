@@ -141,6 +141,17 @@ class Folds:
         """Whether the folds started (from a snapshot or the log's start) and are fed."""
         return self._loaded
 
+    def holds_known(self) -> bool:
+        """Whether the folds started and hold every commit of both logs that their store
+        object made, accepted or read (its hints; never a database call). Commands of
+        other processes it has not seen may still be missing."""
+        store, key = self.store, self.key
+        return (
+            self._loaded
+            and store.head_hint(key) <= self.state.seq
+            and store.inbox_head_hint(key) <= self.inbox.seq
+        )
+
     def feed_inbox(self, record: Event) -> None:
         """Fold an inbox record this process just accepted, when it follows the fold (else
         the next refresh reads it)."""

@@ -204,13 +204,8 @@ class Session:
         """
         with self._lock:
             self._take_fed()
-            folds, store = self._folds, self.runtime.store
-            if (
-                folds.loaded
-                and self.runtime.sole_writer(self.key)
-                and store.head_hint(self.key) <= folds.state.seq
-                and store.inbox_head_hint(self.key) <= folds.inbox.seq
-            ):
+            folds = self._folds
+            if self.runtime.sole_writer(self.key) and folds.holds_known():
                 return folds.state, folds.inbox
             return folds.refresh()
 

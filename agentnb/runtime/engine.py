@@ -234,13 +234,7 @@ class SessionDriver:
         A command of another process not seen yet is taken at a later look; a turn's first
         commit is conditioned on the inbox head, so a cancel of it is not missed.
         """
-        return (
-            self.folds.loaded
-            and self.holds_lease
-            and not self.writer.pending
-            and self.store.head_hint(self.key) <= self.state.seq
-            and self.store.inbox_head_hint(self.key) <= self.inbox.seq
-        )
+        return self.holds_lease and not self.writer.pending and self.folds.holds_known()
 
     async def _has_work(self) -> bool:
         await asyncio.to_thread(self._refresh)

@@ -1030,14 +1030,8 @@ class Runtime:
         claims: PendingWork | None,
         fresh: bool,
     ) -> tuple[bool, Lease | None]:
-        store = self.store
         while True:
-            if not (
-                fresh
-                and folds.loaded
-                and store.head_hint(key) <= folds.state.seq
-                and store.inbox_head_hint(key) <= folds.inbox.seq
-            ):
+            if not (fresh and folds.holds_known()):
                 folds.refresh()
             fresh = False  # settling is conditioned on the inbox head the look decided on
             # An open run nobody executes was cut off by a crash: its driver recovers it.

@@ -1168,19 +1168,7 @@ class SessionStore(ABC):
         lease), so even the first read is left to the poll.
         """
         key = _key(key)
-        checked = time.monotonic() if local else -math.inf
-
-        def read() -> int:
-            nonlocal checked
-            committed = self._heads_seen.get(key, 0)
-            if committed > after:
-                return committed
-            now = time.monotonic()
-            if now - checked < self.poll_interval:
-                return after
-            checked = now
-            return self._head(key)
-
+        read = self._hinted(self._heads_seen, key, after, local, lambda: self._head(key))
         return self._wait(read, after, timeout, stop, key=key, inbox=False)
 
     def wait_for_inbox(
@@ -1200,20 +1188,36 @@ class SessionStore(ABC):
         accepted through this object wake it at once, without a read.
         """
         key = _key(key)
+        read = self._hinted(
+            self._inbox_seen, key, after, local, lambda: self._saw_inbox(key, self._inbox_head(key))
+        )
+        return self._wait(read, after, timeout, stop, key=key, inbox=True)
+
+    def _hinted(
+        self,
+        seen: dict[SessionKey, int],
+        key: SessionKey,
+        after: int,
+        local: bool,
+        read_db: Callable[[], int],
+    ) -> Callable[[], int]:
+        """A waiter's read: a seq past ``after`` that this object committed, accepted or
+        read (``seen``) needs no query; the database is read at most every
+        ``poll_interval``, the first time too when ``local``."""
         checked = time.monotonic() if local else -math.inf
 
         def read() -> int:
             nonlocal checked
-            known = self._inbox_seen.get(key, 0)
-            if known > after or not local:
-                return known if known > after else self._saw_inbox(key, self._inbox_head(key))
+            known = seen.get(key, 0)
+            if known > after:
+                return known
             now = time.monotonic()
             if now - checked < self.poll_interval:
                 return after
             checked = now
-            return self._saw_inbox(key, self._inbox_head(key))
+            return read_db()
 
-        return self._wait(read, after, timeout, stop, key=key, inbox=True)
+        return read
 
     def wake_waiters(self, key: SessionKey | None = None, *, inbox: bool | None = None) -> None:
         """Wake the waiters of ``key`` (and those of no session in particular); None wakes
