@@ -250,6 +250,8 @@ class StoreContract:
             store.create_session("default/alice/agent/s1")  # type: ignore[arg-type]
         with pytest.raises(InvalidInput):
             store.head(("a", "b", "c", "d"))  # type: ignore[arg-type]
+        with pytest.raises(InvalidInput):
+            store.heads("default/alice/agent/s1")  # type: ignore[arg-type]
 
     # -- append -------------------------------------------------------------------------------
 
