@@ -113,28 +113,30 @@ class Folds:
         self._saved_seq = 0
         self._saved_inbox = 0
 
-    def _load(self) -> None:
+    def _load(self) -> tuple[int, int] | None:
         """Start from the newest snapshot of both folds, taken together (never one alone:
         retiring old turns changes both, so a state and an inbox of different moments could
-        make a retired command look unhandled)."""
+        make a retired command look unhandled). Returns the heads it read to check the
+        snapshot (None: no snapshot, nothing read)."""
         self._loaded = True
         found = self.store.get_snapshot(self.key, _FOLDS)
         if found is None:
-            return
-        head, inbox_head = self.store.heads(self.key)
+            return None
+        heads = head, inbox_head = self.store.heads(self.key)
         if found[0] > head:
-            return
+            return heads
         try:
             data = _decode(found[1])
             state = SessionState.load(data["state"], self.context_loader)
             inbox = InboxState.load(data["inbox"])
         except (ValueError, KeyError, TypeError, zlib.error) as exc:
             log.info("session %s: ignoring snapshot %s (%s)", self.key, _FOLDS, exc)
-            return
+            return heads
         if inbox.seq > inbox_head:
-            return  # an inbox that lost commands it had: fold both logs from the start
+            return heads  # an inbox that lost commands it had: fold both logs from the start
         self.state, self.inbox = state, inbox
         self._saved_seq, self._saved_inbox = state.seq, inbox.seq
+        return heads
 
     @property
     def loaded(self) -> bool:
@@ -223,11 +225,10 @@ class Folds:
 
     def _refresh(self) -> tuple[SessionState, InboxState]:
         self._replayed = [0, 0]
-        if not self._loaded:
-            self._load()
+        loaded = None if self._loaded else self._load()
         # Both heads at one moment, then each log up to at least its head: a command seen
         # started in the log is in the inbox read (it was accepted before it started).
-        head, inbox_head = self.store.heads(self.key)
+        head, inbox_head = loaded or self.store.heads(self.key)
         if inbox_head > self.inbox.seq:
             self.refresh_inbox()
         before = self.state.seq
