@@ -547,7 +547,8 @@ class Session:
             return chat, InboxState.load(self._folds.refresh_inbox().dump())
 
     def executing(self) -> bool:
-        """Whether some runtime (here or elsewhere) holds the lease and executes now."""
+        """Whether some runtime (here or elsewhere) holds the lease and executes now (or this
+        runtime was just asked to, and its driver has not looked yet)."""
         return self._executing()
 
     def _executing(self, *, recent: bool = False) -> bool:
