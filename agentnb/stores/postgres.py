@@ -291,7 +291,7 @@ _APPEND_STATE = (
     "SELECT s.lease_owner, s.lease_epoch, s.lease_expires, s.head, s.inbox_head, "
     "b.digest, b.seq, " + _NOW + ", s.deleted_at FROM agentnb.sessions AS s "
     "LEFT JOIN agentnb.events AS b ON b.session = s.id AND b.batch_id = %(batch_id)s "
-    "WHERE s.id = %(sid)s"
+    "WHERE s.id = %(sid)s FOR UPDATE OF s"
 )
 # An inbox append is one short transaction: take the next inbox seq (the row lock orders
 # writers), encode the row with it (its checksum covers the seq), insert it, notify.
@@ -1048,37 +1048,41 @@ class PostgresStore(SessionStore):
             except pg_errors.UniqueViolation:
                 return False  # the batch id was used before: a replay, or a reuse
 
-        for _ in range(3):
-            self._committing[sid] = batch[-1].seq
-            try:
-                committed = self._write(commit, f"the commit of batch {batch_id} to session {key}")
-                if committed:  # recorded before the marker goes: its NOTIFY wakes nobody
-                    self._seen(self._heads, sid, batch[-1].seq)
-                    self._saw(self._heads_seen, key, batch[-1].seq)
-            finally:
-                self._committing.pop(sid, None)
-            if committed:
-                return
-            self._notify(key, inbox=False)  # a notification it held back was another's
-            state = self._query(
-                lambda c: c.execute(
-                    _APPEND_STATE, {"sid": sid, "batch_id": batch_id, **params}
-                ).fetchone()
-            )
-            if state is None:
-                raise SessionNotFound(f"session {key} does not exist; create it first")
-            owner, epoch, expires, head, inbox_head, old_digest, old_first, db_now, gone = state
-            if gone is not None:
-                self._ids.pop(key, None)
-                check_tombstone(key, self._tombstone(key))
-            decided_now = now if self._db_clock is None else float(db_now)
-            check_fence(key, LeaseRow(owner, int(epoch), float(expires)), fence, decided_now)
-            old = None if old_digest is None else (str(old_digest), int(old_first))
-            if not decide_append(key, int(head), expected_seq, old, digest):
-                return  # an acknowledged replay: the batch is committed
-            check_inbox(key, int(inbox_head), expected_inbox)
-            # Every check passes now: the state moved between the two statements. Again.
-        raise StorageError(f"session {key}: append refused for no known reason; retry it")
+        def decide(c: psycopg.Connection[Any]) -> bool:
+            # The guarded statement was refused: under the session row's lock, say why, or
+            # commit now (nothing can move between the checks and the statement). False: a
+            # replay of a batch already committed.
+            with c.transaction():
+                state = c.execute(_APPEND_STATE, {"sid": sid, "batch_id": batch_id, **params})
+                row = state.fetchone()
+                if row is None:
+                    raise SessionNotFound(f"session {key} does not exist; create it first")
+                owner, epoch, expires, head, inbox_head, old_digest, old_first, db_now, gone = row
+                if gone is not None:
+                    self._ids.pop(key, None)
+                    check_tombstone(key, self._tombstone(key))
+                decided_now = now if self._db_clock is None else float(db_now)
+                check_fence(key, LeaseRow(owner, int(epoch), float(expires)), fence, decided_now)
+                old = None if old_digest is None else (str(old_digest), int(old_first))
+                if not decide_append(key, int(head), expected_seq, old, digest):
+                    return False
+                check_inbox(key, int(inbox_head), expected_inbox)
+                if c.execute(statement, params).fetchone() is None:
+                    raise StorageError(f"session {key}: append refused for no known reason")
+                return True
+
+        doing = f"the commit of batch {batch_id} to session {key}"
+        self._committing[sid] = batch[-1].seq
+        try:
+            if not self._write(commit, doing):
+                self._notify(key, inbox=False)  # a notification it held back was another's
+                if not self._write(decide, doing):
+                    return  # an acknowledged replay: the batch is committed
+            # Recorded before the marker goes: its NOTIFY wakes nobody.
+            self._seen(self._heads, sid, batch[-1].seq)
+            self._saw(self._heads_seen, key, batch[-1].seq)
+        finally:
+            self._committing.pop(sid, None)
 
     def _select(self, key: SessionKey, sql: str, after: int, through: int) -> list[Any]:
         sid = self._sid(key)
