@@ -41,6 +41,7 @@ import sqlite3
 import stat
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -241,7 +242,9 @@ class SQLiteStore(SessionStore):
     """A ``SessionStore`` in one SQLite file (``synchronous=FULL`` unless told otherwise).
 
     With ``create=False`` a missing file raises ``InvalidInput`` and nothing is created (no
-    folder, no file): for readers such as ``agentnb.analysis``.
+    folder, no file): for readers such as ``agentnb.analysis``. ``busy_timeout``: seconds a
+    write waits while another process writes the file; the writers of this process take
+    turns among themselves and never meet that wait.
     """
 
     _digests_rows = True
@@ -273,6 +276,7 @@ class SQLiteStore(SessionStore):
         self._create = create
         self._catalogue = Path(f"{self.path}{CATALOGUE}")
         self._prepare_file()
+        self._writers = _writers_of(self.path)
         try:
             self._init_schema()
         except BaseException:
@@ -346,26 +350,38 @@ class SQLiteStore(SessionStore):
 
     @contextlib.contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction. The writers of this process take turns on a lock of their
+        own first: SQLite's busy handler, which only another process's writer now meets,
+        sleeps at least a millisecond each time it finds the file locked."""
         conn = self._conn()
+        turn = self._writers.lock
+        if not turn.acquire(timeout=_TURN_TIMEOUT):
+            raise StorageError(
+                f"{self.path} stayed locked by another writer of this process for "
+                f"{_TURN_TIMEOUT:g}s; retry later"
+            )
         try:
-            conn.execute("BEGIN IMMEDIATE")
-        except sqlite3.Error as exc:
-            raise _translate(exc, self.path) from None
-        try:
-            yield conn
-        except sqlite3.Error as exc:
-            with contextlib.suppress(sqlite3.Error):
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.Error as exc:
+                raise _translate(exc, self.path) from None
+            try:
+                yield conn
+            except sqlite3.Error as exc:
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
+                raise _translate(exc, self.path) from None
+            except BaseException:
                 conn.execute("ROLLBACK")
-            raise _translate(exc, self.path) from None
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-        try:
-            conn.execute("COMMIT")
-        except sqlite3.Error as exc:
-            with contextlib.suppress(sqlite3.Error):
-                conn.execute("ROLLBACK")
-            raise _translate(exc, self.path) from None
+                raise
+            try:
+                conn.execute("COMMIT")
+            except sqlite3.Error as exc:
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
+                raise _translate(exc, self.path) from None
+        finally:
+            turn.release()
 
     def _init_schema(self) -> None:
         conn = self._conn()
@@ -1123,6 +1139,44 @@ class SQLiteStore(SessionStore):
     def _secret(self) -> bytes:
         row = self._conn().execute("SELECT value FROM agentnb_meta WHERE key='secret'").fetchone()
         return bytes(row[0])
+
+
+_TURN_TIMEOUT = 60.0
+"""Seconds a write waits for the other writers of this process (a write takes milliseconds:
+this only bounds a wait on a writer that hangs)."""
+
+
+class _Writers:
+    """The turns the write transactions of this process take on one store file, whichever
+    store object opened it. Re-entrant: a nested write meets SQLite's own refusal, as it
+    would without it."""
+
+    def __init__(self) -> None:
+        self.lock = threading.RLock()
+
+
+_WRITERS: weakref.WeakValueDictionary[str, _Writers] = weakref.WeakValueDictionary()
+_WRITERS_LOCK = threading.Lock()
+
+
+def _writers_of(path: Path) -> _Writers:
+    name = os.path.realpath(path)
+    with _WRITERS_LOCK:
+        writers = _WRITERS.get(name)
+        if writers is None:
+            writers = _WRITERS[name] = _Writers()
+        return writers
+
+
+def _forked() -> None:
+    # A child has only the forking thread: a turn another thread held is nobody's now.
+    global _WRITERS_LOCK
+    _WRITERS_LOCK = threading.Lock()
+    for writers in list(_WRITERS.values()):
+        writers.lock = threading.RLock()
+
+
+os.register_at_fork(after_in_child=_forked)
 
 
 _CREATE = os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW

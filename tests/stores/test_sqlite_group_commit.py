@@ -3,6 +3,7 @@ transaction, and each keeps its own checks (one refusal never fails another's ap
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import threading
 import time
@@ -12,8 +13,9 @@ from typing import Any
 
 import pytest
 
-from agentnb.errors import AppendConflict, Fenced, InboxChanged
+from agentnb.errors import AppendConflict, Fenced, InboxChanged, StorageError
 from agentnb.ids import SessionKey, new_id
+from agentnb.stores import sqlite as sqlite_store
 from agentnb.stores.sqlite import SQLiteStore
 from agentnb.testing.store_contract import command, session_key, step
 
@@ -191,3 +193,120 @@ def test_a_refusal_after_rows_were_written_rolls_back_only_that_append(
     assert store.head(keys[0]) == 0
     assert store.read_after(keys[0], 0, 10) == []
     assert all(store.head(k) == 2 for k in keys[1:])
+
+
+# --------------------------------------------------------------------------------------------
+# Writers of one process take turns before SQLite's lock: its busy handler, which sleeps a
+# millisecond or more each time it finds the file locked, is met only by other processes.
+
+
+def _every_kind_of_write(store: SQLiteStore, key: SessionKey, n: int) -> None:
+    """Appends, accepted commands, a lease and snapshots of one session, one after another."""
+    lease = store.acquire_lease(key, f"owner-{key.session_id}", ttl=30)
+    for i in range(n):
+        store.append(key, [step(i)], expected_seq=i, batch_id=new_id("b"), fence=lease)
+        store.inbox_append(key, command(f"{key.session_id}-{i}"))
+        store.put_snapshot(key, "cache", i + 1, b"x")
+    store.release_lease(lease)
+
+
+def test_writers_of_one_process_never_meet_a_locked_file(tmp_path: Path) -> None:
+    """With no patience for a locked file at all (``busy_timeout=0``), writes of every kind
+    from many threads and two store objects on one file all commit: they take turns."""
+    path = tmp_path / "agentnb.sqlite"
+    one = SQLiteStore(path, busy_timeout=0)
+    two = SQLiteStore(path, busy_timeout=0)
+    try:
+        keys = _sessions(one, THREADS)
+        stores = [one, two] * (THREADS // 2)
+        errors = _at_once(
+            [
+                lambda s=s, k=k: _every_kind_of_write(s, k, ROUNDS)
+                for s, k in zip(stores, keys, strict=True)
+            ]
+        )
+        assert errors == [None] * THREADS
+        for key in keys:
+            assert one.head(key) == ROUNDS
+            assert one.inbox_head(key) == ROUNDS
+    finally:
+        one.close()
+        two.close()
+
+
+def test_a_writer_kept_waiting_past_its_patience_hears_why(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A write that waits for this process's other writers past its bound raises the
+    typed error that says to retry; the write it waited for commits, and the retry does
+    too."""
+    monkeypatch.setattr(sqlite_store, "_TURN_TIMEOUT", 0.1)
+    store = SQLiteStore(tmp_path / "agentnb.sqlite")
+    try:
+        first, second = _sessions(store, 2)
+        original = SQLiteStore._commit_group
+        inside = threading.Event()
+
+        def slow_commit(self: SQLiteStore, writes: list[Any]) -> None:
+            def slow(c: Any, write: Any = writes[0].write) -> None:
+                inside.set()
+                time.sleep(0.5)
+                write(c)
+
+            writes[0].write = slow
+            original(self, writes)
+
+        monkeypatch.setattr(SQLiteStore, "_commit_group", slow_commit)
+        slow_append = threading.Thread(
+            target=store.append,
+            args=(first, [step()]),
+            kwargs={"expected_seq": 0, "batch_id": "slow"},
+        )
+        slow_append.start()
+        assert inside.wait(10)
+        with pytest.raises(StorageError, match="locked by another writer"):
+            store.inbox_append(second, command("late"))
+        slow_append.join(10)
+        assert store.head(first) == 1
+        assert store.inbox_head(second) == 0
+        store.inbox_append(second, command("late"))
+        assert store.inbox_head(second) == 1
+    finally:
+        store.close()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_forked_child_writes_although_a_parent_thread_held_the_turn(tmp_path: Path) -> None:
+    """A child forked while another thread of the parent was writing starts with nobody
+    holding the turn (that thread does not exist in the child)."""
+    path = tmp_path / "agentnb.sqlite"
+    store = SQLiteStore(path)
+    try:
+        (key,) = _sessions(store, 1)
+        holding, done = threading.Event(), threading.Event()
+
+        def hold() -> None:
+            with store._writers.lock:  # the turn, taken as a write in progress takes it
+                holding.set()
+                done.wait(10)
+
+        holder = threading.Thread(target=hold)
+        holder.start()
+        assert holding.wait(10)
+        pid = os.fork()
+        if pid == 0:  # the child: a store of its own on the same file
+            code = 1
+            try:
+                child = SQLiteStore(path, busy_timeout=5)
+                child.inbox_append(key, command("from the child"))
+                child.close()
+                code = 0
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        done.set()
+        holder.join(10)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert store.inbox_head(key) == 1
+    finally:
+        store.close()
