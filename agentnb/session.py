@@ -920,12 +920,14 @@ class Session:
             if remaining is not None and remaining <= 0:
                 raise TimeoutError(f"turn {receipt.turn_id} did not end within {timeout}s")
             # Commits of this process wake it once they are handed to the fold (the writer
-            # wakes the store's waiters after ``feed``): they are never read back.
+            # wakes the store's waiters after ``feed``): they are never read back. Those of
+            # only a step's own events cannot settle the turn: it sleeps through them.
             self.runtime.store.wait_for_head(
                 self.key,
                 seq,
                 0.5 if remaining is None else min(0.5, remaining),
                 local=self.runtime.sole_writer(self.key),
+                settling=True,
             )
 
     def events(self, maxsize: int = 1000) -> Subscription:

@@ -22,6 +22,7 @@ from agentnb.events import Event, Message
 __all__ = [
     "CONTEXT_TYPES",
     "FOLDED_TYPES",
+    "INSIDE_A_STEP",
     "TERMINAL_TURN",
     "TRANSCRIPT_TYPES",
     "Command",
@@ -43,6 +44,30 @@ PROJECTOR_VERSION = 3
 TERMINAL_TURN = frozenset({"completed", "cancelled"})
 """Turn statuses after which nothing more can happen to the turn."""
 PARKING = frozenset({"suspended", "interrupted", "failed"})
+INSIDE_A_STEP = frozenset(
+    {
+        "step/start",
+        "step/end",
+        "context/build",
+        "request/prepared",
+        "model/dispatch",
+        "model/chunk",
+        "model/retry",
+        "model/end",
+        "message/assistant",
+        "tool/requested",
+        "tool/decision",
+        "tool/dispatch",
+        "tool/chunk",
+        "tool/result",
+        "action/start",
+        "action/end",
+        "state/checkpoint",
+    }
+)
+"""Types of the events inside a step: none changes whether a turn has settled (no run's or
+turn's status, no command handled or refused, no question or approval asked), so a commit of
+only these wakes nobody who waits for a turn to end."""
 """Turn statuses that park the queue until the turn is answered, resumed or cancelled."""
 
 

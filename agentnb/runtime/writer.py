@@ -29,7 +29,7 @@ from agentnb.events import Event, canonical_json
 from agentnb.ids import SessionKey, new_id
 from agentnb.limits import Limits, check_room
 from agentnb.models.base import TextDelta, ToolCallDelta
-from agentnb.projections.state import SessionState
+from agentnb.projections.state import INSIDE_A_STEP, SessionState
 from agentnb.stores.base import Lease, SessionStore
 
 __all__ = ["CHUNK_GROUP_INTERVAL", "CHUNK_GROUP_MAX", "FATAL", "ChunkGroup", "LogWriter"]
@@ -139,7 +139,9 @@ class LogWriter:
                 self.on_commit(batch)
             except Exception:  # an observer's failure must not look like a failed commit
                 log.exception("session %s: a commit observer failed", self.key)
-        self.store.wake_waiters(self.key, inbox=False)
+        # A commit of only a step's own events cannot end a turn: who waits for that sleeps on.
+        minor = all(event.type in INSIDE_A_STEP for event in batch)
+        self.store.wake_waiters(self.key, inbox=False, minor=minor)
 
     def _check_room(self, limits: Limits, batch: Sequence[Event]) -> None:
         """``SessionFull`` if ``batch`` would pass the session's cap."""

@@ -610,8 +610,9 @@ def _guarded(method: _F) -> _F:
     return wrapper  # type: ignore[return-value]
 
 
-_Slot = tuple[SessionKey, bool]
-"""Whose waiters a commit wakes: (session, its inbox rather than its execution log)."""
+_Slot = tuple[SessionKey, str]
+"""Whose waiters a commit wakes: (session, "inbox", "log" or "settle"). "settle" waiters
+wait on the execution log but sleep through the commits its writer calls minor."""
 
 
 class SessionStore(ABC):
@@ -1158,6 +1159,7 @@ class SessionStore(ABC):
         *,
         stop: threading.Event | None = None,
         local: bool = False,
+        settling: bool = False,
     ) -> int:
         """Block until the head passes ``after``, ``timeout`` elapses or ``stop`` is set.
 
@@ -1165,11 +1167,14 @@ class SessionStore(ABC):
         the database, which is read at most every ``poll_interval`` for other writers').
         Whoever sets ``stop`` calls ``wake_waiters()`` to end the wait now. ``local``: the
         caller knows that only this store object commits to the session now (it holds the
-        lease), so even the first read is left to the poll.
+        lease), so even the first read is left to the poll. ``settling``: the caller only
+        cares about commits that may settle a turn, so the commits this object's writer
+        calls minor (``wake_waiters(minor=True)``: events inside a step) do not wake it
+        before the next poll; everything else does.
         """
         key = _key(key)
         read = self._hinted(self._heads_seen, key, after, local, lambda: self._head(key))
-        return self._wait(read, after, timeout, stop, key=key, inbox=False)
+        return self._wait(read, after, timeout, stop, key=key, inbox=False, settling=settling)
 
     def wait_for_inbox(
         self,
@@ -1219,14 +1224,17 @@ class SessionStore(ABC):
 
         return read
 
-    def wake_waiters(self, key: SessionKey | None = None, *, inbox: bool | None = None) -> None:
+    def wake_waiters(
+        self, key: SessionKey | None = None, *, inbox: bool | None = None, minor: bool = False
+    ) -> None:
         """Wake the waiters of ``key`` (and those of no session in particular); None wakes
         every waiter of this store, so those whose ``stop`` is set return now.
 
         ``inbox`` wakes only the waiters of that log of ``key`` (True: ``wait_for_inbox``,
-        False: ``wait_for_head``); None wakes both.
+        False: ``wait_for_head``); None wakes both. ``minor``: the commit cannot settle a
+        turn (only events inside a step), so ``wait_for_head(settling=True)`` sleeps on.
         """
-        self._notify(None if key is None else _key(key), inbox=inbox)
+        self._notify(None if key is None else _key(key), inbox=inbox, minor=minor)
 
     def close(self) -> None:
         """Release resources; committed data stays. Waiters wake up.
@@ -1263,7 +1271,9 @@ class SessionStore(ABC):
 
     # -- helpers for backends ----------------------------------------------------------------
 
-    def _notify(self, key: SessionKey | None = None, *, inbox: bool | None = None) -> None:
+    def _notify(
+        self, key: SessionKey | None = None, *, inbox: bool | None = None, minor: bool = False
+    ) -> None:
         """Wake the waiters of ``key`` (a commit of that session: of its inbox when
         ``inbox``, of its execution log when not, of either when None) and those of no
         session in particular; no key wakes every waiter (close, ``wake_waiters``, a remote
@@ -1273,7 +1283,8 @@ class SessionStore(ABC):
         itself before it reads, and the generations tell it a commit slipped in before it
         slept). Waking only the waiters of the log that moved keeps a commit's cost flat
         however many sessions run at once, and a run's inbox watcher asleep through its own
-        run's commits.
+        run's commits. A ``minor`` commit of the execution log leaves its "settle" waiters
+        asleep.
         """
         if not self._waiting:
             return
@@ -1283,7 +1294,10 @@ class SessionStore(ABC):
                 for cond in self._key_conds.values():
                     cond.notify_all()
             else:
-                for slot in ((key, False), (key, True)) if inbox is None else ((key, inbox),):
+                kinds: list[str] = [] if inbox is True else ["log"] if minor else ["log", "settle"]
+                if inbox is not False:
+                    kinds.append("inbox")
+                for slot in [(key, kind) for kind in kinds]:
                     self._key_generations[slot] = self._key_generations.get(slot, 0) + 1
                     waiting = self._key_conds.get(slot)
                     if waiting is not None:
@@ -1310,11 +1324,13 @@ class SessionStore(ABC):
         *,
         key: SessionKey | None = None,
         inbox: bool = False,
+        settling: bool = False,
     ) -> int:
         """Read until the value passes ``after``, sleeping between reads until a commit of
-        ``key``'s inbox (``inbox``) or execution log (any commit, without a key) or the poll
-        interval for other processes' commits."""
-        slot = None if key is None else (key, inbox)
+        ``key``'s inbox (``inbox``) or execution log (any commit, without a key; with
+        ``settling``, not a minor one) or the poll interval for other processes' commits."""
+        kind = "inbox" if inbox else "settle" if settling else "log"
+        slot = None if key is None else (key, kind)
         with self._wake_lock:
             self._waiting += 1
             cond = self._cond

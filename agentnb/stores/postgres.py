@@ -1409,8 +1409,9 @@ class PostgresStore(SessionStore):
         *,
         stop: threading.Event | None = None,
         local: bool = False,
+        settling: bool = False,
     ) -> int:
-        return self._wait_on(key, after, timeout, stop, inbox=False, local=local)
+        return self._wait_on(key, after, timeout, stop, inbox=False, local=local, settling=settling)
 
     def wait_for_inbox(
         self,
@@ -1432,6 +1433,7 @@ class PostgresStore(SessionStore):
         *,
         inbox: bool,
         local: bool = False,
+        settling: bool = False,
     ) -> int:
         if not isinstance(key, SessionKey):
             raise InvalidInput(f"expected a SessionKey, got {type(key).__name__}")
@@ -1468,7 +1470,7 @@ class PostgresStore(SessionStore):
             sid, checked = self._ids[key], (resync, at)
             return value
 
-        return self._wait(read, after, timeout, stop, key=key, inbox=inbox)
+        return self._wait(read, after, timeout, stop, key=key, inbox=inbox, settling=settling)
 
     def _listening(self) -> bool:
         listener = self._listener

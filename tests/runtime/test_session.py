@@ -312,6 +312,44 @@ class TestObserverOfAnotherProcess:
         assert len(reads) <= elapsed / 0.5 + 3, (len(reads), elapsed)
 
 
+class TestWaiterSleepsThroughSteps:
+    @pytest.mark.parametrize("store_url", ["memory", "sqlite", "postgres"], indirect=True)
+    def test_a_waiter_wakes_for_commits_that_can_settle_its_turn(
+        self, make_runtime: MakeRuntime, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """The driver commits twice per tool step; ``wait`` sleeps through the commits of
+        only a step's own events (they cannot end the turn) and still returns the outcome
+        as soon as the turn ends."""
+
+        @nb.tool
+        def noop(n: int) -> str:
+            """Do nothing."""
+            return "ok"
+
+        steps = 10
+        model = nb.ScriptedModel([nb.ToolCall("noop", {"n": i}) for i in range(steps)] + ["done"])
+        runtime = make_runtime(model, [noop])
+        session = runtime.session("s1")
+        wakes, commits = [], []
+        wait_for_head, append = runtime.store.wait_for_head, runtime.store.append
+
+        def waited(*args: Any, **kwargs: Any) -> Any:
+            wakes.append(1)
+            return wait_for_head(*args, **kwargs)
+
+        def committed(*args: Any, **kwargs: Any) -> Any:
+            commits.append(1)
+            return append(*args, **kwargs)
+
+        monkeypatch.setattr(runtime.store, "wait_for_head", waited)
+        monkeypatch.setattr(runtime.store, "append", committed)
+        outcome = session.run("call the tool ten times", timeout=WAIT)
+        assert outcome.status == "completed"
+        assert outcome.output == "done"
+        assert len(commits) > 2 * steps
+        assert len(wakes) < len(commits) / 2, (len(wakes), len(commits))
+
+
 class TestSteerFromAnotherWriter:
     """Steering accepted through another store object (what another process does) while a
     turn runs is applied in that run, exactly once, even when this process has not seen it
