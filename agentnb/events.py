@@ -50,6 +50,8 @@ __all__ = [
     "check_writable",
     "event_digest",
     "freeze_json",
+    "made_once",
+    "message_of",
     "payload_model",
     "register_event_type",
     "unregister_event_type",
@@ -67,9 +69,11 @@ class FrozenDict(dict[str, Any]):
     """A JSON object that refuses mutation once built (payloads are frozen on acceptance)."""
 
     # The canonical JSON, computed on first use: a store encodes each payload twice per
-    # append (batch digest and row), and frozen content cannot go stale.
-    __slots__ = ("_json",)
+    # append (batch digest and row), and frozen content cannot go stale. ``_message``: the
+    # ``Message`` a message object decodes to, likewise (see ``message_of``).
+    __slots__ = ("_json", "_message")
     _json: str
+    _message: Message
 
     def _refuse(self, *_: Any, **__: Any) -> NoReturn:
         raise TypeError("event payloads are frozen; build a new event instead")
@@ -285,6 +289,25 @@ class Message(Payload):
     turn_id: str | None = None
     name: str | None = None
     """For ``tool`` messages: the tool's name."""
+
+
+def message_of(data: Mapping[str, Any]) -> Message:
+    """The ``Message`` a payload's message object holds, decoded once per object: every
+    fold of this process that folds the same committed event shares one (frozen) value,
+    instead of a copy each."""
+    return made_once(data, lambda: Message.model_validate(data))
+
+
+def made_once(data: Mapping[str, Any], make: Callable[[], Message]) -> Message:
+    """``make()``, kept on ``data`` when it is a frozen payload object: the ``Message`` it
+    stands for (a message object, or a tool result) is then made once per object."""
+    if type(data) is not FrozenDict:
+        return make()
+    try:
+        return data._message
+    except AttributeError:
+        data._message = message = make()
+        return message
 
 
 RunReason = Literal["submit", "resume", "respond", "recovery", "steer"]

@@ -165,15 +165,23 @@ class Folds:
 
         Only events that follow the fold's seq without a gap are taken; anything else (a
         fold not loaded yet, events of another writer in between) waits for ``refresh``.
+        Finished turns are retired as ``refresh`` retires them: a fold that only ever gets
+        fed (a waiter's, while this process runs the session) stays bounded too.
         """
         if not self._loaded:
             return
         for event in events:
             if event.seq != self.state.seq + 1:
                 if event.seq > self.state.seq + 1:
-                    return
+                    break
                 continue
             self.state.apply(event)
+        self._bound()
+
+    def _bound(self) -> None:
+        """Retire finished turns once the fold holds twice the turns it keeps."""
+        if not self.whole and len(self.state.turns) > 2 * KEEP_TURNS:
+            retire_turns(self.state, self.inbox)
 
     @property
     def context_loader(self) -> functools.partial[list[Message]]:
@@ -233,8 +241,7 @@ class Folds:
             self.refresh_inbox()
         before = self.state.seq
         self._fold_log(head)
-        if not self.whole and len(self.state.turns) > 2 * KEEP_TURNS:
-            retire_turns(self.state, self.inbox)
+        self._bound()
         if self.state.seq - before >= SNAPSHOT_EVERY and not self.whole:
             self.save_if_due()
         return self.state, self.inbox

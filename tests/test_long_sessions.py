@@ -6,17 +6,19 @@ Costs are counted (events read, store calls), never timed.
 
 from __future__ import annotations
 
+import gc
 import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 import agentnb as nb
 from agentnb.folds import SNAPSHOT_EVERY
-from agentnb.projections.state import KEEP_TURNS
+from agentnb.projections.state import KEEP_TURNS, TurnState
 from agentnb.runtime.engine import LINGER
 from agentnb.widgets import SessionView
 
@@ -175,6 +177,57 @@ class TestReopenIsBounded:
                 assert "task 9940" in texts  # older than the 20 kept turns
             finally:
                 view.close()
+        finally:
+            runtime.close()
+
+
+class TestMemoryIsBounded:
+    def test_a_caller_that_only_waits_holds_a_bounded_number_of_turns(self, tmp_path: Path) -> None:
+        """A notebook that only runs tasks one after another (its session handle is fed
+        every commit and, the store's hints saying nothing else is new, never refreshes)
+        keeps no more turns in memory than the folds keep, however many it ran."""
+        runtime = nb.Runtime(_agent(), store=f"sqlite:///{tmp_path / 'agentnb.sqlite'}")
+        try:
+            session = runtime.session("s")
+            turns = 10 * KEEP_TURNS
+            for i in range(turns):
+                assert session.run(f"task {i}", timeout=WAIT).status == "completed"
+            # the turn ids from the log itself: tasks() would refresh the handle's folds
+            ids = {e.turn_id for e in session.log.scan() if e.type == "turn/start"}
+            assert len(ids) == turns
+            gc.collect()
+            live = [o for o in gc.get_objects() if isinstance(o, TurnState) and o.turn_id in ids]
+            # the driver's, the handle's and the chat view's folds, each at most twice
+            # the turns they keep before they retire the older ones
+            assert len(live) <= 3 * (2 * KEEP_TURNS + 1), len(live)
+        finally:
+            runtime.close()
+
+    def test_the_folds_of_one_process_share_each_message(self, tmp_path: Path) -> None:
+        """The driver's, the session handle's and the chat view's folds fold the same
+        committed events: each message (and each tool result's message) is one object in
+        memory, not one per fold."""
+
+        @nb.tool
+        def noop(n: int) -> str:
+            """Do nothing."""
+            return "ok"
+
+        model = nb.ScriptedModel(
+            lambda messages: nb.ToolCall("noop", {"n": 1}) if messages[-1].role == "user" else "ok",
+            keep_requests=0,
+        )
+        agent = nb.Agent(name="Long", agent_id="long", model=model, tools=[noop])
+        runtime = nb.Runtime(agent, store=f"sqlite:///{tmp_path / 'agentnb.sqlite'}")
+        try:
+            session = runtime.session("s")
+            for i in range(KEEP_TURNS):
+                assert session.run(f"task {i}", timeout=WAIT).status == "completed"
+            session.snapshot()  # the chat view's fold too
+            gc.collect()
+            copies = Counter(o.id for o in gc.get_objects() if isinstance(o, nb.Message))
+            assert len(copies) >= 4 * KEEP_TURNS  # user, call, tool result, answer
+            assert max(copies.values()) == 1, copies.most_common(3)
         finally:
             runtime.close()
 

@@ -17,7 +17,7 @@ from datetime import datetime
 from typing import Any, overload
 
 from agentnb.errors import Corrupt
-from agentnb.events import Event, Message
+from agentnb.events import Event, Message, made_once, message_of
 
 __all__ = [
     "CONTEXT_TYPES",
@@ -522,7 +522,7 @@ class SessionState:
         self._count(event, retries=1)
 
     def _on_message(self, event: Event, p: Any) -> None:
-        self._add_message(Message.model_validate(p["message"]))
+        self._add_message(message_of(p["message"]))
 
     def _on_input_received(self, event: Event, p: Any) -> None:
         self.received_inputs[p["input_id"]] = dict(p, turn_id=event.turn_id)
@@ -554,7 +554,13 @@ class SessionState:
             call.result = dict(p)
         if not p.get("synthetic") and not p.get("reconciled"):
             self._count(event, tool_calls=1)
-        self._add_message(tool_message(p["call_id"], p["name"], p.get("output", ""), event.turn_id))
+        turn_id = event.turn_id
+
+        def make() -> Message:
+            return tool_message(p["call_id"], p["name"], p.get("output", ""), turn_id)
+
+        message = made_once(p, make)  # shared by the folds of this process
+        self._add_message(message if message.turn_id == turn_id else make())
 
     def _on_inbox_started(self, event: Event, p: Any) -> None:
         self.handled.add(p["command_id"])
