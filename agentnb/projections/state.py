@@ -44,6 +44,7 @@ PROJECTOR_VERSION = 3
 TERMINAL_TURN = frozenset({"completed", "cancelled"})
 """Turn statuses after which nothing more can happen to the turn."""
 PARKING = frozenset({"suspended", "interrupted", "failed"})
+"""Turn statuses that park the queue until the turn is answered, resumed or cancelled."""
 INSIDE_A_STEP = frozenset(
     {
         "step/start",
@@ -68,7 +69,6 @@ INSIDE_A_STEP = frozenset(
 """Types of the events inside a step: none changes whether a turn has settled (no run's or
 turn's status, no command handled or refused, no question or approval asked), so a commit of
 only these wakes nobody who waits for a turn to end."""
-"""Turn statuses that park the queue until the turn is answered, resumed or cancelled."""
 
 
 @dataclass

@@ -12,6 +12,7 @@ import pytest
 
 import agentnb as nb
 from agentnb.live import LiveEvent
+from agentnb.projections.state import INSIDE_A_STEP, SessionState
 from agentnb.runtime.engine import LINGER
 from tests.runtime.helpers import WAIT, Gate, event_types, events_of, gated_script
 
@@ -348,6 +349,63 @@ class TestWaiterSleepsThroughSteps:
         assert outcome.output == "done"
         assert len(commits) > 2 * steps
         assert len(wakes) < len(commits) / 2, (len(wakes), len(commits))
+
+
+def _what_settles(state: SessionState) -> Any:
+    """Everything a waiter's outcome reads from the execution log's fold."""
+    return (
+        {r.run_id: (r.status, r.error, r.stop_reason) for r in state.runs.values()},
+        {t.turn_id: (t.status, t.output, tuple(t.run_ids)) for t in state.turns.values()},
+        dict(state.run_of_command),
+        set(state.handled),
+        set(state.pending),
+        state.active_run,
+    )
+
+
+@pytest.mark.parametrize("store_url", ["memory"], indirect=True)
+def test_events_inside_a_step_never_change_what_settles_a_turn(make_runtime: MakeRuntime) -> None:
+    """Refolding real logs (tool calls, a failing tool, a question, a cancelled task), no
+    event of a type the writer calls minor changes what a waiter's outcome is read from:
+    sleeping through such commits can never delay an outcome."""
+
+    @nb.tool
+    def noop(n: int) -> str:
+        """Do nothing."""
+        return "ok"
+
+    @nb.tool
+    def broken(n: int) -> str:
+        """Fail."""
+        raise RuntimeError("the tool broke")
+
+    model = nb.ScriptedModel(
+        [
+            nb.ToolCall("noop", {"n": 1}),
+            nb.ToolCall("broken", {"n": 2}),
+            "after the failure",
+            nb.ToolCall("ask_user", {"question": "which one?"}),
+            "thanks",
+        ]
+    )
+    runtime = make_runtime(model, [noop, broken, nb.ask_user])
+    session = runtime.session("s1")
+    assert session.run("use the tools", timeout=WAIT).status == "completed"
+    asked = session.run("ask me", timeout=WAIT)
+    assert asked.status == "suspended"
+    queued = session.submit("never runs")
+    (request_id,) = session.pending()
+    session.cancel(queued.turn_id)
+    assert session.respond(request_id, "the first").wait(timeout=WAIT).status == "completed"
+    state = SessionState()
+    minor = 0
+    for event in session.log.scan():
+        before = _what_settles(state)
+        state.apply(event)
+        if event.type in INSIDE_A_STEP:
+            minor += 1
+            assert _what_settles(state) == before, event.type
+    assert minor > 10
 
 
 class TestSteerFromAnotherWriter:
