@@ -1294,10 +1294,13 @@ class SessionStore(ABC):
                 for cond in self._key_conds.values():
                     cond.notify_all()
             else:
-                kinds: list[str] = [] if inbox is True else ["log"] if minor else ["log", "settle"]
+                kinds: list[str] = []
+                if inbox is not True:  # the execution log moved
+                    kinds += ["log"] if minor else ["log", "settle"]
                 if inbox is not False:
                     kinds.append("inbox")
-                for slot in [(key, kind) for kind in kinds]:
+                for kind in kinds:
+                    slot = (key, kind)
                     self._key_generations[slot] = self._key_generations.get(slot, 0) + 1
                     waiting = self._key_conds.get(slot)
                     if waiting is not None:
