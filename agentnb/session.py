@@ -194,18 +194,24 @@ class Session:
             self._take_fed()
             return self._folds.refresh()
 
-    def _catch_up(self) -> tuple[SessionState, InboxState]:
+    def _catch_up(self, at_least: int = 0) -> tuple[SessionState, InboxState]:
         """``_refresh`` for a waiter, which reads the store only when it could hold more.
 
         While this process holds the lease, what settles a turn is committed here and fed
         to the fold; the store object's hints say whether anything else (a command of this
         process not handed over yet) is ahead of the fold. A waiter wakes at every commit,
-        so this keeps its wake-ups off the database.
+        so this keeps its wake-ups off the database. ``at_least``: a head the waiter was
+        told of (a notification can tell of a commit before its hint is recorded); a fold
+        short of it reads the store, so the waiter never spins on a head it cannot see.
         """
         with self._lock:
             self._take_fed()
             folds = self._folds
-            if self.runtime.sole_writer(self.key) and folds.holds_known():
+            if (
+                self.runtime.sole_writer(self.key)
+                and folds.holds_known()
+                and folds.state.seq >= at_least
+            ):
                 return folds.state, folds.inbox
             return folds.refresh()
 
@@ -873,12 +879,13 @@ class Session:
         usage = UsageTotals.of(turn.usage)
         return Outcome(status, run.turn_id, run.run_id, output, error, usage, stop_reason)
 
-    def _settled(self, receipt: Receipt) -> tuple[Outcome | None, int]:
-        """(outcome or None, the seq it was decided at); ``Parked`` if it cannot move."""
+    def _settled(self, receipt: Receipt, at_least: int = 0) -> tuple[Outcome | None, int]:
+        """(outcome or None, the seq it was decided at); ``Parked`` if it cannot move.
+        ``at_least``: the head the waiter last woke to (see ``_catch_up``)."""
         # Whether anyone executes is read before and after the state: a run seen open with
         # nobody executing on both sides of the read was really cut off.
         before = self._executing(recent=True)
-        state, inbox = self._catch_up()
+        state, inbox = self._catch_up(at_least)
         executing = before or self._executing()
         if (
             state.retired_turns
@@ -911,9 +918,10 @@ class Session:
         if not isinstance(receipt, Receipt):
             raise InvalidInput(f"wait() takes a Receipt, got {type(receipt).__name__}")
         deadline = None if timeout is None else time.monotonic() + timeout
+        head = 0
         while True:
             with self._lock:
-                outcome, seq = self._settled(receipt)
+                outcome, seq = self._settled(receipt, head)
             if outcome is not None:
                 return outcome
             remaining = None if deadline is None else deadline - time.monotonic()
@@ -922,7 +930,7 @@ class Session:
             # Commits of this process wake it once they are handed to the fold (the writer
             # wakes the store's waiters after ``feed``): they are never read back. Those of
             # only a step's own events cannot settle the turn: it sleeps through them.
-            self.runtime.store.wait_for_head(
+            head = self.runtime.store.wait_for_head(
                 self.key,
                 seq,
                 0.5 if remaining is None else min(0.5, remaining),
