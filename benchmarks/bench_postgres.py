@@ -15,9 +15,15 @@ Metrics:
     psycopg inserting the very rows the store writes (the store's own encoder, batch id and
     digest on the first row, same table and indexes), one autocommit ``INSERT`` per commit.
     Both at ``synchronous_commit=on`` with fsync on. Target ratio >= 0.8.
+    The line also reports ``statement`` and ``statement_ratio``: the store's own append
+    statements, recorded from a store run on a scratch database and sent again by bare
+    psycopg on a database in the same state. That is the database's price of a guarded
+    commit (head check and update, lease fence, insert, ``NOTIFY``) with none of the
+    store's Python, so its ratio is the most any client code of this statement can reach.
 ``batch100_commit``
     Events/s with 100 events per ``append`` against raw psycopg ``executemany`` of the same
-    100 rows in one transaction (psycopg pipelines it). Target ratio >= 0.6.
+    100 rows in one transaction (psycopg pipelines it). Target ratio >= 0.6. Also with
+    ``statement`` and ``statement_ratio``, as above.
 ``wake_ms``
     Commit-to-wake latency in another process: a child process commits single events a few
     ms apart; this process blocks in ``wait_for_head`` (how ``follow()``, ``Session.wait``,
@@ -205,6 +211,56 @@ class StoreSide:
         self.store.close()
 
 
+_GUARDED_APPEND = "WITH s AS (UPDATE agentnb.sessions"
+"""How the store's append statement starts (``PostgresStore._append``)."""
+
+
+class StatementSide:
+    """The store's own append statements, sent by bare psycopg: what no client code can beat.
+
+    ``capture`` runs a batch of commits through a ``PostgresStore`` on a scratch database and
+    records the statements and parameters it sends (the guarded head update, the insert and
+    the ``NOTIFY``); ``commit`` sends one of them again, unchanged, on a database in the same
+    state. So this side pays what the database does for a guarded commit, and none of the
+    store's Python (stamping, encoding, checksums, the catalogue delta, the pool).
+    """
+
+    def __init__(self, scratch_url: str, url: str) -> None:
+        self.capturer = StoreSide(scratch_url)
+        PostgresStore(url).close()
+        self.conn = psycopg.connect(url, autocommit=True)
+        self.conn.execute("SET synchronous_commit = on")
+        with PostgresStore(url) as store:
+            store.create_session(KEY)  # the same session row, id and head as the scratch one
+
+    def capture(self, items: Sequence[tuple[list[Event], str]]) -> list[tuple[Any, Any]]:
+        sent: list[tuple[Any, Any]] = []
+        execute = psycopg.Connection.execute
+
+        def recording(conn: Any, query: Any, params: Any = None, **kw: Any) -> Any:
+            if isinstance(query, str) and query.startswith(_GUARDED_APPEND):
+                sent.append((query, params))
+            return execute(conn, query, params, **kw)
+
+        psycopg.Connection.execute = recording  # type: ignore[method-assign]
+        try:
+            for item in items:
+                self.capturer.commit(item)
+        finally:
+            psycopg.Connection.execute = execute  # type: ignore[method-assign]
+        if len(sent) != len(items):
+            raise RuntimeError(f"captured {len(sent)} append statements for {len(items)} commits")
+        return sent
+
+    def commit(self, statement: tuple[Any, Any]) -> None:
+        if self.conn.execute(*statement).fetchone() is None:
+            raise RuntimeError("a replayed append statement was refused: the states differ")
+
+    def close(self) -> None:
+        self.capturer.close()
+        self.conn.close()
+
+
 def timed(op: Any, items: Sequence[Any]) -> float:
     start = time.perf_counter()
     for item in items:
@@ -213,16 +269,19 @@ def timed(op: Any, items: Sequence[Any]) -> float:
 
 
 def compare_commits(
-    store_url: str, raw_url: str, commits: int, batch_size: int, rounds: int
-) -> tuple[float, float, float]:
-    """Median events/s of (store, raw) and the median per-round ratio."""
-    store = StoreSide(store_url)
+    database: Any, commits: int, batch_size: int, rounds: int
+) -> tuple[float, float, float, float, float]:
+    """Median events/s of (store, raw) and their median per-round ratio; then the same two
+    for the store's own statements replayed by bare psycopg (``StatementSide``)."""
+    store = StoreSide(database())
+    raw_url = database()
     raw = RawSide(raw_url)
+    floor = StatementSide(database(), database())
     raw_seq = 1 + _max_seq(raw_url)
     per_round = max(1, commits // rounds)
     warmup = max(5, per_round // 10)
 
-    def inputs(n: int) -> tuple[list[Any], list[Any]]:
+    def inputs(n: int) -> tuple[list[Any], list[Any], list[Any]]:
         nonlocal raw_seq
         store_items: list[Any] = []
         raw_items: list[Any] = []
@@ -232,24 +291,30 @@ def compare_commits(
             store_items.append((events, batch_id))
             raw_items.append(encoded_rows(events, raw_seq, raw.sid, batch_id))
             raw_seq += batch_size
-        return store_items, raw_items
+        return store_items, raw_items, floor.capture(store_items)
 
-    store_in, raw_in = inputs(warmup)
+    store_in, raw_in, floor_in = inputs(warmup)
     timed(store.commit, store_in)
     timed(raw.commit, raw_in)
-    store_rates: list[float] = []
-    raw_rates: list[float] = []
+    timed(floor.commit, floor_in)
+    rates: dict[str, list[float]] = {"store": [], "raw": [], "floor": []}
     for r in range(rounds):
-        store_in, raw_in = inputs(per_round)
-        sides = [(store.commit, store_in, store_rates), (raw.commit, raw_in, raw_rates)]
+        store_in, raw_in, floor_in = inputs(per_round)
+        sides = [("store", store.commit, store_in), ("raw", raw.commit, raw_in)]
+        sides.insert(r % 3, ("floor", floor.commit, floor_in))
         if r % 2:
             sides.reverse()
-        for op, items, rates in sides:
-            rates.append(per_round * batch_size / timed(op, items))
+        for name, op, items in sides:
+            rates[name].append(per_round * batch_size / timed(op, items))
     store.close()
     raw.close()
-    ratios = [s / r for s, r in zip(store_rates, raw_rates, strict=True)]
-    return statistics.median(store_rates), statistics.median(raw_rates), statistics.median(ratios)
+    floor.close()
+
+    def ratio(side: str) -> float:
+        return statistics.median(s / r for s, r in zip(rates[side], rates["raw"], strict=True))
+
+    medians = {side: statistics.median(values) for side, values in rates.items()}
+    return medians["store"], medians["raw"], ratio("store"), medians["floor"], ratio("floor")
 
 
 def _max_seq(url: str) -> int:
@@ -743,17 +808,37 @@ def run(sizes: Sizes, url: str | None, groups: Sequence[str] = GROUPS) -> list[R
 
 def commits(database: Any, sizes: Sizes) -> list[Result]:
     print(f"single-event commits: {sizes.single_commits} per side ...", flush=True)
-    store, raw, ratio = compare_commits(
-        database(), database(), sizes.single_commits, 1, sizes.rounds
+    store, raw, ratio, floor, floor_ratio = compare_commits(
+        database, sizes.single_commits, 1, sizes.rounds
     )
-    single = Result("single_commit", store, raw, ratio, "commits/s", ">= 0.8", True, 0.8)
+    single = Result(
+        "single_commit",
+        store,
+        raw,
+        ratio,
+        "commits/s",
+        ">= 0.8",
+        True,
+        0.8,
+        {"statement": floor, "statement_ratio": floor_ratio},
+    )
     size = sizes.batch_size
     print(f"{size}-event batch commits: {sizes.batches} per side ...", flush=True)
-    store, raw, ratio = compare_commits(database(), database(), sizes.batches, size, sizes.rounds)
-    return [
-        single,
-        Result(f"batch{size}_commit", store, raw, ratio, "events/s", ">= 0.6", True, 0.6),
-    ]
+    store, raw, ratio, floor, floor_ratio = compare_commits(
+        database, sizes.batches, size, sizes.rounds
+    )
+    batch = Result(
+        f"batch{size}_commit",
+        store,
+        raw,
+        ratio,
+        "events/s",
+        ">= 0.6",
+        True,
+        0.6,
+        {"statement": floor, "statement_ratio": floor_ratio},
+    )
+    return [single, batch]
 
 
 def wake(database: Any, sizes: Sizes) -> Result:
@@ -803,6 +888,18 @@ def table(results: Sequence[Result]) -> str:
                 rows.append(
                     (label, f"{r.extra[ours]:,.2f}", f"{r.extra[theirs]:,.2f}", r.unit, "", "", "")
                 )
+        if "statement" in r.extra:
+            rows.append(
+                (
+                    "  (its statement, bare)",
+                    f"{r.extra['statement']:,.2f}",
+                    f"{r.baseline:,.2f}",
+                    r.unit,
+                    f"{r.extra['statement_ratio']:.3f}",
+                    "",
+                    "",
+                )
+            )
     return "\n".join(_align(rows, left=(0, 3, 5, 6)))
 
 

@@ -70,7 +70,8 @@ def test_widgets_quick_run_prints_one_json_line_per_metric() -> None:
 
 def test_postgres_quick_run_prints_one_json_line_per_metric() -> None:
     """`bench_postgres.py --quick` (its own throwaway server) prints JSON with value,
-    baseline, ratio; the wake-up latency line adds its p95, the worker lines their CPU."""
+    baseline, ratio; the commit lines add the bare statement's rate, the wake-up latency line
+    its p95, the worker lines their CPU."""
     from tests.pg import require_server
 
     require_server()
@@ -84,6 +85,10 @@ def test_postgres_quick_run_prints_one_json_line_per_metric() -> None:
         "workers_2",
         "workers_4",
     }
+    for commit in (r for r in records if r["metric"].endswith("_commit")):
+        # The store's statement sent bare costs the database what the store's commit does.
+        assert commit["statement"] > 0
+        assert commit["statement_ratio"] > 0
     wake = next(r for r in records if r["metric"] == "wake_ms")
     assert wake["p95"] >= wake["value"]
     for n in (1, 2, 4):
