@@ -5,7 +5,12 @@ no-op tool, on a file-backed SQLite store with WAL and ``synchronous=FULL``. age
 commit-before-side-effect (``model/dispatch`` and ``tool/dispatch`` are durable before each
 call); it merges the commits that sit between two side effects.
 
-Also reported: commits per step, and commits for one 2,000-chunk streamed reply.
+Also reported: commits per step, and commits for one 2,000-chunk streamed reply. For the
+small-state shape, what a turn costs: CPU time per turn of each side (all threads, user and
+system), and the storage floor, the time bare ``sqlite3`` takes to commit agentnb's very rows
+in the very transactions it used (``storage_floor``), against agentnb's whole turn. A ratio
+target over LangGraph's turn time leaves, for all of agentnb's Python, the target's turn time
+minus that floor.
 
 The small-state shape runs ``--rounds`` times (default 3), each round both sides in turn,
 who goes first alternating; its lines report medians, and the ratio is the median of the
@@ -19,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import resource
 import sqlite3
 import statistics
 import sys
@@ -101,26 +107,90 @@ def _five_step_script(messages: list[nb.Message]) -> Any:
     return nb.ToolCall("noop", {"n": since_user}) if since_user < 2 else "done"
 
 
+def storage_floor(db: Path, workdir: Path) -> float:
+    """Seconds per turn that SQLite alone takes to commit what agentnb committed in ``db``.
+
+    The events and inbox rows of the file's sessions are written again, by bare ``sqlite3``,
+    into a new file with the same tables and indexes, WAL and ``synchronous=FULL``: each
+    accepted command in a transaction of its own (a submit), each batch of events in one (a
+    batch starts at a row that carries a batch id). What is left of a turn's time above this
+    is agentnb's Python and the thread hops between the notebook, the loop and the store.
+    """
+    source = sqlite3.connect(db)
+    schema = [
+        sql
+        for (sql,) in source.execute(
+            "SELECT sql FROM sqlite_master WHERE tbl_name IN ('events', 'inbox') "
+            "AND sql IS NOT NULL ORDER BY type DESC"  # tables before their indexes
+        )
+    ]
+    turns = source.execute("SELECT count(*) FROM events WHERE type = 'turn/completed'")
+    (turn_count,) = turns.fetchone()
+    events = source.execute("SELECT * FROM events ORDER BY session, seq").fetchall()
+    submits = source.execute("SELECT * FROM inbox ORDER BY session, seq").fetchall()
+    batch_col = [c[1] for c in source.execute("PRAGMA table_info(events)")].index("batch_id")
+    source.close()
+    batches: list[list[tuple[object, ...]]] = []
+    for row in events:
+        if row[batch_col] is not None or not batches:
+            batches.append([])
+        batches[-1].append(row)
+    floor = workdir / "floor.sqlite"
+    conn = sqlite3.connect(floor, isolation_level=None)
+    try:
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=FULL")
+        for sql in schema:
+            conn.execute(sql)
+        insert_event = f"INSERT INTO events VALUES ({','.join('?' * len(events[0]))})"
+        insert_submit = f"INSERT INTO inbox VALUES ({','.join('?' * len(submits[0]))})"
+        per_submit = max(1, len(batches) // max(1, len(submits)))
+        start = time.perf_counter()
+        for i, batch in enumerate(batches):
+            if i % per_submit == 0 and i // per_submit < len(submits):
+                conn.execute("BEGIN IMMEDIATE")
+                conn.execute(insert_submit, submits[i // per_submit])
+                conn.execute("COMMIT")
+            conn.execute("BEGIN IMMEDIATE")
+            conn.executemany(insert_event, batch)
+            conn.execute("COMMIT")
+        seconds = time.perf_counter() - start
+    finally:
+        conn.close()
+    return seconds / max(1, turn_count)
+
+
 def run_agentnb_windows(turns: int, window: int, workdir: Path) -> dict[str, float]:
-    """agentnb on the small-state shape's loop: turns/s over the first and last windows."""
+    """agentnb on the small-state shape's loop: turns/s over the first and last windows,
+    and the CPU time of the process per turn (user and system, all threads)."""
     db = workdir / "agentnb-windows.sqlite"
     model = nb.ScriptedModel(_five_step_script, keep_requests=0)
     agent = nb.Agent(name="Bench", agent_id="bench-small", model=model, tools=[noop])
     runtime = nb.Runtime(agent, store=f"sqlite:///{db}")
     try:
         session = runtime.session("timed")
+        cpu = _cpu_seconds()
         marks = [time.perf_counter()]
         for i in range(turns):
             outcome = session.run(f"task {i}", timeout=60)
             if outcome.status != "completed":
                 raise RuntimeError(f"turn {i} ended {outcome.status}: {outcome.error}")
             marks.append(time.perf_counter())
+        cpu = _cpu_seconds() - cpu
     finally:
         runtime.close()
     return {
         "first_turns_per_s": window / (marks[window] - marks[0]),
         "last_turns_per_s": window / (marks[turns] - marks[turns - window]),
+        "cpu_s_per_turn": cpu / turns,
+        "s_per_turn": (marks[turns] - marks[0]) / turns,
     }
+
+
+def _cpu_seconds() -> float:
+    """CPU time of this process so far, user and system, all its threads."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 def small_state_rounds(
@@ -129,6 +199,9 @@ def small_state_rounds(
     """Both sides of the small-state shape, ``rounds`` times, who goes first alternating:
     for each window, (agentnb's median turns/s, LangGraph's median, median of the rounds'
     ratios). One machine's speed drifts over a minute; pairing rounds keeps the ratio fair.
+    Also ``cpu``: CPU seconds per turn of each side's whole run (medians, ratio of medians);
+    and ``floor``: seconds per turn of SQLite alone writing agentnb's rows (``storage_floor``,
+    last round), against agentnb's whole time per turn.
     """
     try:
         from _langgraph_baseline import run_langgraph_small as langgraph
@@ -136,6 +209,7 @@ def small_state_rounds(
         langgraph = None  # type: ignore[assignment]
     ours: list[dict[str, float]] = []
     theirs: list[dict[str, float]] = []
+    floor = 0.0
     for r in range(rounds):
         here = workdir / f"small-{r}"
         here.mkdir()
@@ -143,12 +217,15 @@ def small_state_rounds(
         if first_ours:
             ours.append(run_agentnb_windows(turns, window, here))
         if langgraph is not None:
+            cpu = _cpu_seconds()
             theirs.append(langgraph(turns, window, db_path=str(here / "langgraph-small.sqlite")))
+            theirs[-1]["cpu_s_per_turn"] = (_cpu_seconds() - cpu) / turns
         if not first_ours:
             ours.append(run_agentnb_windows(turns, window, here))
+        floor = storage_floor(here / "agentnb-windows.sqlite", here)
     out: dict[str, tuple[float, float | None, float | None]] = {}
-    for part in ("first", "last"):
-        key = f"{part}_turns_per_s"
+    for part in ("first", "last", "cpu"):
+        key = "cpu_s_per_turn" if part == "cpu" else f"{part}_turns_per_s"
         mine = statistics.median(o[key] for o in ours)
         if not theirs:
             out[part] = (mine, None, None)
@@ -156,6 +233,8 @@ def small_state_rounds(
         base = statistics.median(t[key] for t in theirs)
         ratio = statistics.median(o[key] / t[key] for o, t in zip(ours, theirs, strict=True))
         out[part] = (mine, base, ratio)
+    whole = statistics.median(o["s_per_turn"] for o in ours)
+    out["floor"] = (floor, whole, floor / whole)
     return out
 
 
@@ -299,6 +378,26 @@ def main() -> None:
         )
         if paired is not None:
             results[-1]["ratio"] = round(paired, 3)  # the median of the rounds' own ratios
+    mine, lg_cpu, _ = small["cpu"]
+    metric(
+        "small_state_cpu_per_turn",
+        mine * 1000,
+        None if lg_cpu is None else lg_cpu * 1000,
+        f"ms of CPU per turn, all threads, {long_turns} turns "
+        "(baseline LangGraph small state, whole run)",
+        "informational",
+        None,
+    )
+    floor, whole, _ = small["floor"]
+    metric(
+        "small_state_storage_floor",
+        floor * 1000,
+        whole * 1000,
+        "ms per turn for bare sqlite3 to commit the same rows in the same transactions "
+        "(baseline: agentnb's whole turn)",
+        "informational",
+        None,
+    )
     metric(
         "next_context_tokens_compacted",
         context["compacted_tokens"],
