@@ -9,6 +9,11 @@ One runtime, the default SQLite store (WAL, ``synchronous=FULL``), the scripted 
 
 Target: the 16 sessions together make >= 2x the turns/s of the single session (goal 3x).
 
+Also reported, for each side: CPU time per turn (user and system, all threads of the process)
+and ``user_busy``, user CPU seconds per second of the run. One process runs its Python on one
+thread at a time, so a side whose ``user_busy`` is near 1 is bound by one core of Python:
+more sessions at once can then only help by making each turn cheaper.
+
     python benchmarks/bench_sessions.py [--sessions 16] [--turns 20] [--quick]
 """
 
@@ -17,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import resource
 import sqlite3
 import sys
 import tempfile
@@ -28,6 +34,21 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_scale import make_agent
 
 import agentnb as nb
+
+
+class Usage:
+    """CPU time (user, system) and wall time of the ``with`` block, for the whole process."""
+
+    def __enter__(self) -> Usage:
+        self._start = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        end = resource.getrusage(resource.RUSAGE_SELF)
+        start, began = self._start
+        self.user = end.ru_utime - start.ru_utime
+        self.system = end.ru_stime - start.ru_stime
+        self.wall = time.perf_counter() - began
 
 
 def concurrent(db: Path, sessions: int, turns: int) -> float:
@@ -75,9 +96,11 @@ def main() -> None:
     )
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        many = concurrent(work / "many.sqlite", sessions, turns)
-        one = sequential(work / "one.sqlite", total)
-    row = {
+        with Usage() as many_usage:
+            many = concurrent(work / "many.sqlite", sessions, turns)
+        with Usage() as one_usage:
+            one = sequential(work / "one.sqlite", total)
+    row: dict[str, object] = {
         "bench": "sessions",
         "metric": f"turns/s, {sessions} sessions at once vs one session",
         "value": round(many, 2),
@@ -85,8 +108,22 @@ def main() -> None:
         "ratio": round(many / one, 3),
         "target": ">= 2 (goal 3)",
     }
+    lines = [(str(row["metric"]), f"{many:.1f}", f"{one:.1f}", f"{many / one:.2f}")]
+    for name, unit, ours, theirs in (
+        ("user_ms_per_turn", "user CPU ms per turn", many_usage.user, one_usage.user),
+        ("sys_ms_per_turn", "system CPU ms per turn", many_usage.system, one_usage.system),
+    ):
+        row[name], row[f"baseline_{name}"] = (round(u * 1000 / total, 3) for u in (ours, theirs))
+        lines.append((f"  {unit}", f"{row[name]:.2f}", f"{row[f'baseline_{name}']:.2f}", ""))
+    row["user_busy"] = round(many_usage.user / many_usage.wall, 3)
+    row["baseline_user_busy"] = round(one_usage.user / one_usage.wall, 3)
+    lines.append(
+        ("  user CPU s per s", f"{row['user_busy']:.2f}", f"{row['baseline_user_busy']:.2f}", "")
+    )
     print(f"{'metric':<44} {'agentnb':>9} {'baseline':>9} {'ratio':>7}  target")
-    print(f"{row['metric']:<44} {many:>9.1f} {one:>9.1f} {many / one:>7.2f}  {row['target']}")
+    for i, (metric, value, baseline, ratio) in enumerate(lines):
+        target = row["target"] if i == 0 else ""
+        print(f"{metric:<44} {value:>9} {baseline:>9} {ratio:>7}  {target}")
     print(json.dumps(row))
 
 

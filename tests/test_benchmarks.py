@@ -6,6 +6,7 @@ Timings are never asserted here: machines running the tests are too noisy for th
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -108,9 +109,13 @@ def test_scale_quick_run_prints_one_json_line_per_metric() -> None:
 
 
 def test_sessions_quick_run_prints_one_json_line_per_metric() -> None:
-    """`bench_sessions.py --quick` prints concurrent vs sequential turns/s."""
+    """`bench_sessions.py --quick` prints concurrent vs sequential turns/s, and what each
+    side's turns cost in CPU."""
     (record,) = _records("bench_sessions.py", "--quick")
     assert record["bench"] == "sessions"
+    for side in ("", "baseline_"):
+        assert record[f"{side}user_ms_per_turn"] > 0
+        assert 0 < record[f"{side}user_busy"] <= (os.cpu_count() or 1)  # CPU s per s
 
 
 def test_recovery_small_run_prints_one_json_line_per_metric() -> None:
