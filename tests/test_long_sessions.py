@@ -234,6 +234,42 @@ class TestMemoryIsBounded:
         finally:
             runtime.close()
 
+    def test_messages_compaction_let_go_are_not_kept_by_token_counts(self, tmp_path: Path) -> None:
+        """With a bounded context (a window and compaction), the messages older than it are
+        let go by the folds and the context; counting tokens must not keep them alive."""
+        window = 2000
+        model = nb.ScriptedModel(lambda messages: "done " * 20, keep_requests=0)
+        agent = nb.Agent(
+            name="Compact",
+            agent_id="compact",
+            model=model,
+            context_window=window,
+            compaction=nb.SummaryCompactor(
+                keep_last=6, model=nb.ScriptedModel(lambda messages: "a summary")
+            ),
+        )
+        runtime = nb.Runtime(agent, store=f"sqlite:///{tmp_path / 'agentnb.sqlite'}")
+        try:
+            session = runtime.session("s")
+            turns = 8 * KEEP_TURNS
+            for _ in range(turns):
+                assert session.run("task " * 30, timeout=WAIT).status == "completed"
+            ids = {e.turn_id for e in session.log.scan() if e.type == "turn/start"}
+            compactions = sum(1 for e in session.log.scan() if e.type == "context/replaced")
+            assert compactions > 3  # the context was cut again and again
+            session.snapshot()  # the chat view's fold takes what it was fed, and retires
+            gc.collect()
+            live = sum(
+                1 for o in gc.get_objects() if isinstance(o, nb.Message) and o.turn_id in ids
+            )
+            # What may hold them: the folds (a bounded number of turns, two messages each,
+            # shared between folds) and the working context, which fits the window.
+            smallest = model.count_tokens([nb.Message(id="m", role="assistant", text="done " * 20)])
+            bound = 2 * (2 * KEEP_TURNS + 1) + window // smallest
+            assert live <= bound < 2 * turns, (live, bound, 2 * turns)
+        finally:
+            runtime.close()
+
 
 class TestOneDurableStep:
     def test_the_store_calls_of_one_turn_are_pinned(self) -> None:

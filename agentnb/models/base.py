@@ -20,6 +20,7 @@ import json
 import math
 import random
 import threading
+import weakref
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -257,9 +258,37 @@ def estimate_text_tokens(text: str) -> int:
     return -(-len(text.encode("utf-8", "surrogatepass")) // 4)
 
 
-_MEMO: dict[tuple[int, int], tuple[Callable[[str], int], Message, int]] = {}
+# The token memos hold their messages weakly: an entry goes when its message does, so a
+# long conversation whose old messages the folds and the context have let go (compaction,
+# retired turns) does not keep them alive here. Keyed by identity: ids are unique while the
+# message lives, and its entry is gone before the id can be reused.
+_MEMO: dict[tuple[int, int], tuple[Callable[[str], int], _Held, int]] = {}
 _MEMO_MAX = 200_000
 _memo_lock = threading.Lock()
+
+
+class _Held(weakref.ref[Message]):
+    """A weak reference to a message that removes its memo entry when the message goes."""
+
+    __slots__ = ("key", "memo")
+    memo: dict[tuple[int, int], Any]
+    key: tuple[int, int]
+
+    def __new__(
+        cls, message: Message, memo: dict[tuple[int, int], Any], key: tuple[int, int]
+    ) -> _Held:
+        held = super().__new__(cls, message, _forget)
+        held.memo, held.key = memo, key
+        return held
+
+    def __init__(
+        self, message: Message, memo: dict[tuple[int, int], Any], key: tuple[int, int]
+    ) -> None:
+        super().__init__(message, _forget)  # type: ignore[call-arg]  # typeshed omits it
+
+
+def _forget(held: _Held) -> None:
+    held.memo.pop(held.key, None)
 
 
 def _message_tokens(text_tokens: Callable[[str], int], message: Message) -> int:
@@ -267,7 +296,7 @@ def _message_tokens(text_tokens: Callable[[str], int], message: Message) -> int:
     (immutable) messages again, which made a count cost more the longer it grew."""
     key = (id(text_tokens), id(message))
     hit = _MEMO.get(key)
-    if hit is not None and hit[0] is text_tokens and hit[1] is message:
+    if hit is not None and hit[0] is text_tokens and hit[1]() is message:
         return hit[2]
     tokens = MESSAGE_TOKENS + text_tokens(message.role) + text_tokens(message.text)
     for extra in (message.name, message.call_id):
@@ -278,12 +307,12 @@ def _message_tokens(text_tokens: Callable[[str], int], message: Message) -> int:
         tokens += text_tokens(canonical_json(call.arguments))
     with _memo_lock:
         if len(_MEMO) >= _MEMO_MAX:
-            _MEMO.clear()  # the entries hold their messages, so ids stay unique while kept
-        _MEMO[key] = (text_tokens, message, tokens)
+            _MEMO.clear()  # many tokenizers at once: start over rather than grow
+        _MEMO[key] = (text_tokens, _Held(message, _MEMO, key), tokens)
     return tokens
 
 
-_PREFIXES: dict[tuple[int, int], tuple[Callable[[str], int], Message, int, int]] = {}
+_PREFIXES: dict[tuple[int, int], tuple[Callable[[str], int], _Held, int, int]] = {}
 _PREFIX_LOOKBACK = 64
 
 
@@ -298,7 +327,7 @@ def _messages_tokens(text_tokens: Callable[[str], int], messages: Iterable[Messa
     start, total = 0, 0
     for k in range(len(items) - 1, max(-1, len(items) - 1 - _PREFIX_LOOKBACK), -1):
         hit = _PREFIXES.get((id(text_tokens), id(items[k])))
-        if hit is not None and hit[0] is text_tokens and hit[1] is items[k] and hit[2] == k:
+        if hit is not None and hit[0] is text_tokens and hit[1]() is items[k] and hit[2] == k:
             start, total = k + 1, hit[3]
             break
     for i in range(start, len(items)):
@@ -307,12 +336,13 @@ def _messages_tokens(text_tokens: Callable[[str], int], messages: Iterable[Messa
             raise InvalidInput(f"messages[{i}] must be a Message, got {type(message).__name__}")
         total += _message_tokens(text_tokens, message)
     if items:
+        key = (id(text_tokens), id(items[-1]))
         with _memo_lock:
             if len(_PREFIXES) >= _MEMO_MAX:
                 _PREFIXES.clear()
-            _PREFIXES[(id(text_tokens), id(items[-1]))] = (
+            _PREFIXES[key] = (
                 text_tokens,
-                items[-1],
+                _Held(items[-1], _PREFIXES, key),
                 len(items) - 1,
                 total,
             )

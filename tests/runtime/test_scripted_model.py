@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import random
 import time
+import weakref
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -493,6 +495,20 @@ class TestTokenEstimate:
         assert count_tokens_with(ones, msgs, [SPEC]) == (
             REPLY_TOKENS + 2 * MESSAGE_TOKENS + 2 + MESSAGE_TOKENS + 2 + 4 + MESSAGE_TOKENS + 1
         )
+
+    def test_counted_messages_are_not_kept_alive(self) -> None:
+        """Counts are remembered per message, but the memory lets a message go when the
+        conversation does (a compacted context, retired turns); counting one that is new
+        again at the same address counts it afresh."""
+        msgs = [Message(id=f"m{i}", role="user", text="x" * (4 * i)) for i in range(10)]
+        first = estimate_tokens(msgs)
+        assert estimate_tokens(msgs) == first  # remembered
+        gone = [weakref.ref(m) for m in msgs]
+        del msgs
+        gc.collect()
+        assert all(ref() is None for ref in gone)
+        again = [Message(id=f"n{i}", role="user", text="y" * (8 * i)) for i in range(10)]
+        assert estimate_tokens(again) == estimate_tokens(list(again)) > first
 
     def test_empty_request_is_the_reply_primer(self) -> None:
         """No messages and no tools count REPLY_TOKENS."""
