@@ -161,7 +161,8 @@ def run_langgraph(turns: int, steps_per_turn: int = 3, *, db_path: str) -> dict[
 
 
 def run_langgraph_small(turns: int, window: int, *, db_path: str) -> dict[str, float]:
-    """The small-state shape: turns/s over the first and the last ``window`` turns.
+    """The small-state shape: turns/s over the first and the last ``window`` turns, and the
+    process's CPU time per turn over each (user and system, all threads).
 
     The graph's state is a list of plain tuples (``Annotated[list, operator.add]``) and a
     counter; each turn is five supersteps (model, tool, model, tool, model) on one
@@ -205,6 +206,7 @@ def run_langgraph_small(turns: int, window: int, *, db_path: str) -> dict[str, f
         graph = builder.compile(checkpointer=saver)
         config = {"configurable": {"thread_id": f"small-{uuid.uuid4().hex}"}}
         marks = [time.perf_counter()]
+        cpu = {0: time.process_time()}
         for i in range(turns):
             out = graph.invoke(
                 {"items": [("user", f"task {i}")], "step": 0}, config, durability="sync"
@@ -212,9 +214,13 @@ def run_langgraph_small(turns: int, window: int, *, db_path: str) -> dict[str, f
             if out["step"] != 3:
                 raise RuntimeError(f"turn {i} took {out['step']} model steps, expected 3")
             marks.append(time.perf_counter())
+            if i + 1 in (window, turns - window, turns):
+                cpu[i + 1] = time.process_time()
     return {
         "first_turns_per_s": window / (marks[window] - marks[0]),
         "last_turns_per_s": window / (marks[turns] - marks[turns - window]),
+        "first_cpu_s_per_turn": (cpu[window] - cpu[0]) / window,
+        "last_cpu_s_per_turn": (cpu[turns] - cpu[turns - window]) / window,
     }
 
 

@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import resource
 import sqlite3
 import statistics
 import sys
@@ -162,35 +161,31 @@ def storage_floor(db: Path, workdir: Path) -> float:
 
 def run_agentnb_windows(turns: int, window: int, workdir: Path) -> dict[str, float]:
     """agentnb on the small-state shape's loop: turns/s over the first and last windows,
-    and the CPU time of the process per turn (user and system, all threads)."""
+    and the process's CPU time per turn over each (user and system, all threads)."""
     db = workdir / "agentnb-windows.sqlite"
     model = nb.ScriptedModel(_five_step_script, keep_requests=0)
     agent = nb.Agent(name="Bench", agent_id="bench-small", model=model, tools=[noop])
     runtime = nb.Runtime(agent, store=f"sqlite:///{db}")
     try:
         session = runtime.session("timed")
-        cpu = _cpu_seconds()
         marks = [time.perf_counter()]
+        cpu = {0: time.process_time()}
         for i in range(turns):
             outcome = session.run(f"task {i}", timeout=60)
             if outcome.status != "completed":
                 raise RuntimeError(f"turn {i} ended {outcome.status}: {outcome.error}")
             marks.append(time.perf_counter())
-        cpu = _cpu_seconds() - cpu
+            if i + 1 in (window, turns - window, turns):
+                cpu[i + 1] = time.process_time()
     finally:
         runtime.close()
     return {
         "first_turns_per_s": window / (marks[window] - marks[0]),
         "last_turns_per_s": window / (marks[turns] - marks[turns - window]),
-        "cpu_s_per_turn": cpu / turns,
-        "s_per_turn": (marks[turns] - marks[0]) / turns,
+        "first_cpu_s_per_turn": (cpu[window] - cpu[0]) / window,
+        "last_cpu_s_per_turn": (cpu[turns] - cpu[turns - window]) / window,
+        "first_s_per_turn": (marks[window] - marks[0]) / window,
     }
-
-
-def _cpu_seconds() -> float:
-    """CPU time of this process so far, user and system, all its threads."""
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
 
 
 def small_state_rounds(
@@ -199,9 +194,9 @@ def small_state_rounds(
     """Both sides of the small-state shape, ``rounds`` times, who goes first alternating:
     for each window, (agentnb's median turns/s, LangGraph's median, median of the rounds'
     ratios). One machine's speed drifts over a minute; pairing rounds keeps the ratio fair.
-    Also ``cpu``: CPU seconds per turn of each side's whole run (medians, ratio of medians);
+    Also ``first_cpu`` and ``last_cpu``: each side's CPU seconds per turn over the windows;
     and ``floor``: seconds per turn of SQLite alone writing agentnb's rows (``storage_floor``,
-    last round), against agentnb's whole time per turn.
+    last round), against agentnb's time per turn over the first window.
     """
     try:
         from _langgraph_baseline import run_langgraph_small as langgraph
@@ -217,15 +212,17 @@ def small_state_rounds(
         if first_ours:
             ours.append(run_agentnb_windows(turns, window, here))
         if langgraph is not None:
-            cpu = _cpu_seconds()
             theirs.append(langgraph(turns, window, db_path=str(here / "langgraph-small.sqlite")))
-            theirs[-1]["cpu_s_per_turn"] = (_cpu_seconds() - cpu) / turns
         if not first_ours:
             ours.append(run_agentnb_windows(turns, window, here))
         floor = storage_floor(here / "agentnb-windows.sqlite", here)
     out: dict[str, tuple[float, float | None, float | None]] = {}
-    for part in ("first", "last", "cpu"):
-        key = "cpu_s_per_turn" if part == "cpu" else f"{part}_turns_per_s"
+    for part, key in (
+        ("first", "first_turns_per_s"),
+        ("last", "last_turns_per_s"),
+        ("first_cpu", "first_cpu_s_per_turn"),
+        ("last_cpu", "last_cpu_s_per_turn"),
+    ):
         mine = statistics.median(o[key] for o in ours)
         if not theirs:
             out[part] = (mine, None, None)
@@ -233,7 +230,7 @@ def small_state_rounds(
         base = statistics.median(t[key] for t in theirs)
         ratio = statistics.median(o[key] / t[key] for o, t in zip(ours, theirs, strict=True))
         out[part] = (mine, base, ratio)
-    whole = statistics.median(o["s_per_turn"] for o in ours)
+    whole = statistics.median(o["first_s_per_turn"] for o in ours)
     out["floor"] = (floor, whole, floor / whole)
     return out
 
@@ -378,23 +375,26 @@ def main() -> None:
         )
         if paired is not None:
             results[-1]["ratio"] = round(paired, 3)  # the median of the rounds' own ratios
-    mine, lg_cpu, _ = small["cpu"]
-    metric(
-        "small_state_cpu_per_turn",
-        mine * 1000,
-        None if lg_cpu is None else lg_cpu * 1000,
-        f"ms of CPU per turn, all threads, {long_turns} turns "
-        "(baseline LangGraph small state, whole run)",
-        "informational",
-        None,
-    )
+    for part, label in (
+        ("first", f"turns 0-{window}"),
+        ("last", f"turns {long_turns - window}-{long_turns}"),
+    ):
+        mine, lg_cpu, _ = small[f"{part}_cpu"]
+        metric(
+            f"small_state_{part}_cpu",
+            mine * 1000,
+            None if lg_cpu is None else lg_cpu * 1000,
+            f"ms of CPU per turn, all threads, {label} (baseline LangGraph small state)",
+            "informational",
+            None,
+        )
     floor, whole, _ = small["floor"]
     metric(
         "small_state_storage_floor",
         floor * 1000,
         whole * 1000,
         "ms per turn for bare sqlite3 to commit the same rows in the same transactions "
-        "(baseline: agentnb's whole turn)",
+        f"(baseline: agentnb's turn, turns 0-{window})",
         "informational",
         None,
     )
