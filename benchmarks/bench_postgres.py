@@ -227,11 +227,10 @@ class StatementSide:
 
     def __init__(self, scratch_url: str, url: str) -> None:
         self.capturer = StoreSide(scratch_url)
-        PostgresStore(url).close()
+        with PostgresStore(url) as store:  # the schema, and the same session row, id and head
+            store.create_session(KEY)
         self.conn = psycopg.connect(url, autocommit=True)
         self.conn.execute("SET synchronous_commit = on")
-        with PostgresStore(url) as store:
-            store.create_session(KEY)  # the same session row, id and head as the scratch one
 
     def capture(self, items: Sequence[tuple[list[Event], str]]) -> list[tuple[Any, Any]]:
         sent: list[tuple[Any, Any]] = []

@@ -204,7 +204,7 @@ def small_state_rounds(
         langgraph = None  # type: ignore[assignment]
     ours: list[dict[str, float]] = []
     theirs: list[dict[str, float]] = []
-    floor = 0.0
+    here = workdir
     for r in range(rounds):
         here = workdir / f"small-{r}"
         here.mkdir()
@@ -215,7 +215,7 @@ def small_state_rounds(
             theirs.append(langgraph(turns, window, db_path=str(here / "langgraph-small.sqlite")))
         if not first_ours:
             ours.append(run_agentnb_windows(turns, window, here))
-        floor = storage_floor(here / "agentnb-windows.sqlite", here)
+    floor = storage_floor(here / "agentnb-windows.sqlite", here)
     out: dict[str, tuple[float, float | None, float | None]] = {}
     for part, key in (
         ("first", "first_turns_per_s"),
