@@ -34,7 +34,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from bench_store import RawSide
+
 import agentnb as nb
+from agentnb.stores import _rows
 
 STEPS_PER_TURN = 3
 
@@ -109,54 +112,41 @@ def _five_step_script(messages: list[nb.Message]) -> Any:
 def storage_floor(db: Path, workdir: Path) -> float:
     """Seconds per turn that SQLite alone takes to commit what agentnb committed in ``db``.
 
-    The events and inbox rows of the file's sessions are written again, by bare ``sqlite3``,
-    into a new file with the same tables and indexes, WAL and ``synchronous=FULL``: each
-    accepted command in a transaction of its own (a submit), each batch of events in one (a
-    batch starts at a row that carries a batch id). What is left of a turn's time above this
-    is agentnb's Python and the thread hops between the notebook, the loop and the store.
+    The events and inbox rows of the file's sessions are written again by ``bench_store``'s
+    raw side (bare ``sqlite3`` on the store's schema and pragmas: WAL, ``synchronous=FULL``):
+    each accepted command in a transaction of its own (a submit), each batch of events in one
+    (a batch starts at a row that carries a batch id). What is left of a turn's time above
+    this is agentnb's Python and the thread hops between the notebook, the loop and the store.
     """
     source = sqlite3.connect(db)
-    schema = [
-        sql
-        for (sql,) in source.execute(
-            "SELECT sql FROM sqlite_master WHERE tbl_name IN ('events', 'inbox') "
-            "AND sql IS NOT NULL ORDER BY type DESC"  # tables before their indexes
-        )
-    ]
-    turns = source.execute("SELECT count(*) FROM events WHERE type = 'turn/completed'")
-    (turn_count,) = turns.fetchone()
-    events = source.execute("SELECT * FROM events ORDER BY session, seq").fetchall()
+    (turns,) = source.execute(
+        "SELECT count(*) FROM events WHERE type = 'turn/completed'"
+    ).fetchone()
+    events = source.execute(
+        f"SELECT session, {_rows.COLUMNS}, batch_id, digest FROM events ORDER BY session, seq"
+    ).fetchall()
     submits = source.execute("SELECT * FROM inbox ORDER BY session, seq").fetchall()
-    batch_col = [c[1] for c in source.execute("PRAGMA table_info(events)")].index("batch_id")
     source.close()
     batches: list[list[tuple[object, ...]]] = []
     for row in events:
-        if row[batch_col] is not None or not batches:
+        if row[-2] is not None or not batches:  # its batch id: a commit starts here
             batches.append([])
         batches[-1].append(row)
-    floor = workdir / "floor.sqlite"
-    conn = sqlite3.connect(floor, isolation_level=None)
+    raw = RawSide(workdir / "floor.sqlite")
     try:
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute("PRAGMA synchronous=FULL")
-        for sql in schema:
-            conn.execute(sql)
-        insert_event = f"INSERT INTO events VALUES ({','.join('?' * len(events[0]))})"
         insert_submit = f"INSERT INTO inbox VALUES ({','.join('?' * len(submits[0]))})"
         per_submit = max(1, len(batches) // max(1, len(submits)))
         start = time.perf_counter()
         for i, batch in enumerate(batches):
             if i % per_submit == 0 and i // per_submit < len(submits):
-                conn.execute("BEGIN IMMEDIATE")
-                conn.execute(insert_submit, submits[i // per_submit])
-                conn.execute("COMMIT")
-            conn.execute("BEGIN IMMEDIATE")
-            conn.executemany(insert_event, batch)
-            conn.execute("COMMIT")
+                raw.conn.execute("BEGIN IMMEDIATE")
+                raw.conn.execute(insert_submit, submits[i // per_submit])
+                raw.conn.execute("COMMIT")
+            raw.commit(batch)
         seconds = time.perf_counter() - start
     finally:
-        conn.close()
-    return seconds / max(1, turn_count)
+        raw.close()
+    return seconds / max(1, turns)
 
 
 def run_agentnb_windows(turns: int, window: int, workdir: Path) -> dict[str, float]:
