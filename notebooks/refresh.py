@@ -59,9 +59,9 @@ def _coalesce(outputs: list[Any]) -> list[Any]:
     return merged
 
 
-def refresh(path: Path) -> None:
-    notebook = nbformat.read(path, as_version=4)
-    NotebookClient(notebook, timeout=120, resources={"metadata": {"path": str(HERE)}}).execute()
+def clean(notebook: Any, path: Path) -> int:
+    """Store an executed notebook the way nbval checks it (see the module docstring);
+    returns the number of checked cells. Raises if the result is not valid nbformat."""
     pairs = patterns()
     count = 0
     for cell in notebook.cells:
@@ -77,9 +77,15 @@ def refresh(path: Path) -> None:
             cell.outputs = _coalesce(cell.outputs)
             for output in cell.outputs:
                 output.pop("execution_count", None)
-                if output.get("output_type") == "execute_result":
+                kind = output.get("output_type")
+                if kind == "execute_result":
                     output["execution_count"] = count
-                output["metadata"] = {}
+                # nbformat 4: rich outputs carry metadata (required); streams and errors
+                # must not (an extra key makes the notebook invalid).
+                if kind in {"execute_result", "display_data"}:
+                    output["metadata"] = {}
+                else:
+                    output.pop("metadata", None)
                 for key in ("text", "data"):
                     if key in output:
                         output[key] = sanitize(output[key], pairs)
@@ -87,6 +93,14 @@ def refresh(path: Path) -> None:
             cell.outputs = []
             cell.execution_count = None
     notebook.metadata.pop("widgets", None)
+    nbformat.validate(notebook)  # never store a notebook that other tools would refuse
+    return count
+
+
+def refresh(path: Path) -> None:
+    notebook = nbformat.read(path, as_version=4)
+    NotebookClient(notebook, timeout=120, resources={"metadata": {"path": str(HERE)}}).execute()
+    count = clean(notebook, path)
     nbformat.write(notebook, path)
     print(f"refreshed {path.name}: {count} checked cell(s)")
 

@@ -1,0 +1,68 @@
+"""The committed notebooks: valid nbformat, stored the way nbval checks them.
+
+The notebooks run under nbval (``pytest notebooks``); these tests check the files
+themselves, which JupyterLab, nbconvert and Binder read, and ``notebooks/refresh.py``, which
+writes them.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from types import ModuleType
+
+import nbformat
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+NOTEBOOKS = sorted(
+    [*REPO.glob("notebooks/*.ipynb"), *REPO.glob("tests/**/*.ipynb")],
+    key=lambda p: str(p.relative_to(REPO)),
+)
+
+
+def _refresh() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("refresh", REPO / "notebooks" / "refresh.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class TestCommittedNotebooks:
+    @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: str(p.relative_to(REPO)))
+    def test_is_valid_nbformat(self, path: Path) -> None:
+        """Every committed notebook validates against the nbformat 4 schema."""
+        notebook = nbformat.read(path, as_version=4)
+        nbformat.validate(notebook)
+
+    def test_every_notebook_is_checked(self) -> None:
+        """The four tutorials and the browser test's notebook are all validated here."""
+        names = {p.name for p in NOTEBOOKS}
+        assert {"01-quickstart.ipynb", "04-analytics.ipynb", "view_demo.ipynb"} <= names
+
+
+class TestRefresh:
+    def test_stores_checked_outputs_as_valid_nbformat(self) -> None:
+        """refresh.clean keeps checked outputs without metadata on streams, and validates."""
+        refresh = _refresh()
+        notebook = nbformat.v4.new_notebook()
+        checked = nbformat.v4.new_code_cell("# NBVAL_CHECK_OUTPUT\nprint('a'); 1")
+        checked.outputs = [
+            nbformat.v4.new_output("stream", name="stdout", text="turn_" + "a" * 32 + "\n"),
+            nbformat.v4.new_output("stream", name="stdout", text="more\n"),
+            nbformat.v4.new_output("execute_result", data={"text/plain": "1"}, execution_count=7),
+        ]
+        plain = nbformat.v4.new_code_cell("x = 1")
+        plain.outputs = [nbformat.v4.new_output("stream", name="stdout", text="gone")]
+        notebook.cells = [checked, plain]
+        assert refresh.clean(notebook, Path("x.ipynb")) == 1
+        nbformat.validate(notebook)
+        stream, result = checked.outputs
+        assert "metadata" not in stream
+        assert stream["text"] == "turn_<id>\nmore\n"
+        assert result["metadata"] == {}
+        assert result["execution_count"] == 1
+        assert plain.outputs == []
+        assert plain.execution_count is None
