@@ -14,6 +14,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
@@ -32,6 +33,7 @@ from agentnb.errors import (
     StorageError,
 )
 from agentnb.folds import Folds
+from agentnb.live import LiveEvent
 from agentnb.projections.chat import interactions_of, tasks_of
 from agentnb.runtime.runtime import SESSION_STATUSES, find_sessions, prunable, session_info
 from agentnb.stores import default_store_url
@@ -644,15 +646,8 @@ def _worker(args: argparse.Namespace) -> int:
     SIGTERM and SIGINT stop it cooperatively: the runs it executes are interrupted at their
     next boundary, their ends committed and their leases released; then it exits 0.
     """
-    import importlib
-
-    module_name, _, attr = args.agent.partition(":")
-    if not module_name or not attr:
-        raise InvalidInput(f"--agent takes module:attribute, got {args.agent!r}")
-    try:
-        agent = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError) as exc:
-        raise InvalidInput(f"--agent {args.agent}: cannot load it ({exc})") from None
+    agent = _load_agent(args.agent)
+    limits = _worker_limits(args)
     store = _worker_store(args.store, args.concurrency)
     try:
         runtime = nb.Runtime(
@@ -661,6 +656,7 @@ def _worker(args: argparse.Namespace) -> int:
             auto_resume=True,
             lease_ttl=args.lease,
             accept_agent_change=args.accept_agent_change,
+            limits=limits,
         )
     except BaseException:
         if isinstance(store, nb.SessionStore):
@@ -671,15 +667,126 @@ def _worker(args: argparse.Namespace) -> int:
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, lambda *_: stop.set())
     print(f"worker for {agent.agent_id!r} on {runtime.store.url}; Ctrl-C to stop", flush=True)
+    report = None if args.quiet else _TaskLines(runtime)
     try:
         runtime.serve(poll=args.poll, stop=stop, concurrency=args.concurrency)
     except KeyboardInterrupt:
         pass
     finally:
         runtime.close()
+        if report is not None:
+            report.close()
         if isinstance(store, nb.SessionStore):
             store.close()
     return EXIT_OK
+
+
+def _load_agent(spec: str) -> nb.Agent:
+    """``module:attribute``, imported with the current directory first on the import path
+    (as uvicorn does), so ``agentnb worker --agent mymodule:agent`` works from the folder
+    that holds ``mymodule.py``."""
+    import importlib
+
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise InvalidInput(f"--agent takes module:attribute, got {spec!r}")
+    here = os.getcwd()
+    if here not in sys.path and "" not in sys.path:
+        sys.path.insert(0, here)
+    try:
+        agent = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as exc:
+        raise InvalidInput(
+            f"--agent {spec}: cannot load it ({exc}); run the worker from the folder that "
+            "holds the module, or put that folder on PYTHONPATH"
+        ) from None
+    if not isinstance(agent, nb.Agent):
+        raise InvalidInput(f"--agent {spec}: {attr} is a {type(agent).__name__}, not an nb.Agent")
+    return agent
+
+
+_LIMIT_FLAGS = {
+    "max_queued": "max_queued_commands",
+    "max_steers": "max_pending_steers",
+    "max_recovery_events": "max_recovery_events",
+    "max_recovery_bytes": "max_recovery_bytes",
+    "max_session_events": "max_session_events",
+    "max_session_bytes": "max_session_bytes",
+}
+"""``agentnb worker`` flag (``--max-queued``...) -> the ``nb.Limits`` field it sets."""
+
+
+def _worker_limits(args: argparse.Namespace) -> nb.Limits:
+    """The ``nb.Limits`` of the worker's flags (defaults for those not given)."""
+    given = {
+        field: getattr(args, flag)
+        for flag, field in _LIMIT_FLAGS.items()
+        if getattr(args, flag) is not _UNSET
+    }
+    return nb.Limits(**given)
+
+
+_UNSET: Any = object()
+
+
+def _limit(text: str) -> int | None:
+    """argparse type of a limit: a whole number >= 1, or ``none`` for no bound."""
+    if text.strip().lower() == "none":
+        return None
+    try:
+        value = int(text.replace("_", ""))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected a whole number (or none), got {text!r}"
+        ) from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected 1 or more, got {value}")
+    return value
+
+
+class _TaskLines:
+    """One line on stdout when the worker starts a task's run and one when that run ends:
+    when, whose session, the status and the task's own text (``--quiet`` turns it off)."""
+
+    def __init__(self, runtime: nb.Runtime) -> None:
+        self._runtime = runtime
+        self._events = runtime.all_events()
+        self._started: dict[str, float] = {}
+        self._thread = threading.Thread(target=self._run, name="agentnb-worker-lines", daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self._events.close()
+        self._thread.join(2.0)
+
+    def _run(self) -> None:
+        for event in self._events:
+            if not isinstance(event, LiveEvent) or event.kind != "status":
+                continue
+            status, key, run_id = event.data.get("status"), event.session, event.run_id or ""
+            if key is None or not isinstance(status, str):
+                continue
+            now = time.monotonic()
+            if status == "running":
+                self._started[run_id] = now
+                tail = ""
+            else:
+                began = self._started.pop(run_id, None)
+                tail = f"  ({now - began:.1f} s)" if began is not None else ""
+            text = self._task_text(key, event.turn_id)
+            when = datetime.now().astimezone().strftime("%H:%M:%S")
+            print(f"{when}  {key.user_id}/{key.session_id}  {status:<11} {text}{tail}", flush=True)
+
+    def _task_text(self, key: nb.SessionKey, turn_id: str | None) -> str:
+        """The task's own text on one line (its turn id when it cannot be read)."""
+        try:
+            session = self._runtime.open(key.session_id, user_id=key.user_id)
+            task = next((t for t in session.tasks() if t.turn_id == turn_id), None)
+        except AgentnbError:
+            task = None
+        if task is None:
+            return str(turn_id)
+        return f'"{_cut(task.input, 60)}"'
 
 
 def _worker_store(url: str | None, concurrency: int) -> str | nb.SessionStore | None:
@@ -881,11 +988,18 @@ def _parser() -> argparse.ArgumentParser:
         "Run a worker; crashed turns with nothing uncertain are resumed. On PostgreSQL it "
         "claims sessions with queued work, so many workers (processes, machines) share a "
         "store; on SQLite it scans the sessions (one machine). SIGTERM stops it cleanly. "
+        "--agent is imported with the current directory first on the import path (as "
+        "uvicorn does), so a module in the folder you start it from is found. It prints a "
+        "line when a task's run starts and when it ends (--quiet: none). "
         "Example: agentnb worker --store postgresql://app@db/agentnb "
-        "--agent myproject.agents:cost_agent --concurrency 8",
+        "--agent myproject.agents:cost_agent --concurrency 8 --max-queued 16",
     )
     worker.add_argument("--store", default=None, help="store URL (default: SQLite in ./.agentnb/)")
-    worker.add_argument("--agent", required=True, help="module:attribute of an nb.Agent")
+    worker.add_argument(
+        "--agent",
+        required=True,
+        help="module:attribute of an nb.Agent (the current directory is on the import path)",
+    )
     worker.add_argument(
         "--poll",
         type=float,
@@ -902,6 +1016,28 @@ def _parser() -> argparse.ArgumentParser:
         help="run sessions bound to another version of the agent (the change is recorded); "
         "without it their work is rejected with what changed",
     )
+    worker.add_argument(
+        "-q",
+        "--quiet",
+        action="store_true",
+        help="no line per task (by default one when a run starts and one when it ends)",
+    )
+    bounds = worker.add_argument_group(
+        "limits", "bounds on each session (nb.Limits; a number, or none for no bound)"
+    )
+    for flag, field, what in (
+        ("--max-queued", "max_queued_commands", "commands waiting in one session's inbox"),
+        ("--max-steers", "max_pending_steers", "unapplied steering inputs of one turn"),
+        ("--max-recovery-events", "max_recovery_events", "events replayed to open a session"),
+        ("--max-recovery-bytes", "max_recovery_bytes", "bytes replayed to open a session"),
+        ("--max-session-events", "max_session_events", "events one session may hold"),
+        ("--max-session-bytes", "max_session_bytes", "bytes one session may hold"),
+    ):
+        default = getattr(nb.Limits(), field)
+        shown = "none" if default is None else f"{default:_}"
+        bounds.add_argument(
+            flag, type=_limit, default=_UNSET, metavar="N", help=f"{what} (default {shown})"
+        )
     return parser
 
 
