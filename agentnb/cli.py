@@ -35,7 +35,14 @@ from agentnb.errors import (
 from agentnb.folds import Folds
 from agentnb.live import LiveEvent
 from agentnb.projections.chat import interactions_of, tasks_of
-from agentnb.runtime.runtime import SESSION_STATUSES, find_sessions, prunable, session_info
+from agentnb.runtime.runtime import (
+    SESSION_STATUSES,
+    archive_session,
+    find_sessions,
+    prunable,
+    session_info,
+    unarchive_session,
+)
 from agentnb.stores import default_store_url
 
 __all__ = [
@@ -67,6 +74,8 @@ exit codes:
   {EXIT_DATA}  data error: the store or export cannot be read, or is corrupt
 Errors print one line on stderr ("error: ..."), never a traceback.
 """
+
+_STORE_HELP = "store URL or SQLite file path (default: SQLite in ./.agentnb/)"
 
 NULL = "-"
 """How every command's text output shows a missing value (JSON output uses null)."""
@@ -114,7 +123,7 @@ def _jsonable(value: Any) -> Any:
     if isinstance(value, str | bool | int):
         return value
     if isinstance(value, float):
-        return value if math.isfinite(value) else str(value)
+        return _rounded(value) if math.isfinite(value) else str(value)
     if isinstance(value, datetime | date):
         return value.isoformat()
     if isinstance(value, timedelta):
@@ -130,6 +139,14 @@ def _jsonable(value: Any) -> Any:
     if isinstance(value, Iterable) and not isinstance(value, bytes):
         return [_jsonable(v) for v in value]
     return str(value)
+
+
+def _rounded(value: float) -> float:
+    """A float for JSON output: three decimals (a millisecond of a duration in seconds, a
+    microsecond of one in ms), or three significant digits when it is smaller than that."""
+    if value == 0:
+        return 0.0
+    return round(value, max(3, 2 - math.floor(math.log10(abs(value)))))
 
 
 def _text(value: Any, width: int = 0) -> str:
@@ -199,6 +216,20 @@ def _local_path(target: str) -> str | None:
     return os.path.expanduser(target)
 
 
+def _store_url(text: str) -> str:
+    """argparse type of ``--store``: a store URL, or a plain file path, which names an SQLite
+    file (``.agentnb/agentnb.sqlite`` is ``sqlite:///.agentnb/agentnb.sqlite``)."""
+    if "://" in text or text.startswith(("memory:", "sqlite:")):
+        return text
+    path = os.path.expanduser(text)
+    if os.path.isdir(path):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is a folder: pass the SQLite file in it (e.g. "
+            f"{os.path.join(text, 'agentnb.sqlite')}) or a store URL"
+        )
+    return f"sqlite:///{path}"
+
+
 def _open_existing_store(url: str | None) -> nb.SessionStore:
     """Open a store to read it; a store file that does not exist is not created."""
     url = url or default_store_url()
@@ -218,7 +249,10 @@ def _keys(store: nb.SessionStore, session_id: str, user: str | None, agent: str 
         if r.key.session_id == session_id
     ]
     if not keys:
-        raise SessionNotFound(f"no session {session_id!r} in {store.url}; see agentnb sessions")
+        named = (("of user", user), ("for agent", agent))
+        whose = "".join(f" {what} {value!r}" for what, value in named if value)
+        listing = "agentnb sessions" + (f" --user {user}" if user else "")
+        raise SessionNotFound(f"no session {session_id!r}{whose} in {store.url}; see {listing}")
     if len(keys) > 1:
         raise InvalidInput(
             f"{len(keys)} sessions are called {session_id!r} "
@@ -362,7 +396,7 @@ def _run_query(name: str, source: str, params: Mapping[str, Any]) -> Any:
 def _common(parser: argparse.ArgumentParser, *, session: bool = True) -> None:
     if session:
         parser.add_argument("session", help="the session id")
-    parser.add_argument("--store", default=None, help="store URL (default: SQLite in ./.agentnb/)")
+    parser.add_argument("--store", default=None, type=_store_url, help=_STORE_HELP)
     parser.add_argument("--user", default=None, help="only sessions of this user")
     parser.add_argument("--agent", default=None, help="only sessions of this agent id")
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
@@ -440,6 +474,35 @@ def _sessions(args: argparse.Namespace) -> int:
     print("\n".join(_table(["session", "user", "agent", "title", "events", "latest task"], rows)))
     if len(out) == args.limit:
         print(f"(more: agentnb sessions --before {out[-1]['cursor']})")
+    return EXIT_OK
+
+
+def _archive(args: argparse.Namespace) -> int:
+    """Archive one session (``Runtime.archive``, without an agent)."""
+    return _shelve(args, archive=True)
+
+
+def _unarchive(args: argparse.Namespace) -> int:
+    """Take one session out of the archive (``Runtime.unarchive``)."""
+    return _shelve(args, archive=False)
+
+
+def _shelve(args: argparse.Namespace, *, archive: bool) -> int:
+    store = _open_existing_store(args.store)
+    try:
+        key = _keys(store, args.session, args.user, args.agent)
+        info = archive_session(store, key) if archive else unarchive_session(store, key)
+    finally:
+        store.close()
+    if args.json:
+        _print_json(info)
+    elif archive:
+        print(
+            f"archived session {key}: agentnb sessions --archived lists it; "
+            f"agentnb unarchive {key.session_id} --user {key.user_id} brings it back"
+        )
+    else:
+        print(f"session {key} is out of the archive: it takes new work again")
     return EXIT_OK
 
 
@@ -621,15 +684,19 @@ def _tail(args: argparse.Namespace) -> int:
         log = nb.SessionLog(store, key)
         start = max(0, log.head() - args.lines)
         follow = log.follow(after=start, idle_timeout=None if args.follow else 0.0)
+        # Events are ordered by seq, not by time: one made a moment before the event above it
+        # (in the same commit) shows that event's time, so the column never runs backwards.
+        shown_at: datetime | None = None
         try:
             for event in follow:
                 if args.json:
                     print(json.dumps(_jsonable(event), ensure_ascii=False), flush=True)
                     continue
+                shown_at = max(shown_at or event.occurred_at, event.occurred_at)
                 shown = [(k, v) for k, v in event.payload.items() if not _is_null(v)][:3]
                 brief = ", ".join(f"{k}={_text(v)}" for k, v in shown)
                 print(
-                    f"{event.seq:>7}  {event.occurred_at:%H:%M:%S.%f}  {event.type:<22} "
+                    f"{event.seq:>7}  {shown_at:%H:%M:%S.%f}  {event.type:<22} "
                     f"{_cut(brief, 90)}".rstrip(),
                     flush=True,
                 )
@@ -837,6 +904,30 @@ def _lifecycle_commands(
     )
     shelf.add_argument("--all", action="store_true", help="archived sessions and the others")
 
+    for name, func, verb, description in (
+        (
+            "archive",
+            _archive,
+            "shelve a finished session: hidden from the listing, still readable",
+            (
+                "Archive one session: agentnb sessions leaves it out (--archived lists it), "
+                "it stays readable and exported, and new work for it is refused until it is "
+                "unarchived. Refused while a run is open or commands wait. "
+                "Example: agentnb archive conversation-001 --user alice"
+            ),
+        ),
+        (
+            "unarchive",
+            _unarchive,
+            "bring an archived session back: listed again, it takes new work",
+            (
+                "Take one session out of the archive. "
+                "Example: agentnb unarchive conversation-001 --user alice"
+            ),
+        ),
+    ):
+        _common(command(name, func, verb, description))
+
     delete = command(
         "delete",
         _delete,
@@ -893,7 +984,7 @@ def _parser() -> argparse.ArgumentParser:
             epilog=_EXIT_CODES,
             formatter_class=_Formatter,
         )
-        p.set_defaults(func=func)
+        p.set_defaults(func=func, command_parser=p)
         return p
 
     demo = command(
@@ -903,7 +994,7 @@ def _parser() -> argparse.ArgumentParser:
         "Run the scripted, offline demo; running it again continues the same store. "
         "Example: agentnb demo --store sqlite:///.agentnb/demo.sqlite",
     )
-    demo.add_argument("--store", default=None, help="store URL (default: SQLite in ./.agentnb/)")
+    demo.add_argument("--store", default=None, type=_store_url, help=_STORE_HELP)
 
     export = command(
         "export",
@@ -917,7 +1008,7 @@ def _parser() -> argparse.ArgumentParser:
     which = export.add_mutually_exclusive_group()
     which.add_argument("--session", metavar="ID", help="only the session(s) with this id")
     which.add_argument("--all", action="store_true", help="every session of the store (default)")
-    export.add_argument("--store", default=None, help="store URL (default: SQLite in ./.agentnb/)")
+    export.add_argument("--store", default=None, type=_store_url, help=_STORE_HELP)
     export.add_argument("--name", default=None, help="sink name keying the watermark")
     export.add_argument(
         "--no-progress", dest="progress", action="store_false", help="no progress bar"
@@ -994,7 +1085,7 @@ def _parser() -> argparse.ArgumentParser:
         "Example: agentnb worker --store postgresql://app@db/agentnb "
         "--agent myproject.agents:cost_agent --concurrency 8 --max-queued 16",
     )
-    worker.add_argument("--store", default=None, help="store URL (default: SQLite in ./.agentnb/)")
+    worker.add_argument("--store", default=None, type=_store_url, help=_STORE_HELP)
     worker.add_argument(
         "--agent",
         required=True,
@@ -1043,9 +1134,19 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; returns its exit code (argparse exits 2 itself on usage errors)."""
-    args = _parser().parse_args(argv)
+    args, unknown = _parser().parse_known_args(argv)
+    if unknown:  # a misspelt option of a command: that command's usage, not the top one's
+        args.command_parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     try:
         result: int = args.func(args)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # The reader stopped early (`agentnb show ID | head`): what it read is what it
+        # wanted. Point stdout at nothing, so the interpreter's last flush is quiet too.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return EXIT_OK
     except AgentnbError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exit_code(exc)

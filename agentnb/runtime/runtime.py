@@ -286,6 +286,27 @@ def check_archive(key: SessionKey, state: SessionState, inbox: InboxState) -> No
         )
 
 
+def archive_session(store: SessionStore, key: SessionKey) -> SessionInfo:
+    """Archive ``key`` in ``store`` (what ``Runtime.archive`` and ``agentnb archive`` do):
+    decided by ``check_archive`` at the inbox head the flag is set against, again if a
+    command came in meanwhile."""
+    for _ in range(10):
+        state, inbox = Folds(store, key).refresh()
+        check_archive(key, state, inbox)
+        try:
+            record = store.set_archived(key, True, expected_inbox=inbox.seq)
+        except InboxChanged:
+            continue  # a command came in meanwhile: decide again
+        return session_info(record, now=store.clock.now(), store=store)
+    raise SessionBusy(f"session {key} keeps receiving commands; archive it once it is idle")
+
+
+def unarchive_session(store: SessionStore, key: SessionKey) -> SessionInfo:
+    """Take ``key`` out of the archive (``Runtime.unarchive``, ``agentnb unarchive``)."""
+    record = store.set_archived(key, False)
+    return session_info(record, now=store.clock.now(), store=store)
+
+
 def _check_statuses(status: str | Iterable[str] | None) -> frozenset[str] | None:
     if status is None:
         return None
@@ -558,23 +579,14 @@ class Runtime:
         self.check_open()
         if not isinstance(key, SessionKey):
             key = self._key(key, user_id)
-        for _ in range(10):
-            state, inbox = Folds(self.store, key).refresh()
-            check_archive(key, state, inbox)
-            try:
-                record = self.store.set_archived(key, True, expected_inbox=inbox.seq)
-            except InboxChanged:
-                continue  # a command came in meanwhile: decide again
-            return session_info(record, now=self.store.clock.now(), store=self.store)
-        raise SessionBusy(f"session {key} keeps receiving commands; archive it once it is idle")
+        return archive_session(self.store, key)
 
     def unarchive(self, key: SessionKey | str, *, user_id: str = "default") -> SessionInfo:
         """Bring an archived session back: listed by default again, and it takes new work."""
         self.check_open()
         if not isinstance(key, SessionKey):
             key = self._key(key, user_id)
-        record = self.store.set_archived(key, False)
-        return session_info(record, now=self.store.clock.now(), store=self.store)
+        return unarchive_session(self.store, key)
 
     def delete(
         self,
