@@ -5,8 +5,9 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.bench-installed
 DEMO_STAMP := $(VENV)/.demo-installed
+LAB_STAMP := $(VENV)/.lab-installed
 
-.PHONY: venv demo test lint bench clean
+.PHONY: venv demo lab test lint bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -30,6 +31,16 @@ $(DEMO_STAMP): pyproject.toml
 
 demo: $(DEMO_STAMP)
 	$(BIN)/agentnb demo
+
+# The notebooks in JupyterLab: the lab extra (widgets, export, JupyterLab, a kernel) goes into
+# the same venv, under its own stamp; JupyterLab opens with notebooks/ as its root.
+$(LAB_STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet -e ".[lab]"
+	touch $(LAB_STAMP)
+
+lab: $(LAB_STAMP)
+	$(BIN)/jupyter lab notebooks
 
 test: $(STAMP)
 	$(BIN)/pytest

@@ -28,6 +28,8 @@ COMPARE = "Compare the basic and pro plans."
 ORDER = "Order 2 pro seats."
 QUOTES = "Fetch a quote from Acme and summarise it."
 STEER = "Mention the annual discount."
+BINDER_URL = "https://mybinder.org/v2/gh/agentnb/agentnb/HEAD?urlpath=lab/tree/notebooks"
+"""The notebooks on Binder (``binder/``): JupyterLab opened at ``notebooks/``."""
 
 PRICES = {"basic": "$5 per seat per month", "pro": "$10 per seat per month"}
 ORDERS: list[str] = []
@@ -239,8 +241,9 @@ def _next_steps(session: nb.Session, export_root: str | None, out: Out) -> None:
     if export_root is not None:
         out(f"  {agentnb} query approvals --source {export_root}")
         out(f"  {agentnb} query --list")
-    out("  the notebooks: notebooks/01-quickstart.ipynb and the others beside it, in JupyterLab")
-    out("  (make test runs them; binder/README.md opens them on Binder)")
+    out("  make lab: the notebooks (notebooks/01-quickstart.ipynb and the others) in JupyterLab,")
+    out("  installed into the same .venv with the widgets; or online, on Binder:")
+    out(f"  {BINDER_URL}")
 
 
 def _introduce(session: nb.Session, where: str, *, existed: bool, earlier: int, out: Out) -> None:

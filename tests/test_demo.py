@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from agentnb.cli import EXIT_OK, main
+from agentnb.demo import BINDER_URL
 
 REPO = Path(__file__).resolve().parents[1]
 RAW_ID = re.compile(r"\b(?:cmd|turn|run|req|call|msg|evt|mc|step|batch|inp)_[0-9a-z]{6,}")
@@ -127,7 +128,9 @@ class TestEnding:
         commands = _next_steps(demos.second)
         assert any(c.startswith("agentnb show demo-002") for c in commands)
         assert any(c.startswith("agentnb query ") for c in commands)
-        assert "notebooks/01-quickstart.ipynb" in steps.splitlines()[-2]
+        assert "make lab" in steps
+        assert "notebooks/01-quickstart.ipynb" in steps
+        assert steps.strip().splitlines()[-1].strip() == BINDER_URL
 
     def test_suggested_commands_work(
         self, demos: Demos, monkeypatch: pytest.MonkeyPatch, capsys: Any
@@ -155,3 +158,45 @@ class TestMakeDemo:
         assert "dev" not in plan
         assert f"touch {venv}/.demo-installed" in plan
         assert plan.strip().endswith(f"{venv}/bin/agentnb demo")
+
+
+class TestMakeLab:
+    def test_installs_the_lab_extra_into_the_same_venv_and_opens_the_notebooks(
+        self, tmp_path: Path
+    ) -> None:
+        """make lab installs ".[lab]" under its own stamp, then opens notebooks/ in JupyterLab."""
+        venv = tmp_path / "venv"
+        plan = subprocess.run(
+            ["make", "--no-print-directory", "-n", "lab", f"VENV={venv}"],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        assert '-e ".[lab]"' in plan
+        assert f"touch {venv}/.lab-installed" in plan
+        assert plan.strip().endswith(f"{venv}/bin/jupyter lab notebooks")
+
+    def test_the_lab_extra_has_jupyterlab_and_what_the_notebooks_import(self) -> None:
+        """The lab extra brings JupyterLab, a kernel, and the widgets and export extras."""
+        import tomllib
+
+        project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+        lab = project["optional-dependencies"]["lab"]
+        assert "agentnb[widgets]" in lab
+        assert "agentnb[export]" in lab
+        assert any(r.startswith("jupyterlab>=4") for r in lab)
+        assert any(r.startswith("ipykernel") for r in lab)
+
+    def test_readme_names_make_lab_and_the_binder_url(self) -> None:
+        """README says make lab and links Binder at the URL the demo prints."""
+        import tomllib
+
+        readme = (REPO / "README.md").read_text()
+        assert "make lab" in readme
+        assert f"[![Binder](https://mybinder.org/badge_logo.svg)]({BINDER_URL})" in readme
+        urls = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["urls"]
+        assert urls["Binder"] == BINDER_URL
+        owner_repo = urls["Repository"].removeprefix("https://github.com/")
+        assert BINDER_URL.startswith(f"https://mybinder.org/v2/gh/{owner_repo}/")
+        assert BINDER_URL.endswith("?urlpath=lab/tree/notebooks")
