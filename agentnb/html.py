@@ -6,15 +6,25 @@ value from the model, a tool or a person escaped with ``html.escape`` (the only 
 this module's constant tags and styles). ``show(value)`` does the same for a list of tasks
 (``session.tasks()``), pending requests (``session.pending()``) or any of the records.
 
+Every repr is wrapped in an element of class ``mathjax_ignore`` (and ``tex2jax_ignore``,
+MathJax 2's name): JupyterLab typesets ``$...$`` in HTML outputs as LaTeX, which turned
+"basic $5, pro $10" into "basic 5, pro10". Tables keep words whole (columns of text get a
+minimum width and break only between words, or inside a word too long for the line), times
+on one line, and ids short (``turn_…9e6ba8``; the whole id on hover, in the ``title``).
+Assistant text is Markdown rendered as ``SessionView`` renders it (``markdown_html``: raw
+HTML off, images off), when ``markdown-it-py`` (the widgets extra) is installed.
+
 This module sits beside ``events``/``ids``/``errors``, below ``records.py`` (whose classes
 call it), so it takes the records as plain objects and reads their documented fields.
 """
 
 from __future__ import annotations
 
+import functools
 import html
 import json
-from collections.abc import Iterable, Mapping
+import re
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -29,10 +39,14 @@ __all__ = [
     "esc",
     "fold",
     "history_page_html",
+    "input_receipt_html",
     "inspection_html",
     "interactions_html",
+    "markdown_html",
     "messages_html",
     "outcome_html",
+    "receipt_html",
+    "short_id",
     "show",
     "task_html",
     "tasks_html",
@@ -63,9 +77,71 @@ FOLD_AT = 160
 
 _TABLE = "border-collapse:collapse;font-size:0.9em;margin:2px 0;"
 _CELL = "padding:2px 8px;border-bottom:1px solid #ddd;text-align:left;vertical-align:top;"
-_HEAD = _CELL + "font-weight:600;"
-_TEXT = "white-space:pre-wrap;word-break:break-word;max-width:60em;"
+_HEAD = _CELL + "font-weight:600;white-space:nowrap;"
+# Breaks between words; inside a word only when it alone is wider than the line (a URL).
+# overflow-wrap (not word-break) leaves a column's narrowest width at its longest word.
+_TEXT = "white-space:pre-wrap;overflow-wrap:break-word;"
+_WIDE = "min-width:16em;max-width:48em;"
+"""Columns of text: wide enough that a sentence never wraps word by word."""
 _MUTED = "opacity:0.65;font-size:0.9em;"
+_NOWRAP = "white-space:nowrap;"
+INERT_MATH = "agentnb-html mathjax_ignore tex2jax_ignore"
+"""The classes of every repr's outer element: MathJax leaves what is inside alone."""
+_ID = re.compile(r"^([a-z]{2,5})_([0-9a-f]{12,})$")
+
+
+def _inert_math(render: Callable[..., str]) -> Callable[..., str]:
+    """Wrap a repr's markup in an element that MathJax skips ($ stays a dollar)."""
+
+    @functools.wraps(render)
+    def wrapped(*args: Any, **kwargs: Any) -> str:
+        return f'<div class="{INERT_MATH}">{render(*args, **kwargs)}</div>'
+
+    return wrapped
+
+
+def short_id(value: object) -> str:
+    """An id as a reader sees it: ``turn_…9e6ba8`` (its prefix and last six characters)
+    in ``<code>``, the whole id in the ``title`` (shown on hover); anything else escaped."""
+    text = "" if value is None else str(value)
+    found = _ID.match(text)
+    if found is None:
+        return f"<code>{esc(text)}</code>" if text else ""
+    prefix, hexa = found.groups()
+    return f'<code title="{esc(text)}">{prefix}_\u2026{hexa[-6:]}</code>'
+
+
+def markdown_html(text: str) -> str:
+    """Assistant Markdown as ``SessionView`` shows it: CommonMark with raw HTML and images
+    off, every text escaped, paragraphs as ``<div>``; escaped plain text without
+    ``markdown-it-py``."""
+    renderer = _markdown()
+    if renderer is None:
+        return f'<span style="{_TEXT}">{esc(text)}</span>'
+    rendered: str = renderer.render(text)
+    return rendered.strip()
+
+
+@functools.cache
+def _markdown() -> Any:
+    try:
+        from markdown_it import MarkdownIt
+    except ImportError:  # the widgets extra brings it; without it, plain text
+        return None
+
+    def restyle(state: Any) -> None:
+        """Paragraphs as ``<div>`` blocks (no theme margins); links open in a new tab."""
+        for token in state.tokens:
+            if token.type in {"paragraph_open", "paragraph_close"}:
+                token.tag = "div"
+            for child in token.children or ():
+                if child.type == "link_open":
+                    child.attrSet("target", "_blank")
+                    child.attrSet("rel", "noopener noreferrer")
+
+    renderer = MarkdownIt("commonmark", {"html": False, "breaks": True}).disable("image")
+    renderer.core.ruler.push("agentnb_restyle", restyle)
+    return renderer
 
 
 def esc(value: object) -> str:
@@ -98,20 +174,46 @@ def fold(text: object, limit: int = FOLD_AT) -> str:
 
 
 def _when(value: datetime | None) -> str:
+    """A time on one line, to the second (the milliseconds and the zone on hover)."""
     if value is None:
         return ""
-    return esc(value.isoformat(sep=" ", timespec="milliseconds"))
+    whole = value.isoformat(sep=" ", timespec="milliseconds")
+    shown = value.strftime("%Y-%m-%d %H:%M:%S")
+    return f'<span style="{_NOWRAP}" title="{esc(whole)}">{esc(shown)}</span>'
+
+
+def _folded_markdown(text: str) -> str:
+    """Assistant text rendered as Markdown; past FOLD_AT characters its start (as text)
+    opens the whole."""
+    rendered = f'<div style="{_TEXT}">{markdown_html(text)}</div>'
+    if len(text) <= FOLD_AT:
+        return rendered
+    start = " ".join(text[:FOLD_AT].split())
+    return (
+        f'<details><summary style="cursor:pointer;{_TEXT}">{esc(start)}\u2026 '
+        f'<span style="{_MUTED}">({len(text)} characters)</span></summary>{rendered}</details>'
+    )
 
 
 def _json(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, sort_keys=True, default=repr)
 
 
-def _table(headers: Iterable[str], rows: Iterable[Iterable[str]], caption: str = "") -> str:
-    """A table of already-escaped cells."""
+def _table(
+    headers: Iterable[str],
+    rows: Iterable[Iterable[str]],
+    caption: str = "",
+    wide: Iterable[str] = (),
+) -> str:
+    """A table of already-escaped cells; the ``wide`` columns hold running text."""
+    headers = tuple(headers)
+    wide = frozenset(wide)
+    styles = [_CELL + (_WIDE if h in wide else "") for h in headers]
     head = "".join(f'<th style="{_HEAD}">{esc(h)}</th>' for h in headers)
     body = "".join(
-        "<tr>" + "".join(f'<td style="{_CELL}">{cell}</td>' for cell in row) + "</tr>"
+        "<tr>"
+        + "".join(f'<td style="{st}">{cell}</td>' for st, cell in zip(styles, row, strict=True))
+        + "</tr>"
         for row in rows
     )
     title = f'<caption style="text-align:left;{_MUTED}">{caption}</caption>' if caption else ""
@@ -124,7 +226,7 @@ def _table(headers: Iterable[str], rows: Iterable[Iterable[str]], caption: str =
 def _fields(pairs: Iterable[tuple[str, str]]) -> str:
     """A two-column table of (name, already-escaped value)."""
     rows = "".join(
-        f'<tr><th style="{_HEAD}">{esc(name)}</th><td style="{_CELL}">{value}</td></tr>'
+        f'<tr><th style="{_HEAD}">{esc(name)}</th><td style="{_CELL}{_WIDE}">{value}</td></tr>'
         for name, value in pairs
     )
     return f'<table style="{_TABLE}"><tbody>{rows}</tbody></table>'
@@ -136,28 +238,31 @@ def _title(text: str) -> str:
 
 # -- tasks ------------------------------------------------------------------------------------
 
-_TASK_HEADERS = ("turn", "status", "input", "runs", "created", "started", "ended", "error")
+_TASK_HEADERS = ("task", "status", "runs", "created", "started", "ended", "turn")
 
 
 def _task_row(task: Any) -> list[str]:
     runs = tuple(task.run_ids)
+    error = f'<div style="color:#c62828;">{fold(task.error)}</div>' if task.error else ""
+    run_ids = " ".join(short_id(r) for r in runs)
     return [
-        f"<code>{esc(task.turn_id)}</code>",
+        fold(task.input) + error,
         badge(task.status),
-        fold(task.input),
-        f'{len(runs)}<div style="{_MUTED}">{"<br>".join(esc(r) for r in runs)}</div>',
+        f'{len(runs)} <span style="{_MUTED}">{run_ids}</span>' if runs else "0",
         _when(task.created_at),
         _when(task.started_at),
         _when(task.ended_at),
-        f'<span style="color:#c62828;">{fold(task.error)}</span>' if task.error else "",
+        short_id(task.turn_id),
     ]
 
 
+@_inert_math
 def task_html(task: Any) -> str:
     """One ``Task`` as a one-row table."""
-    return _table(_TASK_HEADERS, [_task_row(task)])
+    return _table(_TASK_HEADERS, [_task_row(task)], wide=("task",))
 
 
+@_inert_math
 def tasks_html(tasks: Iterable[Any]) -> str:
     """A list of ``Task`` (``session.tasks()``) as one table, oldest first."""
     tasks = tuple(tasks)
@@ -168,7 +273,7 @@ def tasks_html(tasks: Iterable[Any]) -> str:
     for task in tasks:
         counts[task.status] = counts.get(task.status, 0) + 1
     summary = ", ".join(f"{n} {esc(s)}" for s, n in counts.items())
-    return _table(_TASK_HEADERS, rows, caption=f"{len(rows)} task(s): {summary}")
+    return _table(_TASK_HEADERS, rows, caption=f"{len(rows)} task(s): {summary}", wide=("task",))
 
 
 # -- messages ---------------------------------------------------------------------------------
@@ -177,7 +282,8 @@ def tasks_html(tasks: Iterable[Any]) -> str:
 def _message_text(message: Message) -> str:
     parts = []
     if message.text:
-        parts.append(fold(message.text))
+        assistant = message.role == "assistant"
+        parts.append(_folded_markdown(message.text) if assistant else fold(message.text))
     for call in message.tool_calls:
         parts.append(
             f'<div><code>{esc(call.name)}</code> <span style="{_MUTED}">'
@@ -186,73 +292,119 @@ def _message_text(message: Message) -> str:
     return "".join(parts)
 
 
-def messages_html(messages: Iterable[Message], caption: str = "") -> str:
-    """Messages as a table: role, text (and the tool calls an assistant message makes)."""
+def _messages_table(messages: Iterable[Message], caption: str = "") -> str:
     rows = []
     for n, message in enumerate(messages, 1):
         role = message.role if message.role != "tool" else f"tool \u00b7 {message.name or ''}"
         rows.append(
             [
                 f'<span style="{_MUTED}">{n}</span>',
-                f"<b>{esc(role)}</b>",
+                f'<b style="{_NOWRAP}">{esc(role)}</b>',
                 _message_text(message),
-                f'<span style="{_MUTED}">{esc(message.turn_id or "")}</span>',
+                short_id(message.turn_id),
             ]
         )
     if not rows:
         return f'<div style="{_MUTED}">No messages.</div>'
-    return _table(("#", "role", "text", "turn"), rows, caption=caption)
+    return _table(("#", "role", "text", "turn"), rows, caption=caption, wide=("text",))
 
 
+@_inert_math
+def messages_html(messages: Iterable[Message], caption: str = "") -> str:
+    """Messages as a table: role, text (and the tool calls an assistant message makes)."""
+    return _messages_table(messages, caption)
+
+
+@_inert_math
 def transcript_html(transcript: Any) -> str:
     """A ``Transcript``: its messages as of one seq."""
     messages = tuple(transcript.messages)
-    return messages_html(
+    return _messages_table(
         messages, caption=f"Transcript: {len(messages)} message(s) as of seq {transcript.as_of_seq}"
     )
 
 
+@_inert_math
 def history_page_html(page: Any) -> str:
     """A ``HistoryPage``: its messages, and whether more pages follow."""
     messages = tuple(page.messages)
     more = "more pages follow (next_cursor)" if page.next_cursor else "the last page"
-    return messages_html(messages, caption=f"History page: {len(messages)} message(s), {more}")
+    return _messages_table(messages, caption=f"History page: {len(messages)} message(s), {more}")
 
 
 # -- outcomes, requests, inspection ----------------------------------------------------------
 
 
+@_inert_math
 def outcome_html(outcome: Any) -> str:
-    """An ``Outcome``: how a run ended, its output or error."""
-    pairs = [
-        ("status", badge(outcome.status)),
-        ("turn", f"<code>{esc(outcome.turn_id)}</code>"),
-        ("run", f"<code>{esc(outcome.run_id or '')}</code>"),
-    ]
+    """An ``Outcome``: how a run ended, its output (Markdown, as in the view) or error."""
+    pairs = [("status", badge(outcome.status))]
     if outcome.output is not None:
-        pairs.append(("output", fold(outcome.output)))
+        pairs.append(("output", _folded_markdown(outcome.output)))
     if outcome.error is not None:
         pairs.append(("error", f'<span style="color:#c62828;">{fold(outcome.error)}</span>'))
+    pairs.append(("turn \u00b7 run", f"{short_id(outcome.turn_id)} {short_id(outcome.run_id)}"))
     return _fields(pairs)
 
 
+_KINDS = {
+    "confirmation": "approval",
+    "external_execution": "external result",
+    "ask_user": "question",
+}
+
+
+@_inert_math
 def interactions_html(pending: Mapping[str, Any]) -> str:
-    """Open requests (``session.pending()``): kind, tool, arguments, prompt."""
+    """Open requests (``session.pending()``): what is asked, of which tool, with what."""
     rows = [
         [
-            f"<code>{esc(rid)}</code>",
-            badge(i.kind),
+            badge(_KINDS.get(i.kind, i.kind)),
             f"<code>{esc(i.tool_name or '')}</code>",
             fold(_json(dict(i.arguments)) if i.arguments else ""),
             fold(i.prompt or ""),
-            f'<span style="{_MUTED}">{esc(i.turn_id)}</span>',
+            short_id(rid),
+            short_id(i.turn_id),
         ]
         for rid, i in pending.items()
     ]
     if not rows:
         return f'<div style="{_MUTED}">No pending requests.</div>'
-    headers = ("request", "kind", "tool", "arguments", "prompt", "turn")
-    return _table(headers, rows, caption=f"{len(rows)} pending request(s)")
+    headers = ("waits for", "tool", "arguments", "prompt", "request", "turn")
+    wide = ("arguments", "prompt")
+    return _table(headers, rows, caption=f"{len(rows)} pending request(s)", wide=wide)
+
+
+def _sentence(text: str, ids: Iterable[tuple[str, object]]) -> str:
+    shown = " ".join(f"{name} {short_id(value)}" for name, value in ids if value)
+    tail = f' <span style="{_MUTED}">{shown}</span>' if shown else ""
+    return f"<div>{text}{tail}</div>"
+
+
+@_inert_math
+def receipt_html(receipt: Any) -> str:
+    """A ``Receipt`` as a sentence: what was accepted and where it stands."""
+    what = {
+        "steered": "Steering accepted: the running task reads it at its next step.",
+        "started": "Task accepted: it is running.",
+        "queued": "Task accepted: it waits in the queue.",
+    }.get(receipt.disposition or "")
+    if what is None:
+        what = f"Accepted: {esc(receipt.status)}."
+    return _sentence(
+        f"{badge(receipt.status)} {what}",
+        [("turn", receipt.turn_id), ("run", receipt.run_id), ("command", receipt.command_id)],
+    )
+
+
+@_inert_math
+def input_receipt_html(receipt: Any) -> str:
+    """An ``InputReceipt`` as a sentence: steering for a task, or material for the next step."""
+    if receipt.turn_id is None:
+        text = "Material accepted: the next step of whatever runs reads it, once."
+    else:
+        text = "Steering accepted: the task reads it at its next step."
+    return _sentence(text, [("turn", receipt.turn_id), ("input", receipt.input_id)])
 
 
 def _holder(holder: Any) -> str:
@@ -266,14 +418,15 @@ def _holder(holder: Any) -> str:
     )
 
 
+@_inert_math
 def inspection_html(inspection: Any) -> str:
     """An ``Inspection``: what runs, what is uncertain, what the next model call sees."""
     blocked = ""
     if inspection.blocked_by:
-        blocked = f"<code>{esc(inspection.blocked_by)}</code> {badge(inspection.blocked_status)}"
+        blocked = f"{short_id(inspection.blocked_by)} {badge(inspection.blocked_status)}"
     pairs = [
-        ("active runs", esc(", ".join(inspection.active_runs)) or "none"),
-        ("interrupted turn", f"<code>{esc(inspection.interrupted_turn or '')}</code>"),
+        ("active runs", " ".join(short_id(r) for r in inspection.active_runs) or "none"),
+        ("interrupted turn", short_id(inspection.interrupted_turn) or "none"),
         ("queue blocked by", blocked or "nothing"),
         ("lease holder", _holder(inspection.holder)),
     ]
@@ -282,23 +435,24 @@ def inspection_html(inspection: Any) -> str:
     if calls:
         rows = [
             [
-                f"<code>{esc(c.call_id)}</code>",
                 f"<code>{esc(c.tool_name)}</code>",
                 fold(_json(dict(c.arguments))),
-                f'<span style="{_MUTED}">{esc(c.turn_id or "")}</span>',
+                short_id(c.call_id),
+                short_id(c.turn_id),
             ]
             for c in calls
         ]
         parts.append(_title(f"{len(calls)} uncertain tool call(s): reconcile before resuming"))
-        parts.append(_table(("call", "tool", "arguments", "turn"), rows))
+        parts.append(_table(("tool", "arguments", "call", "turn"), rows, wide=("arguments",)))
     context = tuple(inspection.next_context)
     parts.append(
         f"<details><summary>next context: {len(context)} message(s)</summary>"
-        f"{messages_html(context)}</details>"
+        f"{_messages_table(context)}</details>"
     )
     return "".join(parts)
 
 
+@_inert_math
 def chat_snapshot_html(snapshot: Any) -> str:
     """A ``ChatSnapshot``: tasks, pending requests and the conversation at one cursor."""
     messages = tuple(snapshot.messages)
@@ -309,7 +463,7 @@ def chat_snapshot_html(snapshot: Any) -> str:
             interactions_html(snapshot.pending) if snapshot.pending else "",
             (
                 f"<details><summary>{len(messages)} message(s)</summary>"
-                f"{messages_html(messages)}</details>"
+                f"{_messages_table(messages)}</details>"
             ),
         ]
     )
@@ -351,17 +505,19 @@ def _session_row(info: Any) -> list[str]:
     ]
 
 
+@_inert_math
 def session_info_html(info: Any) -> str:
     """One ``SessionInfo`` as a one-row table."""
-    return _table(_SESSION_HEADERS, [_session_row(info)])
+    return _table(_SESSION_HEADERS, [_session_row(info)], wide=("title",))
 
 
+@_inert_math
 def sessions_html(infos: Iterable[Any]) -> str:
     """A page of ``runtime.sessions()`` as one table, newest activity first."""
     rows = [_session_row(i) for i in infos]
     if not rows:
         return f'<div style="{_MUTED}">No sessions.</div>'
-    return _table(_SESSION_HEADERS, rows, caption=f"{len(rows)} session(s)")
+    return _table(_SESSION_HEADERS, rows, caption=f"{len(rows)} session(s)", wide=("title",))
 
 
 def show(value: Any) -> HTML:

@@ -174,6 +174,9 @@ class Receipt:
     def __await__(self) -> Generator[Any, None, Outcome]:
         return asyncio.to_thread(self.wait).__await__()
 
+    def _repr_html_(self) -> str:
+        return html.receipt_html(self)
+
 
 @dataclass(frozen=True, slots=True)
 class InputReceipt:
@@ -182,6 +185,9 @@ class InputReceipt:
     input_id: str
     turn_id: str | None
     """The turn steered; None for inject (it applies to whatever runs next)."""
+
+    def _repr_html_(self) -> str:
+        return html.input_receipt_html(self)
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,14 +15,28 @@ from agentnb.errors import InvalidInput
 from agentnb.events import Message, ToolCallData
 from agentnb.history import HistoryPage
 from agentnb.projections.chat import ChatSnapshot
-from agentnb.records import Holder, Inspection, Interaction, Outcome, Task, ToolCallRef, Transcript
+from agentnb.records import (
+    Holder,
+    InputReceipt,
+    Inspection,
+    Interaction,
+    Outcome,
+    Receipt,
+    Task,
+    ToolCallRef,
+    Transcript,
+)
 
 MakeRuntime = Callable[..., nb.Runtime]
 HOSTILE = '<script>alert(1)</script><img src=x onerror="alert(2)">'
 _ALLOWED = {
     "table", "caption", "thead", "tbody", "tr", "th", "td", "span", "div", "code", "b",
     "details", "summary", "br",
+    # Markdown of assistant text (markdown-it: raw HTML and images off)
+    "strong", "em", "pre", "ul", "ol", "li", "blockquote", "hr", "a",
+    "h1", "h2", "h3", "h4", "h5", "h6",
 }  # fmt: skip
+_ATTRIBUTES = {"style", "class", "title", "href", "target", "rel"}
 WHEN = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 
 
@@ -46,7 +60,9 @@ def inert(markup: str) -> str:
     parsed.close()
     for tag, attrs in parsed.tags:
         assert tag in _ALLOWED, f"unexpected <{tag}>"
-        assert {name for name, _ in attrs} <= {"style"}, attrs
+        assert {name for name, _ in attrs} <= _ATTRIBUTES, attrs
+        if tag != "a":
+            assert {name for name, _ in attrs} <= {"style", "class", "title"}, attrs
     return "".join(parsed.text)
 
 
@@ -193,7 +209,8 @@ class TestFromASession:
         for markup in rendered:
             inert(markup)
         assert "How much is pro?" in inert(rendered[1])
-        assert "**Pro** costs $10." in inert(rendered[2])
+        assert "Pro costs $10." in inert(rendered[2])
+        assert "<strong>Pro</strong>" in rendered[2]
 
     def test_importing_the_records_stays_light(self) -> None:
         """agentnb.html imports no optional dependency (pandas, ipywidgets, markdown-it)."""
@@ -226,3 +243,52 @@ class TestSessionInfoHtml:
             assert "s1" in row
             page = html.show(runtime.sessions())
             assert "1 session(s)" in page._repr_html_()
+
+
+class TestReadable:
+    @pytest.mark.parametrize("record", _hostile_records(), ids=lambda r: type(r).__name__)
+    def test_every_record_is_skipped_by_mathjax(self, record: object) -> None:
+        """Each repr's outer element has MathJax's ignore classes, so $5 ... $10 stays text."""
+        markup = record._repr_html_()  # type: ignore[attr-defined]
+        assert markup.startswith('<div class="agentnb-html mathjax_ignore tex2jax_ignore">')
+
+    def test_lists_shown_with_show_are_skipped_by_mathjax(self) -> None:
+        """show(tasks) and show(pending) carry the same classes."""
+        request = Interaction("req_1", "ask_user", "t", None, None, {}, "price: $5 or $10?")
+        for value in ([_task(input="basic $5, pro $10")], {"req_1": request}):
+            assert "mathjax_ignore" in html.show(value)._repr_html_()
+
+    def test_ids_are_shortened_with_the_whole_id_on_hover(self) -> None:
+        """turn_<32 hex> shows as turn_…<last six>; the title holds the whole id."""
+        turn = "turn_01a2323efad6742aa4fadb07f681cc81"
+        markup = _task(turn_id=turn)._repr_html_()
+        assert f'title="{turn}"' in markup
+        assert f"turn_\u2026{turn[-6:]}" in inert(markup)
+        assert turn not in inert(markup)
+
+    def test_text_columns_break_between_words_and_times_stay_on_one_line(self) -> None:
+        """The task column has a minimum width and overflow-wrap; times are nowrap."""
+        markup = _task(input="How much is the pro plan?")._repr_html_()
+        assert "min-width:16em" in markup
+        assert "overflow-wrap:break-word" in markup
+        assert "word-break:break-word" not in markup
+        assert '<span style="white-space:nowrap;" title="2026-11-30 12:00:00.000+00:00">' in markup
+
+    def test_assistant_markdown_is_rendered_in_outcomes(self) -> None:
+        """An Outcome's output is Markdown rendered as in the view, raw HTML still text."""
+        output = "**Basic** is `$5`. <b>x</b>"
+        markup = Outcome("completed", "turn_1", "run_1", output)._repr_html_()
+        assert "<strong>Basic</strong>" in markup
+        assert "<code>$5</code>" in markup
+        assert "&lt;b&gt;x&lt;/b&gt;" in markup
+
+    def test_receipts_read_as_sentences(self) -> None:
+        """A Receipt and an InputReceipt show a sentence, not their dataclass repr."""
+        steer = InputReceipt("inp_1", "turn_1")._repr_html_()
+        material = InputReceipt("inp_2", None)._repr_html_()
+        queued = Receipt("cmd_1", "turn_1", None, "queued", "queued")._repr_html_()
+        assert "Steering accepted" in inert(steer)
+        assert "Material accepted" in inert(material)
+        assert "waits in the queue" in inert(queued)
+        for markup in (steer, material, queued):
+            assert "Receipt(" not in inert(markup)
