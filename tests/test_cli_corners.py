@@ -4,6 +4,7 @@ archiving from the shell."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import shlex
 import subprocess
@@ -93,13 +94,11 @@ class TestUsage:
 class TestPipes:
     def test_a_reader_that_stops_early_gets_no_broken_pipe_error(self, store_file: Path) -> None:
         """agentnb show ID | head prints no traceback and no 'Broken pipe'."""
-        command = shlex.join(
-            [sys.executable, "-m", "agentnb", "show", "s1", "--width", "0"]
-            + ["--store", str(store_file)]
-        )
+        argv = [sys.executable, "-m", "agentnb", "show", "s1", "--width", "0"]
+        command = shlex.join([*argv, "--store", str(store_file)])
         done = subprocess.run(
             f"{command} | head -c 100",
-            shell=True,  # noqa: S602 - the pipe is the point; every part is quoted
+            shell=True,  # the pipe is the point; every part is quoted
             capture_output=True,
             text=True,
             timeout=WAIT,
@@ -129,7 +128,7 @@ class TestTailTimes:
             made = [e.occurred_at for e in nb.SessionLog(store, record.key).scan()]
         finally:
             store.close()
-        assert any(b < a for a, b in zip(made, made[1:], strict=False)), "no case to check"
+        assert any(b < a for a, b in itertools.pairwise(made)), "no case to check"
         argv = ["tail", "s1", "-n", "1000", "--store", str(store_file)]
         assert main(argv) == EXIT_OK
         lines = capsys.readouterr().out.splitlines()

@@ -65,7 +65,9 @@ _RUN_END = {"interrupted": "interrupted", "failed": "failed", "cancelled": "canc
 class ChatItem:
     """One visible thing of the conversation: a message, an assistant reply or a tool card.
 
-    ``kind`` is ``message`` or ``tool``. ``status``: for messages ``completed``, or while an
+    ``kind`` is ``message``, ``tool``, ``summary`` (where the working context was compacted)
+    or ``agent_changed`` (where a runtime that accepts agent changes took the session over:
+    ``text`` says what changed). ``status``: for messages ``completed``, or while an
     assistant reply is drafted ``waiting`` (dispatched, nothing streamed yet), ``streaming``,
     ``finishing``, and ``failed`` / ``interrupted`` / ``cancelled`` if it never completed. For
     tool cards ``generating`` (arguments streaming), ``requested``, ``allowed``, ``waiting``
@@ -453,6 +455,13 @@ class ChatState:
         )
         self._add(key, _Item(key, "summary", "system", event, "completed", text=text))
 
+    def _on_agent_changed(self, event: Event, p: Any) -> None:
+        """A marker where the session's agent changed (``agent/changed``): what differs."""
+        key = f"agc_{event.event_id}"
+        changes = p.get("changes") or ()
+        text = "; ".join(str(c) for c in changes) or str(p.get("reason") or "")
+        self._add(key, _Item(key, "agent_changed", "system", event, "completed", text=text))
+
     def _add(self, key: str, item: _Item) -> _Item:
         self._items[key] = item
         if self._order is not None:
@@ -740,6 +749,7 @@ class ChatState:
 
 
 _HANDLERS = {
+    "agent/changed": ChatState._on_agent_changed,
     "compaction/end": ChatState._on_compaction_end,
     "message/user": ChatState._on_message,
     "message/system": ChatState._on_message,

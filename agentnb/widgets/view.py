@@ -6,6 +6,13 @@ follows committed events after its cursor on a daemon thread and redraws at most
 ``1 / redraw_interval`` times a second from a second one. The kernel's loop is never blocked
 and re-running the cell after a kernel restart shows the same conversation.
 
+The view speaks in the user's words: a task is named by its own text (cut to a line), a
+request by what it waits for ("waiting for your approval above"); ids stay on hover (the
+``title`` of the task's text) and in ``inspect()``; errors show their message, not their
+class. Every ``HTML`` widget sits under the ``mathjax_ignore`` class, so "$5 ... $10"
+stays text. ``close()`` stops following and leaves the last drawing on screen, its
+controls disabled; when the session's runtime closes, the view says so the same way.
+
 Buttons only call ``Session`` operations; what they return or raise shows in the view.
 Everything that came from the model, a tool or a person is escaped with ``html.escape``
 before it goes into an ``HTML`` widget; the only markup is this module's constant tags.
@@ -24,14 +31,15 @@ from __future__ import annotations
 
 import html
 import json
+import re
 import threading
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
 from agentnb.answers import Answer
-from agentnb.errors import CannotResume
-from agentnb.html import STATUS_COLORS
+from agentnb.errors import AgentnbError, CannotResume, InvalidInput, NotRunning
+from agentnb.html import INERT_MATH, STATUS_COLORS, markdown_html
 from agentnb.projections.chat import (
     ChatItem,
     ChatSnapshot,
@@ -40,23 +48,23 @@ from agentnb.projections.chat import (
     tasks_of,
 )
 from agentnb.projections.decisions import check_resume, effective_status, latest_unfinished
-from agentnb.projections.queue import ways_out
-from agentnb.projections.state import PARKING, InboxState
+from agentnb.projections.state import PARKING, InboxState, SessionState
 from agentnb.records import Interaction, Task
 from agentnb.session import Session
 
 try:
     import ipywidgets as w
-    from markdown_it import MarkdownIt
-    from markdown_it.rules_core import StateCore
+    import markdown_it  # noqa: F401 - markdown_html renders with it
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError(
         'SessionView needs ipywidgets and markdown-it-py: pip install "agentnb[widgets]"'
     ) from exc
 
-__all__ = ["SessionView"]
+__all__ = ["SessionView", "markdown_html"]
 
 _MAX_TASK_TEXT = 200
+_LINE = 60
+"""Characters of a task's text where the view names the task (status line, notices)."""
 _IDLE_CHECK = 0.5
 """Seconds between the painter's idle checks (inbox moved elsewhere, lease expired)."""
 _IDLE_REDRAW = 2.0
@@ -102,28 +110,6 @@ def _badge(status: str) -> str:
         f'<span style="font-size:0.8em;padding:0 5px;border-radius:8px;'
         f'border:1px solid {color};color:{color};">{_esc(status)}</span>'
     )
-
-
-def _restyle(state: StateCore) -> None:
-    """Paragraphs as ``<div>`` blocks (a one-paragraph reply, the usual case, is one block
-    in the bubble, without the theme's ``<p>`` margins); links open in a new tab."""
-    for token in state.tokens:
-        if token.type in {"paragraph_open", "paragraph_close"}:
-            token.tag = "div"
-        for child in token.children or ():
-            if child.type == "link_open":
-                child.attrSet("target", "_blank")
-                child.attrSet("rel", "noopener noreferrer")
-
-
-_MARKDOWN = MarkdownIt("commonmark", {"html": False, "breaks": True}).disable("image")
-_MARKDOWN.core.ruler.push("agentnb_restyle", _restyle)
-
-
-def markdown_html(text: str) -> str:
-    """Assistant Markdown as HTML: raw HTML off, images off, every text escaped."""
-    rendered: str = _MARKDOWN.render(text)
-    return rendered.strip()
 
 
 def message_html(item: ChatItem) -> str:
@@ -202,38 +188,93 @@ def request_html(request: Interaction) -> str:
 
 
 def tasks_html(tasks: Iterable[Task]) -> str:
-    """The task list: status, input and runs of each turn."""
+    """The task list: status, the task's text and its runs (its id on hover)."""
     rows = []
     for task in tasks:
         text = task.input if len(task.input) <= _MAX_TASK_TEXT else task.input[:_MAX_TASK_TEXT]
         more = "\u2026" if len(task.input) > _MAX_TASK_TEXT else ""
         error = f' <span style="color:#c0392b;">{_esc(task.error)}</span>' if task.error else ""
+        runs = len(task.run_ids)
+        when = f" \u00b7 started {task.started_at:%H:%M:%S}" if task.started_at else ""
         rows.append(
-            f'<tr><td style="padding:1px 6px;">{_badge(task.status)}</td>'
-            f'<td style="padding:1px 6px;white-space:pre-wrap;">{_esc(text)}{more}{error}</td>'
-            f'<td style="padding:1px 6px;opacity:0.6;font-size:0.8em;">'
-            f"{_esc(task.turn_id)} \u00b7 {len(task.run_ids)} run(s)</td></tr>"
+            f'<tr title="{_esc(task.turn_id)}"><td style="padding:1px 6px;">'
+            f"{_badge(task.status)}</td>"
+            f'<td style="padding:1px 6px;white-space:pre-wrap;overflow-wrap:break-word;'
+            f'line-height:1.4;">'
+            f"{_esc(text)}{more}{error}</td>"
+            f'<td style="padding:1px 6px;opacity:0.6;font-size:0.8em;white-space:nowrap;">'
+            f"{runs} run{'s' if runs != 1 else ''}{when}</td></tr>"
         )
     if not rows:
         return '<div style="opacity:0.6;">No tasks yet.</div>'
     return f'<table class="agentnb-task-table">{"".join(rows)}</table>'
 
 
+def task_name(text: str, width: int = _LINE) -> str:
+    """A task as the view names it: its own text on one line, quoted, cut with an ellipsis."""
+    line = " ".join(text.split())
+    if len(line) > width:
+        line = line[: width - 1].rstrip() + "\u2026"
+    return f"\u201c{line}\u201d"
+
+
+_WAITS_FOR = {
+    "confirmation": "your approval",
+    "ask_user": "your answer",
+    "external_execution": "an external result",
+}
+
+
+def waiting_words(state: SessionState, executing: bool) -> tuple[str, str] | None:
+    """Why the latest task stopped and what a person does next, in plain words, with the
+    turn id (for the hover); None when nothing waits for a person."""
+    latest = state.latest_turn
+    if latest is None:
+        return None
+    status = effective_status(state, latest, executing=executing)
+    if status not in PARKING:
+        return None
+    name = task_name(latest.input)
+    if status == "suspended":
+        kinds = [r.get("kind") for r in state.pending_of(latest.turn_id)]
+        wanted = [_WAITS_FOR.get(str(k), "an answer") for k in dict.fromkeys(kinds)]
+        what = " and ".join(wanted) or "an answer"
+        return f"{name} is waiting for {what} above", latest.turn_id
+    if status == "failed":
+        why = f": {latest.error}" if latest.error else ""
+        return f"{name} failed{why}. Resume tries it again", latest.turn_id
+    uncertain = state.uncertain_calls(latest.turn_id)
+    if uncertain:
+        tools = ", ".join(sorted({c.name for c in uncertain}))
+        return (
+            (
+                f"{name} stopped while {tools} ran, and whether it finished is unknown: "
+                "record what happened from code before it can resume"
+            ),
+            latest.turn_id,
+        )
+    return f"{name} was interrupted. Resume continues it", latest.turn_id
+
+
 def status_html(
-    cursor: int, running: tuple[str, str] | None, parked: str | None, queued: int
+    running: tuple[str, str] | None, waiting: tuple[str, str] | None, queued: int
 ) -> str:
-    """The status line: head seq, the running turn/run, why the queue is parked."""
-    parts = [f"seq {cursor}"]
+    """The status line: the task at work (by its text) or what the latest one waits for,
+    and how many tasks wait in the queue. Ids are on hover."""
+    parts = []
     if running is not None:
-        parts.append(f"running turn {_esc(running[0])} run {_esc(running[1])}")
+        text, turn_id = running
+        parts.append(f'Working on <span title="{_esc(turn_id)}">{_esc(text)}</span>')
+    elif waiting is not None:
+        text, turn_id = waiting
+        parts.append(f'<span title="{_esc(turn_id)}">{_esc(text)}</span>')
     else:
-        parts.append("idle")
-    if parked:
-        parts.append(_esc(parked))
+        parts.append("Ready for a task")
     if queued:
-        parts.append(f"{queued} queued")
+        behind = " behind it" if running is None and waiting is not None else ""
+        parts.append(f"{queued} more task{'s' if queued != 1 else ''} queued{behind}")
     joined = " \u00b7 ".join(parts)
-    return f'<div style="font-size:0.85em;opacity:0.8;">{joined}</div>'
+    return f'<div style="font-size:0.85em;opacity:0.8;">{joined}.</div>'
 
 
 def error_html(text: str) -> str:
@@ -246,26 +287,75 @@ def notice_html(text: str) -> str:
     return f'<div style="font-size:0.85em;opacity:0.8;">{_esc(text)}</div>' if text else ""
 
 
-def _parked_reason(state: ChatState, executing: bool) -> str | None:
-    """Why queued work waits, with the ways out; None when the queue can move."""
-    latest = state.session.latest_turn
-    if latest is None:
-        return None
-    status = effective_status(state.session, latest, executing=executing)
-    if status not in PARKING:
-        return None
-    return f"parked behind turn {latest.turn_id}, which is {status}: " + ways_out(
-        state.session, latest, status
+def marker_html(item: ChatItem) -> str:
+    """A line across the conversation where the agent changed, saying what changed."""
+    what = f": {_esc(item.text)}" if item.text else ""
+    return (
+        '<div class="agentnb-marker" style="display:flex;align-items:center;gap:8px;'
+        'margin:6px 0;font-size:0.85em;opacity:0.75;">'
+        '<span style="flex:1;border-top:1px dashed #999;"></span>'
+        f"<span>the agent changed here{what}</span>"
+        '<span style="flex:1;border-top:1px dashed #999;"></span></div>'
     )
+
+
+_IDS = re.compile(r"\b(?:(?:turn|task) )?((turn|run|call|req|cmd|inp)_[0-9a-f]{12,})\b")
+"""An id in an error message (with the word "turn"/"task" before it, which the task's
+quoted text replaces too)."""
+_CLOSED = (
+    "This view is closed: it shows the conversation as it was. Display the session again "
+    "to follow it."
+)
 
 
 # -- the view ---------------------------------------------------------------------------------
 
 
+def _still_html(view: _View | None, why: str) -> str:
+    """A closed view's last drawing as one piece of markup (tool cards as ``<details>``)."""
+    if view is None:
+        return notice_html(why)
+    items = []
+    for item in view.items:
+        if item.kind == "tool":
+            items.append(
+                f'<details class="agentnb-tool"><summary>{_esc(tool_title(item))}</summary>'
+                f"{tool_html(item)}</details>"
+            )
+        elif item.kind == "agent_changed":
+            items.append(marker_html(item))
+        elif item.kind == "summary":
+            items.append(
+                "<details><summary>earlier messages summarised</summary>"
+                f'<div style="white-space:pre-wrap;">{_esc(item.text)}</div></details>'
+            )
+        else:
+            items.append(message_html(item))
+    queued = sum(1 for t in view.tasks if t.status == "queued")
+    requests = "".join(request_html(r) for r in view.pending.values())
+    return (
+        f'<div class="agentnb-status">{status_html(view.working_on, view.waiting, queued)}</div>'
+        f'<div class="agentnb-transcript">{"".join(items)}</div>'
+        f'<div class="agentnb-pending">{requests}</div>'
+        f'<div class="agentnb-tasks">{tasks_html(view.tasks)}</div>'
+        f'<div class="agentnb-notice">{notice_html(why)}</div>'
+    )
+
+
 class _View:
     """Everything one render needs, computed under the state lock (immutable values)."""
 
-    __slots__ = ("cursor", "items", "parked", "pending", "resumable", "running", "tasks", "total")
+    __slots__ = (
+        "cursor",
+        "items",
+        "pending",
+        "resumable",
+        "running",
+        "tasks",
+        "total",
+        "waiting",
+        "working_on",
+    )
 
     def __init__(
         self,
@@ -276,7 +366,8 @@ class _View:
         tasks: list[Task],
         running: tuple[str, str] | None,
         resumable: str | None,
-        parked: str | None,
+        waiting: tuple[str, str] | None,
+        working_on: tuple[str, str] | None,
     ) -> None:
         self.cursor = cursor
         self.items = items
@@ -284,8 +375,12 @@ class _View:
         self.pending = pending
         self.tasks = tasks
         self.running = running
+        """(turn_id, run_id) of the run at work, if any."""
         self.resumable = resumable
-        self.parked = parked
+        self.waiting = waiting
+        """What the latest task waits for, in words, and its turn id; None if nothing."""
+        self.working_on = working_on
+        """The running task's name (its text) and turn id."""
 
 
 def read_fold(session: Session) -> tuple[ChatState, InboxState]:
@@ -333,6 +428,8 @@ class SessionView(w.VBox):  # type: ignore[misc]  # ipywidgets ships no type inf
         self._closed = False
         self._item_widgets: dict[str, tuple[ChatItem, Any]] = {}
         self._request_widgets: dict[str, Any] = {}
+        self._last: _View | None = None
+        """What the last drawing showed (a closed view keeps it as static markup)."""
         self.renders = 0
         """How many times the view was drawn."""
         self.rendered_seq = 0
@@ -398,7 +495,7 @@ class SessionView(w.VBox):  # type: ignore[misc]  # ipywidgets ships no type inf
                 self.resume_button,
             ]
         )
-        self.children = (
+        parts: list[Any] = [
             self.status,
             self.earlier,
             self.transcript,
@@ -408,8 +505,11 @@ class SessionView(w.VBox):  # type: ignore[misc]  # ipywidgets ships no type inf
             controls,
             self.error,
             self.notice,
-        )
+        ]
+        self.children = tuple(parts)
         self.add_class("agentnb-view")
+        for name in INERT_MATH.split():  # MathJax leaves the view's text alone ($5 ... $10)
+            self.add_class(name)
 
     @property
     def widget(self) -> SessionView:
@@ -417,8 +517,6 @@ class SessionView(w.VBox):  # type: ignore[misc]  # ipywidgets ships no type inf
         return self
 
     def _repr_mimebundle_(self, **kwargs: Any) -> Any:
-        if self._closed:
-            return {"text/plain": f"{self!r} (closed)"}
         bundle = super()._repr_mimebundle_(**kwargs)
         # A stable text form (the widget's own repr lists its changing children).
         bundle["text/plain"] = f"SessionView({self.session.key})"
@@ -462,14 +560,20 @@ class SessionView(w.VBox):  # type: ignore[misc]  # ipywidgets ships no type inf
 
     # -- drawing -----------------------------------------------------------------------------
 
-    def _compute(self) -> _View:
-        live = self.session.executing()
+    def _compute(self, *, offline: bool = False) -> _View:
+        """What to draw, from the fold; ``offline``: without reading the store (closed)."""
+        live = False if offline else self.session.executing()
         with self._lock:
-            self._fold_inbox()
+            if not offline:
+                self._fold_inbox()
             state = self._state
             pending = interactions_of(state.session)
             active = state.session.active_run if live else None
             running = (state.session.runs[active].turn_id, active) if active else None
+            working_on = None
+            if running is not None:
+                turn = state.session.turns.get(running[0])
+                working_on = (task_name(turn.input if turn else ""), running[0])
             return _View(
                 cursor=state.seq,
                 items=state.last_items(self._limit),
@@ -478,7 +582,8 @@ class SessionView(w.VBox):  # type: ignore[misc]  # ipywidgets ships no type inf
                 tasks=tasks_of(state.session, self._inbox, executing=live),
                 running=running,
                 resumable=self._resumable(live),
-                parked=_parked_reason(state, live),
+                waiting=None if running else waiting_words(state.session, live),
+                working_on=working_on,
             )
 
     def _resumable(self, live: bool) -> str | None:
@@ -506,10 +611,12 @@ class SessionView(w.VBox):  # type: ignore[misc]  # ipywidgets ships no type inf
             self._draw_requests(view.pending)
             _set(self.tasks, "value", tasks_html(view.tasks))
             queued = sum(1 for t in view.tasks if t.status == "queued")
-            _set(self.status, "value", status_html(view.cursor, view.running, view.parked, queued))
+            status = status_html(view.working_on, view.waiting, queued)
+            _set(self.status, "value", status)
             _set(self.steer_button, "disabled", view.running is None)
             _set(self.interrupt_button, "disabled", view.running is None)
             _set(self.resume_button, "disabled", view.resumable is None)
+            self._last = view
             self.renders += 1
             self.rendered_seq = view.cursor
         if self.on_render is not None:
@@ -540,6 +647,11 @@ class SessionView(w.VBox):  # type: ignore[misc]  # ipywidgets ships no type inf
             self.transcript.children = tuple(children)
 
     def _item_widget(self, item: ChatItem) -> Any:
+        if item.kind == "agent_changed":
+            marker = w.HTML(marker_html(item))
+            marker.add_class("agentnb-item")
+            marker.add_class("agentnb-agent-changed")
+            return marker
         if item.kind == "summary":  # where the working context was compacted
             body = w.HTML(f'<div style="white-space:pre-wrap;">{_esc(item.text)}</div>')
             card = w.Accordion(children=[body], titles=("earlier messages summarised",))
@@ -558,8 +670,8 @@ class SessionView(w.VBox):  # type: ignore[misc]  # ipywidgets ships no type inf
         return widget
 
     def _update_item_widget(self, widget: Any, item: ChatItem) -> None:
-        if item.kind == "summary":
-            return  # a compaction marker never changes
+        if item.kind in {"summary", "agent_changed"}:
+            return  # a marker never changes
         if item.kind == "tool":
             _set(widget.children[0], "value", tool_html(item))
             _set(widget, "titles", (tool_title(item),))
@@ -612,13 +724,37 @@ class SessionView(w.VBox):  # type: ignore[misc]  # ipywidgets ships no type inf
         try:
             result = operation()
         except Exception as exc:  # noqa: BLE001 - errors show in the view, never as a traceback
-            _set(self.error, "value", error_html(f"{what}: {type(exc).__name__}: {exc}"))
+            _set(self.error, "value", error_html(f"{what}: {self._words(exc)}"))
             _set(self.notice, "value", "")
             self._render()
             return None
         _set(self.error, "value", "")
         self.refresh()
         return result
+
+    def _words(self, exc: Exception) -> str:
+        """An error as the view says it: its message (never its class), tasks by their text."""
+        if isinstance(exc, InvalidInput) and not self.input.value.strip():
+            return "the box is empty: type a task, guidance or material first."
+        if isinstance(exc, NotRunning):
+            return "nothing is running now, so there is nothing to steer or stop."
+        if not isinstance(exc, AgentnbError):
+            return f"it did not work ({exc})."
+        return _IDS.sub(self._name_of, str(exc))
+
+    def _name_of(self, found: re.Match[str]) -> str:
+        """A task id as the task's text; other ids as they are (they are rare in messages)."""
+        if found.group(2) != "turn":
+            return found.group(0)
+        with self._lock:
+            turn = self._state.session.turns.get(found.group(1))
+        return task_name(turn.input) if turn is not None else "that task"
+
+    def _task(self, turn_id: str | None) -> str:
+        """The task ``turn_id`` by its text (after a refresh, the view knows it)."""
+        with self._lock:
+            turn = self._state.session.turns.get(turn_id or "")
+        return task_name(turn.input) if turn is not None else "the task"
 
     def _say(self, text: str) -> None:
         _set(self.notice, "value", notice_html(text))
@@ -631,7 +767,8 @@ class SessionView(w.VBox):  # type: ignore[misc]  # ipywidgets ships no type inf
         receipt = self._act("Submit", lambda: self.session.submit(self._text(text)))
         if receipt is not None:
             self.input.value = ""
-            self._say(f"Task {receipt.turn_id} accepted ({receipt.status}).")
+            where = "it waits in the queue" if receipt.status == "queued" else "it is running"
+            self._say(f"Task {self._task(receipt.turn_id)} accepted: {where}.")
         return receipt
 
     def steer(self, text: str | None = None) -> Any:
@@ -639,7 +776,9 @@ class SessionView(w.VBox):  # type: ignore[misc]  # ipywidgets ships no type inf
         receipt = self._act("Steer", lambda: self.session.steer(self._text(text)))
         if receipt is not None:
             self.input.value = ""
-            self._say(f"Guidance for {receipt.turn_id} accepted.")
+            self._say(
+                f"Guidance for {self._task(receipt.turn_id)} accepted: its next step reads it."
+            )
         return receipt
 
     def inject(self, text: str | None = None) -> Any:
@@ -656,7 +795,7 @@ class SessionView(w.VBox):  # type: ignore[misc]  # ipywidgets ships no type inf
             run_id = self._state.session.active_run
         stopped = self._act("Interrupt", lambda: self.session.interrupt(run_id))
         if stopped is not None:
-            self._say("Interrupt requested." if stopped else "Nothing is running.")
+            self._say("Stopping at the next step." if stopped else "Nothing is running.")
         return stopped
 
     def resume(self) -> Any:
@@ -672,14 +811,14 @@ class SessionView(w.VBox):  # type: ignore[misc]  # ipywidgets ships no type inf
 
         receipt = self._act("Resume", resume)
         if receipt is not None:
-            self._say(f"Turn {receipt.turn_id} resumes.")
+            self._say(f"{self._task(receipt.turn_id)} goes on.")
         return receipt
 
     def approve(self, request_id: str) -> Any:
         """``session.respond(request_id, True)``."""
         receipt = self._act("Approve", lambda: self.session.respond(request_id, True))
         if receipt is not None:
-            self._say(f"Approved; turn {receipt.turn_id} goes on.")
+            self._say(f"Approved: {self._task(receipt.turn_id)} goes on.")
         return receipt
 
     def reject(self, request_id: str, reason: str = "") -> Any:
@@ -687,14 +826,14 @@ class SessionView(w.VBox):  # type: ignore[misc]  # ipywidgets ships no type inf
         answer: object = Answer.reject(reason) if reason.strip() else False
         receipt = self._act("Reject", lambda: self.session.respond(request_id, answer))
         if receipt is not None:
-            self._say(f"Rejected; turn {receipt.turn_id} goes on.")
+            self._say(f"Rejected: {self._task(receipt.turn_id)} goes on without it.")
         return receipt
 
     def answer(self, request_id: str, text: str) -> Any:
         """``session.respond(request_id, text)`` for a question or an external result."""
         receipt = self._act("Answer", lambda: self.session.respond(request_id, text))
         if receipt is not None:
-            self._say(f"Answered; turn {receipt.turn_id} goes on.")
+            self._say(f"Answered: {self._task(receipt.turn_id)} goes on.")
         return receipt
 
     # -- following ---------------------------------------------------------------------------
@@ -727,18 +866,37 @@ class SessionView(w.VBox):  # type: ignore[misc]  # ipywidgets ships no type inf
         self._threads = []
 
     def close(self) -> None:
-        """Stop following and close every widget of the view."""
+        """Stop following and close the view's widgets, leaving in their place one static
+        copy of its last drawing with a line saying it is closed (an output left empty reads
+        as data lost). The view itself stays displayed; ``refresh()`` and the actions draw
+        nothing more. Display the session again to follow it."""
         self.stop()
+        self._freeze(_CLOSED)
+
+    def _freeze(self, why: str, *, offline: bool = False) -> None:
+        """Replace the live widgets by a static copy of the last drawing, saying ``why``
+        (``offline``: the store is closed, so the fold alone says what to draw)."""
         with self._draw_lock:
             if self._closed:
                 return
             self._closed = True
-            for child in self.children:
+            try:  # everything the follower folded, drawn or not yet
+                last: _View | None = self._compute(offline=offline)
+            except Exception:  # noqa: BLE001 - a fold that cannot be read: the last drawing
+                last = self._last
+            still = w.HTML(_still_html(last, why))
+            still.add_class("agentnb-closed")
+            live = self.children
+            self.children = (still,)
+            for child in live:
                 _close_tree(child)
             self._item_widgets.clear()
             self._request_widgets.clear()
-            self.layout.close()
-            super().close()
+
+    @property
+    def closed(self) -> bool:
+        """Whether the view stopped for good (``close()``, or its runtime closed)."""
+        return self._closed
 
     def _follow(self) -> None:
         follow = self.session.log.follow(after=self._state.seq, stop=self._stop)
@@ -753,6 +911,19 @@ class SessionView(w.VBox):  # type: ignore[misc]  # ipywidgets ships no type inf
             # The follow ends on stop() or when the store is closed: the painter stops too.
             self._stop.set()
             self._dirty.set()
+        if self._runtime_closed():
+            self._freeze(
+                "The runtime of this session is closed: this is the conversation as it was "
+                "then. Open the session in a new runtime to go on.",
+                offline=True,
+            )
+
+    def _runtime_closed(self) -> bool:
+        try:
+            self.session.runtime.check_open()
+        except AgentnbError:
+            return True
+        return False
 
     def _paint(self) -> None:
         last = 0.0

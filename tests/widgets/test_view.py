@@ -205,7 +205,7 @@ class TestRunningTask:
         assert view.resume_button.disabled
         assert not view.submit_button.disabled
         assert not view.inject_button.disabled
-        assert "idle" in view.status.value
+        assert "Ready for a task" in view.status.value
 
     def test_steer_while_running(self, make_runtime: MakeRuntime, views: list[SessionView]) -> None:
         """While a run streams, Steer is enabled and calls session.steer(text)."""
@@ -217,7 +217,8 @@ class TestRunningTask:
         until(model.paused.is_set, what="the model to pause")
         until(lambda: not view.steer_button.disabled, what="Steer to be enabled")
         assert not view.interrupt_button.disabled
-        assert "running turn" in view.status.value
+        assert "Working on" in view.status.value
+        assert "\u201cwork\u201d" in view.status.value
         view.input.value = "focus on cost"
         view.steer_button.click()
         assert spy.calls == [("focus on cost",)]
@@ -258,13 +259,72 @@ class TestRunningTask:
         until(lambda: not view.resume_button.disabled, what="Resume to be enabled")
         assert view.interrupt_button.disabled
         assert "interrupted" in view.tasks.value
-        assert f"parked behind turn {receipt.turn_id}, which is interrupted" in view.status.value
-        assert "resume(" in view.status.value
+        assert "\u201cwork\u201d was interrupted. Resume continues it" in view.status.value
+        assert f'title="{receipt.turn_id}"' in view.status.value
         view.resume_button.click()
         assert resumes.calls == [(receipt.turn_id,)]
         until(lambda: "Resumed, done." in transcript_text(view), what="the resumed reply")
         until(lambda: "completed" in view.tasks.value, what="the task to complete")
         assert view.resume_button.disabled
+
+
+class TestWords:
+    def test_the_view_marks_where_the_agent_changed(
+        self, make_runtime: MakeRuntime, views: list[SessionView]
+    ) -> None:
+        """An accepted agent change shows as a line in the chat saying what changed."""
+        first = make_runtime(nb.ScriptedModel(["one"]))
+        first.session("s1").run("first task", timeout=WAIT)
+        first.close()
+        changed = make_runtime(
+            nb.ScriptedModel(["two"]), instructions="Answer in French.", accept_agent_change=True
+        )
+        session = changed.open("s1")
+        session.run("second task", timeout=WAIT)
+        view = make_view(views, session, follow=False)
+        (marker,) = find(view, "agentnb-agent-changed")
+        assert "the agent changed here: instructions changed" in marker.value
+        items = [c for c in view.transcript.children if "agentnb-item" in c._dom_classes]
+        texts = [getattr(c, "value", "") for c in items]
+        place = next(i for i, t in enumerate(texts) if "the agent changed here" in t)
+        assert "first task" in " ".join(texts[:place])
+        assert "second task" in " ".join(texts[place:])
+
+    def test_status_names_the_task_and_what_it_waits_for(
+        self, make_runtime: MakeRuntime, views: list[SessionView]
+    ) -> None:
+        """A suspended task: its own text and 'waiting for your approval above', no ids."""
+        session = _suspended(make_runtime, "ok")
+        view = make_view(views, session, follow=False)
+        status = view.status.value
+        assert "\u201corder two desks\u201d is waiting for your approval above" in status
+        shown = assert_inert(status)
+        for word in ("seq", "turn_", "call_", "session.", "idle", "parked"):
+            assert word not in shown
+
+    def test_notices_name_tasks_by_their_text(
+        self, make_runtime: MakeRuntime, views: list[SessionView]
+    ) -> None:
+        """After Approve, the notice names the task by its text, not its id."""
+        session = _suspended(make_runtime, "ok")
+        view = make_view(views, session, follow=False)
+        view.approve(next(iter(session.pending())))
+        assert "Approved: \u201corder two desks\u201d goes on." in view.notice.value
+        assert "turn_" not in view.notice.value
+
+    def test_errors_name_tasks_by_their_text_not_their_ids(
+        self, make_runtime: MakeRuntime, views: list[SessionView]
+    ) -> None:
+        """An error message that names a turn shows the task's text instead, no class name."""
+        session = make_runtime(nb.ScriptedModel(["done"])).session("s1")
+        receipt = session.submit("quick task")
+        receipt.wait(WAIT)
+        view = make_view(views, session, follow=False)
+        view.resume()
+        error = view.error.value
+        assert "Resume: \u201cquick task\u201d is completed" in error
+        assert receipt.turn_id not in error
+        assert "CannotResume" not in error
 
 
 class TestErrors:
@@ -274,7 +334,8 @@ class TestErrors:
         """Submit with an empty box shows InvalidInput in the view, raises nothing."""
         view = make_view(views, make_runtime(nb.ScriptedModel([])).session("s1"))
         view.submit_button.click()
-        assert "InvalidInput" in view.error.value
+        assert "the box is empty" in view.error.value
+        assert "InvalidInput" not in view.error.value
         view.input.value = "now with text"
         view.submit_button.click()
         assert view.error.value == ""
@@ -287,7 +348,7 @@ class TestErrors:
         session.run("quick", timeout=WAIT)
         view = make_view(views, session)
         assert view.steer("too late") is None
-        assert "NotRunning" in view.error.value
+        assert "nothing is running now" in view.error.value
 
     def test_interrupting_a_stale_run_shows_not_running(
         self, make_runtime: MakeRuntime, views: list[SessionView]
@@ -303,7 +364,7 @@ class TestErrors:
         until(lambda: committed(session, "turn/completed"), what="completion")
         time.sleep(0.6)  # the idle lease is released
         view.interrupt_button.click()
-        assert "NotRunning" in view.error.value or "Nothing is running" in view.notice.value
+        assert "nothing is running" in (view.error.value + view.notice.value).lower()
 
     def test_resume_of_a_completed_task_shows_cannot_resume(
         self, make_runtime: MakeRuntime, views: list[SessionView]
@@ -313,7 +374,8 @@ class TestErrors:
         session.run("quick", timeout=WAIT)
         view = make_view(views, session)
         view.resume()
-        assert "CannotResume" in view.error.value
+        assert view.error.value.count("Resume: ") == 1
+        assert "CannotResume" not in view.error.value
 
     def test_approving_an_answered_request_shows_invalid_answer(
         self, make_runtime: MakeRuntime, views: list[SessionView]
@@ -324,7 +386,8 @@ class TestErrors:
         request_id = next(iter(session.pending()))
         session.respond(request_id, True).wait(WAIT)
         view.approve(request_id)
-        assert "InvalidAnswer" in view.error.value
+        assert "Approve: " in view.error.value
+        assert "InvalidAnswer" not in view.error.value
 
 
 class TestFollowing:
@@ -445,7 +508,7 @@ def assert_inert(markup: str) -> str:
     for tag, attrs in parser.tags:
         assert tag in _ALLOWED_TAGS, f"unexpected <{tag}> in {markup!r}"
         for name, value in attrs:
-            assert name in {"style", "class"}, f"unexpected attribute {name} in {markup!r}"
+            assert name in {"style", "class", "title"}, f"unexpected attribute {name} in {markup!r}"
             assert "javascript:" not in (value or "")
     return "".join(parser.text)
 
@@ -496,7 +559,9 @@ class TestEscaping:
             view_module.tasks_html(
                 [Task(HOSTILE, HOSTILE, HOSTILE, (HOSTILE,), None, None, None, HOSTILE)]
             ),
-            view_module.status_html(3, (HOSTILE, HOSTILE), HOSTILE, 1),
+            view_module.status_html((HOSTILE, HOSTILE), None, 1),
+            view_module.status_html(None, (HOSTILE, HOSTILE), 1),
+            view_module.marker_html(ChatItem(**{**item.to_dict(), "kind": "agent_changed"})),  # type: ignore[arg-type]
             view_module.error_html(HOSTILE),
             view_module.notice_html(HOSTILE),
         ]

@@ -3,6 +3,7 @@ safely: markdown-it with raw HTML disabled, images off, links checked, text esca
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 
 import ipywidgets as w
@@ -60,17 +61,53 @@ class TestAWidget:
     def test_close_closes_every_part_once(
         self, make_runtime: MakeRuntime, views: list[SessionView]
     ) -> None:
-        """close() stops following and closes the view and its parts; again is harmless."""
+        """close() stops following and closes the view's parts; again is harmless."""
         session = make_runtime(nb.ScriptedModel(["hi"])).session("s1")
+        session.run("say hi", timeout=20)
         view = SessionView(session)
+        views.append(view)
         parts = list(view.children)
         view.close()
         view.close()
         assert not view.following
-        assert view.comm is None
+        assert view.closed
         assert all(part.comm is None for part in parts)
-        # A closed widget displays as its text form (ipywidgets drops its mime bundle).
         assert repr(view).startswith(f"SessionView({session.key}")
+
+    def test_a_closed_view_shows_its_last_state(
+        self, make_runtime: MakeRuntime, views: list[SessionView]
+    ) -> None:
+        """After close() the output still shows the conversation and says it is closed."""
+        session = make_runtime(nb.ScriptedModel(["**hi** there"])).session("s1")
+        session.run("say hi", timeout=20)
+        view = SessionView(session)
+        views.append(view)
+        view.close()
+        (still,) = view.children
+        assert view.comm is not None  # still displayed
+        assert "say hi" in still.value
+        assert "<strong>hi</strong> there" in still.value
+        assert "completed" in still.value
+        assert "This view is closed" in still.value
+        assert view._repr_mimebundle_()["application/vnd.jupyter.widget-view+json"]
+
+    def test_a_closed_runtime_freezes_the_view_with_its_last_state(
+        self, make_runtime: MakeRuntime, views: list[SessionView]
+    ) -> None:
+        """When the session's runtime closes, the view keeps its drawing and says why."""
+        session = make_runtime(nb.ScriptedModel(["done"])).session("s1")
+        session.run("quick", timeout=20)
+        view = SessionView(session)
+        views.append(view)
+        session.runtime.close()
+        session.runtime.store.close()  # a shared memory:// store outlives its runtime
+        deadline = time.monotonic() + 20
+        while not view.closed:
+            assert time.monotonic() < deadline, "the view did not notice the closed runtime"
+            time.sleep(0.02)
+        (still,) = view.children
+        assert "quick" in still.value
+        assert "runtime of this session is closed" in still.value
 
 
 class TestMarkdown:
