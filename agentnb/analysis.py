@@ -29,8 +29,14 @@ day), and Arrow-backed lists (``input_ids``); ``normalise`` does it.
 
 ``timeline`` uses matplotlib: a static image with no browser or JavaScript, so it works
 headless, in CI, in ``agentnb demo`` and in nbval-checked notebooks. ``timeline_chart`` adds
-tooltips and zoom with Altair (both in the ``export`` extra); its JavaScript renders in
-JupyterLab, Notebook 7 and VS Code.
+tooltips and zoom with Altair (both in the ``export`` extra) and draws offline: it returns a
+``TimelineChart`` that displays as a Vega-Lite 5 spec, which JupyterLab 4, Notebook 7 and
+VS Code draw with the Vega they ship. (Altair 6 writes Vega-Lite 6, for which JupyterLab 4
+has no renderer, so Altair's own display loads Vega from a CDN. The other ways out cost
+more: Altair's inline-script HTML and its widget ``JupyterChart`` offline both need
+vl-convert, about 35 MB, and scripts in HTML outputs run only in trusted notebooks; pinning
+Altair 5 would hold back every user's Altair. The chart uses only what Vega-Lite 5 has, and
+tests/widgets/test_browser_notebooks.py draws it in JupyterLab with the network cut.)
 
 Why it is long: one query layer: the views, their dtypes and the charts analysts call
 share one connection and one normalisation.
@@ -59,6 +65,7 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 __all__ = [
+    "TimelineChart",
     "compactions",
     "connection",
     "events",
@@ -641,10 +648,7 @@ def timeline(
         scale, unit = (60.0, "minutes")
 
     statuses, tools = _draw_segments(ax, data, top, scale)
-    labels = [
-        text if len(text) <= max_label else text[: max_label - 1] + "\u2026"
-        for text in (str(v) for v in turns["label"])
-    ]
+    labels = [_two_lines(str(v), max_label) for v in turns["label"]]
     ax.set_yticks([top[str(t)] for t in turns["turn_id"]], labels)
     ax.set_ylim(height + 0.2, -1.1 if len(groups) > 1 else -0.8)
     if len(groups) > 1:
@@ -718,6 +722,44 @@ def _legend(ax: Any, data: pd.DataFrame, statuses: set[str], tools: set[str]) ->
 _TOOL_NAMES = {"ok": "tool call", "error": "tool error", "uncertain": "uncertain call"}
 
 
+VEGALITE5_MIME = "application/vnd.vegalite.v5+json"
+"""The mimetype JupyterLab 4, Notebook 7 and VS Code draw with their own Vega, offline."""
+VEGALITE5_SCHEMA = "https://vega.github.io/schema/vega-lite/v5.json"
+
+
+class TimelineChart:
+    """The interactive timeline as ``timeline_chart`` returns it: the Altair chart
+    (``.chart``), displayed offline as a Vega-Lite 5 spec (see the module docstring).
+
+    Everything else is the Altair chart's: ``save("timeline.html")``, ``to_dict()``,
+    ``properties(...)`` and the other Altair methods pass through (what they return is
+    plain Altair, displayed the way Altair displays it).
+    """
+
+    def __init__(self, chart: alt.Chart | alt.FacetChart) -> None:
+        self.chart = chart
+
+    def to_vegalite5(self) -> dict[str, Any]:
+        """The chart's spec under the Vega-Lite 5 schema (it uses nothing newer)."""
+        spec: dict[str, Any] = self.chart.to_dict()
+        spec["$schema"] = VEGALITE5_SCHEMA
+        return spec
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
+        return {VEGALITE5_MIME: self.to_vegalite5(), "text/plain": repr(self)}
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "chart":  # not set yet (copying, unpickling): no recursion
+            raise AttributeError(name)
+        return getattr(self.chart, name)
+
+    def __repr__(self) -> str:
+        return (
+            "TimelineChart (interactive: draws in JupyterLab, Notebook 7 and VS Code; "
+            "chart.save('timeline.html') for a browser)"
+        )
+
+
 def timeline_chart(
     source: Any,
     *,
@@ -726,13 +768,14 @@ def timeline_chart(
     relative_to: str = "session",
     page: int = 1,
     page_size: int = PAGE_SIZE,
-    width: int = 640,
-) -> alt.Chart | alt.FacetChart:
+    width: int = 520,
+) -> TimelineChart:
     """The timeline as an interactive Altair chart: the same segments as ``timeline``
     (``timeline_data``), with tooltips (turn input, run, tool and arguments, status,
     times, duration), zoom and pan on the time axis, and one panel per session when there
     are several. Runs, waits and tool calls share each turn's band; tool calls that overlap
-    sit on lanes below the run. Needs ``altair`` (in the ``export`` extra).
+    sit on lanes below the run. Returns a ``TimelineChart``, which displays offline; its
+    ``.chart`` is the Altair chart. Needs ``altair`` (in the ``export`` extra).
     """
     try:
         import altair as alt
@@ -810,11 +853,21 @@ def timeline_chart(
         .interactive(bind_y=False)
     )
     if plain["session"].nunique() > 1:
-        facets: alt.FacetChart = chart.facet(row=alt.Row("session:N", title=None))
+        sessions = list(dict.fromkeys(plain["session"]))  # in order of their first turn
+        facets: alt.FacetChart = chart.facet(row=alt.Row("session:N", title=None, sort=sessions))
         resolved: alt.FacetChart = facets.resolve_scale(y="independent")
-        return resolved
-    result: alt.Chart = chart
-    return result
+        return TimelineChart(resolved)
+    return TimelineChart(chart)
+
+
+def _two_lines(text: str, width: int) -> str:
+    """A row label: the text on up to two lines of ``width``, cut with … only past that."""
+    import textwrap
+
+    lines = textwrap.wrap(" ".join(text.split()), width) or [""]
+    if len(lines) <= 2:
+        return "\n".join(lines)
+    return lines[0] + "\n" + _short(" ".join(lines[1:]), width)
 
 
 def _short(text: str, width: int) -> str:

@@ -91,6 +91,9 @@ FROM turn_parts;
 --   reason: submit | resume | respond | recovery | steer (why the run started)
 --   status: completed | suspended | interrupted | failed | cancelled, or running while open
 --   (interrupted when a recovery closed it after a crash without a run/end).
+--   end_reason: why it ended: the reason recorded (crash, a time limit, ...), else the run's
+--   stop code (final_answer, needs_person, error, max_steps, ...; 'interrupt requested' when
+--   an interrupt command stopped it).
 CREATE OR REPLACE VIEW runs AS
 WITH recovered AS (
   SELECT DISTINCT unnest(from_json(json_extract(payload, '$.interrupted_runs'), '["VARCHAR"]')) AS run_id
@@ -105,7 +108,14 @@ WITH recovered AS (
     min(occurred_at) FILTER (WHERE type = 'run/start') AS started_at,
     max(occurred_at) FILTER (WHERE type = 'run/end') AS ended_at,
     arg_max(status, seq) FILTER (WHERE type = 'run/end') AS end_status,
-    arg_max_null(reason, seq) FILTER (WHERE type = 'run/end') AS end_reason,
+    coalesce(
+      arg_max_null(reason, seq) FILTER (WHERE type = 'run/end'),
+      arg_max_null(
+        CASE json_extract_string(payload, '$.stop_reason')
+          WHEN 'interrupted' THEN 'interrupt requested'
+          ELSE json_extract_string(payload, '$.stop_reason') END,
+        seq) FILTER (WHERE type = 'run/end')
+    ) AS end_reason,
     arg_max_null(error, seq) FILTER (WHERE type = 'run/end') AS error,
     count(*) FILTER (WHERE type = 'run/stop_requested') > 0 AS stop_requested,
     count(*) FILTER (WHERE type = 'step/start') AS steps,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -293,6 +294,23 @@ class TestQueries:
         assert t8["run_id"] == runs["T8"][0]
         assert str(t8["resumed_at"]) == "NaT"
 
+    def test_interrupted_runs_say_why_they_ended(
+        self, known_source: Any, known_session: Known
+    ) -> None:
+        """An interrupt command's run ends with end_reason 'interrupt requested', not NULL."""
+        df = analysis.query("interrupted_runs", known_source)
+        rows = _by(df, "turn_id")
+        for turn in ("T7", "T8"):
+            assert rows[known_session.turns[turn]]["end_reason"] == "interrupt requested"
+
+    def test_every_ended_run_has_an_end_reason(self, known_source: Any) -> None:
+        """runs.end_reason is the recorded reason or the run's stop code for every ended run."""
+        runs = analysis.runs(known_source)
+        ended = runs[runs["ended_at"].notna()]
+        assert not ended["end_reason"].isna().any(), ended[["status", "end_reason"]]
+        completed = ended[ended["status"] == "completed"]
+        assert set(completed["end_reason"]) == {"final_answer"}
+
     def test_parked_sessions_lists_alice_and_bob(
         self, known_parquet: Path, known_session: Known
     ) -> None:
@@ -448,6 +466,14 @@ class TestTimeline:
         fig.savefig(tmp_path / "timeline.png")
         assert (tmp_path / "timeline.png").stat().st_size > 1000
 
+    def test_row_labels_wrap_to_two_lines_instead_of_being_cut(self, known_parquet: Path) -> None:
+        """A turn's input longer than max_label shows whole on two lines, no ellipsis."""
+        fig = analysis.timeline(str(known_parquet), session_id=ALICE.session_id, max_label=12)
+        labels = [t.get_text() for t in fig.axes[0].get_yticklabels()]
+        assert "write the\ncost report" in labels
+        assert not any("\u2026" in label for label in labels)
+        assert all(len(line) <= 12 for label in labels for line in label.splitlines())
+
     def test_time_is_measured_from_the_session_or_the_turn_start(self, known_parquet: Path) -> None:
         """Each session starts at 0 s; with relative_to="turn" every turn does."""
         data = analysis.timeline_data(str(known_parquet))
@@ -559,6 +585,18 @@ class TestTimeline:
         assert spec["encoding"]["yOffset"]["field"] == "band"
         both = analysis.timeline_chart(str(known_parquet)).to_dict()
         assert both["facet"]["row"]["field"] == "session"
+
+    def test_the_interactive_chart_displays_as_vega_lite_5_without_scripts(
+        self, known_parquet: Path
+    ) -> None:
+        """Its display is a Vega-Lite 5 spec (JupyterLab 4's own renderer), no CDN script."""
+        chart = analysis.timeline_chart(str(known_parquet))
+        bundle = chart._repr_mimebundle_()
+        assert set(bundle) == {"application/vnd.vegalite.v5+json", "text/plain"}
+        spec = bundle["application/vnd.vegalite.v5+json"]
+        assert spec["$schema"] == "https://vega.github.io/schema/vega-lite/v5.json"
+        assert "cdn" not in json.dumps(bundle).lower()
+        assert chart.chart.to_dict()["facet"] == spec["facet"]
 
 
 # The dtypes of every frame, whatever the source (pinned: analysts' code depends on them).
