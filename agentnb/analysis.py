@@ -720,6 +720,8 @@ def _legend(ax: Any, data: pd.DataFrame, statuses: set[str], tools: set[str]) ->
 
 
 _TOOL_NAMES = {"ok": "tool call", "error": "tool error", "uncertain": "uncertain call"}
+_WAIT_FILL = "#ffe49a"
+"""Waits in the interactive chart: a paler amber than a suspended run's, legend included."""
 
 
 VEGALITE5_MIME = "application/vnd.vegalite.v5+json"
@@ -817,7 +819,7 @@ def timeline_chart(
     present = list(dict.fromkeys(plain["what"]))
     palette = {
         **STATUS_COLORS,
-        "waiting for a person": WAIT_COLOR,
+        "waiting for a person": _WAIT_FILL,
         **{_TOOL_NAMES[k]: c for k, c in TOOL_COLORS.items()},
     }
     order = sorted(dict.fromkeys(plain["turn"]), key=lambda t: int(t.split(".", 1)[0]))
@@ -834,8 +836,11 @@ def timeline_chart(
                 "what:N",
                 title=None,
                 scale=alt.Scale(domain=present, range=[palette.get(w, "#000") for w in present]),
+                # Below the chart: beside it, the legend is the first thing a narrow output
+                # area cuts off.
+                legend=alt.Legend(orient="bottom", columns=4),
             ),
-            opacity=alt.condition("datum.kind == 'wait'", alt.value(0.55), alt.value(0.95)),
+            opacity=alt.value(0.95),
             tooltip=[
                 alt.Tooltip("turn:N"),
                 alt.Tooltip("kind:N"),

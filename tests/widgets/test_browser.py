@@ -12,37 +12,16 @@ package) and skips, saying so, only when that is absent.
 
 from __future__ import annotations
 
-import contextlib
 import os
-import secrets
 import shutil
-import socket
-import subprocess
-import sys
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-CHROMIUM = "/usr/bin/chromium"
+from tests.widgets.jupyter import CHROMIUM, FLAGS, STEP, Server, jupyter_server, run_all, screenshot
+
 HERE = Path(__file__).parent
-ARTIFACTS = HERE.parents[1] / "artifacts"
-FLAGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
-SERVER_START = 60.0
-STEP = 30_000  # ms: a failure guard for each browser wait, never a timing assertion
 
 pytestmark = pytest.mark.skipif(
     not os.path.exists(CHROMIUM),
@@ -50,91 +29,15 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 @pytest.fixture(params=["jupyterlab", "notebook"])
 def lab(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, Path]]:
     """JupyterLab 4 or Notebook 7 on loopback, serving a temp root with the demo notebook."""
-    app = request.param
-    klass = "LabApp" if app == "jupyterlab" else "JupyterNotebookApp"
     root = tmp_path / "root"
     root.mkdir()
     shutil.copy(HERE / "browser" / "view_demo.ipynb", root / "view_demo.ipynb")
-    # No "get notified about Jupyter news?" toast over the view.
-    settings = tmp_path / "settings" / "@jupyterlab" / "apputils-extension"
-    settings.mkdir(parents=True)
-    (settings / "notification.jupyterlab-settings").write_text('{"fetchNews": "false"}')
-    port, token = _free_port(), secrets.token_hex(16)
-    env = dict(
-        os.environ,
-        JUPYTER_PLATFORM_DIRS="1",
-        JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"),
-        JUPYTER_CONFIG_DIR=str(tmp_path / "config"),
-        PYTHONWARNINGS="ignore",
-    )
-    command = [
-        sys.executable,
-        "-m",
-        app,
-        "--no-browser",
-        "--ip=127.0.0.1",
-        f"--port={port}",
-        f"--IdentityProvider.token={token}",
-        f"--ServerApp.root_dir={root}",
-        "--ServerApp.port_retries=0",
-        f"--{klass}.expose_app_in_browser=True",
-        f"--{klass}.workspaces_dir={tmp_path / 'workspaces'}",
-        f"--{klass}.user_settings_dir={tmp_path / 'settings'}",
-    ]
-    if hasattr(os, "geteuid") and os.geteuid() == 0:
-        command.append("--allow-root")
-    log = (tmp_path / "lab.log").open("wb")
-    server = subprocess.Popen(command, cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + SERVER_START
-        while True:
-            if server.poll() is not None:
-                raise AssertionError(f"{app} exited: {(tmp_path / 'lab.log').read_text()}")
-            status = f"{base}/api/status?token={token}"
-            with (
-                contextlib.suppress(urllib.error.URLError, OSError),
-                urllib.request.urlopen(status, timeout=2) as answer,
-            ):
-                if answer.status == 200:
-                    break
-            if time.monotonic() > deadline:
-                raise AssertionError(f"{app} did not answer within {SERVER_START} s")
-            time.sleep(0.25)
-        if app == "jupyterlab":
-            yield f"{base}/lab/tree/view_demo.ipynb?reset&token={token}", root
-        else:
-            yield f"{base}/notebooks/view_demo.ipynb?token={token}", root
-    finally:
-        server.terminate()
-        try:
-            server.wait(10)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait(5)
-        log.close()
-
-
-_KERNEL_IDLE = """() => {
-    const w = window.jupyterapp && window.jupyterapp.shell.currentWidget;
-    const k = w && w.sessionContext && w.sessionContext.session && w.sessionContext.session.kernel;
-    return !!k && k.status === 'idle';
-}"""
-
-
-def _run_all(page: Any) -> None:
-    page.wait_for_function(_KERNEL_IDLE, timeout=STEP)
-    page.evaluate("window.jupyterapp.commands.execute('notebook:run-all-cells')")
+    server: Server
+    with jupyter_server(request.param, root, tmp_path) as server:
+        yield server.url("view_demo.ipynb"), root
 
 
 def test_drive_a_session_view_in_a_browser(
@@ -151,7 +54,7 @@ def test_drive_a_session_view_in_a_browser(
             page = browser.new_page(viewport={"width": 1200, "height": 1000})
             page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
             page.goto(url)
-            _run_all(page)
+            run_all(page)
             view = page.locator(".agentnb-view")
             expect(view).to_have_count(1, timeout=STEP)
 
@@ -178,7 +81,7 @@ def test_drive_a_session_view_in_a_browser(
             page.evaluate(
                 "window.jupyterapp.shell.currentWidget.sessionContext.session.kernel.restart()"
             )
-            _run_all(page)
+            run_all(page)
             expect(page.locator(".agentnb-view")).to_have_count(1, timeout=STEP)
             again = page.locator(".agentnb-transcript")
             expect(again).to_contain_text("Your order of two desks is placed.", timeout=STEP)
@@ -190,10 +93,7 @@ def test_drive_a_session_view_in_a_browser(
             page.locator(".agentnb-tool").get_by_text("create_order \u00b7 success").click()
             expect(page.locator(".agentnb-tool-body")).to_contain_text('"qty": 2', timeout=STEP)
             expect(page.locator(".agentnb-tool-body")).to_contain_text("ordered 2 x desk")
-            ARTIFACTS.mkdir(exist_ok=True)
-            shot = ARTIFACTS / f"session_view-{request.node.callspec.id}.png"
-            page.locator(".agentnb-view").screenshot(path=str(shot))
-            print(f"screenshot: {shot}")
+            screenshot(page.locator(".agentnb-view"), f"session_view-{request.node.callspec.id}")
         finally:
             browser.close()
     assert (root / "chat.sqlite").exists()
