@@ -108,7 +108,7 @@ def short_id(value: object) -> str:
     if found is None:
         return f"<code>{esc(text)}</code>" if text else ""
     prefix, hexa = found.groups()
-    return f'<code title="{esc(text)}">{prefix}_\u2026{hexa[-6:]}</code>'
+    return f'<code style="{_NOWRAP}" title="{esc(text)}">{prefix}_\u2026{hexa[-6:]}</code>'
 
 
 def markdown_html(text: str) -> str:
@@ -173,12 +173,14 @@ def fold(text: object, limit: int = FOLD_AT) -> str:
     )
 
 
-def _when(value: datetime | None) -> str:
-    """A time on one line, to the second (the milliseconds and the zone on hover)."""
+def _when(value: datetime | None, since: datetime | None = None, hover: str = "") -> str:
+    """A time on one line, to the second (the milliseconds and the zone on hover); only the
+    time of day when it falls on the day of ``since``."""
     if value is None:
         return ""
-    whole = value.isoformat(sep=" ", timespec="milliseconds")
-    shown = value.strftime("%Y-%m-%d %H:%M:%S")
+    whole = hover + value.isoformat(sep=" ", timespec="milliseconds")
+    same_day = since is not None and since.date() == value.date()
+    shown = value.strftime("%H:%M:%S" if same_day else "%Y-%m-%d %H:%M:%S")
     return f'<span style="{_NOWRAP}" title="{esc(whole)}">{esc(shown)}</span>'
 
 
@@ -238,7 +240,7 @@ def _title(text: str) -> str:
 
 # -- tasks ------------------------------------------------------------------------------------
 
-_TASK_HEADERS = ("task", "status", "runs", "created", "started", "ended", "turn")
+_TASK_HEADERS = ("task", "status", "runs", "started", "ended", "turn")
 
 
 def _task_row(task: Any) -> list[str]:
@@ -249,11 +251,18 @@ def _task_row(task: Any) -> list[str]:
         fold(task.input) + error,
         badge(task.status),
         f'{len(runs)} <span style="{_MUTED}">{run_ids}</span>' if runs else "0",
-        _when(task.created_at),
-        _when(task.started_at),
-        _when(task.ended_at),
+        _when(task.started_at or task.created_at, hover=_created(task)),
+        _when(task.ended_at, since=task.started_at),
         short_id(task.turn_id),
     ]
+
+
+def _created(task: Any) -> str:
+    """Hover text of a task's start: when it was accepted (and that it has not started)."""
+    if task.created_at is None:
+        return ""
+    created = task.created_at.isoformat(sep=" ", timespec="milliseconds")
+    return f"accepted {created}" + ("; started " if task.started_at else "; not started; ")
 
 
 @_inert_math
