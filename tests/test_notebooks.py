@@ -43,6 +43,18 @@ class TestCommittedNotebooks:
         assert {"01-quickstart.ipynb", "04-analytics.ipynb", "view_demo.ipynb"} <= names
 
 
+class TestTutorials:
+    @pytest.mark.parametrize(
+        "path", [p for p in NOTEBOOKS if p.parent.name == "notebooks"], ids=lambda p: p.name
+    )
+    def test_no_tutorial_closes_its_live_view(self, path: Path) -> None:
+        """A later cell never closes a SessionView the text tells the reader to scroll up to
+        (Run All would leave it empty); closing the runtime leaves the view's last state."""
+        notebook = nbformat.read(path, as_version=4)
+        code = "\n".join(c.source for c in notebook.cells if c.cell_type == "code")
+        assert "view.close()" not in code
+
+
 class TestRefresh:
     def test_stores_checked_outputs_as_valid_nbformat(self) -> None:
         """refresh.clean keeps checked outputs without metadata on streams, and validates."""
