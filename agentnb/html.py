@@ -33,6 +33,7 @@ from agentnb.events import Message
 
 __all__ = [
     "HTML",
+    "INERT_MATH",
     "STATUS_COLORS",
     "badge",
     "chat_snapshot_html",

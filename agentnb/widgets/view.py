@@ -879,7 +879,6 @@ class SessionView(w.VBox):  # type: ignore[misc]  # ipywidgets ships no type inf
         with self._draw_lock:
             if self._closed:
                 return
-            self._closed = True
             try:  # everything the follower folded, drawn or not yet
                 last: _View | None = self._compute(offline=offline)
             except Exception:  # noqa: BLE001 - a fold that cannot be read: the last drawing
@@ -892,6 +891,7 @@ class SessionView(w.VBox):  # type: ignore[misc]  # ipywidgets ships no type inf
                 _close_tree(child)
             self._item_widgets.clear()
             self._request_widgets.clear()
+            self._closed = True  # last: whoever sees it closed sees the still copy too
 
     @property
     def closed(self) -> bool:
