@@ -441,8 +441,15 @@ def inspection_html(inspection: Any) -> str:
         ("lease holder", _holder(inspection.holder)),
     ]
     parts = [_title(f"Inspection as of seq {esc(inspection.as_of_seq)}"), _fields(pairs)]
-    calls = tuple(inspection.uncertain_tool_calls)
-    if calls:
+    for calls, title in (
+        (tuple(getattr(inspection, "running_tool_calls", ())), "running tool call(s)"),
+        (
+            tuple(inspection.uncertain_tool_calls),
+            "uncertain tool call(s): reconcile before resuming",
+        ),
+    ):
+        if not calls:
+            continue
         rows = [
             [
                 f"<code>{esc(c.tool_name)}</code>",
@@ -452,7 +459,7 @@ def inspection_html(inspection: Any) -> str:
             ]
             for c in calls
         ]
-        parts.append(_title(f"{len(calls)} uncertain tool call(s): reconcile before resuming"))
+        parts.append(_title(f"{len(calls)} {title}"))
         parts.append(_table(("tool", "arguments", "call", "turn"), rows, wide=("arguments",)))
     context = tuple(inspection.next_context)
     parts.append(

@@ -261,7 +261,12 @@ class Holder:
 
 @dataclass(frozen=True, slots=True)
 class Inspection:
-    """A read-only look at what the runtime would do next."""
+    """A read-only look at what the runtime would do next.
+
+    A dispatched tool call without a result is *running* while a live executor holds the
+    session (``running_tool_calls``) and *uncertain* once none does (its process stopped:
+    ``uncertain_tool_calls``, to reconcile before resuming).
+    """
 
     as_of_seq: int
     uncertain_tool_calls: tuple[ToolCallRef, ...]
@@ -281,6 +286,15 @@ class Inspection:
     """Tokens the model takes in one call (``Agent(context_window=)`` or the model's own)."""
     usage: UsageTotals | None = None
     """What the whole session consumed so far."""
+    running_tool_calls: tuple[ToolCallRef, ...] = ()
+    """Dispatched calls of the run a live executor runs now: no result yet, and none is
+    uncertain (``uncertain_tool_calls`` are those whose run has no live executor)."""
+    model: str | None = None
+    """The name of the model the next model call uses."""
+    tools: tuple[Mapping[str, Any], ...] = ()
+    """The tools the next model call offers, as the model sees them (``Tool.spec()``)."""
+    instructions: str | None = None
+    """The system instructions the next model call sends."""
     _tokens: Any = field(default=None, repr=False, compare=False)
 
     @property

@@ -45,6 +45,7 @@ from agentnb.projections.decisions import (
     check_respond,
     check_resume,
     effective_status,
+    open_calls,
 )
 from agentnb.projections.queue import (
     blocking_turn,
@@ -310,15 +311,19 @@ class Session:
         return HistoryPages(self.runtime.store, self.key, limit, replay_limit=replay_limit)
 
     def inspect(self) -> Inspection:
-        """What the runtime would do next, read-only."""
+        """What the runtime would do next, read-only: the calls running or uncertain, the
+        model, tools, instructions and messages the next model call uses."""
         with self._lock:
             state, inbox = self._refresh()
-            uncertain = tuple(
-                ToolCallRef(c.call_id, c.name, dict(c.arguments), c.turn_id, c.run_id)
-                for c in state.uncertain_calls()
+            executing = self._executing()
+            running, uncertain = (
+                tuple(
+                    ToolCallRef(c.call_id, c.name, dict(c.arguments), c.turn_id, c.run_id)
+                    for c in calls
+                )
+                for calls in open_calls(state, executing=executing)
             )
             latest = state.latest_turn
-            executing = self._executing()
             interrupted = (
                 latest.turn_id
                 if latest is not None
@@ -359,6 +364,10 @@ class Session:
                 holder=self._holder(),
                 context_window=agent.context_window or agent.model.context_window,
                 usage=UsageTotals.of(state.usage),
+                running_tool_calls=running,
+                model=agent.model.name,
+                tools=tuple(tools),
+                instructions=instructions,
                 _tokens=functools.cache(lambda: agent.model.count_tokens(next_context, tools)),
             )
 
@@ -714,7 +723,7 @@ class Session:
         self.runtime.check_open()
         with self._lock:
             state, _ = self._refresh()
-            checked = check_reconcile(state, outcomes, reason)
+            checked = check_reconcile(state, outcomes, reason, executing=self._executing())
             turn_id = next(iter(checked.values()))["turn_id"]
             event, _ = self.inbox.accept(
                 "reconcile", turn_id=turn_id, data={"outcomes": checked, "reason": reason}
@@ -773,7 +782,10 @@ class Session:
                 problems.append("a run is active")
             if state.pending:
                 problems.append(f"{len(state.pending)} request(s) wait for answers")
-            if state.uncertain_calls():
+            running, uncertain = open_calls(state, executing=self._executing())
+            if running:
+                problems.append(f"{len(running)} tool call(s) are running")
+            if uncertain:
                 problems.append("tool calls have unknown outcomes (reconcile them)")
             if problems:
                 raise InvalidInput(f"session {self.key} is not quiescent: {'; '.join(problems)}")

@@ -13,7 +13,7 @@ from typing import Any
 from agentnb.answers import ToolOutcome, answer_payload
 from agentnb.errors import CannotResume, InvalidAnswer, InvalidInput, UncertainToolCalls
 from agentnb.limits import check_text
-from agentnb.projections.state import InboxState, SessionState, TurnState
+from agentnb.projections.state import InboxState, SessionState, ToolCallState, TurnState
 from agentnb.records import ToolCallRef
 
 __all__ = [
@@ -23,6 +23,7 @@ __all__ = [
     "check_resume",
     "effective_status",
     "latest_unfinished",
+    "open_calls",
 ]
 
 ToolLookup = Callable[[str], Any]
@@ -39,6 +40,24 @@ def effective_status(state: SessionState, turn: TurnState, *, executing: bool) -
     if turn.status == "running" and not executing:
         return "interrupted"
     return turn.status
+
+
+def open_calls(
+    state: SessionState, *, executing: bool
+) -> tuple[list[ToolCallState], list[ToolCallState]]:
+    """(running, uncertain): dispatched calls without a result, split by whether a live
+    executor runs them.
+
+    A call of the active run is *running* while some runtime holds the session's lease
+    (``executing``); with no live executor every such call is *uncertain*: what it did is
+    unknown until someone reconciles it (or, for an idempotent tool, runs it again).
+    """
+    live = state.active_run if executing else None
+    running: list[ToolCallState] = []
+    uncertain: list[ToolCallState] = []
+    for call in state.uncertain_calls():
+        (running if live is not None and call.run_id == live else uncertain).append(call)
+    return running, uncertain
 
 
 def latest_unfinished(state: SessionState) -> TurnState | None:
@@ -175,9 +194,13 @@ def check_cancel(state: SessionState, inbox: InboxState, turn_id: str, *, execut
 
 
 def check_reconcile(
-    state: SessionState, outcomes: Mapping[str, object], reason: object
+    state: SessionState, outcomes: Mapping[str, object], reason: object, *, executing: bool = False
 ) -> dict[str, dict[str, Any]]:
-    """The outcomes as JSON, or ``InvalidInput`` unless they cover exactly the uncertain set."""
+    """The outcomes as JSON, or ``InvalidInput`` unless they cover exactly the uncertain set.
+
+    Calls a live executor runs now (``executing``: some runtime holds the lease) are not
+    uncertain: naming one is refused, saying it runs.
+    """
     if not isinstance(reason, str) or not reason.strip():
         raise InvalidInput(
             "reconcile needs a reason (who checked what), e.g. "
@@ -186,7 +209,14 @@ def check_reconcile(
     check_text(reason, "the reconcile reason")
     if not isinstance(outcomes, Mapping):
         raise InvalidInput("outcomes must be a mapping {call_id: nb.ToolOutcome...}")
-    uncertain = {c.call_id: c for c in state.uncertain_calls()}
+    running, open_ = open_calls(state, executing=executing)
+    busy = sorted(c.call_id for c in running if c.call_id in outcomes)
+    if busy:
+        raise InvalidInput(
+            f"tool call(s) {busy} are running (a live runtime executes their run), not "
+            "uncertain: wait for their results, or interrupt the run first"
+        )
+    uncertain = {c.call_id: c for c in open_}
     if set(outcomes) != set(uncertain):
         missing = sorted(set(uncertain) - set(outcomes))
         extra = sorted(set(outcomes) - set(uncertain))

@@ -31,6 +31,7 @@ __all__ = [
     "LazyMessages",
     "RunState",
     "SessionState",
+    "ToolCallState",
     "TurnState",
     "build_context",
     "next_command",
