@@ -720,7 +720,7 @@ def _worker(args: argparse.Namespace) -> int:
         runtime = nb.Runtime(
             agent,
             store=store,
-            auto_resume=True,
+            auto_resume=_AUTO_RESUME[args.auto_resume],
             lease_ttl=args.lease,
             accept_agent_change=args.accept_agent_change,
             limits=limits,
@@ -854,6 +854,10 @@ class _TaskLines:
         if task is None:
             return str(turn_id)
         return f'"{_cut(task.input, 60)}"'
+
+
+_AUTO_RESUME: dict[str, bool | str] = {"safe": True, "unknown": "unknown", "off": False}
+"""``worker --auto-resume``: what a worker does with turns a crash cut off."""
 
 
 def _worker_store(url: str | None, concurrency: int) -> str | nb.SessionStore | None:
@@ -1098,6 +1102,14 @@ def _parser() -> argparse.ArgumentParser:
         help="seconds between scans (SQLite) or fallback claims (PostgreSQL, woken by NOTIFY)",
     )
     worker.add_argument("--lease", type=float, default=10.0, help="lease seconds")
+    worker.add_argument(
+        "--auto-resume",
+        choices=sorted(_AUTO_RESUME),
+        default="safe",
+        help="turns a crash cut off: 'safe' resumes them when no tool call's outcome is "
+        "unknown (idempotent calls run again); 'unknown' records such calls as unknown, "
+        "tells the model and resumes; 'off' leaves them to a person (default: safe)",
+    )
     worker.add_argument(
         "--concurrency", type=int, default=16, help="sessions executing at once (default 16)"
     )

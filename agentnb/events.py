@@ -747,6 +747,9 @@ class InboxRejected(Payload):
     reason: str
     kind: str | None = None
     """The refused command's kind: a refused ``submit`` leaves the catalogue's queue."""
+    cancelled: bool = False
+    """The command was withdrawn by the user's ``cancel`` (a queued task), not refused:
+    its outcome is ``cancelled``, where a refusal's is ``rejected``."""
 
 
 PAYLOADS: dict[str, type[Payload]] = {

@@ -70,6 +70,7 @@ STATUS_COLORS = {
     "denied": "#c62828",
     "unknown": "#c62828",
     "cancelled": "#616161",
+    "rejected": "#c62828",
 }
 """The colour of each status, shared by these tables, ``SessionView`` and the timeline."""
 

@@ -30,7 +30,14 @@ __all__ = [
 ]
 
 TaskStatus = Literal[
-    "queued", "running", "suspended", "interrupted", "completed", "failed", "cancelled"
+    "queued",
+    "running",
+    "suspended",
+    "interrupted",
+    "completed",
+    "failed",
+    "cancelled",
+    "rejected",
 ]
 
 
@@ -128,7 +135,9 @@ class PruneReport:
 
 @dataclass(frozen=True, slots=True)
 class Outcome:
-    """How a run ended: ``completed``, ``suspended``, ``interrupted``, ``failed``, ``cancelled``."""
+    """How a run ended: ``completed``, ``suspended``, ``interrupted``, ``failed``,
+    ``cancelled``; or ``rejected`` when the command was refused before it started a run
+    (``error`` says why; ``run_id`` is None)."""
 
     status: str
     turn_id: str
@@ -137,7 +146,7 @@ class Outcome:
     """The turn's final assistant text, if it produced one."""
     error: str | None = None
     usage: UsageTotals | None = None
-    """What the turn consumed over all its runs so far."""
+    """What the run observed consumed (a ``Task``'s outcome: the turn, over all its runs)."""
     stop_reason: str | None = None
     """Why the run stopped, as a code (``RunEnd.stop_reason``): ``final_answer``, ``max_steps``,
     ``max_turn_tokens``, ``time_limit``, ``needs_person``, ``interrupted``, ``error``, ..."""
@@ -149,12 +158,18 @@ class Outcome:
 class Waiter(Protocol):
     """What a ``Receipt`` waits through: the session that accepted its command."""
 
-    def wait(self, receipt: Receipt, timeout: float | None = None) -> Outcome: ...
+    def wait(self, receipt: Receipt | Task, timeout: float | None = None) -> Outcome: ...
 
 
 @dataclass(frozen=True)
 class Receipt:
-    """Proof that a command was durably accepted; ``wait()`` (or ``await``) observes its run."""
+    """Proof that a command was durably accepted; ``wait()`` (or ``await``) observes its run.
+
+    A receipt observes the run its command started, never a later one: after a suspension,
+    ``respond`` (and ``resume``) return new receipts that observe the runs they start, and
+    ``Task.wait()`` observes the whole turn. ``status`` and ``run_id`` are as of when the
+    receipt was made (a retried ``submit`` returns them as they stand then).
+    """
 
     command_id: str
     turn_id: str
@@ -166,7 +181,8 @@ class Receipt:
     _session: Waiter | None = field(default=None, repr=False, compare=False, hash=False)
 
     def wait(self, timeout: float | None = None) -> Outcome:
-        """Block until the run this command started ends (or ``TimeoutError``)."""
+        """Block until the run this command started ends (or ``TimeoutError``); at once
+        with ``rejected`` if the command was refused."""
         if self._session is None:
             raise RuntimeError("this receipt is not bound to a session; use session.wait()")
         return self._session.wait(self, timeout)
@@ -192,7 +208,13 @@ class InputReceipt:
 
 @dataclass(frozen=True, slots=True)
 class Task:
-    """One turn as a task: its status, input, runs and timings."""
+    """One turn as a task: its status, input, runs and timings, and the turn's outcome.
+
+    ``status`` is ``rejected`` for a task the runtime refused before it ran (``error`` says
+    why). ``outcome`` is the whole turn's: its latest run once the turn settled and nothing
+    accepted for it (an answer, a resume, a cancel) is still to carry it on; ``wait()``
+    blocks until then (where a ``Receipt`` observes only the run its command started).
+    """
 
     turn_id: str
     status: str
@@ -204,6 +226,21 @@ class Task:
     error: str | None
     usage: UsageTotals | None = None
     """What the turn consumed over all its runs so far."""
+    outcome: Outcome | None = None
+    """The turn's outcome as of this read (None while it is queued, runs or goes on)."""
+    command_id: str | None = field(default=None, repr=False)
+    """The submit that created the task."""
+    _session: Waiter | None = field(default=None, repr=False, compare=False, hash=False)
+
+    def wait(self, timeout: float | None = None) -> Outcome:
+        """Block until the whole turn settles (following it through answers and resumes
+        accepted for it) and return its outcome; ``TimeoutError`` past ``timeout``."""
+        if self._session is None:
+            raise RuntimeError("this task is not bound to a session; use session.wait(task)")
+        return self._session.wait(self, timeout)
+
+    def __await__(self) -> Generator[Any, None, Outcome]:
+        return asyncio.to_thread(self.wait).__await__()
 
     def _repr_html_(self) -> str:
         return html.task_html(self)

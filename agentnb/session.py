@@ -11,6 +11,7 @@ inbox and the projections.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import functools
 import hashlib
 import threading
@@ -23,6 +24,7 @@ from agentnb.agent import check_agent
 from agentnb.answers import ToolOutcome
 from agentnb.errors import (
     AppendConflict,
+    CannotResume,
     IdempotencyConflict,
     InvalidAnswer,
     InvalidInput,
@@ -44,18 +46,18 @@ from agentnb.projections.decisions import (
     check_reconcile,
     check_respond,
     check_resume,
+    check_uncertain,
     effective_status,
     open_calls,
 )
+from agentnb.projections.outcomes import receipt_outcome, refused, turn_outcome
 from agentnb.projections.queue import (
     blocking_turn,
     parked_error,
     pending_steers,
     queued_commands,
-    will_move,
 )
 from agentnb.projections.state import (
-    PARKING,
     PROJECTOR_VERSION,
     InboxState,
     LazyMessages,
@@ -241,7 +243,8 @@ class Session:
             if before not in ids:
                 raise InvalidInput(f"no task {before!r} in session {self.key}; see tasks()")
             tasks = tasks[: ids.index(before)]
-        return tasks if limit is None else tasks[-limit:]
+        tasks = tasks if limit is None else tasks[-limit:]
+        return [dataclasses.replace(t, _session=self) for t in tasks]
 
     @staticmethod
     def _page_at_hand(tasks: list[Task], limit: int | None, before: str | None) -> bool:
@@ -257,7 +260,8 @@ class Session:
         return Folds(self.runtime.store, self.key, whole=True).refresh()
 
     def task(self, command_id: str) -> Task:
-        """The task a submit's ``command_id`` (or a turn id) created."""
+        """The task a submit's ``command_id`` (or a turn id) created; ``task(...).wait()``
+        observes the whole turn."""
         with self._lock:
             state, inbox = self._refresh()
             if command_id not in inbox.commands and state.retired_turns:
@@ -266,7 +270,7 @@ class Session:
             turn_id = command.turn_id if command else command_id
             for task in tasks_of(state, inbox, executing=self._executing()):
                 if task.turn_id == turn_id:
-                    return task
+                    return dataclasses.replace(task, _session=self)
         raise InvalidInput(f"no task for {command_id!r} in session {self.key}")
 
     def transcript(self) -> Transcript:
@@ -405,17 +409,47 @@ class Session:
             state, inbox = self._catch_up() if key is None else self._refresh()
             if key is None or all(c.key != key for c in inbox.commands.values()):
                 self._admit(state, inbox, queued=True)
-            event, _ = self.inbox.accept(
+            event, created = self.inbox.accept(
                 "submit", key=key, turn_id=new_id("turn"), input=text, data=data
             )
+            if not created:
+                return self._existing_receipt(event)
             self._folds.feed_inbox(event)  # this process's readers need not read it back
         self._dispatch(event)
         return Receipt(
             event.payload["command_id"], event.payload["turn_id"], None, "queued", None, self
         )
 
+    def _existing_receipt(self, accepted: Event) -> Receipt:
+        """The receipt of a submit accepted before (a retry with its key), as it stands now:
+        the run it started and that run's status (``queued`` before it started, or
+        ``cancelled`` / ``rejected`` if it never will)."""
+        command_id = accepted.payload["command_id"]
+        turn_id = accepted.payload["turn_id"]
+        state, inbox = self._refresh()
+        if command_id not in inbox.commands and state.retired_turns:
+            state, inbox = self._whole()  # a turn retired from the folds
+        run_id = state.run_of_command.get(command_id)
+        early = refused(inbox, command_id, turn_id)
+        if run_id is None:
+            status = "queued" if early is None else early.status
+        else:
+            run = state.runs[run_id]
+            status = run.status
+            if status == "running" and not self._executing():
+                status = "interrupted"  # cut off: its process stopped
+            turn = state.turns.get(turn_id)
+            if turn is not None and turn.status == "cancelled" and turn.run_ids[-1] == run_id:
+                status = "cancelled"
+        if run_id is None and early is None:
+            self._dispatch()  # the first try may have been accepted by a runtime now gone
+        return Receipt(command_id, turn_id, run_id, status, None, self)
+
     def send(self, input: str) -> Receipt:
         """Steer the running turn, or start / queue a new one; ``disposition`` says which.
+
+        Only a run with a live executor is steered: a run whose process stopped is not
+        running, and the input becomes a new task (queued behind that interrupted turn).
 
         Refused like ``steer`` or ``submit`` (``QueueFull``, ``AgentChanged``, ...) by the
         way it would go: a send that would steer never falls back to queueing a task.
@@ -423,7 +457,7 @@ class Session:
         text = _check_text(input, "input")
         with self._lock:
             state, inbox = self._refresh()
-            if state.active_run is not None:
+            if state.active_run is not None and self._executing():
                 try:
                     steered = self.steer(text)
                 except NotRunning:
@@ -465,7 +499,11 @@ class Session:
         return self.wait(self.submit(input), timeout)
 
     def steer(self, input: str, task: str | None = None) -> InputReceipt:
-        """Guidance for the running turn, applied at its next step (never lost)."""
+        """Guidance for the running turn, applied at its next step (never lost).
+
+        ``NotRunning`` when nothing runs, when ``task`` is not the running turn, or when the
+        open run has no live executor (its process stopped: ``resume`` continues it).
+        """
         text = _check_text(input, "input")
         if task is not None:
             check_id(task, "task")
@@ -476,6 +514,12 @@ class Session:
                 what = f"task {task!r} is not the running one" if task else "nothing is running"
                 raise NotRunning(f"cannot steer: {what}; submit a new task instead")
             turn_id = run.turn_id
+            if not self._executing():
+                raise NotRunning(
+                    f"cannot steer: turn {turn_id} is not running - the process executing "
+                    f"it stopped (no live runtime holds the session); session.resume("
+                    f"{turn_id!r}) continues it, then steer it, or submit a new task"
+                )
             self._admit(state, inbox, steering=turn_id)
             event, _ = self.inbox.accept("steer", turn_id=turn_id, run_id=run.run_id, input=text)
             command_id = event.payload["command_id"]
@@ -644,15 +688,45 @@ class Session:
             self.inbox.accept("interrupt", turn_id=turn_id, run_id=active)
             return True
 
-    def resume(self, turn_id: str) -> Receipt:
-        """Continue the latest unfinished turn in a new run (same turn id)."""
+    def resume(self, turn_id: str, *, uncertain: str = "refuse") -> Receipt:
+        """Continue the latest unfinished turn in a new run (same turn id).
+
+        Refused (``CannotResume``) for a turn that is completed, cancelled, running, not the
+        latest unfinished one, waiting for answers, or already being continued (a resume of
+        it is queued). Tool calls whose outcome is unknown (their process stopped mid-call)
+        block it with ``UncertainToolCalls`` unless their tool is idempotent (then they
+        simply run again) or ``uncertain="unknown"``: the new run then records each as
+        ``tool/result`` with status ``unknown`` and the reason, tells the model it was not
+        run again, and goes on (Everruns' ``resume_interrupted_turn``). The default,
+        ``"refuse"``, waits for a person to ``reconcile`` them.
+        """
         check_id(turn_id, "turn_id")
+        uncertain = check_uncertain(uncertain)
         self.runtime.check_open()
         with self._lock:
             state, inbox = self._refresh()
-            check_resume(state, turn_id, executing=self._executing(), tool=self._tool)
+            check_resume(
+                state, turn_id, executing=self._executing(), tool=self._tool, uncertain=uncertain
+            )
+            queued = next(
+                (
+                    c
+                    for c in inbox.commands.values()
+                    if c.kind == "resume"
+                    and c.turn_id == turn_id
+                    and c.command_id not in state.handled
+                    and c.command_id not in inbox.rejected
+                ),
+                None,
+            )
+            if queued is not None:
+                raise CannotResume(
+                    f"a continuation of turn {turn_id} is already queued (command "
+                    f"{queued.command_id}); wait on the receipt that resume() returned"
+                )
             self._admit(state, inbox)
-            event, _ = self.inbox.accept("resume", turn_id=turn_id)
+            data = {"uncertain": uncertain} if uncertain != "refuse" else None
+            event, _ = self.inbox.accept("resume", turn_id=turn_id, data=data)
         self.start()
         return Receipt(event.payload["command_id"], turn_id, None, "queued", None, self)
 
@@ -681,6 +755,7 @@ class Session:
                         "command_id": submit.command_id,
                         "reason": "cancelled by the user",
                         "kind": "submit",
+                        "cancelled": True,
                     },
                     turn_id=turn_id,
                 )
@@ -848,50 +923,23 @@ class Session:
     # -- waiting -----------------------------------------------------------------------------
 
     def _outcome(
-        self, receipt: Receipt, state: SessionState, inbox: InboxState, *, executing: bool
+        self, watched: Receipt | Task, state: SessionState, inbox: InboxState, *, executing: bool
     ) -> Outcome | None:
-        """The settled state of the receipt's turn, or None while it is queued or runs.
+        """How what ``watched`` observes stands, or None while it is queued or runs.
 
-        A receipt follows its turn: once the run it started ended, it reports the turn's
-        latest run (a suspended turn that was answered and completed reports completed).
+        A receipt observes the run its command started (a continuation has its own
+        receipt); a task observes its whole turn (``agentnb.projections.outcomes``).
         """
-        turn = state.turns.get(receipt.turn_id)
-        if receipt.disposition != "steered":
-            if receipt.command_id in inbox.rejected and (
-                turn is None or receipt.command_id not in state.run_of_command
-            ):
-                return Outcome(
-                    "cancelled", receipt.turn_id, None, None, inbox.rejected[receipt.command_id]
-                )
-            if (
-                receipt.command_id not in state.run_of_command
-                and receipt.command_id not in state.handled
-            ):
-                return None
-        if turn is None or not turn.run_ids:
-            return None
-        run = state.runs[turn.run_ids[-1]]
-        status = run.status
-        if status == "running":
-            if executing:
-                return None
-            status = "interrupted"  # cut off: its process stopped (see effective_status)
-        elif status in PARKING and will_move(state, inbox, turn.turn_id):
-            return None  # answered, resumed or cancelled meanwhile: it goes on
-        if turn.status == "cancelled":
-            status = "cancelled"
-        output = turn.output if status == "completed" else None
-        error = run.error or (turn.error if status in {"failed", "cancelled"} else None)
-        stop_reason = run.stop_reason
-        if status == "interrupted" and run.status == "running":
-            error = "the process executing it stopped; resume() continues it"
-            stop_reason = "crash"
-        if status == "cancelled":
-            stop_reason = "cancelled"
-        usage = UsageTotals.of(turn.usage)
-        return Outcome(status, run.turn_id, run.run_id, output, error, usage, stop_reason)
+        if isinstance(watched, Task):
+            return turn_outcome(
+                state, inbox, watched.turn_id, watched.command_id, executing=executing
+            )
+        run_id = watched.run_id if watched.disposition == "steered" else None
+        return receipt_outcome(
+            state, inbox, watched.command_id, watched.turn_id, run_id, executing=executing
+        )
 
-    def _settled(self, receipt: Receipt, at_least: int = 0) -> tuple[Outcome | None, int]:
+    def _settled(self, watched: Receipt | Task, at_least: int = 0) -> tuple[Outcome | None, int]:
         """(outcome or None, the seq it was decided at); ``Parked`` if it cannot move.
         ``at_least``: the head the waiter last woke to (see ``_catch_up``)."""
         # Whether anyone executes is read before and after the state: a run seen open with
@@ -899,13 +947,14 @@ class Session:
         before = self._executing(recent=True)
         state, inbox = self._catch_up(at_least)
         executing = before or self._executing()
+        command_id = watched.command_id
         if (
             state.retired_turns
-            and receipt.turn_id not in state.turns
-            and receipt.command_id not in inbox.commands
+            and watched.turn_id not in state.turns
+            and (command_id is None or command_id not in inbox.commands)
         ):
             state, inbox = self._whole()  # a receipt of a turn retired from the folds
-        outcome = self._outcome(receipt, state, inbox, executing=True)  # as committed
+        outcome = self._outcome(watched, state, inbox, executing=True)  # as committed
         if outcome is None and not executing:
             failure = self.runtime.failure(self.key)
             if failure is not None:
@@ -913,22 +962,27 @@ class Session:
                     f"the runtime stopped executing session {self.key}: {failure}; fix the "
                     "store, then call session.start() (an open run is closed as interrupted)"
                 )
-            turn = state.turns.get(receipt.turn_id)
+            turn = state.turns.get(watched.turn_id)
             blocking = blocking_turn(state, inbox, executing=False)
             if (turn is None or not turn.run_ids) and blocking is not None:
-                raise parked_error(state, receipt.turn_id, *blocking)
-            outcome = self._outcome(receipt, state, inbox, executing=False)  # cut off?
+                raise parked_error(state, watched.turn_id, *blocking)
+            outcome = self._outcome(watched, state, inbox, executing=False)  # cut off?
         return outcome, state.seq
 
-    def wait(self, receipt: Receipt, timeout: float | None = None) -> Outcome:
-        """Block until the receipt's turn settles; observes only, never acts.
+    def wait(self, receipt: Receipt | Task, timeout: float | None = None) -> Outcome:
+        """Block until what ``receipt`` observes settles; observes only, never acts.
 
-        Returns when its run completes, suspends, is interrupted, fails or is cancelled (a
-        receipt follows its turn into later runs). Raises ``Parked`` when the task waits in
-        the queue behind a turn that only a person can move, naming that turn.
+        A ``Receipt`` observes the run its command started: returns when that run
+        completes, suspends, is interrupted, fails or is cancelled, or at once when the
+        command was refused (``rejected``, with the reason). ``respond`` and ``resume``
+        return new receipts that observe the runs they start. A ``Task`` (``tasks()``,
+        ``task(...)``) observes its whole turn: it returns once the turn settles and nothing
+        accepted for it (an answer, a resume, a cancel) is still to carry it on. Raises
+        ``Parked`` when the task waits in the queue behind a turn that only a person can
+        move, naming that turn.
         """
-        if not isinstance(receipt, Receipt):
-            raise InvalidInput(f"wait() takes a Receipt, got {type(receipt).__name__}")
+        if not isinstance(receipt, Receipt | Task):
+            raise InvalidInput(f"wait() takes a Receipt or a Task, got {type(receipt).__name__}")
         deadline = None if timeout is None else time.monotonic() + timeout
         head = 0
         while True:

@@ -262,11 +262,11 @@ class TestBinding:
         worker = runtimes(_agent(instructions="Other."))
         worker.open("s1").start()
         outcome = receipt.wait(WAIT)
-        assert outcome.status == "cancelled"
+        assert outcome.status == "rejected"
         assert "instructions changed" in (outcome.error or "")
         assert client.log.head() == head  # no turn was opened
         assert client.inbox.head() == 3  # accepted, accepted, rejected: nothing else
-        assert [t.status for t in client.tasks()] == ["completed", "cancelled"]
+        assert [t.status for t in client.tasks()] == ["completed", "rejected"]
 
     def test_a_running_turn_is_steered_only_by_its_own_agent(self, runtimes: Any) -> None:
         """While the bound agent runs a turn, another agent's steer is refused; the run
@@ -322,7 +322,7 @@ class TestWorkerProcess:
                 session = client.open("changed")
                 head = session.log.head()
                 outcome = session.submit("task 2").wait(WAIT)
-                assert outcome.status == "cancelled"
+                assert outcome.status == "rejected"
                 assert "instructions changed" in (outcome.error or "")
                 heads = _heads(session)
                 assert heads == (head, 3)  # accepted, accepted, rejected: no turn opened

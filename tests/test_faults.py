@@ -593,8 +593,9 @@ class TestClose:
 
 
 class TestReceiptsAndCancel:
-    def test_a_receipt_follows_its_turn_past_a_suspension(self) -> None:
-        """wait() again after an approval let the turn complete returns completed."""
+    def test_a_receipt_observes_its_run_and_the_answer_has_its_own(self) -> None:
+        """After an approval, the first receipt still reports the run before the suspension;
+        the receipt respond() returns observes the continuation, and the task the turn."""
 
         @nb.tool(confirm=True)
         def order(item: str) -> str:
@@ -609,11 +610,22 @@ class TestReceiptsAndCancel:
         runtime, session = make_session("memory://", tools=[order], script=script)
         try:
             receipt = session.submit("order a desk")
-            assert receipt.wait(timeout=WAIT).status == "suspended"
-            session.respond(next(iter(session.pending())), True)
-            outcome = receipt.wait(timeout=WAIT)
+            suspended = receipt.wait(timeout=WAIT)
+            assert suspended.status == "suspended"
+            answered = session.respond(next(iter(session.pending())), True)
+            outcome = answered.wait(timeout=WAIT)
             assert outcome.status == "completed"
             assert outcome.output == "ordered it"
+            assert outcome.run_id != suspended.run_id
+            assert receipt.wait(timeout=WAIT) == suspended
+            whole = session.task(receipt.turn_id).wait(timeout=WAIT)
+            assert (whole.status, whole.run_id, whole.output) == (
+                "completed",
+                outcome.run_id,
+                "ordered it",
+            )
+            assert whole.usage is not None
+            assert whole.usage.model_calls == 2  # both runs
         finally:
             runtime.close()
 

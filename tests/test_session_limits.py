@@ -281,7 +281,7 @@ class TestSessionFull:
         session = runtime.session("s1")
         big = session.submit("x" * 150_000)
         outcome = big.wait(WAIT)
-        assert outcome.status == "cancelled"
+        assert outcome.status == "rejected"
         assert "max_session_bytes" in (outcome.error or "")
         assert session.log.head() == 0
         assert session.run("small", timeout=WAIT).output == "Small."
@@ -300,6 +300,6 @@ class TestSessionFull:
         worker = runtimes(_agent(), limits=nb.Limits(max_session_events=100))
         worker.open("s1").start()
         outcome = receipt.wait(WAIT)
-        assert outcome.status == "cancelled"
+        assert outcome.status == "rejected"
         assert "its cap is 100" in (outcome.error or "")
         assert session.log.head() == head

@@ -34,6 +34,7 @@ from agentnb import html
 from agentnb.errors import InvalidInput
 from agentnb.events import Event, Message, canonical_json, freeze_json
 from agentnb.projections.decisions import effective_status
+from agentnb.projections.outcomes import refused, turn_outcome
 from agentnb.projections.state import (
     KEEP_TURNS,
     ContextLoader,
@@ -808,7 +809,7 @@ def tasks_of(state: SessionState, inbox: InboxState | None, *, executing: bool) 
     submits = {c.turn_id for c in inbox.commands.values() if c.kind == "submit"}
     for kept in state.turns.values():
         if kept.turn_id not in submits:
-            out.append(_task(state, kept, kept.created_at, executing))
+            out.append(_task(state, kept, kept.created_at, executing, inbox))
     oldest = next(iter(state.turns.values()), None) if state.retired_turns else None
     first = inbox.commands.get(oldest.command_id or "") if oldest is not None else None
     for command in inbox.commands.values():
@@ -818,26 +819,32 @@ def tasks_of(state: SessionState, inbox: InboxState | None, *, executing: bool) 
         if turn is None and first is not None and command.seq < first.seq:
             continue  # a turn the state retired
         if turn is None:
-            status = "cancelled" if command.command_id in inbox.rejected else "queued"
+            outcome = refused(inbox, command.command_id, command.turn_id)
             out.append(
                 Task(
                     command.turn_id,
-                    status,
+                    "queued" if outcome is None else outcome.status,
                     command.input or "",
                     (),
                     command.accepted_at,
                     None,
                     None,
-                    None,
+                    None if outcome is None else outcome.error,
+                    outcome=outcome,
+                    command_id=command.command_id,
                 )
             )
             continue
-        out.append(_task(state, turn, command.accepted_at, executing))
+        out.append(_task(state, turn, command.accepted_at, executing, inbox))
     return out
 
 
 def _task(
-    state: SessionState, turn: TurnState, created_at: datetime | None, executing: bool
+    state: SessionState,
+    turn: TurnState,
+    created_at: datetime | None,
+    executing: bool,
+    inbox: InboxState | None = None,
 ) -> Task:
     return Task(
         turn.turn_id,
@@ -849,6 +856,10 @@ def _task(
         turn.ended_at,
         turn.error,
         UsageTotals.of(turn.usage),
+        outcome=turn_outcome(
+            state, inbox or InboxState(), turn.turn_id, turn.command_id, executing=executing
+        ),
+        command_id=turn.command_id,
     )
 
 

@@ -21,9 +21,11 @@ __all__ = [
     "check_reconcile",
     "check_respond",
     "check_resume",
+    "check_uncertain",
     "effective_status",
     "latest_unfinished",
     "open_calls",
+    "uncertain_to_settle",
 ]
 
 ToolLookup = Callable[[str], Any]
@@ -75,10 +77,33 @@ def _refs(
     ]
 
 
+UNCERTAIN_CHOICES = ("refuse", "unknown")
+"""What ``resume(uncertain=...)`` does with calls whose outcome is unknown."""
+
+
+def check_uncertain(value: object) -> str:
+    """``value`` if it is one of ``UNCERTAIN_CHOICES``, else ``InvalidInput``."""
+    if value not in UNCERTAIN_CHOICES:
+        raise InvalidInput(
+            f"uncertain must be 'refuse' (reconcile first) or 'unknown' (record each such "
+            f"call's outcome as unknown and go on), got {value!r}"
+        )
+    return str(value)
+
+
 def check_resume(
-    state: SessionState, turn_id: str, *, executing: bool, tool: ToolLookup
+    state: SessionState,
+    turn_id: str,
+    *,
+    executing: bool,
+    tool: ToolLookup,
+    uncertain: str = "refuse",
 ) -> TurnState:
-    """The turn to resume, or ``CannotResume`` / ``UncertainToolCalls`` saying why not."""
+    """The turn to resume, or ``CannotResume`` / ``UncertainToolCalls`` saying why not.
+
+    ``uncertain="unknown"``: calls whose outcome is unknown do not stop the resume; the run
+    that resumes records each as ``unknown`` (``uncertain_to_settle``) and tells the model.
+    """
     turn = state.turns.get(turn_id)
     if turn is None:
         raise CannotResume(
@@ -109,15 +134,30 @@ def check_resume(
         return bool(t is not None and t.idempotent)
 
     blocking = _refs(state, turn_id, True, idempotent)
-    if blocking:
+    if blocking and uncertain != "unknown":
         names = ", ".join(f"{r.tool_name} ({r.call_id})" for r in blocking)
         raise UncertainToolCalls(
             f"turn {turn_id} has tool calls whose outcome is unknown: {names}. Check what "
             "happened, then record it with reconcile({call_id: nb.ToolOutcome...}, reason) "
-            "before resuming",
+            "before resuming, or resume it with uncertain='unknown' to record their "
+            "outcomes as unknown and go on",
             blocking,
         )
     return turn
+
+
+def uncertain_to_settle(
+    state: SessionState, turn_id: str, *, tool: ToolLookup
+) -> list[ToolCallRef]:
+    """The uncertain calls of ``turn_id`` a resume with ``uncertain="unknown"`` records as
+    unknown: those that cannot safely run again (calls of ``idempotent`` tools simply run
+    again)."""
+
+    def idempotent(name: str) -> bool:
+        t = tool(name)
+        return bool(t is not None and t.idempotent)
+
+    return _refs(state, turn_id, True, idempotent)
 
 
 def check_respond(

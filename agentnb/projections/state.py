@@ -39,7 +39,7 @@ __all__ = [
     "tool_message",
 ]
 
-PROJECTOR_VERSION = 3
+PROJECTOR_VERSION = 4
 """Bumped whenever the fold changes: older snapshots are then ignored and rebuilt."""
 
 TERMINAL_TURN = frozenset({"completed", "cancelled"})
@@ -103,6 +103,8 @@ class RunState:
     error: str | None = None
     inbox_seq: int | None = None
     stop_reason: str | None = None
+    usage: dict[str, int] = field(default_factory=dict)
+    """Counters of ``UsageTotals`` (absent: 0) of this run alone."""
 
 
 @dataclass
@@ -496,13 +498,16 @@ class SessionState:
         self._count(event, steps=1)
 
     def _count(self, event: Event, **amounts: int) -> None:
-        """Add to the usage counters of the event's turn and of the session."""
+        """Add to the usage counters of the event's run, its turn and the session."""
         turn = self._turn(event)
+        run = self.runs.get(event.run_id) if event.run_id else None
         for name, amount in amounts.items():
             if amount:
                 self.usage[name] = self.usage.get(name, 0) + amount
                 if turn is not None:
                     turn.usage[name] = turn.usage.get(name, 0) + amount
+                if run is not None:
+                    run.usage[name] = run.usage.get(name, 0) + amount
 
     def _on_model_end(self, event: Event, p: Any) -> None:
         if p.get("status") != "completed" and p.get("input_tokens") is None:
@@ -675,12 +680,16 @@ class InboxState:
         self.seq = 0
         self.commands: dict[str, Command] = {}
         self.rejected: dict[str, str] = {}
+        """command_id -> why it was refused (or withdrawn)."""
+        self.cancelled: set[str] = set()
+        """Refused commands that were withdrawn by ``cancel`` (a queued task), not refused."""
 
     def dump(self) -> dict[str, Any]:
         return {
             "version": PROJECTOR_VERSION,
             "seq": self.seq,
             "rejected": dict(self.rejected),
+            "cancelled": sorted(self.cancelled),
             "commands": [
                 dict(_dc(c), accepted_at=c.accepted_at.isoformat()) for c in self.commands.values()
             ],
@@ -693,6 +702,7 @@ class InboxState:
         state = cls()
         state.seq = data["seq"]
         state.rejected = dict(data["rejected"])
+        state.cancelled = set(data["cancelled"])
         state.commands = {c["command_id"]: Command(**_dates(c)) for c in data["commands"]}
         return state
 
@@ -715,6 +725,8 @@ class InboxState:
             )
         elif event.type == "inbox/rejected":
             self.rejected[p["command_id"]] = p["reason"]
+            if p.get("cancelled"):
+                self.cancelled.add(p["command_id"])
 
     def steers_for(self, turn_id: str) -> list[Command]:
         """Steering commands bound to ``turn_id`` that were not refused."""
@@ -818,6 +830,7 @@ def retire_turns(state: SessionState, inbox: InboxState | None, keep: int = KEEP
                 commands.add(command.command_id)
                 del inbox.commands[command.command_id]
                 inbox.rejected.pop(command.command_id, None)
+                inbox.cancelled.discard(command.command_id)
     state.handled -= commands
     return ids
 

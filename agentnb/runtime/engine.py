@@ -77,7 +77,9 @@ class DriverHost(Protocol):
     agent: Agent
     owner: str
     lease_ttl: float
-    auto_resume: bool
+    auto_resume: bool | str
+    """False, True (resume when nothing uncertain blocks) or ``"unknown"`` (settle the
+    uncertain calls as unknown and resume)."""
     limits: Limits
     accept_agent_change: bool
 
@@ -482,7 +484,7 @@ class SessionDriver:
         if kind == "submit":
             await runs.start_turn(command)
         elif kind == "resume":
-            await runs.continue_(*self.recipes.resume(command))
+            await runs.continue_(*await self.recipes.resume(command))
         elif kind == "respond":
             turn_id, run_id = await self.recipes.respond(command)
             if run_id is not None:
@@ -528,7 +530,7 @@ class SessionDriver:
     # -- what the parts of a run use (``RunHost``) ------------------------------------------
 
     @property
-    def auto_resume(self) -> bool:
+    def auto_resume(self) -> bool | str:
         return self.runtime.auto_resume
 
     def publish(self, kind: str, turn_id: str, run_id: str, **data: Any) -> None:

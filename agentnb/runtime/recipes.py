@@ -16,7 +16,12 @@ from typing import Any
 from agentnb.errors import CannotResume, InvalidInput
 from agentnb.events import Event, Message
 from agentnb.ids import new_id
-from agentnb.projections.decisions import check_cancel, check_respond, check_resume
+from agentnb.projections.decisions import (
+    check_cancel,
+    check_respond,
+    check_resume,
+    uncertain_to_settle,
+)
 from agentnb.projections.state import Command
 from agentnb.runtime.scope import RunHost
 
@@ -228,27 +233,85 @@ class Recipes:
             turn_id=run.turn_id,
             run_id=run.run_id,
         )
+        if auto_resume and host.auto_resume:
+            # Decided on the state these events make (the writer applied them) and accepted
+            # before they commit: nobody sees the turn settle as interrupted in between.
+            await self._auto_resume(run.turn_id, run.run_id)
         await w.flush()
         host.publish("status", run.turn_id, run.run_id, status="interrupted")
-        if not (auto_resume and host.auto_resume):
-            return
+
+    async def _auto_resume(self, turn_id: str, run_id: str) -> None:
+        """Queue the resume of a turn a crash cut off, when the runtime resumes by itself
+        and nothing (uncertain, with ``auto_resume=True``) needs a person first."""
+        host = self.host
+        uncertain = "unknown" if host.auto_resume == "unknown" else "refuse"
         try:
-            check_resume(host.state, run.turn_id, executing=False, tool=self.tool)
+            check_resume(host.state, turn_id, executing=False, tool=self.tool, uncertain=uncertain)
         except CannotResume as exc:
-            log.warning("session %s: turn %s waits for a person: %s", host.key, run.turn_id, exc)
+            log.warning("session %s: turn %s waits for a person: %s", host.key, turn_id, exc)
             return
         await asyncio.to_thread(
             host.inbox_log.accept,
             "resume",
-            turn_id=run.turn_id,
-            key=f"auto-resume:{run.run_id}",
+            turn_id=turn_id,
+            key=f"auto-resume:{run_id}",
+            data={"uncertain": uncertain} if uncertain != "refuse" else None,
         )
         await host.refresh_inbox()
 
-    def resume(self, command: Command) -> tuple[str, str]:
-        """Start the run that resumes a turn: (turn_id, run_id)."""
-        turn = check_resume(self.host.state, command.turn_id or "", executing=False, tool=self.tool)
-        return turn.turn_id, self.begin_run(command, turn.turn_id, "resume")
+    async def resume(self, command: Command) -> tuple[str, str]:
+        """Start the run that resumes a turn: (turn_id, run_id).
+
+        Resumes of the same turn accepted meanwhile would repeat this continuation: they
+        are rejected with that reason. With ``uncertain="unknown"`` the calls whose outcome
+        is unknown (and that cannot safely run again) are settled as ``unknown`` first.
+        """
+        host = self.host
+        uncertain = command.data.get("uncertain", "refuse")
+        turn = check_resume(
+            host.state, command.turn_id or "", executing=False, tool=self.tool, uncertain=uncertain
+        )
+        for other in list(host.inbox.commands.values()):
+            if (
+                other.kind == "resume"
+                and other.turn_id == turn.turn_id
+                and other.seq > command.seq
+                and other.command_id not in host.state.handled
+                and other.command_id not in host.inbox.rejected
+            ):
+                await self.reject(
+                    other,
+                    f"a continuation is already queued: turn {turn.turn_id} is resumed by "
+                    f"command {command.command_id}, accepted first",
+                )
+        run_id = self.begin_run(command, turn.turn_id, "resume")
+        if uncertain == "unknown":
+            self.settle_unknown(turn.turn_id, run_id, "resumed with uncertain='unknown'")
+        return turn.turn_id, run_id
+
+    def settle_unknown(self, turn_id: str, run_id: str, reason: str) -> None:
+        """Record each uncertain call of the turn that cannot safely run again as
+        ``unknown``, telling the model it was not run again (``resume(uncertain="unknown")``)."""
+        calls = uncertain_to_settle(self.host.state, turn_id, tool=self.tool)
+        if not calls:
+            return
+        outcomes: dict[str, Any] = {}
+        for call in calls:
+            output = (
+                f"The outcome of this call is unknown: the process running it stopped before "
+                f"its result was recorded, and it was not run again ({reason}). Check whether "
+                "it took effect before relying on it or calling it again."
+            )
+            self.add_result(
+                call.call_id, call.tool_name, "unknown", output, turn_id=turn_id, run_id=run_id
+            )
+            outcomes[call.call_id] = {"status": "unknown", "name": call.tool_name}
+        self.host.writer.add(
+            "recovery/applied",
+            {"reason": reason, "resolved_call_ids": list(outcomes), "outcomes": outcomes},
+            turn_id=turn_id,
+            run_id=run_id,
+        )
 
     async def respond(self, command: Command) -> tuple[str, str | None]:
         """Record a person's answers: (turn_id, run_id of the run that goes on, or None).

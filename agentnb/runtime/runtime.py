@@ -406,6 +406,11 @@ class Runtime:
     (``kick`` does nothing, ``serve`` refuses); ``wait``, ``follow`` and the widgets wake on
     the workers' commits (through ``LISTEN/NOTIFY`` on PostgreSQL).
 
+    ``auto_resume`` (for workers): ``True`` resumes a turn a crash cut off when nothing
+    uncertain blocks it; ``"unknown"`` resumes it anyway, recording each call whose outcome
+    is unknown as ``unknown`` and telling the model (``resume(turn, uncertain="unknown")``;
+    ``agentnb worker --auto-resume=unknown``); ``False`` leaves it to a person.
+
     ``limits`` (an ``nb.Limits``) bounds the sessions' queues, what opening one may replay,
     and (optionally) how much one may hold; the defaults are the seeds' bounds.
 
@@ -429,7 +434,7 @@ class Runtime:
         store: str | SessionStore | None = None,
         *,
         lease_ttl: float = 10.0,
-        auto_resume: bool = False,
+        auto_resume: bool | str = False,
         export_to: Iterable[Any] = (),
         namespace: str = "default",
         execute: bool = True,
@@ -455,7 +460,9 @@ class Runtime:
         self._owns_store = not isinstance(store, SessionStore)
         self.store = open_store(store)
         self.lease_ttl = float(lease_ttl)
-        self.auto_resume = bool(auto_resume)
+        if auto_resume not in (False, True, "unknown"):
+            raise InvalidInput(f"auto_resume must be False, True or 'unknown', got {auto_resume!r}")
+        self.auto_resume: bool | str = auto_resume
         self.export_to = tuple(export_to)
         self.namespace = check_id(namespace, "namespace")
         self.owner = new_owner()

@@ -106,7 +106,9 @@ class RunHost(Protocol):
     def inbox(self) -> InboxState: ...
 
     @property
-    def auto_resume(self) -> bool: ...
+    def auto_resume(self) -> bool | str:
+        """Whether a run a crash cut off is resumed by itself: False, True (when nothing
+        uncertain blocks it) or ``"unknown"`` (uncertain calls are settled as unknown)."""
 
     def publish(self, kind: str, turn_id: str, run_id: str, **data: Any) -> None:
         """Tell live observers (best effort: a failing observer never fails the run)."""

@@ -6,12 +6,18 @@ store takes part.
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 
 import agentnb as nb
-from tests.runtime.helpers import WAIT, Gate, events_of
+from tests.runtime import _dead_run_child as dead
+from tests.runtime.helpers import REPO, WAIT, Gate, events_of, kill_mid_tool, wait_for_event
 
 MakeRuntime = Callable[..., nb.Runtime]
 
@@ -80,3 +86,246 @@ class TestInspectWhatRunsAndWhatComesNext:
         assert seen.instructions == "Answer in French."
         assert seen.next_context[0].text == "Answer in French."
         assert events_of(runtime.session("s1"), "run/start") == []
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def shared_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A store URL two processes can share (memory stores are per process)."""
+    if request.param == "postgres":
+        url: str = request.getfixturevalue("pg_store_url")
+        return url
+    return f"sqlite:///{tmp_path / 'agentnb.sqlite'}"
+
+
+def _open_dead(url: str, **kwargs: Any) -> tuple[nb.Runtime, nb.Session, str, str]:
+    """A runtime on ``url`` and the session a killed child left with its run open."""
+    turn_id, call_id = kill_mid_tool(url)
+    runtime = nb.Runtime(dead.make_agent(), store=url, **kwargs)
+    return runtime, runtime.open(dead.SESSION_ID, user_id=dead.USER_ID), turn_id, call_id
+
+
+class TestSteeringADeadRun:
+    def test_steer_of_a_run_whose_process_died_raises_not_running_naming_resume(
+        self, shared_url: str
+    ) -> None:
+        """After kill -9, steer() is refused (NotRunning naming resume) and nothing is accepted."""
+        runtime, session, turn_id, _ = _open_dead(shared_url, execute=False)
+        with runtime:
+            assert session.tasks()[-1].status == "interrupted"
+            assert session.interrupt() is False
+            inbox_head = session.inbox.head()
+            with pytest.raises(nb.NotRunning, match=r"resume\("):
+                session.steer("prefer oak")
+            with pytest.raises(nb.NotRunning, match=r"resume\("):
+                session.steer("prefer oak", task=turn_id)
+            assert session.inbox.head() == inbox_head
+
+    def test_send_to_a_dead_run_queues_a_new_task_instead_of_steering(
+        self, shared_url: str
+    ) -> None:
+        """send() never claims to steer a run with no live executor: it queues a new task."""
+        runtime, session, turn_id, _ = _open_dead(shared_url, execute=False)
+        with runtime:
+            receipt = session.send("prefer oak")
+            assert receipt.disposition == "queued"
+            assert receipt.turn_id != turn_id
+            assert receipt.run_id is None
+            kinds = [e.payload["kind"] for e in session.inbox.scan()]
+            assert kinds == ["submit", "submit"]  # no steer was accepted
+            assert [t.status for t in session.tasks()] == ["interrupted", "queued"]
+
+
+class TestResumeWithUncertainCalls:
+    def test_default_refuses_and_unknown_records_the_outcome_and_goes_on(
+        self, shared_url: str
+    ) -> None:
+        """resume() refuses an uncertain call; resume(uncertain="unknown") records it as
+        unknown with the reason, tells the model, does not run it again, and completes."""
+        runtime, session, turn_id, call_id = _open_dead(shared_url)
+        with runtime:
+            with pytest.raises(nb.UncertainToolCalls, match="uncertain='unknown'"):
+                session.resume(turn_id)
+            with pytest.raises(nb.InvalidInput, match="uncertain"):
+                session.resume(turn_id, uncertain="guess")
+            outcome = session.resume(turn_id, uncertain="unknown").wait(WAIT)
+            assert (outcome.status, outcome.output) == ("completed", dead.ANSWER)
+            results = [
+                e for e in events_of(session, "tool/result") if e.payload["call_id"] == call_id
+            ]
+            assert [r.payload["status"] for r in results] == ["unknown"]
+            assert "not run again" in results[0].payload["output"]
+            assert [e.payload["call_id"] for e in events_of(session, "action/start")] == [call_id]
+            (recovery,) = [
+                e for e in events_of(session, "recovery/applied") if e.payload["resolved_call_ids"]
+            ]
+            assert list(recovery.payload["resolved_call_ids"]) == [call_id]
+            model = runtime.agent.model
+            assert isinstance(model, nb.ScriptedModel)
+            assert "unknown" in model.requests[-1][-1].text
+            assert session.inspect().uncertain_tool_calls == ()
+
+    def test_a_runtime_with_auto_resume_unknown_resumes_by_itself(self, shared_url: str) -> None:
+        """Runtime(auto_resume="unknown") settles the uncertain call as unknown and completes."""
+        runtime, session, turn_id, call_id = _open_dead(shared_url, auto_resume="unknown")
+        with runtime:
+            session.start()
+            outcome = session.task(turn_id).wait(WAIT)
+            assert (outcome.status, outcome.output) == ("completed", dead.ANSWER)
+            statuses = {
+                e.payload["call_id"]: e.payload["status"] for e in events_of(session, "tool/result")
+            }
+            assert statuses == {call_id: "unknown"}
+
+    def test_the_worker_flag_auto_resume_unknown_does_the_same(self, tmp_path: Path) -> None:
+        """agentnb worker --auto-resume=unknown resumes a turn a crash cut off, as above."""
+        url = f"sqlite:///{tmp_path / 'agentnb.sqlite'}"
+        turn_id, call_id = kill_mid_tool(url)
+        worker = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "agentnb",
+                "worker",
+                "--store",
+                url,
+                "--poll",
+                "0.2",
+                "--agent",
+                "tests.runtime._dead_run_child:RESUMING_AGENT",
+                "--auto-resume=unknown",
+            ],
+            cwd=REPO,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            with nb.Runtime(dead.make_agent(), store=url, execute=False) as client:
+                session = client.open(dead.SESSION_ID, user_id=dead.USER_ID)
+                wait_for_event(session, "turn/completed")
+                outcome = session.task(turn_id).wait(WAIT)
+                assert (outcome.status, outcome.output) == ("completed", dead.ANSWER)
+                (result,) = events_of(session, "tool/result")
+                assert (result.payload["call_id"], result.payload["status"]) == (call_id, "unknown")
+        finally:
+            worker.send_signal(signal.SIGTERM)
+            _, err = worker.communicate(timeout=WAIT)
+        assert worker.returncode == 0, err
+
+
+def _call_held_once(messages: list[nb.Message]) -> object:
+    """Call ``held`` until a tool result is in the context, then answer."""
+    if any(m.role == "tool" for m in messages):
+        return "done"
+    return nb.ToolCall("held", {"name": "g"})
+
+
+def _interrupted(make_runtime: MakeRuntime, gate: Gate, **kwargs: Any) -> tuple[nb.Runtime, str]:
+    """A runtime whose session ``s1`` holds one turn interrupted mid-tool (tool finished)."""
+    model = nb.ScriptedModel(_call_held_once)
+    runtime = make_runtime(model, [held], **kwargs)
+    session = runtime.session("s1")
+    receipt = session.submit("go")
+    gate.wait_arrived()
+    assert session.interrupt() is True
+    gate.release()
+    assert receipt.wait(WAIT).status == "interrupted"
+    return runtime, receipt.turn_id
+
+
+class TestRetriedSubmit:
+    def test_a_retry_after_the_task_finished_returns_its_current_status_and_run(
+        self, make_runtime: MakeRuntime
+    ) -> None:
+        """submit(text, key=k) again returns the existing receipt: its status and run now."""
+        session = make_runtime(nb.ScriptedModel(["done"])).session("s1")
+        first = session.submit("hello", key="req-1")
+        assert (first.status, first.run_id) == ("queued", None)
+        outcome = first.wait(WAIT)
+        again = session.submit("hello", key="req-1")
+        assert (again.command_id, again.turn_id) == (first.command_id, first.turn_id)
+        assert (again.status, again.run_id) == ("completed", outcome.run_id)
+        assert again.wait(WAIT) == outcome
+        assert len(session.tasks()) == 1
+
+
+class TestReceiptsObserveTheirRun:
+    def test_the_submit_receipt_keeps_the_suspended_run_and_respond_has_its_own(
+        self, make_runtime: MakeRuntime
+    ) -> None:
+        """After respond, the submit's receipt reports the run before the suspension; the
+        receipt respond returned reports the continuation; the task reports the turn."""
+
+        @nb.tool(confirm=True)
+        def buy(item: str) -> str:
+            """Buy an item.
+
+            Args:
+                item: what
+            """
+            return f"bought {item}"
+
+        model = nb.ScriptedModel([nb.ToolCall("buy", {"item": "desk"}), "bought it"])
+        session = make_runtime(model, [buy]).session("s1")
+        receipt = session.submit("buy a desk")
+        suspended = receipt.wait(WAIT)
+        assert suspended.status == "suspended"
+        answered = session.respond(next(iter(session.pending())), True)
+        continued = answered.wait(WAIT)
+        assert (continued.status, continued.output) == ("completed", "bought it")
+        assert continued.turn_id == suspended.turn_id
+        assert continued.run_id != suspended.run_id
+        assert receipt.wait(WAIT) == suspended
+        whole = session.task(receipt.turn_id).wait(WAIT)
+        assert (whole.status, whole.run_id) == ("completed", continued.run_id)
+        assert session.tasks()[-1].outcome == whole
+
+    def test_the_interrupted_receipt_stays_interrupted_after_resume(
+        self, make_runtime: MakeRuntime, gate: Gate
+    ) -> None:
+        """The receipt of an interrupted run still says interrupted once a resume completed
+        the turn; the resume's receipt says completed."""
+        runtime, turn_id = _interrupted(make_runtime, gate)
+        session = runtime.session("s1")
+        first_run = session.tasks()[-1].run_ids[0]
+        resumed = session.resume(turn_id).wait(WAIT)
+        assert resumed.status == "completed"
+        (task,) = session.tasks()
+        assert task.outcome is not None
+        assert task.outcome.status == "completed"
+        submit = nb.Receipt(task.command_id or "", turn_id, None, "queued", None, session)
+        stopped = submit.wait(WAIT)
+        assert (stopped.status, stopped.run_id) == ("interrupted", first_run)
+
+
+class TestConcurrentResume:
+    def test_a_second_resume_while_one_is_queued_is_refused(
+        self, make_runtime: MakeRuntime, gate: Gate
+    ) -> None:
+        """resume() while a resume of the turn waits to run raises CannotResume, writing nothing."""
+        runtime, turn_id = _interrupted(make_runtime, gate)
+        runtime.close()
+        client = make_runtime(nb.ScriptedModel(["done"]), [held], execute=False).open("s1")
+        client.resume(turn_id)
+        head = client.inbox.head()
+        with pytest.raises(nb.CannotResume, match="already queued"):
+            client.resume(turn_id)
+        assert client.inbox.head() == head
+
+    def test_a_racing_second_resume_is_rejected_with_the_reason(
+        self, make_runtime: MakeRuntime, gate: Gate
+    ) -> None:
+        """Two resumes accepted at once: one continues the turn; the other's outcome is
+        rejected, with "a continuation is already queued", never cancelled."""
+        runtime, turn_id = _interrupted(make_runtime, gate)
+        runtime.close()
+        client = make_runtime(nb.ScriptedModel(["done"]), [held], execute=False).open("s1")
+        first = client.resume(turn_id)
+        # A second caller (another process) that checked before the first was accepted:
+        racing, _ = client.inbox.accept("resume", turn_id=turn_id)
+        second = nb.Receipt(racing.payload["command_id"], turn_id, None, "queued", None, client)
+        make_runtime(nb.ScriptedModel(["done"]), [held]).open("s1").start()
+        assert first.wait(WAIT).status == "completed"
+        refused = second.wait(WAIT)
+        assert (refused.status, refused.run_id) == ("rejected", None)
+        assert "a continuation is already queued" in (refused.error or "")
