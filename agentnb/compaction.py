@@ -2,9 +2,11 @@
 
 History (the log) is never rewritten. What the next model call sees, the *working context*,
 is the log's messages with, after a compaction, its oldest part replaced: the engine records
-``compaction/start``, the summariser's own ``model/*`` events, then ``context/replaced`` (the
-replacement and how many messages it stands for) and ``compaction/end`` in one commit, so a
-crash leaves the old context in force or the new one, never half of either.
+``compaction/start``, the summariser's own ``request/prepared`` (``purpose="compaction"``:
+an auxiliary call, folded out of the chat, its tokens counted under compaction) and
+``model/*`` events, then ``context/replaced`` (the replacement and how many messages it
+stands for) and ``compaction/end`` in one commit, so a crash leaves the old context in force
+or the new one, never half of either.
 
 A ``Compactor`` decides *where to cut* (``cut``: how many of the oldest messages to replace,
 at a user message, so a tool call and its result are never split) and *what stands for the
@@ -22,7 +24,7 @@ from collections.abc import Sequence
 
 from agentnb.errors import InvalidInput
 from agentnb.events import Message
-from agentnb.models.base import Model, ModelRequest
+from agentnb.models.base import Model, ModelRequest, Usage
 
 __all__ = ["Compactor", "SummaryCompactor", "TrimCompactor"]
 
@@ -74,6 +76,12 @@ class Compactor(ABC):
         engine then records the failure and keeps the context as it was.
         """
 
+    async def produce(self, head: Sequence[Message], model: Model) -> tuple[str, Usage | None]:
+        """What the engine calls: ``replacement``'s text, and the tokens a model call for
+        it consumed (None: no model call, or none reported). Override ``replacement``; a
+        compactor that calls a model overrides this too, so its tokens are counted."""
+        return await self.replacement(head, model), None
+
     @property
     def name(self) -> str:
         return type(self).__name__
@@ -111,6 +119,10 @@ class SummaryCompactor(Compactor):
         self.prompt = prompt
 
     async def replacement(self, head: Sequence[Message], model: Model) -> str:
+        text, _ = await self.produce(head, model)
+        return text
+
+    async def produce(self, head: Sequence[Message], model: Model) -> tuple[str, Usage | None]:
         summariser = self.model or model
         transcript = "\n".join(_render(m) for m in head)
         request = ModelRequest(
@@ -123,7 +135,7 @@ class SummaryCompactor(Compactor):
         text = reply.text.strip()
         if not text:
             raise ValueError("the summariser returned an empty summary")
-        return text
+        return text, reply.usage
 
 
 REPLACEMENT_PREFIX = "msg_context_"

@@ -39,6 +39,7 @@ __all__ = [
     "BUILTIN_TYPES",
     "INBOX_TYPES",
     "PAYLOADS",
+    "REASONING",
     "SCHEMA_VERSION",
     "Event",
     "FrozenDict",
@@ -414,6 +415,10 @@ class MessageEvent(Payload):
     model_call_id: str | None = None
 
 
+REASONING = "reasoning"
+"""The ``purpose`` of a model call that is a step of the agent (not an auxiliary call)."""
+
+
 class RequestPrepared(Payload):
     """The exact request the next model call will send (what the model sees)."""
 
@@ -428,6 +433,11 @@ class RequestPrepared(Payload):
     tools: tuple[str, ...] = ()
     """Names of the tools offered."""
     options: dict[str, Any] = Field(default_factory=dict)
+    purpose: str = REASONING
+    """``reasoning``: a step of the agent (its reply joins the conversation). Anything else
+    names the auxiliary job the call serves (``compaction``: the summariser): it is folded
+    out of the chat, its tokens are counted under that job, and ``messages`` are not
+    repeated (the job's own events say what it read)."""
 
 
 class ModelDispatch(Payload):
@@ -473,6 +483,8 @@ class ModelEnd(Payload):
     latency_ms: float | None = None
     finish_reason: str | None = None
     error: str | None = None
+    purpose: str = REASONING
+    """As ``request/prepared.purpose``: ``reasoning``, or the auxiliary job (``compaction``)."""
 
 
 class ModelRetry(Payload):

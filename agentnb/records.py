@@ -45,8 +45,12 @@ TaskStatus = Literal[
 class UsageTotals:
     """What a turn (or a session) consumed: tokens as the provider reported them, and counts.
 
-    Tokens of calls whose provider reported no usage are not counted; ``unreported_calls``
-    says how many there were.
+    ``input_tokens``, ``output_tokens`` and ``model_calls`` are the agent's own model calls
+    (its steps). Auxiliary calls (the summariser of a compaction) count apart:
+    ``compaction_calls``, ``compaction_input_tokens``, ``compaction_output_tokens``.
+    ``total_tokens`` is everything spent, both kinds. Tokens of calls whose provider reported
+    no usage are not counted; ``unreported_calls`` says how many of the agent's calls there
+    were.
     """
 
     input_tokens: int = 0
@@ -58,10 +62,19 @@ class UsageTotals:
     steps: int = 0
     retries: int = 0
     unreported_calls: int = 0
+    compaction_calls: int = 0
+    compaction_input_tokens: int = 0
+    compaction_output_tokens: int = 0
 
     @property
     def total_tokens(self) -> int:
-        return self.input_tokens + self.output_tokens
+        """Every token spent: the agent's calls and the auxiliary (compaction) calls."""
+        return (
+            self.input_tokens
+            + self.output_tokens
+            + self.compaction_input_tokens
+            + self.compaction_output_tokens
+        )
 
     @classmethod
     def of(cls, counters: Mapping[str, int]) -> UsageTotals:

@@ -166,7 +166,7 @@ class ChatSnapshot:
 PROGRESS_KEEP = 100
 """Progress reports a tool card keeps (the newest ones)."""
 
-CHAT_VERSION = 3
+CHAT_VERSION = 4
 
 ItemsLoader = Callable[[int, int], list["ChatItem"]]
 """(through_seq, count) -> the newest ``count`` chat items of the log at or below that seq."""
@@ -296,6 +296,9 @@ class ChatState:
         """Reads older items from the log (see ``last_items``)."""
         self._older: list[ChatItem] = []
         """Retired items read back so far, oldest first (they never change)."""
+        self._auxiliary: set[str] = set()
+        """Model calls under way that are auxiliary (a compaction's summariser): folded out
+        of the chat, so no reply item is drafted for them."""
 
     @classmethod
     def fold(cls, events: Iterable[Event]) -> ChatState:
@@ -323,6 +326,7 @@ class ChatState:
             "sources": self._sources,
             "open": sorted(self._open),
             "retired_items": self.retired_items,
+            "auxiliary": sorted(self._auxiliary),
         }
 
     @classmethod
@@ -354,6 +358,7 @@ class ChatState:
         state._sources = dict(data["sources"])
         state._open = set(data["open"])
         state.retired_items = data["retired_items"]
+        state._auxiliary = set(data["auxiliary"])
         return state
 
     def retire(self, keep: int = KEEP_TURNS) -> None:
@@ -531,7 +536,26 @@ class ChatState:
             )
         return model_call_id, item
 
+    def _on_request_prepared(self, event: Event, p: Any) -> None:
+        if self.session.auxiliary(p):
+            self._auxiliary.add(p["model_call_id"])
+
+    def _folded_out(self, p: Any, *, ended: bool = False) -> bool:
+        """Whether a ``model/*`` event is of an auxiliary call (kept out of the chat)."""
+        model_call_id = p["model_call_id"]
+        if model_call_id not in self._auxiliary and model_call_id not in self._items:
+            if not self.session.compacting:
+                return False
+            self._auxiliary.add(model_call_id)  # a summariser call logged before ``purpose``
+        if model_call_id not in self._auxiliary:
+            return False
+        if ended:
+            self._auxiliary.discard(model_call_id)
+        return True
+
     def _on_model_dispatch(self, event: Event, p: Any) -> None:
+        if self._folded_out(p):
+            return
         key, item = self._reply(event, p["model_call_id"])
         # A retried call streams again from the start: its earlier draft is discarded.
         self._set(key, item, text="", status="waiting", run_id=event.run_id, error=None)
@@ -540,6 +564,8 @@ class ChatState:
             self._set(card_key, card, arguments_text="", arguments=None, status="generating")
 
     def _on_model_chunk(self, event: Event, p: Any) -> None:
+        if self._folded_out(p):
+            return
         key, item = self._reply(event, p["model_call_id"])
         if item.status not in {"waiting", "streaming"}:
             return  # a completed reply is never overwritten by its draft
@@ -578,6 +604,8 @@ class ChatState:
             self._set(card_key, card, **fields)
 
     def _on_model_end(self, event: Event, p: Any) -> None:
+        if self._folded_out(p, ended=True):
+            return
         key = p["model_call_id"]
         item = self._items.get(key)
         if item is None or item.status not in {"waiting", "streaming"}:
@@ -755,6 +783,7 @@ _HANDLERS = {
     "message/user": ChatState._on_message,
     "message/system": ChatState._on_message,
     "message/assistant": ChatState._on_message,
+    "request/prepared": ChatState._on_request_prepared,
     "model/dispatch": ChatState._on_model_dispatch,
     "model/chunk": ChatState._on_model_chunk,
     "model/end": ChatState._on_model_end,

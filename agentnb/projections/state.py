@@ -17,7 +17,7 @@ from datetime import datetime
 from typing import Any, overload
 
 from agentnb.errors import Corrupt
-from agentnb.events import Event, Message, made_once, message_of
+from agentnb.events import REASONING, Event, Message, made_once, message_of
 
 __all__ = [
     "CONTEXT_TYPES",
@@ -264,6 +264,9 @@ class SessionState:
         """How many context messages the last model request already carried."""
         self.agent: dict[str, Any] | None = None
         """The fingerprint of the agent the session is bound to (``agent/bound``), or None."""
+        self.compacting = False
+        """Between a ``compaction/start`` and its ``compaction/end``: model calls there are
+        the summariser's (auxiliary), also in logs written before ``purpose`` was recorded."""
 
     @classmethod
     def fold(cls, events: Iterable[Event]) -> SessionState:
@@ -357,6 +360,7 @@ class SessionState:
             "last_checkpoint_seq": self.last_checkpoint_seq,
             "requested_messages": self.requested_messages,
             "agent": self.agent,
+            "compacting": self.compacting,
         }
 
     @classmethod
@@ -394,6 +398,7 @@ class SessionState:
         state.last_checkpoint_seq = data["last_checkpoint_seq"]
         state.requested_messages = data["requested_messages"]
         state.agent = data.get("agent")  # snapshots older than agent binding have none
+        state.compacting = data["compacting"]
         return state
 
     # -- queries -----------------------------------------------------------------------------
@@ -509,7 +514,22 @@ class SessionState:
                 if run is not None:
                     run.usage[name] = run.usage.get(name, 0) + amount
 
+    def auxiliary(self, p: Any) -> bool:
+        """Whether a ``request/prepared`` / ``model/*`` payload is of an auxiliary call (not a
+        step of the agent): marked so by its ``purpose``, or made during a compaction."""
+        return p.get("purpose", REASONING) != REASONING or self.compacting
+
     def _on_model_end(self, event: Event, p: Any) -> None:
+        if self.auxiliary(p):
+            # The summariser's call: its tokens count under compaction, never as a model
+            # call of the conversation (nor as one that reported nothing).
+            self._count(
+                event,
+                compaction_calls=1,
+                compaction_input_tokens=p.get("input_tokens") or 0,
+                compaction_output_tokens=p.get("output_tokens") or 0,
+            )
+            return
         if p.get("status") != "completed" and p.get("input_tokens") is None:
             self._count(event, model_calls=1)
             return
@@ -537,7 +557,11 @@ class SessionState:
         self.applied_inputs.update(p["input_ids"])
 
     def _on_request_prepared(self, event: Event, p: Any) -> None:
-        self.requested_messages = self.context_count
+        if not self.auxiliary(p):
+            self.requested_messages = self.context_count
+
+    def _on_compaction(self, event: Event, p: Any) -> None:
+        self.compacting = event.type == "compaction/start"
 
     def _on_tool_requested(self, event: Event, p: Any) -> None:
         self.tool_calls[p["call_id"]] = ToolCallState(
@@ -650,6 +674,8 @@ _HANDLERS = {
     "recovery/applied": SessionState._on_recovery,
     "migration/baseline": SessionState._on_baseline,
     "context/replaced": SessionState._on_context_replaced,
+    "compaction/start": SessionState._on_compaction,
+    "compaction/end": SessionState._on_compaction,
     "agent/bound": SessionState._on_agent_bound,
     "agent/changed": SessionState._on_agent_changed,
 }

@@ -92,11 +92,25 @@ class ContextKeeper:
         if isinstance(compactor, SummaryCompactor):
             model = compactor.model or self.host.agent.model
         if model is not None:
+            # An auxiliary call: marked so the chat and the usage keep it apart (seed:
+            # request/prepared.purpose).
+            w.add(
+                "request/prepared",
+                {
+                    "model_call_id": call_id,
+                    "model": model.name,
+                    "messages": [],
+                    "purpose": "compaction",
+                    "options": {"compaction_id": compaction_id, "replaced_count": cut},
+                },
+                turn_id=turn_id,
+                run_id=run_id,
+            )
             w.add("model/dispatch", {"model_call_id": call_id}, turn_id=turn_id, run_id=run_id)
         await w.flush()
         started = time.monotonic()
         try:
-            text = await compactor.replacement(context[:cut], self.host.agent.model)
+            text, usage = await compactor.produce(context[:cut], self.host.agent.model)
         except Exception as exc:  # noqa: BLE001 - a failed compaction keeps the context
             error = describe(exc)
             if model is not None:
@@ -107,6 +121,7 @@ class ContextKeeper:
                         "status": "failed",
                         "model": model.name,
                         "error": error,
+                        "purpose": "compaction",
                     },
                     turn_id=turn_id,
                     run_id=run_id,
@@ -133,6 +148,11 @@ class ContextKeeper:
                     "status": "completed",
                     "model": model.name,
                     "latency_ms": round((time.monotonic() - started) * 1000, 3),
+                    "purpose": "compaction",
+                    "input_tokens": usage.input_tokens if usage else None,
+                    "output_tokens": usage.output_tokens if usage else None,
+                    "cached_tokens": usage.cached_tokens if usage else None,
+                    "reasoning_tokens": usage.reasoning_tokens if usage else None,
                 },
                 turn_id=turn_id,
                 run_id=run_id,

@@ -329,3 +329,45 @@ class TestConcurrentResume:
         refused = second.wait(WAIT)
         assert (refused.status, refused.run_id) == ("rejected", None)
         assert "a continuation is already queued" in (refused.error or "")
+
+
+class TestAuxiliaryModelCalls:
+    def test_the_summariser_call_is_marked_kept_out_of_the_chat_and_counted_apart(
+        self, store_url: str
+    ) -> None:
+        """A compaction's model call is request/prepared purpose="compaction": no empty reply
+        item is left in the chat, and its tokens count under compaction, not as a model call
+        (nor as an unreported one)."""
+        agent = nb.Agent(
+            name="C",
+            agent_id="compact",
+            model=nb.ScriptedModel(lambda messages: "ok"),
+            compaction=nb.SummaryCompactor(
+                trigger=1.0, keep_last=2, model=nb.ScriptedModel(lambda messages: "a summary")
+            ),
+            context_window=100_000,
+        )
+        with nb.Runtime(agent, store=store_url) as runtime:
+            session = runtime.session("s1")
+            for i in range(3):
+                assert session.run(f"task {i}", timeout=WAIT).status == "completed"
+            session.compact(timeout=WAIT)
+            purposes = [e.payload["purpose"] for e in events_of(session, "request/prepared")]
+            assert purposes == ["reasoning"] * 3 + ["compaction"]
+            (end,) = [
+                e for e in events_of(session, "model/end") if e.payload["purpose"] != "reasoning"
+            ]
+            assert end.payload["input_tokens"] > 0
+            items = session.snapshot().items
+            assert all(i.model_call_id != end.payload["model_call_id"] for i in items)
+            assert {i.status for i in items if i.kind == "message"} == {"completed"}
+            usage = session.inspect().usage
+            assert usage is not None
+            assert (usage.model_calls, usage.unreported_calls, usage.compaction_calls) == (3, 0, 1)
+            assert usage.compaction_input_tokens == end.payload["input_tokens"]
+            assert usage.total_tokens == (
+                usage.input_tokens
+                + usage.output_tokens
+                + usage.compaction_input_tokens
+                + usage.compaction_output_tokens
+            )
