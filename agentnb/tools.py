@@ -30,7 +30,7 @@ import inspect
 import re
 import typing
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Annotated, Any, overload
 
@@ -60,11 +60,12 @@ _INTERACTIONS = frozenset({"ask_user"})
 class ToolContext:
     """What a running tool knows about the call it serves, and how it reports back.
 
-    ``key``, ``turn_id``, ``run_id`` and ``call_id`` identify the call. ``record`` commits an
+    ``key``, ``turn_id``, ``run_id`` and ``call_id`` identify the call. ``record`` adds an
     application event (a registered ``vendor/name`` type such as ``acme/review_note``) to the
-    session's log; ``progress`` reports progress that becomes a ``tool/chunk`` event. Both may
-    be called from the worker thread a sync tool runs in: the engine's callbacks are
-    responsible for handing the data over to its loop safely.
+    session's log and ``flush`` (``aflush`` in async tools) commits it before the tool goes
+    on; ``progress`` reports progress that becomes a ``tool/chunk`` event. All may be called
+    from the worker thread a sync tool runs in: the engine's callbacks hand the data over to
+    its loop safely.
     """
 
     key: SessionKey
@@ -73,10 +74,30 @@ class ToolContext:
     call_id: str
     _record: Callable[[str, Any, bool], None] = field(repr=False, compare=False)
     _progress: Callable[[Any], None] = field(repr=False, compare=False)
+    _flush: Callable[[], None] | None = field(default=None, repr=False, compare=False)
+    _aflush: Callable[[], Awaitable[None]] | None = field(default=None, repr=False, compare=False)
 
     def record(self, type: str, data: Any, required: bool = False) -> None:
-        """Commit an application event of ``type`` (``vendor/name``) with payload ``data``."""
+        """Add an application event of ``type`` (``vendor/name``) with payload ``data`` to the
+        session's log. It commits with the call's next commit (at the latest with its
+        result); ``flush``/``aflush`` make it durable now."""
         self._record(type, data, required)
+
+    def flush(self) -> None:
+        """Commit what this call recorded so far; return once it is durable (the seed: wait
+        for the recorder's flush before the side effect the events describe).
+
+        For sync tools (they run in a worker thread). An async tool awaits ``aflush()``
+        instead: called on the runtime's loop this would block it, so it raises
+        ``InvalidInput`` saying so. Storage errors propagate. After the call ended, nothing.
+        """
+        if self._flush is not None:
+            self._flush()
+
+    async def aflush(self) -> None:
+        """``flush`` for async tools: ``await ctx.aflush()``."""
+        if self._aflush is not None:
+            await self._aflush()
 
     def progress(self, data: Any) -> None:
         """Report progress of this call (JSON-able ``data``); it becomes a ``tool/chunk``."""

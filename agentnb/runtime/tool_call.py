@@ -64,7 +64,8 @@ def ignore_result(future: asyncio.Future[Any]) -> None:
 
 
 class Reports:
-    """What a running tool reports: ``record`` and ``progress``, from any thread.
+    """What a running tool reports: ``record`` and ``progress`` (and ``flush``), from any
+    thread.
 
     Both are bounded per call. ``progress`` keeps the first ``MAX_PROGRESS_EVENTS`` reports as
     ``tool/chunk`` events; later ones are coalesced into one last event (the newest report,
@@ -137,6 +138,26 @@ class Reports:
         turn_id, run_id, call_id = self.ids
         payload = {"call_id": call_id, "index": index, "data": data, "skipped": skipped}
         return Event.create("tool/chunk", payload, turn_id=turn_id, run_id=run_id)
+
+    async def aflush(self) -> None:
+        """On the loop: commit what the call recorded so far (``ctx.aflush``)."""
+        await asyncio.sleep(0)  # records handed over from another thread land first
+        if not self.closed and self.writer.pending:
+            await self.writer.flush()
+
+    def flush(self) -> None:
+        """From the tool's worker thread: commit what the call recorded so far and wait for
+        it (``ctx.flush``); on the loop itself that would block it, so it is refused."""
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is self.loop:
+            raise InvalidInput(
+                "ctx.flush() blocks until the commit and would stop the runtime's event loop "
+                "here; in an async tool use: await ctx.aflush()"
+            )
+        asyncio.run_coroutine_threadsafe(self.aflush(), self.loop).result()
 
     def close(self) -> None:
         """On the loop, once the call ended: record the coalesced last report."""
@@ -324,7 +345,16 @@ class ToolRunner:
         await self.flush_before_side_effect(turn_id)
         w = host.writer
         reports = Reports(w, turn_id, run_id, call.call_id, host.publish)
-        ctx = ToolContext(host.key, turn_id, run_id, call.call_id, reports.record, reports.progress)
+        ctx = ToolContext(
+            host.key,
+            turn_id,
+            run_id,
+            call.call_id,
+            reports.record,
+            reports.progress,
+            _flush=reports.flush,
+            _aflush=reports.aflush,
+        )
         started = time.monotonic()
         task = asyncio.ensure_future(contained(tool.invoke, arguments, ctx))
         stop.tool_task, stop.tool_is_async, stop.tool_name = task, tool.is_async, tool.name

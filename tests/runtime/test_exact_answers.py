@@ -371,3 +371,88 @@ class TestAuxiliaryModelCalls:
                 + usage.compaction_input_tokens
                 + usage.compaction_output_tokens
             )
+
+
+class TestToolFlush:
+    def _run(self, make_runtime: MakeRuntime, tool: nb.Tool) -> tuple[nb.Session, list[bool]]:
+        model = nb.ScriptedModel([nb.ToolCall(tool.name, {"note": "checked"}), "noted"])
+        runtime = make_runtime(model, [tool])
+        _stores["store"] = runtime.store
+        session = runtime.session("s1")
+        assert session.run("review it", timeout=WAIT).output == "noted"
+        return session, _seen
+
+    def test_a_sync_tool_makes_its_record_durable_before_its_side_effect(
+        self, make_runtime: MakeRuntime
+    ) -> None:
+        """ctx.flush() returns once the event ctx.record() added is committed to the store."""
+        _seen.clear()
+        session, seen = self._run(make_runtime, review_sync)
+        assert seen == [True]
+        (note,) = events_of(session, "acme/review_note")
+        (effect,) = events_of(session, "tool/result")
+        assert note.seq < effect.seq
+
+    def test_an_async_tool_awaits_aflush(self, make_runtime: MakeRuntime) -> None:
+        """await ctx.aflush() in an async tool commits the record before it goes on."""
+        _seen.clear()
+        _, seen = self._run(make_runtime, review_async)
+        assert seen == [True]
+
+    def test_the_blocking_flush_in_an_async_tool_is_refused_with_the_way_out(
+        self, make_runtime: MakeRuntime
+    ) -> None:
+        """ctx.flush() on the runtime's loop (an async tool) raises, naming ctx.aflush()."""
+        _seen.clear()
+        session, seen = self._run(make_runtime, review_async_blocking)
+        assert seen == []
+        (result,) = events_of(session, "tool/result")
+        assert result.payload["status"] == "error"
+        assert "await ctx.aflush()" in result.payload["output"]
+
+
+_stores: dict[str, nb.SessionStore] = {}
+_seen: list[bool] = []
+
+
+def _committed(key: nb.SessionKey) -> bool:
+    return any(e.type == "acme/review_note" for e in _stores["store"].scan(key))
+
+
+@nb.tool
+def review_sync(note: str, ctx: nb.ToolContext) -> str:
+    """Record a review note, then act on it.
+
+    Args:
+        note: the note
+    """
+    ctx.record("acme/review_note", {"note": note})
+    ctx.flush()
+    _seen.append(_committed(ctx.key))  # the side effect: the note is durable by now
+    return "done"
+
+
+@nb.tool
+async def review_async(note: str, ctx: nb.ToolContext) -> str:
+    """Record a review note, then act on it.
+
+    Args:
+        note: the note
+    """
+    ctx.record("acme/review_note", {"note": note})
+    await ctx.aflush()
+    _seen.append(_committed(ctx.key))
+    return "done"
+
+
+@nb.tool
+async def review_async_blocking(note: str, ctx: nb.ToolContext) -> str:
+    """Record a review note with the blocking flush (wrong in an async tool).
+
+    Args:
+        note: the note
+    """
+    ctx.record("acme/review_note", {"note": note})
+    ctx.flush()
+    _seen.append(_committed(ctx.key))
+    return "done"
