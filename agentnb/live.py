@@ -1,22 +1,24 @@
 """Live notifications of this process: chunks before they commit, status changes.
 
 Never a commit acknowledgement (read the log for that). Each subscriber has a bounded
-buffer; a subscriber that falls behind gets one ``Lagged`` marker instead of stalling the
-runtime, and continues with the newest notifications.
+buffer (``DEFAULT_BUFFER`` = 1,000 notifications unless ``maxsize`` says otherwise); a
+subscriber that falls behind gets one ``Lagged`` marker, where the gap is, with the number
+of notifications it missed, instead of stalling the runtime, and continues with newer ones.
+It resyncs from the log (``committed`` notifications carry the seq to read after).
 """
 
 from __future__ import annotations
 
-import contextlib
-import queue
+import collections
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from agentnb.errors import InvalidInput
 from agentnb.ids import SessionKey
 
-__all__ = ["Lagged", "LiveEvent", "LiveHub", "Subscription"]
+__all__ = ["DEFAULT_BUFFER", "Lagged", "LiveEvent", "LiveHub", "Subscription"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,40 +37,72 @@ class LiveEvent:
 
 @dataclass(frozen=True, slots=True)
 class Lagged:
-    """This subscriber fell behind and ``dropped`` notifications were skipped."""
+    """This subscriber fell behind: ``dropped`` notifications were skipped here.
+
+    The marker stands where the gap is: what came before it was delivered, what follows it
+    is newer than what was skipped. Nothing committed is lost: read the log after the last
+    ``committed`` notification's ``data["seq"]`` (``session.log.read_after(seq)``).
+    """
 
     dropped: int
 
 
-class Subscription:
-    """An iterator of ``LiveEvent`` / ``Lagged``; ``close()`` ends it."""
+DEFAULT_BUFFER = 1000
+"""Notifications a subscriber's buffer holds (``events(maxsize=...)``) before it lags."""
 
-    def __init__(self, hub: LiveHub, maxsize: int, session: SessionKey | None = None) -> None:
+
+class Subscription:
+    """An iterator of ``LiveEvent`` / ``Lagged``; ``close()`` ends it.
+
+    Its buffer holds ``maxsize`` notifications. Publishing never waits for the subscriber:
+    when the buffer is full, the notification is dropped and counted in one ``Lagged``
+    marker at the end of the buffer; once the subscriber has taken it, newer notifications
+    follow.
+    """
+
+    def __init__(
+        self, hub: LiveHub, maxsize: int = DEFAULT_BUFFER, session: SessionKey | None = None
+    ) -> None:
+        if isinstance(maxsize, bool) or not isinstance(maxsize, int) or maxsize < 1:
+            raise InvalidInput(
+                f"maxsize must be a positive int (the notifications a subscriber's buffer "
+                f"holds), got {maxsize!r}"
+            )
         self._hub = hub
+        self.maxsize = maxsize
         self.session = session
         """Only this session's notifications (None: every session's)."""
-        self._queue: queue.Queue[LiveEvent | None] = queue.Queue(maxsize)
-        self._dropped = 0
-        self._lock = threading.Lock()
+        self._items: collections.deque[LiveEvent | Lagged] = collections.deque()
+        self._events = 0
+        """How many of ``_items`` are notifications (not markers)."""
+        self._cond = threading.Condition()
         self.closed = False
 
     def _offer(self, event: LiveEvent) -> None:
-        with self._lock:
-            try:
-                self._queue.put_nowait(event)
-            except queue.Full:
-                self._dropped += 1
+        with self._cond:
+            if self.closed:
+                return
+            items = self._items
+            if self._events < self.maxsize:
+                items.append(event)
+                self._events += 1
+            elif items and isinstance(items[-1], Lagged):
+                items[-1] = Lagged(items[-1].dropped + 1)
+            else:
+                items.append(Lagged(1))  # the gap starts here
+            self._cond.notify()
 
     def get(self, timeout: float | None = None) -> LiveEvent | Lagged | None:
-        """The next notification, or None on timeout or after close."""
-        with self._lock:
-            if self._dropped:
-                dropped, self._dropped = self._dropped, 0
-                return Lagged(dropped)
-        try:
-            return self._queue.get(timeout=timeout)
-        except queue.Empty:
-            return None
+        """The next notification (or marker), or None on timeout or after close."""
+        with self._cond:
+            if not self._cond.wait_for(lambda: self._items or self.closed, timeout):
+                return None
+            if not self._items:
+                return None
+            item = self._items.popleft()
+            if not isinstance(item, Lagged):
+                self._events -= 1
+            return item
 
     def __iter__(self) -> Iterator[LiveEvent | Lagged]:
         while not self.closed:
@@ -77,10 +111,10 @@ class Subscription:
                 yield item
 
     def close(self) -> None:
-        self.closed = True
+        with self._cond:
+            self.closed = True
+            self._cond.notify_all()
         self._hub._unsubscribe(self)
-        with contextlib.suppress(queue.Full):
-            self._queue.put_nowait(None)
 
 
 class LiveHub:
@@ -90,7 +124,9 @@ class LiveHub:
         self._subs: list[Subscription] = []
         self._lock = threading.Lock()
 
-    def subscribe(self, maxsize: int = 1000, *, session: SessionKey | None = None) -> Subscription:
+    def subscribe(
+        self, maxsize: int = DEFAULT_BUFFER, *, session: SessionKey | None = None
+    ) -> Subscription:
         """A new subscriber: to ``session``'s notifications, or to every session's (None)."""
         sub = Subscription(self, maxsize, session)
         with self._lock:

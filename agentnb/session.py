@@ -1007,7 +1007,11 @@ class Session:
     def events(self, maxsize: int = 1000) -> Subscription:
         """Live notifications of this session in this process (chunks before commit, status).
 
-        Only this session's: ``runtime.all_events()`` subscribes to every session's.
+        Only this session's: ``runtime.all_events()`` subscribes to every session's. The
+        subscriber's buffer holds ``maxsize`` notifications; one that falls further behind
+        gets a ``Lagged(dropped)`` marker where the gap is (the runtime never waits for it)
+        and resyncs from the log: ``log.read_after(seq)`` after the ``data["seq"]`` of the
+        last ``committed`` notification it took.
         """
         return self.runtime.subscribe(maxsize, session=self.key)
 

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 import agentnb as nb
+from agentnb.live import Lagged, LiveEvent, Subscription
 from tests.runtime import _dead_run_child as dead
 from tests.runtime.helpers import REPO, WAIT, Gate, events_of, kill_mid_tool, wait_for_event
 
@@ -456,3 +457,50 @@ async def review_async_blocking(note: str, ctx: nb.ToolContext) -> str:
     ctx.flush()
     _seen.append(_committed(ctx.key))
     return "done"
+
+
+class TestLaggedSubscriber:
+    def test_a_slow_subscriber_gets_the_marker_at_the_gap_and_resyncs_from_the_log(
+        self, make_runtime: MakeRuntime
+    ) -> None:
+        """A subscriber that falls behind keeps the oldest notifications, then one Lagged
+        marker counting exactly those it missed; the log holds every commit it missed."""
+        model = nb.ScriptedModel(["x" * 300], chunk_size=1)
+        session = make_runtime(model).session("s1")
+        everything = session.events(maxsize=100_000)
+        slow = session.events(maxsize=8)
+        assert session.run("stream a lot", timeout=WAIT).status == "completed"
+        reference = _drain(everything)
+        taken = _drain(slow)
+        assert [type(i).__name__ for i in taken] == ["LiveEvent"] * 8 + ["Lagged"]
+        assert taken[:8] == reference[:8]
+        lagged = taken[8]
+        assert isinstance(lagged, Lagged)
+        assert lagged.dropped == len(reference) - 8
+        seen = [
+            i.data["seq"] for i in taken[:8] if isinstance(i, LiveEvent) and i.kind == "committed"
+        ]
+        missed = [
+            i.data["seq"]
+            for i in reference[8:]
+            if isinstance(i, LiveEvent) and i.kind == "committed"
+        ]
+        assert missed
+        resync = session.log.read_after(seen[-1] if seen else 0, 10_000)
+        assert resync[-1].seq == session.log.head() == missed[-1]
+        assert {e.seq for e in resync} >= set(missed)
+
+    def test_the_buffer_size_must_be_positive(self, make_runtime: MakeRuntime) -> None:
+        """events(maxsize=0 or -1) raises InvalidInput instead of an unbounded buffer."""
+        session = make_runtime(nb.ScriptedModel(["hi"])).session("s1")
+        for bad in (0, -1, 1.5):
+            with pytest.raises(nb.InvalidInput, match="maxsize"):
+                session.events(maxsize=bad)  # type: ignore[arg-type]
+
+
+def _drain(sub: Subscription) -> list[LiveEvent | Lagged]:
+    items: list[LiveEvent | Lagged] = []
+    while (item := sub.get(timeout=0.2)) is not None:
+        items.append(item)
+    sub.close()
+    return items
