@@ -332,7 +332,7 @@ class RunEnd(Payload):
     inbox_seq: int | None = None
     stop_reason: str | None = None
     """Why the run stopped, as a code: ``final_answer``, ``needs_person``, ``interrupted``,
-    ``time_limit``, ``runtime_closed``, ``max_steps``, ``max_turn_tokens``,
+    ``time_limit``, ``runtime_closed``, ``session_closed``, ``max_steps``, ``max_turn_tokens``,
     ``max_session_tokens``, ``session_full``, ``error``, ``cancelled`` or ``crash``."""
     """The inbox head this run had read when it ended: steering after it was not seen."""
 

@@ -137,8 +137,9 @@ class SessionHost(Protocol):
     def subscribe(self, maxsize: int = 1000, *, session: SessionKey | None = None) -> Subscription:
         """Live notifications of ``session`` in this process."""
 
-    def stop(self, key: SessionKey) -> None:
-        """Stop dispatching ``key``; committed data stays."""
+    def stop(self, key: SessionKey, *, timeout: float = 10.0) -> None:
+        """Stop dispatching ``key`` and interrupt the run this host executes for it;
+        committed data stays."""
 
     def session(self, session_id: str, user_id: str = "default") -> Session:
         """Get or create another session of the same agent."""
@@ -1015,9 +1016,19 @@ class Session:
         """
         return self.runtime.subscribe(maxsize, session=self.key)
 
-    def close(self) -> None:
-        """Stop dispatching this session from this runtime; committed data stays."""
-        self.runtime.stop(self.key)
+    def close(self, timeout: float = 10.0) -> None:
+        """Stop dispatching this session from this runtime and interrupt its active run.
+
+        As DESIGN §3 says (and the seed: closing "stops scheduling and interrupts active
+        work"): the run this runtime executes stops cooperatively at its next boundary
+        (async tools are cancelled, a sync tool finishes first, or after ``timeout`` seconds
+        is left behind with its call uncertain), recorded with ``stop_reason``
+        ``session_closed``; ``resume`` continues the turn. Returns once the run ended.
+        Committed data and queued work stay. A run another process (a worker) executes is
+        that process's work, not this handle's: it goes on (``interrupt()`` stops it). A
+        later command on this session dispatches again.
+        """
+        self.runtime.stop(self.key, timeout=timeout)
 
     # -- lifecycle ---------------------------------------------------------------------------
 

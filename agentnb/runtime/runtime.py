@@ -837,11 +837,40 @@ class Runtime:
         with self._lock:
             return list(self._sessions)
 
-    def stop(self, key: SessionKey) -> None:
-        """Stop dispatching ``key`` from this runtime (its driver finishes what it does)."""
+    def stop(self, key: SessionKey, *, timeout: float = 10.0) -> None:
+        """Stop dispatching ``key`` from this runtime and interrupt the run its driver
+        executes (``Session.close``): cooperatively, at the run's next boundary, recorded
+        as ``run/stop_requested`` and a ``run/end`` with ``stop_reason`` ``session_closed``.
+
+        Returns once the driver ended. A sync tool still running after ``timeout`` seconds
+        is left behind, as ``close`` does: the run ends interrupted, that call uncertain.
+        """
         driver = self._drivers.get(key)
-        if driver is not None:
+        if driver is None or self._closed:
+            return
+        if driver.task is None or driver.task.done() or not self._loop.is_running():
             driver.stopping = True
+            return
+        task = driver.task
+
+        async def stop() -> None:
+            driver.stopping = True
+            driver.request_stop("the session was closed", "session_closed")
+            driver.wake.set()
+            _, pending = await asyncio.wait({task}, timeout=timeout)
+            if pending:
+                tool = driver.abandon_tool()
+                if tool is not None:
+                    log.warning(
+                        "session %s closed: tool %s did not stop within %.1fs; its run ended "
+                        "interrupted and the call is uncertain (reconcile it)",
+                        key,
+                        tool,
+                        timeout,
+                    )
+                await asyncio.wait({task}, timeout=2.0)
+
+        asyncio.run_coroutine_threadsafe(stop(), self._loop).result(timeout + 5)
 
     def all_events(self, maxsize: int = 1000) -> Subscription:
         """Live notifications of every session this runtime executes (``LiveEvent.session``

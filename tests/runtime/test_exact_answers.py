@@ -504,3 +504,25 @@ def _drain(sub: Subscription) -> list[LiveEvent | Lagged]:
         items.append(item)
     sub.close()
     return items
+
+
+class TestSessionClose:
+    def test_close_interrupts_the_active_run_and_resume_continues_it(
+        self, make_runtime: MakeRuntime
+    ) -> None:
+        """session.close() interrupts the run it executes (recorded as session_closed) and
+        returns once it ended; resume() continues the turn."""
+        model = nb.ScriptedModel(["x" * 400, "resumed"], chunk_size=1, chunk_delay=0.002)
+        session = make_runtime(model).session("s1")
+        receipt = session.submit("write a lot")
+        wait_for_event(session, "model/chunk")
+        session.close(timeout=WAIT)
+        (end,) = events_of(session, "run/end")
+        assert (end.payload["status"], end.payload["stop_reason"]) == (
+            "interrupted",
+            "session_closed",
+        )
+        (stop,) = events_of(session, "run/stop_requested")
+        assert stop.payload["reason"] == "the session was closed"
+        assert receipt.wait(WAIT).status == "interrupted"
+        assert session.resume(receipt.turn_id).wait(WAIT).output == "resumed"
