@@ -485,6 +485,8 @@ class ModelEnd(Payload):
     error: str | None = None
     purpose: str = REASONING
     """As ``request/prepared.purpose``: ``reasoning``, or the auxiliary job (``compaction``)."""
+    traceback: str | None = None
+    """For a failed call: the formatted traceback of what raised (bounded, secrets scrubbed)."""
 
 
 class ModelRetry(Payload):
@@ -548,6 +550,9 @@ class ToolResult(Payload):
     """No call ran: the result was made up (for example when the turn was cancelled)."""
     reconciled: bool = False
     """A person recorded this outcome with ``reconcile``; the call was not run again."""
+    traceback: str | None = None
+    """When the tool raised: its formatted traceback (``agentnb.tracebacks``: at most 16 KiB,
+    secrets scrubbed). ``output`` holds the one line the model is told."""
 
 
 class ActionStart(Payload):

@@ -100,7 +100,8 @@ class ChatItem:
     progress: tuple[Any, ...] = ()
     """``tool/chunk`` data, in order."""
     result: Mapping[str, Any] | None = None
-    """``status``, ``output`` and, when set, ``synthetic`` / ``reconciled`` / ``duration_ms``."""
+    """``status``, ``output`` and, when set, ``synthetic`` / ``reconciled`` / ``duration_ms`` /
+    ``traceback`` (the tool raised)."""
     request: Mapping[str, Any] | None = None
     """The person-facing request of this call: ``request_id``, ``kind``, ``prompt``,
     ``arguments``, ``status`` (``pending``, ``answered``, ``cancelled``), ``answer``."""
@@ -720,6 +721,8 @@ class ChatState:
                 result[flag] = True
         if p.get("duration_ms") is not None:
             result["duration_ms"] = p["duration_ms"]
+        if p.get("traceback"):
+            result["traceback"] = p["traceback"]
         self._set(key, card, result=freeze_json(result), status=p["status"])
 
     def _on_interaction_requested(self, event: Event, p: Any) -> None:

@@ -9,6 +9,7 @@ failures are retried with the model's backoff unless part of the reply already s
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Awaitable, Callable
 
@@ -25,8 +26,12 @@ from agentnb.models.base import (
 from agentnb.projections.state import build_context
 from agentnb.runtime.scope import RunHost, StopRun
 from agentnb.runtime.writer import ChunkGroup
+from agentnb.tracebacks import format_traceback
 
 __all__ = ["CHUNK_COMMIT_INTERVAL", "MODEL_RETRIES", "ModelCall"]
+
+log = logging.getLogger("agentnb.models")
+"""Model calls that fail are logged here, with their (scrubbed) traceback."""
 
 CHUNK_COMMIT_INTERVAL = 0.1
 """Seconds at least between two commits of streamed chunks."""
@@ -92,6 +97,8 @@ class ModelCall:
                 return await self.stream(call_id, request, turn_id, run_id)
             except ModelError as exc:
                 if not exc.retryable or attempt > MODEL_RETRIES:
+                    trace = format_traceback(exc)
+                    log.warning("session %s: model call %s failed:\n%s", host.key, call_id, trace)
                     w.add(
                         "model/end",
                         {
@@ -99,6 +106,7 @@ class ModelCall:
                             "status": "failed",
                             "model": agent.model.name,
                             "error": str(exc),
+                            "traceback": trace,
                         },
                         turn_id=turn_id,
                         run_id=run_id,

@@ -11,6 +11,7 @@ request a call needs and how it is worded.
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
@@ -22,6 +23,7 @@ from agentnb.runtime.recipes import Recipes
 from agentnb.runtime.scope import RunHost, StopRun
 from agentnb.runtime.writer import LogWriter
 from agentnb.tools import InvalidToolArguments, ToolContext
+from agentnb.tracebacks import format_traceback
 
 __all__ = [
     "MAX_PROGRESS_EVENTS",
@@ -34,6 +36,9 @@ __all__ = [
     "interaction_kind",
     "prompt",
 ]
+
+log = logging.getLogger("agentnb.tools")
+"""Tools that raise are logged here, with their (scrubbed) traceback."""
 
 MAX_PROGRESS_EVENTS = 1_000
 """``tool/chunk`` events one tool call records at most; later reports are coalesced."""
@@ -359,6 +364,7 @@ class ToolRunner:
         task = asyncio.ensure_future(contained(tool.invoke, arguments, ctx))
         stop.tool_task, stop.tool_is_async, stop.tool_name = task, tool.is_async, tool.name
         stop.abandon.clear()
+        trace: str | None = None
         try:
             output = await self.output(task)
             status, action = "success", "returned"
@@ -376,9 +382,17 @@ class ToolRunner:
             )
             raise StopRun from None
         except Exception as exc:  # noqa: BLE001 - any failure of a tool is its result
-            cause = exc.__cause__ if isinstance(exc, ToolExit) else None
-            output = f"Error: {describe(cause or exc)}"
+            raised = (exc.__cause__ if isinstance(exc, ToolExit) else None) or exc
+            output = f"Error: {describe(raised)}"
             status, action = "error", "failed"
+            trace = format_traceback(raised)
+            log.warning(
+                "session %s: tool %s (call %s) raised:\n%s",
+                host.key,
+                tool.name,
+                call.call_id,
+                trace,
+            )
         finally:
             stop.tool_task = None
         await asyncio.sleep(0)  # let records/progress handed over from a worker thread land
@@ -397,6 +411,7 @@ class ToolRunner:
             turn_id=turn_id,
             run_id=run_id,
             duration_ms=round((time.monotonic() - started) * 1000, 3),
+            **({"traceback": trace} if trace else {}),
         )
 
     async def output(self, task: asyncio.Future[str]) -> str:

@@ -166,6 +166,11 @@ def tool_html(item: ChatItem) -> str:
             f'<div style="{_LABEL}">result {_badge(str(result.get("status", "")))}</div>'
             f'<pre style="{_PRE}">{_esc(result.get("output", ""))}</pre>'
         )
+        if result.get("traceback"):  # on demand: folded until opened
+            parts.append(
+                f'<details class="agentnb-traceback"><summary style="{_LABEL}">traceback'
+                f'</summary><pre style="{_PRE}">{_esc(result["traceback"])}</pre></details>'
+            )
     if item.error:
         parts.append(f'<div style="color:#c0392b;">{_esc(item.error)}</div>')
     return f'<div class="agentnb-tool-body">{"".join(parts)}</div>'

@@ -526,3 +526,91 @@ class TestSessionClose:
         assert stop.payload["reason"] == "the session was closed"
         assert receipt.wait(WAIT).status == "interrupted"
         assert session.resume(receipt.turn_id).wait(WAIT).output == "resumed"
+
+
+@nb.tool
+def explode(reason: str) -> str:
+    """Fail on purpose.
+
+    Args:
+        reason: what to say
+    """
+    return _fail_deep(reason)
+
+
+def _fail_deep(reason: str) -> str:
+    raise ValueError(f"boom: {reason}")
+
+
+class TestTracebacks:
+    def test_a_tool_that_raises_leaves_its_traceback_scrubbed_and_logged(
+        self,
+        make_runtime: MakeRuntime,
+        monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture,
+    ) -> None:
+        """tool/result keeps the formatted traceback (secrets scrubbed); the model is told
+        one line; the agentnb.tools logger has it too."""
+        monkeypatch.setenv("ACME_API_KEY", "acme-live-4f9a8b7c6d")
+        reason = "acme-live-4f9a8b7c6d rejected; password=hunter2hunter2"
+        model = nb.ScriptedModel([nb.ToolCall("explode", {"reason": reason}), "sorry"])
+        session = make_runtime(model, [explode]).session("s1")
+        with caplog.at_level("WARNING", logger="agentnb.tools"):
+            assert session.run("go", timeout=WAIT).output == "sorry"
+        (result,) = events_of(session, "tool/result")
+        trace = result.payload["traceback"]
+        assert trace.startswith("Traceback (most recent call last):")
+        assert "_fail_deep" in trace
+        assert "ValueError: boom: *** rejected; password=***" in trace
+        assert "acme-live" not in trace
+        assert "hunter2" not in trace
+        assert result.payload["output"].startswith("Error: ValueError")
+        assert "Traceback" not in result.payload["output"]
+        logged = [r for r in caplog.records if r.name == "agentnb.tools"]
+        assert logged
+        assert "_fail_deep" in logged[-1].getMessage()
+        assert "hunter2" not in logged[-1].getMessage()
+        (card,) = [i for i in session.snapshot().items if i.kind == "tool"]
+        assert card.result is not None
+        assert card.result["traceback"] == trace
+
+    def test_the_tool_card_shows_the_traceback_on_demand(self, make_runtime: MakeRuntime) -> None:
+        """The view's tool card folds the traceback under a closed <details>, escaped."""
+        from agentnb.widgets.view import tool_html
+
+        model = nb.ScriptedModel([nb.ToolCall("explode", {"reason": "<b>x</b>"}), "sorry"])
+        session = make_runtime(model, [explode]).session("s1")
+        session.run("go", timeout=WAIT)
+        (card,) = [i for i in session.snapshot().items if i.kind == "tool"]
+        html = tool_html(card)
+        assert '<details class="agentnb-traceback">' in html
+        assert "<details open" not in html
+        assert "_fail_deep" in html
+        assert "<b>x</b>" not in html
+        assert "&lt;b&gt;x&lt;/b&gt;" in html
+
+    def test_a_failed_model_call_keeps_its_traceback(self, make_runtime: MakeRuntime) -> None:
+        """model/end of a failed call carries the traceback of what raised in the model."""
+
+        def broken(messages: list[nb.Message]) -> str:
+            raise RuntimeError("the model broke")
+
+        session = make_runtime(nb.ScriptedModel(broken)).session("s1")
+        assert session.run("go", timeout=WAIT).status == "failed"
+        (end,) = events_of(session, "model/end")
+        assert end.payload["status"] == "failed"
+        assert "RuntimeError: the model broke" in end.payload["traceback"]
+        assert "in broken" in end.payload["traceback"]
+
+    def test_a_huge_traceback_is_cut_keeping_its_start_and_end(self) -> None:
+        """format_traceback keeps at most the limit: the first lines and the innermost ones."""
+        from agentnb.tracebacks import format_traceback
+
+        try:
+            _fail_deep("x" * 100_000)
+        except ValueError as exc:
+            text = format_traceback(exc, limit=4096)
+        assert len(text) <= 4096
+        assert text.startswith("Traceback (most recent call last):")
+        assert "characters cut" in text
+        assert text.rstrip().endswith("x" * 100)
