@@ -13,6 +13,31 @@ Application types are namespaced ``vendor/name`` and go through ``register_event
 meets a required type it does not know fails closed (``UnknownRequiredEvent``); optional
 unknown types are passed over.
 
+The catalogue follows the seeds' (AgentScope's session log), with these differences, each
+for a reason:
+
+- ``message/system`` is not written: agentnb keeps the system instructions out of the
+  conversation. They belong to the agent (its fingerprint, ``agent/bound``), go with each
+  model request (``request/prepared.instructions`` records them whenever they differ from
+  the previous request's, so the log alone still rebuilds every call's context), and so are
+  never a committed message: the context and the transcript hold user, assistant and tool
+  messages only.
+- ``state/restored`` is not written: a run never restores a checkpoint other than the
+  latest. Checkpoints are folds of the log, a resume continues from the log's state, and
+  state imported from elsewhere is ``migration/baseline``. (The seed declares it too and
+  writes it nowhere.)
+- ``inbox/opened`` and ``inbox/closed`` are not written: admission is decided from the
+  execution log. A steer binds to the run the execution log shows open with a live executor,
+  and a run's completion commits only if the inbox is still at the head it read
+  (``run/end.inbox_seq``), so guidance that arrives later is refused, never dropped. Two
+  inbox records per run would repeat that, at the cost of two inbox writes a run.
+- Written as the seed names them: ``coverage`` on ``run/start`` (``adapter_chunks``: the
+  model's streamed pieces are in the log) and on ``migration/baseline`` (``baseline_only``:
+  what came before the baseline is not); ``action_id`` (the seed's ``actionId``), one per
+  execution attempt of a tool call, on ``tool/dispatch``, ``tool/chunk``, ``action/start``
+  and ``action/end``; ``purpose`` on ``request/prepared`` and ``model/end``;
+  ``permission/changed`` for the rules a person grants when approving.
+
 Why it is long: it is the log's schema, every event type's payload model in one registry,
 read as one document; the envelope and its freezing rules sit with them.
 """
@@ -321,6 +346,9 @@ class RunStart(Payload):
     reason: RunReason = "submit"
     command_id: str | None = None
     attempt: int = 1
+    coverage: Literal["adapter_chunks"] = "adapter_chunks"
+    """What the log holds of this run for replay: ``adapter_chunks``, every streamed piece
+    the model adapter produced (grouped in ``model/chunk``), not only the final messages."""
 
 
 class RunEnd(Payload):
@@ -523,6 +551,9 @@ class ToolDispatch(Payload):
     arguments: dict[str, Any] = Field(default_factory=dict)
     idempotent: bool = False
     attempt: int = 1
+    action_id: str | None = None
+    """This execution attempt of the call (a call run again after a crash gets a new one);
+    its ``tool/chunk``, ``action/start`` and ``action/end`` carry it."""
 
 
 class ToolChunk(Payload):
@@ -533,6 +564,8 @@ class ToolChunk(Payload):
     data: Any = None
     skipped: int = 0
     """Reports before this one that were not recorded (past the per-call bound)."""
+    action_id: str | None = None
+    """The execution attempt that reported it (``tool/dispatch.action_id``)."""
 
 
 ToolResultStatus = Literal["success", "error", "cancelled", "denied", "unknown"]
@@ -560,6 +593,8 @@ class ActionStart(Payload):
 
     call_id: str
     name: str
+    action_id: str | None = None
+    """The execution attempt (``tool/dispatch.action_id``)."""
 
 
 class ActionEnd(Payload):
@@ -568,6 +603,8 @@ class ActionEnd(Payload):
     call_id: str
     name: str
     status: Literal["returned", "failed", "interrupted", "suspended", "denied"]
+    action_id: str | None = None
+    """The execution attempt (``tool/dispatch.action_id``)."""
 
 
 InteractionKind = Literal["confirmation", "external_execution", "ask_user"]
@@ -652,13 +689,6 @@ class StateCheckpoint(Payload):
     projector_version: int = 1
 
 
-class StateRestored(Payload):
-    """State was restored from an earlier checkpoint (treated as a checkpoint)."""
-
-    state: dict[str, Any]
-    source_seq: int | None = None
-
-
 class RecoveryApplied(Payload):
     """Recovery closed runs cut off by a crash and/or recorded reconciled outcomes."""
 
@@ -676,6 +706,9 @@ class MigrationBaseline(Payload):
     source: str | None = None
     source_version: int | None = None
     source_hash: str | None = None
+    coverage: Literal["baseline_only"] = "baseline_only"
+    """What the log holds of the history before this event: only the baseline state, never
+    the execution that produced it."""
 
 
 class AgentBinding(Payload):
@@ -747,10 +780,6 @@ class InboxAccepted(Payload):
     """Kind-specific details: answers for respond, outcomes for reconcile, ..."""
 
 
-class InboxEmpty(Payload):
-    """``inbox/opened`` and ``inbox/closed``: meaning comes from the envelope's ids."""
-
-
 class InboxHandled(Payload):
     """An inbox command was carried out (inbox log)."""
 
@@ -786,7 +815,6 @@ PAYLOADS: dict[str, type[Payload]] = {
     "input/received": InputReceived,
     "input/applied": InputApplied,
     "input/discarded": InputDiscarded,
-    "message/system": MessageEvent,
     "message/user": MessageEvent,
     "message/assistant": MessageEvent,
     "request/prepared": RequestPrepared,
@@ -808,7 +836,6 @@ PAYLOADS: dict[str, type[Payload]] = {
     "compaction/start": CompactionStart,
     "compaction/end": CompactionEnd,
     "state/checkpoint": StateCheckpoint,
-    "state/restored": StateRestored,
     "recovery/applied": RecoveryApplied,
     "migration/baseline": MigrationBaseline,
     "agent/bound": AgentBinding,
@@ -817,15 +844,11 @@ PAYLOADS: dict[str, type[Payload]] = {
     "inbox/applied": InboxApplied,
     # inbox log
     "inbox/accepted": InboxAccepted,
-    "inbox/opened": InboxEmpty,
-    "inbox/closed": InboxEmpty,
     "inbox/handled": InboxHandled,
     "inbox/rejected": InboxRejected,
 }
 
-INBOX_TYPES = frozenset(
-    {"inbox/accepted", "inbox/opened", "inbox/closed", "inbox/handled", "inbox/rejected"}
-)
+INBOX_TYPES = frozenset({"inbox/accepted", "inbox/handled", "inbox/rejected"})
 """Types that belong to a session's inbox log, not its execution log."""
 
 BUILTIN_TYPES = frozenset(PAYLOADS)

@@ -1,7 +1,7 @@
 """Bounded, resumable pages of a session's committed messages (``history`` / ``history_pages``).
 
 A page lists the same messages ``Session.transcript()`` does (``message/user``,
-``message/assistant``, ``message/system`` and ``tool/result`` events, plus the messages a
+``message/assistant`` and ``tool/result`` events, plus the messages a
 ``migration/baseline`` event carries), oldest first, in seq order, at most ``limit`` of them.
 
 Guarantees:
@@ -76,7 +76,7 @@ _TOKEN = re.compile(r"h1\.([A-Za-z0-9_-]+)\.([A-Za-z0-9_-]+)")
 _SIG_BYTES = 32
 _KEY_BYTES = 16
 _CURSOR_FIELDS = frozenset({"k", "a", "o", "h"})
-_MESSAGE_TYPES = frozenset({"message/user", "message/assistant", "message/system"})
+_MESSAGE_TYPES = frozenset({"message/user", "message/assistant"})
 _RESTART = "pass a next_cursor from this session's history unchanged, or after=None to start over"
 
 

@@ -188,7 +188,7 @@ class TestPaging:
     @pytest.mark.parametrize("limit", [1, 2, 7, MAX_LIMIT])
     def test_walk_lists_the_transcript_in_order(self, store: SessionStore, limit: int) -> None:
         """Concatenated pages equal the transcript: same messages, same ids, same order."""
-        commit(store, [Event.create("message/system", message("system", "msg_sys", "Be brief"))])
+        commit(store, [Event.create("message/user", message("user", "msg_first", "Be brief"))])
         for n in range(6):
             add_turn(store, n, tools=n % 3)
         expected = transcript(store)

@@ -784,7 +784,6 @@ _HANDLERS = {
     "agent/changed": ChatState._on_agent_changed,
     "compaction/end": ChatState._on_compaction_end,
     "message/user": ChatState._on_message,
-    "message/system": ChatState._on_message,
     "message/assistant": ChatState._on_message,
     "request/prepared": ChatState._on_request_prepared,
     "model/dispatch": ChatState._on_model_dispatch,

@@ -658,7 +658,6 @@ _HANDLERS = {
     "model/retry": SessionState._on_model_retry,
     "message/user": SessionState._on_message,
     "message/assistant": SessionState._on_message,
-    "message/system": SessionState._on_message,
     "input/received": SessionState._on_input_received,
     "input/applied": SessionState._on_input_applied,
     "request/prepared": SessionState._on_request_prepared,
@@ -865,7 +864,6 @@ CONTEXT_TYPES = frozenset(
     {
         "message/user",
         "message/assistant",
-        "message/system",
         "tool/result",
         "migration/baseline",
         "context/replaced",

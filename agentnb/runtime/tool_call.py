@@ -19,6 +19,7 @@ from typing import Any
 
 from agentnb.errors import InvalidInput, describe
 from agentnb.events import Event, ToolCallData
+from agentnb.ids import new_id
 from agentnb.runtime.recipes import Recipes
 from agentnb.runtime.scope import RunHost, StopRun
 from agentnb.runtime.writer import LogWriter
@@ -85,9 +86,11 @@ class Reports:
         run_id: str,
         call_id: str,
         publish: Callable[..., None],
+        action_id: str | None = None,
     ) -> None:
         self.writer = writer
         self.ids = (turn_id, run_id, call_id)
+        self.action_id = action_id
         self.publish = publish
         self.loop = asyncio.get_running_loop()
         self.lock = threading.Lock()
@@ -141,7 +144,13 @@ class Reports:
 
     def _chunk(self, index: int, data: Any, skipped: int) -> Event:
         turn_id, run_id, call_id = self.ids
-        payload = {"call_id": call_id, "index": index, "data": data, "skipped": skipped}
+        payload = {
+            "call_id": call_id,
+            "index": index,
+            "data": data,
+            "skipped": skipped,
+            "action_id": self.action_id,
+        }
         return Event.create("tool/chunk", payload, turn_id=turn_id, run_id=run_id)
 
     async def aflush(self) -> None:
@@ -329,6 +338,7 @@ class ToolRunner:
         tool = host.agent.tool_named(call.name)
         assert tool is not None
         arguments = dict(call.arguments)
+        action_id = new_id("act")  # this execution attempt of the call
         w.add(
             "tool/dispatch",
             {
@@ -337,19 +347,20 @@ class ToolRunner:
                 "arguments": arguments,
                 "idempotent": tool.idempotent,
                 "attempt": attempt,
+                "action_id": action_id,
             },
             turn_id=turn_id,
             run_id=run_id,
         )
         w.add(
             "action/start",
-            {"call_id": call.call_id, "name": tool.name},
+            {"call_id": call.call_id, "name": tool.name, "action_id": action_id},
             turn_id=turn_id,
             run_id=run_id,
         )
         await self.flush_before_side_effect(turn_id)
         w = host.writer
-        reports = Reports(w, turn_id, run_id, call.call_id, host.publish)
+        reports = Reports(w, turn_id, run_id, call.call_id, host.publish, action_id)
         ctx = ToolContext(
             host.key,
             turn_id,
@@ -376,7 +387,12 @@ class ToolRunner:
             reports.close()
             w.add(
                 "action/end",
-                {"call_id": call.call_id, "name": tool.name, "status": "interrupted"},
+                {
+                    "call_id": call.call_id,
+                    "name": tool.name,
+                    "status": "interrupted",
+                    "action_id": action_id,
+                },
                 turn_id=turn_id,
                 run_id=run_id,
             )
@@ -399,7 +415,7 @@ class ToolRunner:
         reports.close()
         w.add(
             "action/end",
-            {"call_id": call.call_id, "name": tool.name, "status": action},
+            {"call_id": call.call_id, "name": tool.name, "status": action, "action_id": action_id},
             turn_id=turn_id,
             run_id=run_id,
         )

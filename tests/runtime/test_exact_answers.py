@@ -614,3 +614,60 @@ class TestTracebacks:
         assert text.startswith("Traceback (most recent call last):")
         assert "characters cut" in text
         assert text.rstrip().endswith("x" * 100)
+
+
+@nb.tool
+def noisy(name: str, ctx: nb.ToolContext) -> str:
+    """Report progress twice.
+
+    Args:
+        name: anything
+    """
+    ctx.progress({"step": 1})
+    ctx.progress({"step": 2})
+    return f"noisy {name}"
+
+
+class TestEventCatalogue:
+    def test_types_the_runtime_never_writes_are_not_in_the_catalogue(self) -> None:
+        """message/system, state/restored, inbox/opened and inbox/closed are gone (the
+        events module says why), and their names stay reserved."""
+        import agentnb.events as events
+
+        for name in ("message/system", "state/restored", "inbox/opened", "inbox/closed"):
+            assert name not in events.BUILTIN_TYPES
+            assert name in (events.__doc__ or "")
+            with pytest.raises(nb.InvalidInput):
+                nb.Event.create(name, {})
+
+    def test_run_start_and_a_baseline_say_what_the_log_covers(
+        self, make_runtime: MakeRuntime
+    ) -> None:
+        """run/start carries coverage="adapter_chunks"; migration/baseline "baseline_only"."""
+        session = make_runtime(nb.ScriptedModel(["hi"])).session("s1")
+        session.run("hello", timeout=WAIT)
+        (start,) = events_of(session, "run/start")
+        assert start.payload["coverage"] == "adapter_chunks"
+        fork = session.fork("s2")
+        (baseline,) = events_of(fork, "migration/baseline")
+        assert baseline.payload["coverage"] == "baseline_only"
+
+    def test_each_execution_of_a_tool_call_has_one_action_id_on_its_events(
+        self, make_runtime: MakeRuntime
+    ) -> None:
+        """tool/dispatch, tool/chunk, action/start and action/end of one execution share its
+        action_id; another call's execution has another."""
+        model = nb.ScriptedModel(
+            [nb.ToolCall("noisy", {"name": "a"}), nb.ToolCall("noisy", {"name": "b"}), "done"]
+        )
+        session = make_runtime(model, [noisy]).session("s1")
+        session.run("go", timeout=WAIT)
+        by_call: dict[str, set[str]] = {}
+        for type_ in ("tool/dispatch", "tool/chunk", "action/start", "action/end"):
+            for e in events_of(session, type_):
+                by_call.setdefault(e.payload["call_id"], set()).add(e.payload["action_id"])
+        assert len(by_call) == 2
+        ids = [next(iter(a)) for a in by_call.values() if len(a) == 1]
+        assert len(ids) == 2
+        assert ids[0] != ids[1]
+        assert all(i.startswith("act_") for i in ids)
