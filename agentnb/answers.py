@@ -25,15 +25,47 @@ class Answer:
     reason: str | None = None
     edited_args: Mapping[str, Any] | None = None
     text: str | None = None
+    remember: str | None = None
+    """For an approval: ``session`` or ``agent``, to record a permission rule."""
+    match: Mapping[str, Any] | None = None
+    """The rule's argument constraints (each named argument must equal its value)."""
 
     @classmethod
-    def approve(cls, edited_args: Mapping[str, Any] | None = None) -> Answer:
-        """Approve the call, optionally with corrected arguments."""
+    def approve(
+        cls,
+        edited_args: Mapping[str, Any] | None = None,
+        *,
+        remember: str | None = None,
+        match: Mapping[str, Any] | None = None,
+    ) -> Answer:
+        """Approve the call, optionally with corrected arguments.
+
+        ``remember="session"`` also records a permission rule (``permission/changed``):
+        later calls of the same tool in this session run without asking, and their
+        ``action/end`` cites the rule. ``remember="agent"`` makes the rule hold in every
+        session of this agent for this user. ``match`` narrows the rule to calls whose named
+        arguments equal the given values (default: any arguments). A rule holds only while
+        the agent is the one it was granted under, and goes with its session when that is
+        deleted; ``session.permissions()`` lists them, ``session.revoke(rule_id)`` removes one.
+        """
         if edited_args is not None and not isinstance(edited_args, Mapping):
             raise InvalidInput("edited_args must be a mapping of argument names to values")
         if edited_args:
             check_json_size(dict(edited_args), "edited_args")
-        return cls("approve", edited_args=dict(edited_args) if edited_args else None)
+        if remember not in (None, "session", "agent"):
+            raise InvalidInput(f"remember must be None, 'session' or 'agent', got {remember!r}")
+        if match is not None:
+            if remember is None:
+                raise InvalidInput("match narrows a remembered rule: pass remember= as well")
+            if not isinstance(match, Mapping) or not all(isinstance(k, str) for k in match):
+                raise InvalidInput("match must be a mapping of argument names to values")
+            check_json_size(dict(match), "match")
+        return cls(
+            "approve",
+            edited_args=dict(edited_args) if edited_args else None,
+            remember=remember,
+            match=dict(match) if match else None,
+        )
 
     @classmethod
     def reject(cls, reason: str = "rejected by the user") -> Answer:
@@ -65,6 +97,8 @@ def answer_payload(request_id: str, kind: str, answer: object) -> dict[str, Any]
                 what = f"the edited arguments for {request_id}"
                 check_json_size(dict(answer.edited_args), what, error=InvalidAnswer)
                 out["edited_args"] = dict(answer.edited_args)
+            if answer.remember is not None:
+                out["remember"] = {"scope": answer.remember, "match": dict(answer.match or {})}
             return out
         if isinstance(answer, Answer) and answer.kind == "reject":
             what = f"the rejection's reason for {request_id}"

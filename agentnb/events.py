@@ -541,6 +541,34 @@ class ToolDecision(Payload):
     call_id: str
     decision: Literal["allowed", "suspended", "denied"]
     reason: str | None = None
+    rule_id: str | None = None
+    """The permission rule that allowed a call that would otherwise need approval."""
+
+
+class PermissionRuleData(Payload):
+    """A rule a person granted when approving a call (``Answer.approve(remember=...)``)."""
+
+    rule_id: str
+    scope: Literal["session", "agent"]
+    """``session``: calls in this session; ``agent``: in every session of this agent for
+    this user (and namespace)."""
+    tool: str
+    match: dict[str, Any] = Field(default_factory=dict)
+    """Argument constraints: each named argument must equal its value (empty: any call)."""
+    agent: str
+    """The digest of the fingerprint of the agent it was granted under: it holds only while
+    the agent is that one."""
+    request_id: str | None = None
+    """The approval that granted it."""
+
+
+class PermissionChanged(Payload):
+    """``permission/changed``: a permission rule was granted or revoked."""
+
+    action: Literal["granted", "revoked"]
+    rule: PermissionRuleData
+    reason: str | None = None
+    command_id: str | None = None
 
 
 class ToolDispatch(Payload):
@@ -605,6 +633,8 @@ class ActionEnd(Payload):
     status: Literal["returned", "failed", "interrupted", "suspended", "denied"]
     action_id: str | None = None
     """The execution attempt (``tool/dispatch.action_id``)."""
+    rule_id: str | None = None
+    """The permission rule that let this call run without asking a person, if one did."""
 
 
 InteractionKind = Literal["confirmation", "external_execution", "ask_user"]
@@ -763,6 +793,7 @@ CommandKind = Literal[
     "reconcile",
     "compact",
     "update",
+    "revoke",
 ]
 
 
@@ -829,6 +860,7 @@ PAYLOADS: dict[str, type[Payload]] = {
     "tool/result": ToolResult,
     "action/start": ActionStart,
     "action/end": ActionEnd,
+    "permission/changed": PermissionChanged,
     "interaction/requested": InteractionRequested,
     "interaction/resolved": InteractionResolved,
     "context/build": ContextBuild,

@@ -19,6 +19,7 @@ __all__ = [
     "Interaction",
     "Message",
     "Outcome",
+    "PermissionRule",
     "PruneReport",
     "Receipt",
     "SessionCounts",
@@ -292,6 +293,23 @@ class ToolCallRef:
     arguments: dict[str, Any]
     turn_id: str | None
     run_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class PermissionRule:
+    """A permission rule in force: calls of ``tool_name`` whose arguments equal ``match``
+    (every call when empty) run without asking (``Answer.approve(remember=...)``)."""
+
+    rule_id: str
+    scope: str
+    """``session`` (this session's calls) or ``agent`` (every session of the agent, for
+    this user)."""
+    tool_name: str
+    match: Mapping[str, Any]
+    session_id: str
+    """The session whose approval granted it (it lives in that session's log)."""
+    request_id: str | None = None
+    """The approval that granted it."""
 
 
 @dataclass(frozen=True, slots=True)

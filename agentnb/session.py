@@ -40,6 +40,7 @@ from agentnb.ids import SessionKey, check_id, check_seconds, new_id
 from agentnb.limits import Limits, check_queue, check_room, check_steering, check_text
 from agentnb.live import Subscription
 from agentnb.log import Inbox, SessionLog
+from agentnb.permissions import agent_digest, find_rule, rules_in_force, shared_rules
 from agentnb.projections.chat import interactions_of, tasks_of
 from agentnb.projections.decisions import (
     check_cancel,
@@ -70,6 +71,7 @@ from agentnb.records import (
     Inspection,
     Interaction,
     Outcome,
+    PermissionRule,
     Receipt,
     Task,
     ToolCallRef,
@@ -667,6 +669,57 @@ class Session:
             )
         self.start()
         return Receipt(event.payload["command_id"], turn_id, None, "queued", None, self)
+
+    def permissions(self) -> list[PermissionRule]:
+        """The permission rules in force for this session's calls, oldest first: those its
+        approvals remembered (``Answer.approve(remember=...)``) and the agent-wide ones
+        other sessions of this agent and user granted, under the agent this runtime runs
+        (a rule never outlives an agent change, nor the deletion of its session)."""
+        with self._lock:
+            state, inbox = self._refresh()
+        digest = agent_digest(self.runtime.agent.fingerprint)
+        found = [
+            (self.key, rule)
+            for rule in rules_in_force(state, inbox).values()
+            if rule["agent"] == digest
+        ]
+        found += shared_rules(self.runtime.store, self.key, digest)
+        return [
+            PermissionRule(
+                rule["rule_id"],
+                rule["scope"],
+                rule["tool"],
+                dict(rule.get("match") or {}),
+                key.session_id,
+                rule.get("request_id"),
+            )
+            for key, rule in found
+        ]
+
+    def revoke(self, rule_id: str) -> None:
+        """Remove a permission rule (one ``permissions()`` lists): calls it allowed ask
+        again from now on.
+
+        Durable when it returns: a ``revoke`` command in the inbox of the session that holds
+        the rule, which every runtime honours from its acceptance; the runtime executing that
+        session records ``permission/changed`` when it next dispatches it. ``InvalidInput``
+        for a rule that is not in force (unknown, or revoked already).
+        """
+        check_id(rule_id, "rule_id")
+        self.runtime.check_open()
+        with self._lock:
+            state, inbox = self._refresh()
+        holder = find_rule(self.runtime.store, self.key, state, inbox, rule_id)
+        if holder is None:
+            raise InvalidInput(
+                f"there is no permission rule {rule_id!r} in force for session {self.key}; "
+                "see session.permissions()"
+            )
+        Inbox(self.runtime.store, holder).accept("revoke", data={"rule_id": rule_id})
+        if holder == self.key:
+            self.start()
+        else:
+            self.runtime.session(holder.session_id, user_id=holder.user_id).start()
 
     def interrupt(self, run_id: str | None = None) -> bool:
         """Ask the running run to stop at its next chunk or step boundary.

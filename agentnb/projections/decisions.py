@@ -201,6 +201,16 @@ def check_respond(
                     f"edited arguments for {request_id} do not fit {request['tool_name']}: {exc}"
                 ) from None
             payload["edited_args"] = dict(edited)
+        remember = payload.get("remember")
+        if remember and not normalized:
+            t = tool(request["tool_name"])
+            known = set((t.parameters.get("properties") or {}) if t is not None else ())
+            unknown = sorted(set(remember.get("match") or {}) - known)
+            if unknown:
+                raise InvalidAnswer(
+                    f"the rule for {request_id} constrains argument(s) {unknown} that "
+                    f"{request['tool_name']} does not take; it takes {sorted(known)}"
+                )
         turns.add(request["turn_id"])
         out[request_id] = payload
     if len(turns) > 1:

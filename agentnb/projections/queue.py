@@ -84,7 +84,7 @@ def parked_error(state: SessionState, turn_id: str, blocking: TurnState, status:
     )
 
 
-_QUEUED = frozenset({"submit", "resume", "respond", "cancel", "reconcile", "compact"})
+_QUEUED = frozenset({"submit", "resume", "respond", "cancel", "reconcile", "compact", "revoke"})
 """The commands that wait in the queue until the runtime carries them out."""
 
 

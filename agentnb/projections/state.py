@@ -264,6 +264,9 @@ class SessionState:
         """How many context messages the last model request already carried."""
         self.agent: dict[str, Any] | None = None
         """The fingerprint of the agent the session is bound to (``agent/bound``), or None."""
+        self.permissions: dict[str, dict[str, Any]] = {}
+        """Permission rules granted in this session and not revoked: rule_id -> rule
+        (``permission/changed``). An agent change ends them all."""
         self.compacting = False
         """Between a ``compaction/start`` and its ``compaction/end``: model calls there are
         the summariser's (auxiliary), also in logs written before ``purpose`` was recorded."""
@@ -361,6 +364,7 @@ class SessionState:
             "requested_messages": self.requested_messages,
             "agent": self.agent,
             "compacting": self.compacting,
+            "permissions": dict(self.permissions),
         }
 
     @classmethod
@@ -399,6 +403,7 @@ class SessionState:
         state.requested_messages = data["requested_messages"]
         state.agent = data.get("agent")  # snapshots older than agent binding have none
         state.compacting = data["compacting"]
+        state.permissions = dict(data["permissions"])
         return state
 
     # -- queries -----------------------------------------------------------------------------
@@ -633,6 +638,14 @@ class SessionState:
 
     def _on_agent_changed(self, event: Event, p: Any) -> None:
         self.agent = dict(p["current"])
+        self.permissions = {}  # a rule never outlives an agent change
+
+    def _on_permission_changed(self, event: Event, p: Any) -> None:
+        rule = p["rule"]
+        if p["action"] == "granted":
+            self.permissions[rule["rule_id"]] = dict(rule)
+        else:
+            self.permissions.pop(rule["rule_id"], None)
 
     def _on_recovery(self, event: Event, p: Any) -> None:
         for run_id in p.get("interrupted_runs", ()):
@@ -677,6 +690,7 @@ _HANDLERS = {
     "compaction/end": SessionState._on_compaction,
     "agent/bound": SessionState._on_agent_bound,
     "agent/changed": SessionState._on_agent_changed,
+    "permission/changed": SessionState._on_permission_changed,
 }
 
 
@@ -787,7 +801,7 @@ def next_command(inbox: InboxState, state: SessionState) -> Command | None:
             if parked:
                 continue
             return command
-        if command.kind in {"resume", "respond", "cancel", "reconcile", "compact"}:
+        if command.kind in {"resume", "respond", "cancel", "reconcile", "compact", "revoke"}:
             return command
     return None
 

@@ -495,6 +495,8 @@ class SessionDriver:
             await self.recipes.reconcile(command)
         elif kind == "compact":
             await runs.context.compact_command(command)
+        elif kind == "revoke":
+            await self.recipes.revoke(command)
         else:
             await self.recipes.reject(command, f"{kind} commands are not dispatched")
 

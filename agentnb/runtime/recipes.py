@@ -16,6 +16,7 @@ from typing import Any
 from agentnb.errors import CannotResume, InvalidInput
 from agentnb.events import Event, Message
 from agentnb.ids import new_id
+from agentnb.permissions import PERMISSIONS_LABEL, agent_digest
 from agentnb.projections.decisions import (
     check_cancel,
     check_respond,
@@ -348,9 +349,68 @@ class Recipes:
                 turn_id=turn_id,
                 run_id=run_id,
             )
+            if answer.get("remember"):
+                tool = state.interactions[request_id].get("tool_name") or ""
+                await self.grant(request_id, tool, answer["remember"], command, turn_id, run_id)
         if run_id is None:
             await w.flush()
         return turn_id, run_id
+
+    async def grant(
+        self,
+        request_id: str,
+        tool: str,
+        remember: dict[str, Any],
+        command: Command,
+        turn_id: str,
+        run_id: str | None,
+    ) -> None:
+        """Record the permission rule an approval remembered (``permission/changed``),
+        bound to the agent that runs now. An agent-wide rule also labels the session, so
+        the other sessions of the agent find it."""
+        host = self.host
+        scope = remember["scope"]
+        rule = {
+            "rule_id": new_id("rule"),
+            "scope": scope,
+            "tool": tool,
+            "match": dict(remember.get("match") or {}),
+            "agent": agent_digest(host.agent.fingerprint),
+            "request_id": request_id,
+        }
+        host.writer.add(
+            "permission/changed",
+            {"action": "granted", "rule": rule, "command_id": command.command_id},
+            turn_id=turn_id,
+            run_id=run_id,
+        )
+        if scope == "agent":
+            await asyncio.to_thread(
+                host.inbox_log.accept, "update", data={"labels": {PERMISSIONS_LABEL: "agent"}}
+            )
+            await host.refresh_inbox()
+
+    async def revoke(self, command: Command) -> None:
+        """Record that a permission rule of this session was revoked (it stopped applying
+        when the command was accepted). The last agent-wide rule takes the label along."""
+        host = self.host
+        w = host.writer
+        rule = host.state.permissions.get(command.data.get("rule_id", ""))
+        w.add("inbox/started", {"command_id": command.command_id, "kind": "revoke"})
+        if rule is not None:
+            w.add(
+                "permission/changed",
+                {"action": "revoked", "rule": rule, "command_id": command.command_id},
+            )
+        await w.flush()
+        if (
+            rule is not None
+            and rule["scope"] == "agent"
+            and not any(r["scope"] == "agent" for r in host.state.permissions.values())
+        ):
+            await asyncio.to_thread(
+                host.inbox_log.accept, "update", data={"labels": {PERMISSIONS_LABEL: None}}
+            )
 
     async def cancel(self, command: Command) -> None:
         """Cancel a turn that waits (parked, suspended, queued behind others)."""

@@ -257,7 +257,7 @@ def prunable(
         before = page[-1].cursor
 
 
-_STARTS = frozenset({"submit", "resume", "respond", "cancel", "reconcile", "compact"})
+_STARTS = frozenset({"submit", "resume", "respond", "cancel", "reconcile", "compact", "revoke"})
 """Commands a runtime dispatches (steering and material wait for a run to pick them up)."""
 
 

@@ -19,7 +19,9 @@ from typing import Any
 
 from agentnb.errors import InvalidInput, describe
 from agentnb.events import Event, ToolCallData
-from agentnb.ids import new_id
+from agentnb.folds import Folds
+from agentnb.ids import SessionKey, new_id
+from agentnb.permissions import agent_digest, matching_rule, rules_in_force, shared_rules
 from agentnb.runtime.recipes import Recipes
 from agentnb.runtime.scope import RunHost, StopRun
 from agentnb.runtime.writer import LogWriter
@@ -216,6 +218,8 @@ class ToolRunner:
         self.flush_before_side_effect = flush
         self.bad_arguments = bad_arguments
         """Why calls of the last model reply had arguments that were not a JSON object."""
+        self.shared_folds: dict[SessionKey, Folds] = {}
+        """Folds of the other sessions whose agent-wide permission rules were looked at."""
 
     async def calls(self, turn_id: str, run_id: str, calls: list[ToolCallData]) -> bool:
         """Run (or ask about) the calls of one reply; True if the turn must wait for a person."""
@@ -273,7 +277,8 @@ class ToolRunner:
             )
             return False
         kind = interaction_kind(tool)
-        if kind is not None:
+        rule = await self.permitted(call) if kind == "confirmation" else None
+        if kind is not None and rule is None:
             w.add(
                 "tool/decision",
                 {"call_id": call.call_id, "decision": "suspended", "reason": kind},
@@ -294,14 +299,32 @@ class ToolRunner:
                 run_id=run_id,
             )
             return True
+        rule_id = rule["rule_id"] if rule is not None else None
         w.add(
             "tool/decision",
-            {"call_id": call.call_id, "decision": "allowed"},
+            {"call_id": call.call_id, "decision": "allowed"}
+            | ({"rule_id": rule_id, "reason": f"permission rule {rule_id}"} if rule_id else {}),
             turn_id=turn_id,
             run_id=run_id,
         )
-        await self.run(turn_id, run_id, call)
+        await self.run(turn_id, run_id, call, rule_id=rule_id)
         return False
+
+    async def permitted(self, call: ToolCallData) -> Mapping[str, Any] | None:
+        """The permission rule in force that lets this call run without approval, if any:
+        the session's own, or an agent-wide one of another session (``agentnb.permissions``).
+        The inbox is read first, so a revoke accepted meanwhile already holds."""
+        host = self.host
+        await host.refresh_inbox()
+        digest = agent_digest(host.agent.fingerprint)
+        own = rules_in_force(host.state, host.inbox).values()
+        rule = matching_rule(own, call.name, call.arguments, digest)
+        if rule is None:
+            shared = await asyncio.to_thread(
+                shared_rules, host.store, host.key, digest, self.shared_folds
+            )
+            rule = matching_rule((r for _, r in shared), call.name, call.arguments, digest)
+        return rule
 
     async def answered(
         self, turn_id: str, run_id: str, call: ToolCallData, answer: Mapping[str, Any]
@@ -330,8 +353,17 @@ class ToolRunner:
                 synthetic=True,
             )
 
-    async def run(self, turn_id: str, run_id: str, call: ToolCallData, attempt: int = 1) -> None:
-        """Dispatch (durably first), run, and record one tool call."""
+    async def run(
+        self,
+        turn_id: str,
+        run_id: str,
+        call: ToolCallData,
+        attempt: int = 1,
+        *,
+        rule_id: str | None = None,
+    ) -> None:
+        """Dispatch (durably first), run, and record one tool call (``rule_id``: the
+        permission rule that let it run without approval, cited by its ``action/end``)."""
         host = self.host
         stop = host.stop
         w = host.writer
@@ -415,7 +447,13 @@ class ToolRunner:
         reports.close()
         w.add(
             "action/end",
-            {"call_id": call.call_id, "name": tool.name, "status": action, "action_id": action_id},
+            {
+                "call_id": call.call_id,
+                "name": tool.name,
+                "status": action,
+                "action_id": action_id,
+                "rule_id": rule_id,
+            },
             turn_id=turn_id,
             run_id=run_id,
         )

@@ -671,3 +671,140 @@ class TestEventCatalogue:
         assert len(ids) == 2
         assert ids[0] != ids[1]
         assert all(i.startswith("act_") for i in ids)
+
+
+@nb.tool(confirm=True)
+def buy(item: str) -> str:
+    """Buy an item (a person approves each purchase).
+
+    Args:
+        item: what to buy
+    """
+    return f"bought {item}"
+
+
+def _buyer(messages: list[nb.Message]) -> object:
+    """Buy what the latest task names; answer once the purchase has a result."""
+    last = messages[-1]
+    if last.role == "tool":
+        return f"done: {last.text}"
+    return nb.ToolCall("buy", {"item": last.text.split()[-1]})
+
+
+def _asks(session: nb.Session, task: str) -> bool:
+    """Whether ``task`` (a purchase) stops to ask a person (else it completes)."""
+    outcome = session.submit(task).wait(WAIT)
+    assert outcome.status in {"suspended", "completed"}, outcome
+    return outcome.status == "suspended"
+
+
+class TestPermissionRules:
+    def test_a_remembered_approval_lets_later_calls_run_and_they_cite_the_rule(
+        self, make_runtime: MakeRuntime
+    ) -> None:
+        """approve(remember="session") records permission/changed; a later call of the tool
+        runs without asking and its action/end cites the rule; revoke() makes it ask again."""
+        session = make_runtime(nb.ScriptedModel(_buyer), [buy]).session("s1")
+        assert _asks(session, "buy desk")
+        (request_id,) = session.pending()
+        done = session.respond(request_id, nb.Answer.approve(remember="session")).wait(WAIT)
+        assert done.output == "done: bought desk"
+        (granted,) = events_of(session, "permission/changed")
+        rule = granted.payload["rule"]
+        assert (granted.payload["action"], rule["scope"], rule["tool"]) == (
+            "granted",
+            "session",
+            "buy",
+        )
+        (listed,) = session.permissions()
+        assert (listed.rule_id, listed.tool_name, listed.session_id) == (
+            rule["rule_id"],
+            "buy",
+            "s1",
+        )
+        assert not _asks(session, "buy chair")
+        ends = events_of(session, "action/end")
+        assert ends[-1].payload["rule_id"] == rule["rule_id"]
+        assert ends[0].payload["rule_id"] is None  # the first purchase a person approved
+        session.revoke(rule["rule_id"])
+        assert session.permissions() == []
+        assert _asks(session, "buy lamp")
+        assert events_of(session, "permission/changed")[-1].payload["action"] == "revoked"
+
+    def test_a_rule_with_argument_constraints_covers_only_matching_calls(
+        self, make_runtime: MakeRuntime
+    ) -> None:
+        """approve(remember=..., match={"item": "desk"}) allows desks, not chairs."""
+        session = make_runtime(nb.ScriptedModel(_buyer), [buy]).session("s1")
+        assert _asks(session, "buy desk")
+        (request_id,) = session.pending()
+        answer = nb.Answer.approve(remember="session", match={"item": "desk"})
+        session.respond(request_id, answer).wait(WAIT)
+        assert not _asks(session, "buy desk")
+        assert _asks(session, "buy chair")
+
+    def test_an_agent_rule_holds_in_the_agents_other_sessions_until_revoked_there(
+        self, make_runtime: MakeRuntime
+    ) -> None:
+        """remember="agent" lets another session of the agent (same user) run the call; that
+        session lists it and may revoke it, which records it in the granting session."""
+        runtime = make_runtime(nb.ScriptedModel(_buyer), [buy])
+        first, second = runtime.session("s1"), runtime.session("s2")
+        other_user = runtime.session("s3", user_id="bob")
+        assert _asks(first, "buy desk")
+        (request_id,) = first.pending()
+        first.respond(request_id, nb.Answer.approve(remember="agent")).wait(WAIT)
+        assert not _asks(second, "buy chair")
+        (rule,) = second.permissions()
+        assert (rule.scope, rule.session_id) == ("agent", "s1")
+        assert events_of(second, "action/end")[-1].payload["rule_id"] == rule.rule_id
+        assert _asks(other_user, "buy chair")  # another user's approval is not bob's
+        second.revoke(rule.rule_id)
+        assert first.permissions() == second.permissions() == []
+        assert _asks(second, "buy lamp")
+        revoked = wait_for_event(
+            first, "permission/changed", after=events_of(first, "permission/changed")[0].seq
+        )
+        assert revoked.payload["action"] == "revoked"
+
+    def test_a_rule_never_outlives_an_agent_change_or_its_sessions_deletion(
+        self, make_runtime: MakeRuntime
+    ) -> None:
+        """After the agent changes a session's rules are gone; deleting the session that
+        granted an agent rule ends it in the other sessions."""
+        runtime = make_runtime(nb.ScriptedModel(_buyer), [buy])
+        first, second = runtime.session("s1"), runtime.session("s2")
+        for session, scope in ((second, "session"), (first, "agent")):
+            assert _asks(session, "buy desk")
+            (request_id,) = session.pending()
+            session.respond(request_id, nb.Answer.approve(remember=scope)).wait(WAIT)
+        assert len(second.permissions()) == 2
+        runtime.delete(first.key)
+        assert [r.scope for r in second.permissions()] == ["session"]
+        runtime.close()
+        changed = make_runtime(
+            nb.ScriptedModel(_buyer), [buy], instructions="Buy carefully.", accept_agent_change=True
+        ).session("s2")
+        assert changed.permissions() == []
+        assert _asks(changed, "buy chair")
+
+    def test_bad_rules_are_refused_before_anything_is_written(
+        self, make_runtime: MakeRuntime
+    ) -> None:
+        """A bad remember, a match without remember or naming an argument the tool does not
+        take, and an unknown rule id each raise a typed error; nothing is written."""
+        with pytest.raises(nb.InvalidInput, match="remember"):
+            nb.Answer.approve(remember="forever")
+        with pytest.raises(nb.InvalidInput, match="remember"):
+            nb.Answer.approve(match={"item": "desk"})
+        session = make_runtime(nb.ScriptedModel(_buyer), [buy]).session("s1")
+        assert _asks(session, "buy desk")
+        (request_id,) = session.pending()
+        heads = (session.log.head(), session.inbox.head())
+        with pytest.raises(nb.InvalidAnswer, match="colour"):
+            session.respond(
+                request_id, nb.Answer.approve(remember="session", match={"colour": "red"})
+            )
+        with pytest.raises(nb.InvalidInput, match="permissions"):
+            session.revoke("rule_unknown")
+        assert (session.log.head(), session.inbox.head()) == heads
