@@ -31,7 +31,8 @@ from agentnb.tracebacks import format_traceback
 __all__ = ["CHUNK_COMMIT_INTERVAL", "MODEL_RETRIES", "ModelCall"]
 
 log = logging.getLogger("agentnb.models")
-"""Model calls that fail are logged here, with their (scrubbed) traceback."""
+"""Model calls that fail are logged here (INFO: the run ends with the reason committed),
+with their (scrubbed) traceback."""
 
 CHUNK_COMMIT_INTERVAL = 0.1
 """Seconds at least between two commits of streamed chunks."""
@@ -98,7 +99,7 @@ class ModelCall:
             except ModelError as exc:
                 if not exc.retryable or attempt > MODEL_RETRIES:
                     trace = format_traceback(exc)
-                    log.warning("session %s: model call %s failed:\n%s", host.key, call_id, trace)
+                    log.info("session %s: model call %s failed:\n%s", host.key, call_id, trace)
                     w.add(
                         "model/end",
                         {

@@ -41,7 +41,8 @@ __all__ = [
 ]
 
 log = logging.getLogger("agentnb.tools")
-"""Tools that raise are logged here, with their (scrubbed) traceback."""
+"""Tools that raise are logged here (INFO: the model is told and goes on), with their
+(scrubbed) traceback."""
 
 MAX_PROGRESS_EVENTS = 1_000
 """``tool/chunk`` events one tool call records at most; later reports are coalesced."""
@@ -434,7 +435,7 @@ class ToolRunner:
             output = f"Error: {describe(raised)}"
             status, action = "error", "failed"
             trace = format_traceback(raised)
-            log.warning(
+            log.info(
                 "session %s: tool %s (call %s) raised:\n%s",
                 host.key,
                 tool.name,

@@ -555,7 +555,7 @@ class TestTracebacks:
         reason = "acme-live-4f9a8b7c6d rejected; password=hunter2hunter2"
         model = nb.ScriptedModel([nb.ToolCall("explode", {"reason": reason}), "sorry"])
         session = make_runtime(model, [explode]).session("s1")
-        with caplog.at_level("WARNING", logger="agentnb.tools"):
+        with caplog.at_level("INFO", logger="agentnb.tools"):
             assert session.run("go", timeout=WAIT).output == "sorry"
         (result,) = events_of(session, "tool/result")
         trace = result.payload["traceback"]
