@@ -206,7 +206,7 @@ class TestWorkerPool:
             outcome = sessions[i].wait(receipts[i][1], timeout=WAIT)
             assert outcome.status == "suspended"
             (request,) = sessions[i].pending()
-            sessions[i].respond(request, True)
+            receipts[i][1] = sessions[i].respond(request, True)  # observes the continuation
         for i, session in sessions.items():
             for receipt in receipts[i]:
                 assert session.wait(receipt, timeout=WAIT).status == "completed"

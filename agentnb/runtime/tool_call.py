@@ -1,11 +1,13 @@
 """The tool calls of a step: decided, asked about, or dispatched durably and run.
 
 ``ToolRunner`` decides each call of a model reply (refused when the tool is unknown or its
-arguments do not fit, suspended when a person must answer first, else run), commits
-``tool/dispatch`` before the tool runs (the side effect) and records its result. A tool runs
-under ``contained`` so that not even ``SystemExit`` escapes it; what it reports goes through
-``Reports``, bounded per call; ``interaction_kind`` and ``prompt`` say which person-facing
-request a call needs and how it is worded.
+arguments do not fit, suspended when a person must answer first unless a permission rule in
+force allows it, ``agentnb.permissions``, else run), commits ``tool/dispatch`` before the
+tool runs (the side effect) and records its result, with the traceback when the tool
+raised. A tool runs under ``contained`` so that not even ``SystemExit`` escapes it; what it
+reports goes through ``Reports``, bounded per call (``ctx.flush`` commits what it
+recorded); ``interaction_kind`` and ``prompt`` say which person-facing request a call needs
+and how it is worded.
 """
 
 from __future__ import annotations
@@ -303,8 +305,12 @@ class ToolRunner:
         rule_id = rule["rule_id"] if rule is not None else None
         w.add(
             "tool/decision",
-            {"call_id": call.call_id, "decision": "allowed"}
-            | ({"rule_id": rule_id, "reason": f"permission rule {rule_id}"} if rule_id else {}),
+            {
+                "call_id": call.call_id,
+                "decision": "allowed",
+                "rule_id": rule_id,
+                "reason": f"permission rule {rule_id}" if rule_id else None,
+            },
             turn_id=turn_id,
             run_id=run_id,
         )
