@@ -7,6 +7,11 @@ fingerprint goes on; none recorded yet binds this one; another one is refused
 (``AgentChanged``, naming what changed) unless the runtime accepts agent changes, which
 records ``agent/changed`` with both fingerprints. The session facade applies the rule before
 it accepts a command, and the driver again when it starts a run.
+
+Tools may come from ``Toolset``s (an MCP server's tools): their tools are known only once
+the toolset is open, so an agent with toolsets is a template. Each ``Runtime`` opens them
+and works with ``agent.with_opened(tools)``, an agent that holds every tool; its
+fingerprint then covers the toolsets' tools like any other.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from agentnb.errors import AgentChanged, InvalidInput
 from agentnb.events import AgentBinding, AgentRebound, Payload, canonical_json, freeze_json
 from agentnb.ids import check_id, check_seconds
 from agentnb.models.base import Model, check_context_window
-from agentnb.tools import Tool, tool
+from agentnb.tools import Tool, Toolset, tool
 
 __all__ = ["Agent", "agent_changes", "check_agent"]
 
@@ -30,8 +35,10 @@ __all__ = ["Agent", "agent_changes", "check_agent"]
 class Agent:
     """A reusable agent: sessions are keyed by its ``agent_id``.
 
-    ``tools`` may hold ``Tool`` objects (from ``@nb.tool``) or plain functions, which are
-    wrapped with ``nb.tool``. ``max_steps`` bounds the reasoning iterations of one run.
+    ``tools`` may hold ``Tool`` objects (from ``@nb.tool``), plain functions, which are
+    wrapped with ``nb.tool``, and toolsets (``nb.mcp.stdio(...)``, ``nb.mcp.http(...)``),
+    whose tools each runtime lists when it opens them (``toolsets``). ``max_steps`` bounds
+    the reasoning iterations of one run.
     ``max_turn_seconds`` bounds how long a task executes (over all its runs; time waiting for
     a person does not count): past it the run is interrupted with the reason recorded, and
     ``resume`` can continue it. ``submit(..., timeout=)`` sets it for one task.
@@ -54,6 +61,9 @@ class Agent:
     max_turn_tokens: int | None = None
     max_session_tokens: int | None = None
     compaction: Compactor | None = None
+    toolsets: tuple[Toolset, ...] = ()
+    """The toolsets among ``tools``, opened by each runtime (their tools are not in ``tools``
+    until then: see ``with_opened``)."""
     _by_name: dict[str, Tool] = field(init=False, repr=False, compare=False)
     _fingerprint: Mapping[str, Any] = field(init=False, repr=False, compare=False)
 
@@ -62,7 +72,7 @@ class Agent:
         name: str,
         agent_id: str,
         model: Model,
-        tools: Iterable[Tool | Callable[..., Any]] = (),
+        tools: Iterable[Tool | Toolset | Callable[..., Any]] = (),
         instructions: str = "",
         max_steps: int = 25,
         max_turn_seconds: float | None = None,
@@ -84,7 +94,13 @@ class Agent:
             raise InvalidInput(f"max_steps must be a positive int, got {max_steps!r}")
         if max_turn_seconds is not None:
             max_turn_seconds = check_seconds(max_turn_seconds, "max_turn_seconds")
-        wrapped = tuple(t if isinstance(t, Tool) else tool(t) for t in tools)
+        if isinstance(tools, Tool | Toolset) or not isinstance(tools, Iterable):
+            raise InvalidInput("tools must be a list of tools, functions and toolsets")
+        tools = list(tools)
+        toolsets = tuple(t for t in tools if isinstance(t, Toolset))
+        wrapped = tuple(
+            t if isinstance(t, Tool) else tool(t) for t in tools if not isinstance(t, Toolset)
+        )
         by_name: dict[str, Tool] = {}
         for t in wrapped:
             if t.name in by_name:
@@ -94,6 +110,7 @@ class Agent:
         object.__setattr__(self, "agent_id", agent_id)
         object.__setattr__(self, "model", model)
         object.__setattr__(self, "tools", wrapped)
+        object.__setattr__(self, "toolsets", toolsets)
         object.__setattr__(self, "instructions", instructions)
         object.__setattr__(self, "max_steps", max_steps)
         object.__setattr__(self, "max_turn_seconds", max_turn_seconds)
@@ -127,9 +144,47 @@ class Agent:
     def tool_named(self, name: str) -> Tool | None:
         return self._by_name.get(name)
 
+    def with_opened(self, tools: Iterable[Tool]) -> Agent:
+        """This agent with the tools its opened toolsets listed added, and no toolsets left.
+
+        Raises ``InvalidInput`` when a listed tool's name is taken (give the toolset a
+        ``prefix=``, or ``include=``/``exclude=`` its tools).
+        """
+        extra = tuple(tools)
+        taken = {t.name for t in self.tools}
+        for t in extra:
+            if t.name in taken:
+                raise InvalidInput(
+                    f"two tools are named {t.name!r} (a toolset lists one that is already "
+                    "taken); give the toolset a prefix= or exclude= that tool"
+                )
+            taken.add(t.name)
+        return Agent(
+            name=self.name,
+            agent_id=self.agent_id,
+            model=self.model,
+            tools=self.tools + extra,
+            instructions=self.instructions,
+            max_steps=self.max_steps,
+            max_turn_seconds=self.max_turn_seconds,
+            context_window=self.context_window,
+            max_turn_tokens=self.max_turn_tokens,
+            max_session_tokens=self.max_session_tokens,
+            compaction=self.compaction,
+        )
+
     @property
     def fingerprint(self) -> Mapping[str, Any]:
-        """What binds a session to this agent (the ``agent/bound`` payload), frozen JSON."""
+        """What binds a session to this agent (the ``agent/bound`` payload), frozen JSON.
+
+        An agent with toolsets not opened yet has no complete fingerprint: ``InvalidInput``
+        (a ``Runtime`` opens them; use ``runtime.agent``).
+        """
+        if self.toolsets:
+            raise InvalidInput(
+                f"agent {self.agent_id!r} has toolsets that are not open, so its tools are not "
+                "known yet; a Runtime opens them (runtime.agent has every tool)"
+            )
         return self._fingerprint
 
 

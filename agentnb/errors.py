@@ -16,6 +16,7 @@ One tree, so callers can catch as broadly or as narrowly as they need::
     ├── Parked                       wait() on a task queued behind a turn that needs a person
     ├── AgentChanged                 new work for a session bound to an agent that differs
     ├── QueueFull                    too much steering or too many queued commands; nothing written
+    ├── ToolsetUnavailable           a toolset (an MCP server) would not start or list its tools
     ├── HistoryError                 history paging
     │   ├── InvalidLimit
     │   ├── InvalidCursor
@@ -69,6 +70,7 @@ __all__ = [
     "SessionFull",
     "SessionNotFound",
     "StorageError",
+    "ToolsetUnavailable",
     "UncertainToolCalls",
     "UnknownRequiredEvent",
     "describe",
@@ -181,6 +183,19 @@ class QueueFull(AgentnbError):
         super().__init__(message)
         self.queue = queue
         self.limit = limit
+
+
+class ToolsetUnavailable(AgentnbError):
+    """A toolset could not be opened: its server would not start, answer or list its tools.
+
+    ``toolset`` names it (the command or URL); the message says why, with the end of what the
+    server wrote to stderr when there is any. Nothing was written to any session: fix the
+    command (or start the server) and create the runtime again.
+    """
+
+    def __init__(self, message: str, *, toolset: str = "") -> None:
+        super().__init__(message)
+        self.toolset = toolset
 
 
 def describe(exc: BaseException, limit: int = 2000, *, typed: bool = True) -> str:

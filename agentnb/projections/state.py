@@ -114,6 +114,10 @@ class ToolCallState:
     idempotent: bool = False
     dispatched: bool = False
     result: dict[str, Any] | None = None
+    attempts: int = 0
+    """Times it was dispatched."""
+    asking: str | None = None
+    """The request id of the question it stopped at (``ctx.ask``), until it runs again."""
 
 
 def _dc(value: Any) -> dict[str, Any]:
@@ -408,7 +412,10 @@ class SessionState:
         return [
             c
             for c in self.tool_calls.values()
-            if c.dispatched and c.result is None and (turn_id is None or c.turn_id == turn_id)
+            if c.dispatched
+            and c.result is None
+            and c.asking is None  # stopped at a question: the answer runs it again
+            and (turn_id is None or c.turn_id == turn_id)
         ]
 
     def open_calls(self, turn_id: str) -> list[ToolCallState]:
@@ -547,6 +554,8 @@ class SessionState:
         call.dispatched = True
         call.idempotent = bool(p.get("idempotent"))
         call.run_id = event.run_id
+        call.attempts += 1
+        call.asking = None
 
     def _on_tool_result(self, event: Event, p: Any) -> None:
         call = self.tool_calls.get(p["call_id"])
@@ -574,6 +583,9 @@ class SessionState:
     def _on_interaction_requested(self, event: Event, p: Any) -> None:
         request = dict(p, turn_id=event.turn_id)
         self.interactions[p["request_id"]] = request
+        call = self.tool_calls.get(p.get("call_id") or "")
+        if call is not None and call.dispatched and call.result is None:
+            call.asking = p["request_id"]  # a running call asked the person
         if p["request_id"] not in self.resolved:
             self.pending[p["request_id"]] = request
 

@@ -53,6 +53,7 @@ from agentnb.runtime.engine import SessionDriver
 from agentnb.session import Session
 from agentnb.stores import SessionStore, open_store
 from agentnb.stores.base import Lease, SessionRecord, Tombstone, check_tombstone
+from agentnb.tools import OpenToolset, Tool
 
 __all__ = ["PendingWork", "Runtime"]
 
@@ -406,6 +407,10 @@ class Runtime:
     (``kick`` does nothing, ``serve`` refuses); ``wait``, ``follow`` and the widgets wake on
     the workers' commits (through ``LISTEN/NOTIFY`` on PostgreSQL).
 
+    The agent's toolsets (``nb.mcp.stdio(...)``, ...) are opened here, once, on this
+    runtime's loop (``ToolsetUnavailable`` if one cannot start), and closed by ``close``;
+    ``runtime.agent`` is the agent with their tools.
+
     ``limits`` (an ``nb.Limits``) bounds the sessions' queues, what opening one may replay,
     and (optionally) how much one may hold; the defaults are the seeds' bounds.
 
@@ -483,12 +488,48 @@ class Runtime:
             target=self._loop.run_forever, daemon=True, name=f"agentnb-runtime-{agent.agent_id}"
         )
         self._thread.start()
+        self._toolsets: list[OpenToolset] = []
+        if agent.toolsets:
+            try:
+                self.agent = asyncio.run_coroutine_threadsafe(
+                    self._open_toolsets(agent), self._loop
+                ).result()
+            except BaseException:
+                self._loop.call_soon_threadsafe(self._loop.stop)
+                self._thread.join(timeout=5)
+                if self._owns_store:
+                    self.store.close()
+                raise
         from agentnb.export.live import LiveExporter  # optional: the export extra
 
         # Drains export_to in the background, for the sessions this runtime opened.
         self.exporter = LiveExporter.started(self.store, self.export_to, self.session_keys)
         _open_runtimes.add(self)
         _install_exit_hook()
+
+    async def _open_toolsets(self, agent: Agent) -> Agent:
+        """Open the agent's toolsets on this loop: the agent with all their tools.
+
+        What one opened before a later one failed is closed again before the error rises.
+        """
+        tools: list[Tool] = []
+        try:
+            for toolset in agent.toolsets:
+                opened = await toolset.open()
+                self._toolsets.append(opened)
+                tools.extend(opened.tools)
+            return agent.with_opened(tools)
+        except BaseException:
+            await self._close_toolsets()
+            raise
+
+    async def _close_toolsets(self) -> None:
+        opened, self._toolsets = self._toolsets, []
+        for toolset in reversed(opened):
+            try:
+                await toolset.close()
+            except Exception as exc:  # noqa: BLE001 - closing must go on
+                log.warning("runtime close: a toolset did not close cleanly: %s", describe(exc))
 
     # -- sessions ----------------------------------------------------------------------------
 
@@ -1114,6 +1155,7 @@ class Runtime:
                     task.cancel()
                 if pending:
                     await asyncio.wait(pending, timeout=1.0)
+            await self._close_toolsets()  # after the runs: their calls are over
             try:  # the model's connection pool lives on this loop
                 await asyncio.wait_for(self.agent.model.aclose(), timeout)
             except Exception as exc:  # noqa: BLE001 - closing must go on
