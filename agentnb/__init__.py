@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from agentnb import mcp
 from agentnb.agent import Agent
 from agentnb.answers import Answer, ToolOutcome
 from agentnb.compaction import Compactor, SummaryCompactor, TrimCompactor
@@ -35,6 +36,7 @@ from agentnb.errors import (
     SessionFull,
     SessionNotFound,
     StorageError,
+    ToolsetUnavailable,
     UncertainToolCalls,
     UnknownRequiredEvent,
 )
@@ -64,7 +66,7 @@ from agentnb.records import (
 from agentnb.runtime.runtime import Runtime
 from agentnb.session import Session
 from agentnb.stores import MemoryStore, SessionStore, Tombstone, open_store
-from agentnb.tools import Tool, ToolContext, ask_user, tool
+from agentnb.tools import Tool, ToolContext, Toolset, ask_user, tool
 
 __version__ = "0.1.0"
 
@@ -146,12 +148,15 @@ __all__ = [
     "ToolCallRef",
     "ToolContext",
     "ToolOutcome",
+    "Toolset",
+    "ToolsetUnavailable",
     "Transcript",
     "TrimCompactor",
     "UncertainToolCalls",
     "UnknownRequiredEvent",
     "UsageTotals",
     "ask_user",
+    "mcp",
     "open_store",
     "register_event_type",
     "tool",

@@ -444,8 +444,9 @@ class _Server:
         return open(write_fd, "w")
 
     def _exited(self, gen: int) -> None:
-        if gen == self.generation:
+        if gen == self.generation and not self.dead:
             self.dead = True
+            log.info("%s: the server exited; the next call starts it again", self.toolset.label)
 
     async def _server_log(self, params: Any) -> None:
         log.info("%s: [%s] %s", self.toolset.label, params.level, params.data)

@@ -490,22 +490,26 @@ class Runtime:
         self._thread.start()
         self._toolsets: list[OpenToolset] = []
         if agent.toolsets:
-            try:
-                self.agent = asyncio.run_coroutine_threadsafe(
-                    self._open_toolsets(agent), self._loop
-                ).result()
-            except BaseException:
-                self._loop.call_soon_threadsafe(self._loop.stop)
-                self._thread.join(timeout=5)
-                if self._owns_store:
-                    self.store.close()
-                raise
+            self.agent = self._start_toolsets(agent)
         from agentnb.export.live import LiveExporter  # optional: the export extra
 
         # Drains export_to in the background, for the sessions this runtime opened.
         self.exporter = LiveExporter.started(self.store, self.export_to, self.session_keys)
         _open_runtimes.add(self)
         _install_exit_hook()
+
+    def _start_toolsets(self, agent: Agent) -> Agent:
+        """Open the agent's toolsets on the loop; if one fails, undo the runtime's start."""
+        try:
+            return asyncio.run_coroutine_threadsafe(self._open_toolsets(agent), self._loop).result()
+        except BaseException:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout=5)
+            if not self._loop.is_running():
+                self._loop.close()
+            if self._owns_store:
+                self.store.close()
+            raise
 
     async def _open_toolsets(self, agent: Agent) -> Agent:
         """Open the agent's toolsets on this loop: the agent with all their tools.

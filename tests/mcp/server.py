@@ -78,9 +78,14 @@ async def _slow(label: str, seconds: float, ctx: Context) -> str:
     await ctx.report_progress(0, 2, "started")
     (DIR / f"started-{label}").write_text(str(os.getpid()))
     try:
-        await asyncio.sleep(seconds / 2)
-        await ctx.report_progress(1, 2, "half way")
-        await asyncio.sleep(seconds / 2)
+        for half in (1, 2):
+            # A test that wants the call over (after a kill, say) creates fast-<label>.
+            for _ in range(max(1, round(seconds / 0.02 / 2))):
+                if (DIR / f"fast-{label}").exists():
+                    break
+                await asyncio.sleep(0.02)
+            if half == 1:
+                await ctx.report_progress(1, 2, "half way")
     except asyncio.CancelledError:
         (DIR / f"cancelled-{label}").write_text("cancelled")
         raise
@@ -125,6 +130,19 @@ def forecast(city: str) -> Forecast:
 def broken() -> str:
     """Always fails."""
     raise ToolError("the weather service is down")
+
+
+@server.tool(annotations=ToolAnnotations(read_only_hint=False, idempotent_hint=True))
+def retire(name: str) -> str:
+    """Remove a tool from this server (its clients' listings go stale)."""
+    server.remove_tool(name)
+    return f"retired {name}"
+
+
+@server.tool(annotations=ToolAnnotations(read_only_hint=True))
+def ephemeral() -> str:
+    """A tool that a test retires."""
+    return "still here"
 
 
 @server.tool(annotations=ToolAnnotations(read_only_hint=True))
