@@ -28,6 +28,7 @@ re-reads that run next time. Message and tool contents are sent only with
 
 from __future__ import annotations
 
+import concurrent.futures
 import hashlib
 import json
 import re
@@ -43,6 +44,8 @@ from agentnb.ids import SessionKey
 __all__ = ["OTelSink", "otlp_sink", "redact", "tool_span_id", "trace_id"]
 
 _INSTALL = 'pip install "agentnb[otel]"'
+REQUEST_SPANS = 2_000
+"""Most spans in one export request (collectors refuse large requests, often over 4 MB)."""
 _TYPES = (
     "run/start",
     "run/end",
@@ -63,6 +66,23 @@ _SECRET = re.compile(
 )
 
 
+def _resource(resource: Any) -> Any:
+    """``resource`` with its hash computed once: the OTLP encoder groups spans by resource,
+    hashing it per span (a JSON dump each time)."""
+    from opentelemetry.sdk.resources import Resource
+
+    class _Fixed(Resource):
+        def __hash__(self) -> int:
+            return digest
+
+        def __eq__(self, other: object) -> bool:
+            return super().__eq__(other)
+
+    fixed = _Fixed(resource.attributes, resource.schema_url)
+    digest = Resource.__hash__(fixed)
+    return fixed
+
+
 def _require() -> Any:
     try:
         from opentelemetry.sdk import trace
@@ -73,9 +93,9 @@ def _require() -> Any:
 
 def _id(bits: int, *parts: object) -> int:
     """A nonzero id of ``bits`` bits derived from ``parts`` (stable across processes)."""
-    digest = hashlib.sha256("\x1f".join(str(p) for p in parts).encode()).digest()
-    value = int.from_bytes(digest[: bits // 8], "big")
-    return value or 1
+    text = "\x1f".join(p if isinstance(p, str) else str(p) for p in parts)
+    digest = hashlib.blake2b(text.encode(), digest_size=bits // 8).digest()
+    return int.from_bytes(digest, "big") or 1
 
 
 def trace_id(key: SessionKey, turn_id: str) -> int:
@@ -169,9 +189,12 @@ class OTelSink:
         self.service_name = service_name
         self.name = name or sink_name("otel", service_name)
         self._trace = trace
-        self._resource = Resource.create({"service.name": service_name})
+        self._resource = _resource(Resource.create({"service.name": service_name}))
         self._scope = InstrumentationScope("agentnb", _version())
         self._sessions: dict[SessionKey, _Session] = {}
+        self.spans_sent = 0
+        """Spans the exporter took (in this process)."""
+        self._pool: concurrent.futures.ThreadPoolExecutor | None = None
 
     def __repr__(self) -> str:
         return f"OTelSink(name={self.name!r})"
@@ -181,28 +204,52 @@ class OTelSink:
     def accept(self, events: Batch) -> None:
         """Make the spans that ended in ``events`` and hand them to the exporter.
 
-        Raises ``StorageError`` when the exporter did not take them (nothing is
-        acknowledged; the next drain sends them again).
+        Spans go out in requests of at most ``REQUEST_SPANS``, each sent on a helper thread
+        while the next are made; ``accept`` returns once the exporter took every one. Raises
+        ``StorageError`` when it did not (nothing is acknowledged; the next drain sends them
+        again, with the same ids).
         """
+        sent: list[concurrent.futures.Future[Any]] = []
         spans: list[Any] = []
-        for key, group in events.items():
-            session = self._sessions.setdefault(key, _Session())
-            for row in _rows(group, session.seen):
-                self._apply(key, session, spans, row)
-                session.seen = row.seq
-        if not spans:
-            return
-        from opentelemetry.sdk.trace.export import SpanExportResult
-
-        result = self.exporter.export(spans)
-        if result is not SpanExportResult.SUCCESS:
-            # What was folded is kept: the exporter re-delivers from the watermark, and the
-            # spans it rebuilds then are the same (same ids).
+        try:
+            for key, group in events.items():
+                session = self._sessions.setdefault(key, _Session())
+                for row in _rows(group, session.seen):
+                    self._apply(key, session, spans, row)
+                    session.seen = row.seq
+                    if len(spans) >= REQUEST_SPANS:
+                        sent.append(self._send(spans))
+                        spans = []
+            if spans:
+                sent.append(self._send(spans))
+            refused = [r for r in (f.result() for f in sent) if r is not None]
+        except BaseException:
+            self._sessions.clear()
+            raise
+        if refused:
+            # Forget what was folded: the next drain re-delivers from the watermark (held
+            # before every open span), and the spans rebuilt then have the same ids.
             self._sessions.clear()
             raise StorageError(
-                f"the span exporter refused {len(spans)} spans ({result}); nothing was "
-                "acknowledged, and the next drain sends them again"
+                f"the span exporter refused spans ({refused[0]}); nothing was acknowledged, "
+                "and the next drain sends them again"
             )
+
+    def _send(self, spans: list[Any]) -> concurrent.futures.Future[Any]:
+        """Export ``spans`` on the helper thread: a future of None, or what went wrong."""
+        if self._pool is None:
+            self._pool = concurrent.futures.ThreadPoolExecutor(1, "agentnb-otel")
+
+        def export() -> Any:
+            from opentelemetry.sdk.trace.export import SpanExportResult
+
+            result = self.exporter.export(spans)
+            if result is not SpanExportResult.SUCCESS:
+                return result
+            self.spans_sent += len(spans)
+            return None
+
+        return self._pool.submit(export)
 
     def holds_back(self, key: SessionKey) -> int | None:
         """The seq of the first event of a span still open in ``key`` (the watermark must
@@ -223,6 +270,9 @@ class OTelSink:
 
     def shutdown(self) -> None:
         """Flush and shut the span exporter down."""
+        if self._pool is not None:
+            self._pool.shutdown()
+            self._pool = None
         self.exporter.shutdown()
 
     # -- spans -------------------------------------------------------------------------------
@@ -253,13 +303,17 @@ class OTelSink:
                 "gen_ai.operation.name": "invoke_agent",
                 "gen_ai.agent.id": key.agent_id,
                 "gen_ai.conversation.id": key.session_id,
-                "agentnb.namespace": key.namespace,
                 "agentnb.user_id": key.user_id,
                 "agentnb.turn_id": row.turn_id,
                 "agentnb.run_id": row.run_id,
-                "agentnb.run.reason": str(row.payload.get("reason") or ""),
             },
         )
+        # Only what differs from the common case: every attribute costs in each export.
+        run = s.runs[row.run_id]
+        if key.namespace != "default":
+            run.attributes["agentnb.namespace"] = key.namespace
+        if row.payload.get("reason") not in (None, "submit"):
+            run.attributes["agentnb.run.reason"] = str(row.payload["reason"])
 
     def _on_prepared(self, key: SessionKey, s: _Session, spans: list[Any], row: _Row) -> None:
         s.prepared[str(row.payload.get("model_call_id"))] = row.payload
@@ -274,10 +328,10 @@ class OTelSink:
         attributes: dict[str, Any] = {
             "gen_ai.operation.name": "chat",
             "gen_ai.request.model": model,
-            "gen_ai.conversation.id": key.session_id,
             "agentnb.model_call_id": call,
-            "agentnb.attempt": int(row.payload.get("attempt") or 1),
         }
+        if (row.payload.get("attempt") or 1) != 1:
+            attributes["agentnb.attempt"] = int(row.payload["attempt"])
         if self.capture_content:
             attributes["gen_ai.input.messages"] = _messages(prepared.get("messages") or ())
             if prepared.get("instructions"):
@@ -301,7 +355,10 @@ class OTelSink:
             return
         a = chat.attributes
         model = str(p.get("model") or a["gen_ai.request.model"])
-        a["gen_ai.response.model"] = model
+        if not a["gen_ai.request.model"]:
+            a["gen_ai.request.model"] = model
+        elif model != a["gen_ai.request.model"]:
+            a["gen_ai.response.model"] = model
         chat.name = f"chat {model}"
         for src, dst in _USAGE:
             if p.get(src) is not None:
@@ -309,8 +366,9 @@ class OTelSink:
         if p.get("finish_reason"):
             a["gen_ai.response.finish_reasons"] = (str(p["finish_reason"]),)
         status = str(p.get("status"))
-        a["agentnb.status"] = status
         error = None if status == "completed" else str(p.get("error") or status)
+        if error is not None:
+            a["agentnb.status"] = status
         spans.append(self._span(chat, row.at, error=error))
 
     def _on_assistant(self, key: SessionKey, s: _Session, spans: list[Any], row: _Row) -> None:
@@ -332,9 +390,11 @@ class OTelSink:
             "gen_ai.tool.name": name,
             "gen_ai.tool.call.id": call_id,
             "gen_ai.tool.type": "function",
-            "agentnb.attempt": attempt,
-            "agentnb.idempotent": bool(p.get("idempotent")),
         }
+        if attempt != 1:
+            attributes["agentnb.attempt"] = attempt
+        if p.get("idempotent"):
+            attributes["agentnb.idempotent"] = True
         if self.capture_content:
             attributes["gen_ai.tool.call.arguments"] = _json(redact(p.get("arguments") or {}))
         s.tools[call_id] = _Open(
