@@ -140,6 +140,14 @@ def retire(name: str) -> str:
 
 
 @server.tool(annotations=ToolAnnotations(read_only_hint=True))
+def header(name: str, ctx: Context) -> str:
+    """The value of an HTTP request header this call came with ("" over stdio)."""
+    request = ctx.request_context.request
+    headers = getattr(request, "headers", None)
+    return (headers.get(name) if headers is not None else None) or ""
+
+
+@server.tool(annotations=ToolAnnotations(read_only_hint=True))
 def ephemeral() -> str:
     """A tool that a test retires."""
     return "still here"

@@ -51,7 +51,7 @@ def http_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str,
 @pytest.fixture(scope="module")
 def runtime(http_server: tuple[str, Path]) -> Iterator[nb.Runtime]:
     url, _ = http_server
-    toolset = nb.mcp.http(url, headers={"X-Test": "agentnb"})
+    toolset = nb.mcp.http(url, headers={"X-Test": "agentnb", "Authorization": "Bearer s3cret"})
     with nb.Runtime(agent(toolset, agent_id="mcp-http"), store="memory://") as rt:
         yield rt
 
@@ -69,6 +69,13 @@ class TestStreamableHTTP:
         assert session.run(task("lookup", city="Oslo"), timeout=60).output == (
             "result: sunny in Oslo"
         )
+
+    def test_headers_go_with_every_request(self, runtime: nb.Runtime) -> None:
+        """The headers given to mcp.http reach the server with the call, and not the log."""
+        session = runtime.session("http-headers", user_id="u")
+        outcome = session.run(task("header", name="X-Test"), timeout=60)
+        assert outcome.output == "result: agentnb"
+        assert all("s3cret" not in str(e.payload) for e in session.log.scan(0, None))
 
     def test_progress_arrives_over_http(self, runtime: nb.Runtime) -> None:
         """Progress notifications over HTTP become tool/chunk events."""
