@@ -7,9 +7,10 @@ created), lists its tools, and stops it at ``Runtime.close()``. This module tran
 the protocol and agentnb's tools; the runtime never knows MCP is behind them. How each part
 of the protocol maps:
 
-- **Tools**: name (with ``prefix``), description and input schema as listed; they enter the
-  agent's fingerprint, so a server whose tools change is an agent change. ``include`` /
-  ``exclude`` filter by the server's names. Arguments are checked against the input schema
+- **Tools**: name (with ``prefix``; characters a model cannot take become ``_``),
+  description and input schema as listed; they enter the agent's fingerprint, so a server
+  whose tools change is an agent change. ``include`` / ``exclude`` filter by the server's
+  names. Arguments are checked against the input schema
   before the call (a violation goes back to the model, which can correct it).
 - **Safety**: ``readOnlyHint`` or ``idempotentHint`` make a tool ``idempotent`` (re-run after
   a crash instead of asking a person to reconcile it); ``destructiveHint`` makes it
@@ -48,6 +49,7 @@ import contextvars
 import json
 import logging
 import os
+import re
 import shlex
 import threading
 from collections.abc import Iterable, Mapping
@@ -269,8 +271,15 @@ class MCPToolset(Toolset):
         destructive = bool(hints is not None and hints.destructive_hint is True and not read_only)
         name = listed.name
         schema = dict(listed.input_schema or {"type": "object"})
-        validator = _validator(schema)
-        shown = f"{self.prefix}{name}"
+        # Models take tool names of letters, digits, '_' and '-' only; MCP allows more.
+        shown = re.sub(r"[^A-Za-z0-9_-]", "_", f"{self.prefix}{name}")[:64]
+        try:
+            validator = _validator(schema)
+        except InvalidInput as exc:
+            raise ToolsetUnavailable(
+                f"{self.label}: its tool {name!r} cannot be offered ({exc}); exclude= it",
+                toolset=self.name,
+            ) from None
 
         def check(arguments: dict[str, Any]) -> None:
             problems = [

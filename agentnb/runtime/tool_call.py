@@ -373,7 +373,7 @@ class ToolRunner:
         )
         await self.flush_before_side_effect(turn_id)
         w = host.writer
-        reports = Reports(w, turn_id, run_id, call.call_id, host.publish, host.state.resolved.get)
+        reports = Reports(w, turn_id, run_id, call.call_id, host.publish, self.answer_to)
         ctx = ToolContext(
             host.key,
             turn_id,

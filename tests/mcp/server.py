@@ -147,6 +147,14 @@ def header(name: str, ctx: Context) -> str:
     return (headers.get(name) if headers is not None else None) or ""
 
 
+@server.tool(name="notes.count", annotations=ToolAnnotations(read_only_hint=True))
+def notes_count() -> int:
+    """How many notes there are (a name with a dot, which models do not take)."""
+    path = DIR / "effects.log"
+    lines = path.read_text().splitlines() if path.exists() else []
+    return sum(line.startswith("append_note") for line in lines)
+
+
 @server.tool(annotations=ToolAnnotations(read_only_hint=True))
 def ephemeral() -> str:
     """A tool that a test retires."""

@@ -59,6 +59,13 @@ class TestListing:
         assert flags["delete_item"] == (False, True)
         assert flags["append_note"] == (False, False)
 
+    def test_names_a_model_cannot_take_are_made_safe(self, session: nb.Session) -> None:
+        """A server tool named notes.count is offered as notes_count and calls the original."""
+        outcome = run(session, "notes_count")
+        assert outcome.status == "completed"
+        assert outcome.output is not None
+        assert outcome.output.removeprefix("result: ").isdigit()
+
     def test_a_changed_tool_list_is_an_agent_change(
         self, runtime: nb.Runtime, session: nb.Session, workdir: Path, store_url: str
     ) -> None:
