@@ -350,3 +350,27 @@ class TestCommand:
         """--otlp with something that is not an http(s) URL fails with a message."""
         assert main(["export", "--otlp", "localhost:4318", "--store", runtime.store.url]) != 0
         assert "http(s) URL" in capsys.readouterr().err
+
+
+class TestSubAgents:
+    def test_a_linked_session_nests_under_its_parents_tool_call(self) -> None:
+        """A session whose log opens with subagent/linked joins the parent's turn trace,
+        its runs under the parent's execute_tool span."""
+        from agentnb.events import Event
+        from agentnb.export.otel import tool_span_id, trace_id
+
+        parent = nb.SessionKey("default", "u", "boss", "s1")
+        child = nb.SessionKey("default", "u", "helper", "s1-child")
+        who = {"namespace": "default", "user_id": "u", "agent_id": "boss", "session_id": "s1"}
+        link = {"parent": who, "turn_id": "turn_p", "call_id": "call_p"}
+        events = [
+            Event.create("subagent/linked", link),
+            Event.create("run/start", {"reason": "submit"}, turn_id="turn_c", run_id="run_c"),
+            Event.create("run/end", {"status": "completed"}, turn_id="turn_c", run_id="run_c"),
+        ]
+        memory = InMemorySpanExporter()
+        OTelSink(memory).accept({child: [e.with_seq(i + 1) for i, e in enumerate(events)]})
+        (run,) = memory.get_finished_spans()
+        assert run.context.trace_id == trace_id(parent, "turn_p")
+        assert run.parent is not None
+        assert run.parent.span_id == tool_span_id(parent, "call_p", 1)
