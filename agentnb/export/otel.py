@@ -17,7 +17,9 @@ Ids are derived from the log: the trace id from the session and turn, each span 
 event that opened it (a tool call's from its call id and attempt), so exporting the same
 events again sends the same spans, which receivers keep once. Start and end times are the
 events' ``occurred_at``. A sub-agent's session (its log opens with ``subagent/linked``) joins
-its parent's trace, under the parent's ``execute_tool`` span.
+its parent's trace, under the parent's ``execute_tool`` span; the link is read from that first
+event, so a sink that starts past it (a new process resuming a live export mid-session) sends
+the child's later runs as traces of their own.
 
 A span is sent when it ends; until then the sink tells the exporter to hold its watermark
 before the span's first event (``holds_back``), so a process that dies with a run open
