@@ -36,7 +36,7 @@ import json
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from agentnb.errors import InvalidInput, StorageError
 from agentnb.export.base import sink_name
@@ -511,9 +511,8 @@ def otlp_sink(url: str, *, name: str | None = None, **options: Any) -> OTelSink:
     )
 
 
-@dataclass(frozen=True, slots=True)
-class _Row:
-    """One span-making event: what the handlers read."""
+class _Row(NamedTuple):
+    """One span-making event: what the handlers read (a tuple: made once per event)."""
 
     seq: int
     at: int
