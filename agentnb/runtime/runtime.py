@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
-from agentnb.agent import Agent
+from agentnb.agent import Agent, agents_of
 from agentnb.errors import (
     InboxChanged,
     InvalidInput,
@@ -50,6 +50,7 @@ from agentnb.projections.state import (
 )
 from agentnb.records import PruneReport, SessionCounts, SessionInfo, UsageTotals
 from agentnb.runtime.engine import SessionDriver
+from agentnb.runtime.subagents import AgentHost, session_lineage
 from agentnb.session import Session
 from agentnb.stores import SessionStore, open_store
 from agentnb.stores.base import Lease, SessionRecord, Tombstone, check_tombstone
@@ -159,6 +160,7 @@ def session_info(
         None if record.archived_at is None else at(record.archived_at),
         cursor=record.cursor,
         _usage=None if store is None else functools.partial(session_usage, store),
+        _lineage=None if store is None else functools.partial(session_lineage, store),
     )
 
 
@@ -452,6 +454,8 @@ class Runtime:
         if not isinstance(lease_ttl, int | float) or not 0.2 <= lease_ttl <= 3600:
             raise InvalidInput(f"lease_ttl must be seconds in [0.2, 3600], got {lease_ttl!r}")
         self.agent = agent
+        self.agents = agents_of(agent)
+        """Every agent this runtime executes sessions of: its own and its sub-agents'."""
         self._owns_store = not isinstance(store, SessionStore)
         self.store = open_store(store)
         self.lease_ttl = float(lease_ttl)
@@ -518,6 +522,26 @@ class Runtime:
                 f"{self.agent.agent_id!r}; create it with "
                 "runtime.session(...)"
             )
+        return self._session(key)
+
+    def agent_for(self, key: SessionKey) -> Agent:
+        """The agent that executes ``key``: the runtime's, or the sub-agent of that id."""
+        return self.agents.get(key.agent_id, self.agent)
+
+    def session_of(self, key: SessionKey) -> Session:
+        """The session of ``key``, an agent of this runtime's (a sub-agent's child session
+        too); ``InvalidInput`` for another agent's, ``SessionNotFound`` if it does not exist."""
+        self.check_open()
+        if not isinstance(key, SessionKey):
+            raise InvalidInput(f"key must be a SessionKey, got {type(key).__name__}")
+        if key.agent_id not in self.agents:
+            raise InvalidInput(
+                f"session {key} belongs to agent {key.agent_id!r}, which is neither this "
+                f"runtime's agent nor one of its sub-agents ({', '.join(sorted(self.agents))})"
+            )
+        if self.store.get_session(key) is None:
+            check_tombstone(key, self.store.tombstone(key))
+            raise SessionNotFound(f"there is no session {key}")
         return self._session(key)
 
     def all_keys(self, user_id: str | None = None) -> list[SessionKey]:
@@ -704,7 +728,10 @@ class Runtime:
         with self._lock:
             session = self._sessions.get(key)
             if session is None:
-                session = self._sessions[key] = Session(self, key)
+                agent = self.agent_for(key)
+                # A sub-agent's child session reads and works with its own agent.
+                host = self if agent is self.agent else AgentHost(self, agent)
+                session = self._sessions[key] = Session(host, key)
             return session
 
     # -- the loop ----------------------------------------------------------------------------
@@ -716,8 +743,8 @@ class Runtime:
         need not read it back. Does nothing in a runtime made with ``execute=False``:
         workers execute.
         """
-        if self._closed or not self.execute:
-            return
+        if self._closed or not self.execute or key.agent_id not in self.agents:
+            return  # another agent's session: a runtime of that agent executes it
         driver = self._drivers.get(key)
         if driver is not None:
             driver.given_up = None  # asked to try again: waiters wait for the new attempt
@@ -923,7 +950,11 @@ class Runtime:
 
     def _all_sessions(self) -> list[SessionKey]:
         try:
-            return self.all_keys()
+            return [
+                r.key
+                for agent_id in self.agents
+                for r in self.store.list_sessions(namespace=self.namespace, agent_id=agent_id)
+            ]
         except StorageError as exc:  # the store is away: the next pass tries again
             log.warning("worker: could not list sessions: %s", describe(exc))
             return []
@@ -944,17 +975,21 @@ class Runtime:
                 if key not in working:
                     taken.append((key, None))
             return taken
+        leases: list[Lease] = []
         try:
-            leases = claims.claim_pending(
-                self.owner,
-                ttl=self.lease_ttl,
-                limit=free,
-                agent_id=self.agent.agent_id,
-                namespace=self.namespace,
-            )
+            # The sessions of every agent it executes: its own and its sub-agents' children.
+            for agent_id in self.agents:
+                if len(leases) >= free:
+                    break
+                leases += claims.claim_pending(
+                    self.owner,
+                    ttl=self.lease_ttl,
+                    limit=free - len(leases),
+                    agent_id=agent_id,
+                    namespace=self.namespace,
+                )
         except StorageError as exc:  # the store is away: the next pass tries again
             log.warning("worker: could not look for work: %s", describe(exc))
-            return []
         return [(lease.key, lease) for lease in leases]
 
     def _wake_drivers(self, keys: set[SessionKey] | None = None) -> None:
