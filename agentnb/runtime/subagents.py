@@ -68,6 +68,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentnb.agent import Agent, SubagentTool
+from agentnb.children import wake
 from agentnb.errors import (
     AgentnbError,
     AppendConflict,
@@ -98,8 +99,6 @@ from agentnb.projections.subagents import (
     shared_context,
     submit_key,
     wake_applies,
-    wake_data,
-    wake_key,
 )
 from agentnb.runtime.recipes import Recipes
 from agentnb.runtime.scope import RunHost, StopRun
@@ -113,7 +112,6 @@ __all__ = [
     "lease_alive",
     "linked_turn",
     "session_lineage",
-    "wake_parent",
 ]
 
 log = logging.getLogger("agentnb.runtime")
@@ -617,25 +615,11 @@ class SubagentCalls:
     def _wake_parent(self, link: Mapping[str, Any], command_id: str) -> None:
         parent = key_of(link["parent"])
         try:
-            wake_parent(self.host.store, parent, link, command_id)
+            wake(self.host.store, parent, link["turn_id"], link["call_id"], command_id)
         except AgentnbError as exc:  # archived or deleted parent: it is resumed by hand
             log.warning("session %s: could not wake its parent %s: %s", self.host.key, parent, exc)
             return
         self.host.kick(parent)
-
-
-def wake_parent(
-    store: SessionStore, parent: SessionKey, link: Mapping[str, Any], command_id: str
-) -> Event:
-    """Put the wake-up for the child command ``command_id`` in ``parent``'s inbox (the same
-    record however often it is asked for): the accepted ``resume``."""
-    event, _ = Inbox(store, parent).accept(
-        "resume",
-        key=wake_key(command_id),
-        turn_id=link["turn_id"],
-        data=wake_data(link["call_id"], command_id),
-    )
-    return event
 
 
 def session_lineage(
