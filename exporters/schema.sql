@@ -351,3 +351,119 @@ SELECT
   json_extract_string(payload, '$.error') AS error
 FROM raw_events
 WHERE type = 'compaction/end';
+
+-- sessions: one row per session, with its place in a tree of sub-agents (from the log alone:
+-- a child session's first event, subagent/linked, names its parent and root).
+--   session_key / parent_key / root_key: 'namespace/user_id/agent_id/session_id'
+--   depth: 0 for a root session, 1 for its children, ...
+--   parent_turn_id / parent_call_id: the parent's turn and the sub-agent call that made it
+CREATE OR REPLACE VIEW sessions AS
+WITH agg AS (
+  SELECT namespace, user_id, agent_id, session_id,
+    min(occurred_at) AS first_event_at, max(occurred_at) AS last_event_at,
+    count(*) AS events,
+    count(*) FILTER (WHERE type = 'turn/start') AS turns,
+    CAST(coalesce(sum(input_tokens) FILTER (WHERE type = 'model/end'), 0) AS BIGINT) AS input_tokens,
+    CAST(coalesce(sum(output_tokens) FILTER (WHERE type = 'model/end'), 0) AS BIGINT) AS output_tokens
+  FROM events
+  GROUP BY namespace, user_id, agent_id, session_id
+), link AS (
+  SELECT namespace, user_id, agent_id, session_id,
+    json_extract_string(payload, '$.parent.namespace') || '/'
+      || json_extract_string(payload, '$.parent.user_id') || '/'
+      || json_extract_string(payload, '$.parent.agent_id') || '/'
+      || json_extract_string(payload, '$.parent.session_id') AS parent_key,
+    json_extract_string(payload, '$.root.namespace') || '/'
+      || json_extract_string(payload, '$.root.user_id') || '/'
+      || json_extract_string(payload, '$.root.agent_id') || '/'
+      || json_extract_string(payload, '$.root.session_id') AS root_key,
+    TRY_CAST(json_extract(payload, '$.depth') AS BIGINT) AS depth,
+    json_extract_string(payload, '$.turn_id') AS parent_turn_id,
+    json_extract_string(payload, '$.call_id') AS parent_call_id
+  FROM events
+  WHERE type = 'subagent/linked'
+)
+SELECT
+  a.namespace, a.user_id, a.agent_id, a.session_id,
+  a.namespace || '/' || a.user_id || '/' || a.agent_id || '/' || a.session_id AS session_key,
+  l.parent_key,
+  coalesce(l.root_key,
+           a.namespace || '/' || a.user_id || '/' || a.agent_id || '/' || a.session_id) AS root_key,
+  coalesce(l.depth, 0) AS depth,
+  l.parent_turn_id, l.parent_call_id,
+  a.first_event_at, a.last_event_at, a.events, a.turns, a.input_tokens, a.output_tokens
+FROM agg AS a
+LEFT JOIN link AS l USING (namespace, user_id, agent_id, session_id);
+
+-- subagent_calls: one row per sub-agent call (in the calling session's log), with its child.
+--   status: running until the call has its result, then completed | failed | cancelled
+--   input_tokens / output_tokens: what the child's task consumed (its own sub-agents' too)
+CREATE OR REPLACE VIEW subagent_calls AS
+WITH spawned AS (
+  SELECT * FROM events WHERE type = 'subagent/spawned'
+  QUALIFY row_number() OVER (PARTITION BY session_id, call_id ORDER BY seq) = 1
+), done AS (
+  SELECT namespace, user_id, agent_id, session_id, call_id,
+    arg_max(occurred_at, seq) AS completed_at, arg_max(status, seq) AS status,
+    arg_max(output, seq) AS output, arg_max(error, seq) AS error,
+    arg_max(payload, seq) AS payload
+  FROM events WHERE type = 'subagent/completed'
+  GROUP BY namespace, user_id, agent_id, session_id, call_id
+)
+SELECT
+  s.namespace, s.user_id, s.agent_id, s.session_id,
+  s.namespace || '/' || s.user_id || '/' || s.agent_id || '/' || s.session_id AS session_key,
+  s.turn_id, s.run_id, s.call_id,
+  json_extract_string(s.payload, '$.name') AS tool_name,
+  json_extract_string(s.payload, '$.agent_id') AS child_agent_id,
+  json_extract_string(s.payload, '$.child.session_id') AS child_session_id,
+  json_extract_string(s.payload, '$.child.namespace') || '/'
+    || json_extract_string(s.payload, '$.child.user_id') || '/'
+    || json_extract_string(s.payload, '$.child.agent_id') || '/'
+    || json_extract_string(s.payload, '$.child.session_id') AS child_key,
+  json_extract_string(s.payload, '$.task') AS task,
+  json_extract_string(s.payload, '$.on_parent_stop') AS on_parent_stop,
+  s.occurred_at AS spawned_at, d.completed_at,
+  coalesce(d.status, 'running') AS status, d.output, d.error,
+  epoch_ms(d.completed_at) - epoch_ms(s.occurred_at) AS duration_ms,
+  CAST(coalesce(TRY_CAST(json_extract(d.payload, '$.usage.input_tokens') AS BIGINT), 0) AS BIGINT)
+    AS input_tokens,
+  CAST(coalesce(TRY_CAST(json_extract(d.payload, '$.usage.output_tokens') AS BIGINT), 0) AS BIGINT)
+    AS output_tokens,
+  CAST(coalesce(TRY_CAST(json_extract(d.payload, '$.usage.model_calls') AS BIGINT), 0) AS BIGINT)
+    AS model_calls
+FROM spawned AS s
+LEFT JOIN done AS d USING (namespace, user_id, agent_id, session_id, call_id);
+
+-- turn_totals: turns with their sub-agents rolled up (turns counts the turn's own model calls;
+-- here total_* add what its sub-agent calls consumed, their whole tree included).
+CREATE OR REPLACE VIEW turn_totals AS
+WITH sub AS (
+  SELECT namespace, user_id, agent_id, session_id, turn_id,
+    count(*) AS subagent_calls,
+    CAST(sum(input_tokens) AS BIGINT) AS subagent_input_tokens,
+    CAST(sum(output_tokens) AS BIGINT) AS subagent_output_tokens
+  FROM subagent_calls
+  GROUP BY namespace, user_id, agent_id, session_id, turn_id
+)
+SELECT
+  t.*,
+  coalesce(s.subagent_calls, 0) AS subagent_calls,
+  coalesce(s.subagent_input_tokens, 0) AS subagent_input_tokens,
+  coalesce(s.subagent_output_tokens, 0) AS subagent_output_tokens,
+  t.input_tokens + coalesce(s.subagent_input_tokens, 0) AS total_input_tokens,
+  t.output_tokens + coalesce(s.subagent_output_tokens, 0) AS total_output_tokens
+FROM turns AS t
+LEFT JOIN sub AS s USING (namespace, user_id, agent_id, session_id, turn_id);
+
+-- plan_changes: each step of a plan (the built-in todo tool) that was added, changed status
+-- or wording, or was removed, in order. status: pending | in_progress | completed | removed.
+CREATE OR REPLACE VIEW plan_changes AS
+SELECT
+  namespace, user_id, agent_id, session_id, turn_id, run_id, seq, occurred_at, call_id,
+  json_extract_string(payload, '$.id') AS step_id,
+  json_extract_string(payload, '$.content') AS content,
+  status,
+  json_extract_string(payload, '$.previous') AS previous
+FROM events
+WHERE type = 'task/changed';
