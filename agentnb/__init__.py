@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentnb.agent import Agent
+from agentnb.agent import Agent, SubagentTool, subagent
 from agentnb.answers import Answer, ToolOutcome
 from agentnb.compaction import Compactor, SummaryCompactor, TrimCompactor
 from agentnb.errors import (
@@ -35,10 +35,11 @@ from agentnb.errors import (
     SessionFull,
     SessionNotFound,
     StorageError,
+    SubagentLimitExceeded,
     UncertainToolCalls,
     UnknownRequiredEvent,
 )
-from agentnb.events import Event, Message, register_event_type
+from agentnb.events import Event, Message, PlanItem, register_event_type
 from agentnb.history import HistoryPage
 from agentnb.ids import SessionKey
 from agentnb.limits import Limits
@@ -47,6 +48,7 @@ from agentnb.models.base import Model, ModelError
 from agentnb.models.scripted import Reply, ScriptedModel, ToolCall
 from agentnb.projections.chat import ChatItem, ChatSnapshot
 from agentnb.records import (
+    Child,
     Holder,
     InputReceipt,
     Inspection,
@@ -64,7 +66,7 @@ from agentnb.records import (
 from agentnb.runtime.runtime import Runtime
 from agentnb.session import Session
 from agentnb.stores import MemoryStore, SessionStore, Tombstone, open_store
-from agentnb.tools import Tool, ToolContext, ask_user, tool
+from agentnb.tools import Tool, ToolContext, ask_user, todo, tool
 
 __version__ = "0.1.0"
 
@@ -90,6 +92,7 @@ __all__ = [
     "CannotResume",
     "ChatItem",
     "ChatSnapshot",
+    "Child",
     "Compactor",
     "Corrupt",
     "CrossSessionCursor",
@@ -119,6 +122,7 @@ __all__ = [
     "NotRunning",
     "Outcome",
     "Parked",
+    "PlanItem",
     "PruneReport",
     "QueueFull",
     "Receipt",
@@ -138,6 +142,8 @@ __all__ = [
     "SessionNotFound",
     "SessionStore",
     "StorageError",
+    "SubagentLimitExceeded",
+    "SubagentTool",
     "SummaryCompactor",
     "Task",
     "Tombstone",
@@ -154,5 +160,7 @@ __all__ = [
     "ask_user",
     "open_store",
     "register_event_type",
+    "subagent",
+    "todo",
     "tool",
 ]
