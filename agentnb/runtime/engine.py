@@ -87,8 +87,9 @@ class DriverHost(Protocol):
     def agent_for(self, key: SessionKey) -> Agent:
         """The agent that executes ``key`` (the runtime's, or one of its sub-agents)."""
 
-    def kick(self, key: SessionKey) -> None:
-        """Make sure ``key``'s accepted work gets dispatched (non-blocking)."""
+    def hand_off(self, key: SessionKey) -> None:
+        """Make sure another session's accepted work gets dispatched, here or by a worker
+        of the pool (non-blocking)."""
 
     def committed(self, key: SessionKey, events: list[Event]) -> None:
         """Called after each commit of ``key`` with the events committed."""
@@ -546,7 +547,12 @@ class SessionDriver:
         return self.runtime.limits
 
     def kick(self, key: SessionKey) -> None:
-        self.runtime.kick(key)
+        self.runtime.hand_off(key)
+
+    @property
+    def waits_for_children(self) -> bool:
+        """Whether the run waits for its sub-agents' children now (it holds no worker slot)."""
+        return self.runs.tools.subagents.waiting
 
     def publish(self, kind: str, turn_id: str, run_id: str, **data: Any) -> None:
         try:

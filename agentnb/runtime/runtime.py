@@ -473,6 +473,8 @@ class Runtime:
         self._kicked: dict[SessionKey, int] = {}
         """Kicks of a session its loop has not handled yet."""
         self._sessions: dict[SessionKey, Session] = {}
+        self._pooled = 0
+        """How many ``serve`` calls claim work from a pool now (their children are too)."""
         self._chat_folds: dict[SessionKey, ChatFolds] = {}
         self._chat_lock = threading.Lock()
         self._lock = threading.Lock()
@@ -909,6 +911,7 @@ class Runtime:
         working: dict[SessionKey, concurrent.futures.Future[None]] = {}
         claims = store if isinstance(store, PendingWork) else None
         unwatch = claims.watch_pending(wake.accepted) if claims is not None else None
+        self._pooled += claims is not None
         next_pass = 0.0
         owed = False  # a claim or scan pass fell due while every slot was busy
         scan: list[SessionKey] = []  # without an index: the sessions this round still looks at
@@ -921,7 +924,9 @@ class Runtime:
                 wake_keys: set[SessionKey] | None = keys
                 for key in [k for k, f in working.items() if f.done()]:
                     del working[key]
-                free = concurrency - len(working)
+                # A session whose run waits for its sub-agents' children holds no slot: the
+                # children it waits for take slots of this pool.
+                free = concurrency - sum(1 for k in working if not self._waits_for_children(k))
                 if time.monotonic() >= next_pass:
                     next_pass = time.monotonic() + poll
                     owed = True
@@ -943,6 +948,7 @@ class Runtime:
                     self._loop.call_soon_threadsafe(self._wake_drivers, wake_keys)
                 wake.wait(min(poll, 0.1))  # short: ``stop`` has no way to wake this
         finally:
+            self._pooled -= claims is not None
             if unwatch is not None:
                 unwatch()
             halt.set()
@@ -991,6 +997,19 @@ class Runtime:
         except StorageError as exc:  # the store is away: the next pass tries again
             log.warning("worker: could not look for work: %s", describe(exc))
         return [(lease.key, lease) for lease in leases]
+
+    def _waits_for_children(self, key: SessionKey) -> bool:
+        driver = self._drivers.get(key)
+        return driver is not None and driver.waits_for_children
+
+    def hand_off(self, key: SessionKey) -> None:
+        """Make sure another session's accepted work is dispatched (a sub-agent's child, a
+        parent its child woke): here, or, while this runtime serves a pool of workers
+        (``serve`` on a store with a pending-work index), by whichever worker claims it."""
+        if self._pooled:
+            self._loop.call_soon_threadsafe(self._wake_drivers, {key})
+            return
+        self.kick(key)
 
     def _wake_drivers(self, keys: set[SessionKey] | None = None) -> None:
         """Wake the live drivers of ``keys`` (None: every one) to look at their inboxes."""

@@ -198,6 +198,8 @@ class SubagentCalls:
         self.flush_before_side_effect = flush
         self.outstanding: list[_Call] = []
         """Calls dispatched since the last ``settle`` (their children not started yet)."""
+        self.waiting = False
+        """Whether the run waits for children now (a worker's slot is free meanwhile)."""
         self._folds: dict[SessionKey, Folds] = {}
 
     # -- deciding ----------------------------------------------------------------------------
@@ -327,8 +329,15 @@ class SubagentCalls:
         self.outstanding = []
         if not calls:
             return False
-        host = self.host
         await self.flush_before_side_effect(turn_id)  # durable before any child is touched
+        self.waiting = True
+        try:
+            return await self._settle(turn_id, run_id, calls)
+        finally:
+            self.waiting = False
+
+    async def _settle(self, turn_id: str, run_id: str, calls: list[_Call]) -> bool:
+        host = self.host
         context_of: dict[str, str | None] = {}
         for c in calls:
             if c.tool.share_context != "none" and c.call.call_id not in context_of:
