@@ -57,6 +57,7 @@ def children_of(store: SessionStore, calls: Iterable[Mapping[str, Any]]) -> list
     out: list[Child] = []
     for call in calls:
         key = key_of(call["child"])
+        before = _executing(store, key)  # and after: see ``SubagentCalls._look``
         try:
             state, inbox = Folds(store, key).refresh()
         except AgentnbError:  # deleted, or unreadable: the parent's record is what is left
@@ -67,7 +68,7 @@ def children_of(store: SessionStore, calls: Iterable[Mapping[str, Any]]) -> list
             output, error, usage = call.get("output"), call.get("error"), None
         else:
             progress = child_progress(
-                state, inbox, call["call_id"], executing=_executing(store, key)
+                state, inbox, call["call_id"], executing=before or _executing(store, key)
             )
             status, turn = progress.status, progress.turn_id
             output, error = progress.output, progress.error

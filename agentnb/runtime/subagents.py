@@ -145,13 +145,15 @@ def cancel_child(
     refused, a running one is interrupted and then cancelled, a parked one cancelled. ``key``
     makes it idempotent; an ended task is left as it is.
     """
+    before = lease_alive(store, child)  # and after: see ``SubagentCalls._look``
     state, inbox = Folds(store, child).refresh()
     submit = next((c for c in inbox.commands.values() if c.key == submit_key(call_id)), None)
     if submit is None or submit.turn_id is None:
         return
     turn_id = submit.turn_id
+    executing = before or lease_alive(store, child)
     try:
-        how = check_cancel(state, inbox, turn_id, executing=lease_alive(store, child))
+        how = check_cancel(state, inbox, turn_id, executing=executing)
     except InvalidInput:
         return  # it completed: nothing to cancel
     box = Inbox(store, child)
@@ -417,14 +419,16 @@ class SubagentCalls:
         folds = self._folds.get(c.child)
         if folds is None:
             folds = self._folds[c.child] = Folds(store, c.child)
+        # Whether anyone executes the child is read before and after its folds: a run seen
+        # open with no holder on both sides was cut off (one that ended in between was not).
+        before = lease_alive(store, c.child)
         try:
             state, inbox = folds.refresh()
         except SessionNotFound as exc:
             return ChildProgress("settled", "failed", error=f"its session is gone: {describe(exc)}")
         c.head = state.seq
-        progress = child_progress(
-            state, inbox, c.call.call_id, executing=lease_alive(store, c.child)
-        )
+        executing = before or lease_alive(store, c.child)
+        progress = child_progress(state, inbox, c.call.call_id, executing=executing)
         if progress.state == "absent":  # accepted just before: looked too early
             return ChildProgress("moving", "queued")
         return progress
