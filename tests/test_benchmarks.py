@@ -123,3 +123,12 @@ def test_recovery_small_run_prints_one_json_line_per_metric() -> None:
     (record,) = _records("bench_recovery.py", "--turns", "60", "--short", "10", "--repeats", "1")
     assert record["bench"] == "recovery"
     assert record["events"] > record["baseline_events"]
+
+
+def test_subagents_quick_run_prints_one_json_line_per_metric() -> None:
+    """`bench_subagents.py --quick` prints the call overhead and the fan-out, with baselines."""
+    records = _records("bench_subagents.py", "--quick", "--work", "0.01", "--fan-work", "0.05")
+    assert {r["metric"] for r in records} == {
+        "subagent_call_vs_plain_tool",
+        "fan_out_4_vs_sequential",
+    }
