@@ -715,6 +715,28 @@ class TestChat:
         loaded = ChatState.load(again.dump())
         assert [i.to_dict() for i in loaded.items] == [i.to_dict() for i in again.items]
 
+    def test_presentation_hints_reach_the_chat_items(
+        self, runtimes: Callable[..., nb.Runtime]
+    ) -> None:
+        """A tool's presentation/hint marks its card; a sub-agent waiting for a person, expand."""
+
+        @nb.tool
+        def quiet(x: str, ctx: nb.ToolContext) -> str:
+            """A tool whose card starts closed."""
+            ctx.record("presentation/hint", {"hint": "collapse", "target": ctx.call_id})
+            return "shh"
+
+        boss, _ = buyer_tree()
+        boss = coordinator(
+            [[nb.ToolCall("quiet", {"x": "a"}), nb.ToolCall("buyer", {"task": "buy"})], "ok"],
+            quiet,
+            *(t for t in boss.tools if t.name == "buyer"),
+        )
+        session = runtimes(boss).session("s")
+        session.run("go", timeout=WAIT)
+        hints = {i.kind: i.hint for i in session.snapshot().items if i.kind != "message"}
+        assert hints == {"tool": "collapse", "subagent": "expand"}
+
     def test_the_view_shows_a_subagent_card_that_opens_the_childs_chat(
         self, runtimes: Callable[..., nb.Runtime]
     ) -> None:

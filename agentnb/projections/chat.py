@@ -115,6 +115,8 @@ class ChatItem:
     plan: tuple[Mapping[str, Any], ...] = ()
     """For a ``todo`` call: the plan it recorded, step by step (``id``, ``content``,
     ``status``)."""
+    hint: str | None = None
+    """The newest ``presentation/hint`` about this item (``expand``, ``collapse``, ...)."""
 
     def to_dict(self) -> dict[str, Any]:
         """A plain JSON object (the shape ``to_json`` writes)."""
@@ -139,6 +141,7 @@ class ChatItem:
             "error": self.error,
             "subagent": self.subagent,
             "plan": list(self.plan),
+            "hint": self.hint,
         }
 
 
@@ -205,6 +208,7 @@ class _Item:
         "arguments",
         "arguments_text",
         "error",
+        "hint",
         "id",
         "index",
         "kind",
@@ -248,6 +252,7 @@ class _Item:
         self.error: str | None = None
         self.subagent: Mapping[str, Any] | None = None
         self.plan: list[Any] = []
+        self.hint: str | None = None
         self.index: int | None = None
         """For a card built from streamed fragments: the fragment index in its reply."""
         for name, value in fields.items():
@@ -277,6 +282,7 @@ class _Item:
                 error=self.error,
                 subagent=self.subagent,
                 plan=tuple(self.plan),
+                hint=self.hint,
             )
         return self._frozen
 
@@ -727,6 +733,12 @@ class ChatState:
         )
         self._set(key, card, kind="subagent", subagent=freeze_json(info))
 
+    def _on_presentation_hint(self, event: Event, p: Any) -> None:
+        target = p.get("target")
+        key = self._key_of_call(target) if target else None
+        if key is not None:
+            self._set(key, self._items[key], hint=p["hint"])
+
     def _on_plan_changed(self, event: Event, p: Any) -> None:
         call_id = p.get("call_id")
         key = self._key_of_call(call_id) if call_id else None
@@ -821,6 +833,7 @@ _HANDLERS = {
     "subagent/spawned": ChatState._on_subagent_spawned,
     "subagent/completed": ChatState._on_subagent_completed,
     "plan/changed": ChatState._on_plan_changed,
+    "presentation/hint": ChatState._on_presentation_hint,
     "interaction/requested": ChatState._on_interaction_requested,
     "interaction/resolved": ChatState._on_interaction_resolved,
     "run/end": ChatState._on_run_end,

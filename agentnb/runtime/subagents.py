@@ -389,6 +389,13 @@ class SubagentCalls:
                             turn_id=turn_id,
                             run_id=run_id,
                         )
+                        # Views open the card of a sub-agent that waits for a person.
+                        host.writer.add(
+                            "presentation/hint",
+                            {"hint": "expand", "target": c.call.call_id},
+                            turn_id=turn_id,
+                            run_id=run_id,
+                        )
                     else:
                         still.append(c)
                 open_calls = still
