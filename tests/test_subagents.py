@@ -605,6 +605,49 @@ class TestStopping:
         assert holding.runs == 1
 
 
+class TestAgentChange:
+    def tree(self, instructions: str, holding: Holding) -> nb.Agent:
+        worker = worker_agent("worker", holding.tool, instructions=instructions)
+        return coordinator([nb.ToolCall("worker", {"task": "work"}), "all done"], worker.as_tool())
+
+    def test_a_changed_child_agent_is_refused_in_its_bound_child_then_accepted(self) -> None:
+        """A child bound to v1, attached again with v2: refused naming the change; accepted
+        with accept_agent_change, which records agent/changed."""
+        store = nb.MemoryStore()
+        first = Holding()
+        with nb.Runtime(self.tree("Version one.", first), store=store) as runtime:
+            session = runtime.session("s")
+            receipt = session.submit("go")
+            assert first.started.wait(WAIT)
+            session.interrupt()
+            assert receipt.wait(WAIT).status == "interrupted"
+            _until(lambda: session.children()[0].status == "interrupted", "the child to stop")
+            first.release.set()
+        second = Holding()
+        second.release.set()
+        with nb.Runtime(self.tree("Version two.", second), store=store) as runtime:
+            session = runtime.session("s")
+            assert session.resume(receipt.turn_id).wait(WAIT).status == "suspended"
+            (child,) = session.children()
+            assert child.status == "interrupted"
+            refused = [
+                e.payload["reason"]
+                for e in session.child(child.call_id).inbox.scan()
+                if e.type == "inbox/rejected"
+            ]
+            assert len(refused) == 1
+            assert "instructions changed" in refused[0]
+        with nb.Runtime(
+            self.tree("Version two.", second), store=store, accept_agent_change=True
+        ) as runtime:
+            session = runtime.session("s")
+            out = session.resume(receipt.turn_id).wait(WAIT)
+            assert (out.status, out.output) == ("completed", "all done")
+            worker = session.child(session.children()[0].call_id)
+            assert [e.type for e in worker.log.scan()].count("agent/changed") == 1
+            assert len(worker.tasks()) == 1
+
+
 # -- usage ---------------------------------------------------------------------------------------
 
 
