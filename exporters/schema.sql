@@ -233,8 +233,10 @@ FROM req AS q LEFT JOIN res AS s USING (request_id);
 --   outcome: the recorded tool/result status: success | error | cancelled | denied | unknown
 --   status:  outcome, or reconciled (a person recorded the outcome of an uncertain call),
 --            unknown (dispatched, then its run ended without a result: a crash),
---            running (dispatched, run still open), waiting (awaiting approval), requested.
---   uncertain: the call's outcome was not observed when it ran (unknown at some point).
+--            running (dispatched, run still open), waiting (awaiting approval, or a
+--            sub-agent call whose run ended before its child did), requested.
+--   uncertain: the call's outcome was not observed when it ran (unknown at some point);
+--              never for a sub-agent call (its child session says what happened).
 --   decision: allowed | denied, once a person answered the call's confirmation (the runtime
 --             records the answer as interaction/resolved, not as a second tool/decision);
 --             otherwise the runtime's tool/decision: allowed | suspended | denied.
@@ -242,6 +244,9 @@ FROM req AS q LEFT JOIN res AS s USING (request_id);
 CREATE OR REPLACE VIEW tool_calls AS
 WITH ended AS (
   SELECT DISTINCT run_id FROM events WHERE type = 'run/end'
+), delegated AS (
+  SELECT DISTINCT namespace, user_id, agent_id, session_id, call_id
+  FROM events WHERE type = 'subagent/spawned'
 ), call_turn AS (
   -- a reconciled result may carry no turn_id: take the turn that requested the call
   SELECT namespace, user_id, agent_id, session_id, call_id, arg_max(turn_id, seq) AS req_turn
@@ -291,6 +296,8 @@ SELECT
   CASE
     WHEN a.reconciled THEN 'reconciled'
     WHEN a.outcome IS NOT NULL THEN a.outcome
+    WHEN a.dispatched_at IS NOT NULL AND e.run_id IS NOT NULL AND d.call_id IS NOT NULL
+      THEN 'waiting'
     WHEN a.dispatched_at IS NOT NULL AND e.run_id IS NOT NULL THEN 'unknown'
     WHEN a.dispatched_at IS NOT NULL THEN 'running'
     WHEN a.decision = 'suspended' THEN 'waiting'
@@ -298,10 +305,14 @@ SELECT
   END AS status,
   a.outcome, a.output, a.duration_ms, a.synthetic, a.reconciled,
   (a.reconciled OR a.was_unknown
-    OR (a.dispatched_at IS NOT NULL AND a.outcome IS NULL AND e.run_id IS NOT NULL)) AS uncertain,
+    OR (a.dispatched_at IS NOT NULL AND a.outcome IS NULL AND e.run_id IS NOT NULL
+        AND d.call_id IS NULL)) AS uncertain,
   i.request_id, i.approved, i.wait_ms AS approval_wait_ms
 FROM agg AS a
 LEFT JOIN ended AS e ON e.run_id = a.dispatch_run_id
+LEFT JOIN delegated AS d
+  ON d.namespace = a.namespace AND d.user_id = a.user_id AND d.agent_id = a.agent_id
+     AND d.session_id = a.session_id AND d.call_id = a.call_id
 LEFT JOIN interactions AS i ON i.turn_id = a.turn_id AND i.call_id = a.call_id;
 
 -- inputs: one row per input bound for the model: the task (submit), steering, injected

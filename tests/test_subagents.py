@@ -556,6 +556,29 @@ class TestStopping:
         assert (child.status, child.output) == ("completed", "finished")
         assert len(session.child(child.call_id).tasks()) == 1  # the same child turn went on
 
+    def test_an_interrupted_subagent_call_is_never_uncertain(
+        self, runtimes: Callable[..., nb.Runtime]
+    ) -> None:
+        """Cut off while its child runs, the call is not uncertain: not in inspect(), not in
+        reconcile's set, and the export calls it waiting."""
+        pytest.importorskip("duckdb")
+        from agentnb import analysis
+
+        boss, holding = self.tree("interrupt")
+        runtime = runtimes(boss)
+        session = runtime.session("s")
+        receipt = session.submit("go")
+        assert holding.started.wait(WAIT)
+        session.interrupt()
+        assert receipt.wait(WAIT).status == "interrupted"
+        holding.release.set()
+        assert session.inspect().uncertain_tool_calls == ()
+        with pytest.raises(nb.InvalidInput, match="exactly the uncertain calls"):
+            session.reconcile({session.children()[0].call_id: nb.ToolOutcome.unknown()}, "x")
+        calls = analysis.tool_calls(session, session_id="s")
+        row = calls[calls["tool_name"] == "worker"].iloc[0]
+        assert (row["status"], bool(row["uncertain"])) == ("waiting", False)
+
     def test_cancelling_the_parent_cancels_the_child(
         self, runtimes: Callable[..., nb.Runtime]
     ) -> None:
