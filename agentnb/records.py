@@ -284,6 +284,9 @@ class Child:
     child_turn_id: str | None = None
     """The child session's turn that does the task (None until it was accepted)."""
 
+    def _repr_html_(self) -> str:
+        return html.child_html(self)
+
 
 @dataclass(frozen=True, slots=True)
 class Transcript:

@@ -803,6 +803,24 @@ class TestChat:
         hints = {i.kind: i.hint for i in session.snapshot().items if i.kind != "message"}
         assert hints == {"tool": "collapse", "subagent": "expand"}
 
+    def test_records_show_their_subagents_as_tables(
+        self, runtimes: Callable[..., nb.Runtime]
+    ) -> None:
+        """children(), a Child, pending() and inspect() render the sub-agents (escaped)."""
+        from agentnb.html import show
+
+        boss, _ = buyer_tree()
+        session = runtimes(boss).session("s")
+        session.run("buy <b>pens</b>", timeout=WAIT)
+        listing = show(session.children())._repr_html_()
+        assert "buyer" in listing
+        assert "buy a pen" in listing
+        assert "suspended" in session.children()[0]._repr_html_()
+        assert "from" in show(session.pending())._repr_html_()
+        inspected = session.inspect()._repr_html_()
+        assert "1 sub-agent(s) at work" in inspected
+        assert "<b>pens</b>" not in inspected
+
     def test_the_view_shows_a_subagent_card_that_opens_the_childs_chat(
         self, runtimes: Callable[..., nb.Runtime]
     ) -> None:
