@@ -934,6 +934,24 @@ class TestExports:
         }
         assert set(rows) - {root} == expected
 
+    def test_a_runtimes_live_export_carries_the_children_it_ran(
+        self, tmp_path: Path, runtimes: Callable[..., nb.Runtime]
+    ) -> None:
+        """export_to drains the child sessions the runtime executed, not only those opened."""
+        pytest.importorskip("duckdb")
+        from agentnb import analysis
+        from agentnb.export import ParquetSink
+
+        helper = worker_agent("helper")
+        boss = coordinator([nb.ToolCall("helper", {"task": "x"}), "ok"], helper.as_tool())
+        sink = ParquetSink(tmp_path / "live")
+        runtime = runtimes(boss, f"sqlite:///{tmp_path / 'db.sqlite'}", export_to=[sink])
+        runtime.session("s").run("go", timeout=WAIT)
+        assert runtime.exporter is not None
+        assert runtime.exporter.flush(WAIT)
+        frame = analysis.sessions(str(tmp_path / "live"))
+        assert sorted(frame["agent_id"]) == ["coordinator", "helper"]
+
     def test_subagent_work_lists_the_calls_below_a_turn(
         self, tree: tuple[nb.Session, Path, str]
     ) -> None:

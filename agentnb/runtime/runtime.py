@@ -855,9 +855,11 @@ class Runtime:
             return folds
 
     def session_keys(self) -> list[SessionKey]:
-        """The sessions this runtime opened (what its live exporter drains)."""
+        """The sessions this runtime opened or executed (what its live exporter drains): the
+        children its sub-agent calls made and ran here too."""
+        executed = self._drivers.copy()  # changed on the loop thread; a copy is one step
         with self._lock:
-            return list(self._sessions)
+            return list(dict.fromkeys([*self._sessions, *executed]))
 
     def stop(self, key: SessionKey) -> None:
         """Stop dispatching ``key`` from this runtime (its driver finishes what it does)."""
