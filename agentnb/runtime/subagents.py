@@ -42,10 +42,11 @@ receipt observes the parent's turn.
 **Stopping.** When the parent's run is asked to stop while it waits (interrupt, time limit,
 close), each child it waits for is handled by its tool's ``on_parent_stop``: ``interrupt``
 (the default) accepts an interrupt for the child's running run, ``cancel`` cancels the
-child's task, ``abandon`` leaves it. A child whose task was accepted but has not started has
-nothing to interrupt yet: it starts and runs. A resumed parent resumes its interrupted
-children as it attaches to them again. Cancelling the parent's turn cancels its children's
-tasks first (unless ``abandon``) and records each call as cancelled.
+child's task, ``abandon`` leaves it. A child whose task was accepted but has not started is
+waited for a moment (``_START_WAIT``) to start, then interrupted; one that no runtime
+starts by then has nothing to interrupt: it runs once a runtime takes it. A resumed parent
+resumes its interrupted children as it attaches to them again. Cancelling the parent's turn
+cancels its children's tasks first (unless ``abandon``) and records each call as cancelled.
 
 **People in the loop.** A child's pending requests show in its parent's ``pending()``
 (``agentnb/children.py``), with the path of agents; ``parent.respond`` routes an answer to
@@ -87,7 +88,7 @@ from agentnb.ids import SessionKey, new_id
 from agentnb.limits import check_subagent
 from agentnb.log import Inbox
 from agentnb.projections.decisions import check_cancel
-from agentnb.projections.state import Command
+from agentnb.projections.state import Command, InboxState, SessionState
 from agentnb.projections.subagents import (
     ChildProgress,
     child_key,
@@ -118,6 +119,9 @@ log = logging.getLogger("agentnb.runtime")
 
 _WAIT_SLICE = 0.5
 """Seconds one wait on a child's log lasts before the parent looks again."""
+_START_WAIT = 2.0
+"""Seconds a stopping parent waits for a child whose task has not started yet to start, so
+that it can be interrupted (past that, the child starts and runs on its own)."""
 
 
 def lease_alive(store: SessionStore, key: SessionKey) -> bool:
@@ -126,7 +130,7 @@ def lease_alive(store: SessionStore, key: SessionKey) -> bool:
     return lease is not None and holder_alive(lease.owner) is not False
 
 
-def linked_turn(state: Any, inbox: Any) -> str | None:
+def linked_turn(state: SessionState, inbox: InboxState) -> str | None:
     """The turn of a child session that does its parent's task (None: not accepted yet, or
     not a child)."""
     link = state.link
@@ -183,7 +187,6 @@ class _Call:
     started: float = field(default_factory=time.monotonic)
     head: int = 0
     resumed: bool = False
-    progress: ChildProgress | None = None
 
 
 class SubagentCalls:
@@ -366,7 +369,6 @@ class SubagentCalls:
                 )
                 still: list[_Call] = []
                 for c, progress in zip(open_calls, looks, strict=True):
-                    c.progress = progress
                     if progress.state == "settled":
                         self._record(turn_id, run_id, c, progress)
                     elif (
@@ -537,17 +539,31 @@ class SubagentCalls:
                     "cancelled with the task that called it",
                 )
             elif policy == "interrupt":
-                state, _ = Folds(store, c.child).refresh()
-                if state.active_run is not None:
-                    turn = state.runs[state.active_run].turn_id
+                active = self._running_run(c)
+                if active is not None:
                     Inbox(store, c.child).accept(
                         "interrupt",
                         key=f"parent-stop:{run_id}:{c.call.call_id}",
-                        turn_id=turn,
-                        run_id=state.active_run,
+                        turn_id=active[0],
+                        run_id=active[1],
                     )
         except AgentnbError as exc:  # the child is gone or refuses: the parent stops anyway
             log.warning("sub-agent session %s not stopped: %s", c.child, describe(exc))
+
+    def _running_run(self, c: _Call) -> tuple[str, str] | None:
+        """(turn, run) of the child's open run; a task accepted but not started yet is waited
+        for up to ``_START_WAIT`` seconds (an interrupt names a run), else None."""
+        store = self.host.store
+        folds = Folds(store, c.child)
+        deadline = time.monotonic() + _START_WAIT
+        while True:
+            state, inbox = folds.refresh()
+            if state.active_run is not None:
+                return state.runs[state.active_run].turn_id, state.active_run
+            progress = child_progress(state, inbox, c.call.call_id, executing=True)
+            if progress.status != "queued" or time.monotonic() >= deadline:
+                return None
+            store.wait_for_head(c.child, state.seq, 0.05)
 
     async def cancel_turn(self, command: Command) -> None:
         """Before a parked turn's cancel is recorded: cancel its children's tasks (unless
