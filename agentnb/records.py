@@ -64,6 +64,15 @@ class UsageTotals:
     def total_tokens(self) -> int:
         return self.input_tokens + self.output_tokens
 
+    def __repr__(self) -> str:
+        # The sub-agent counters show only for a turn or session that delegated.
+        shown = [
+            f"{name}={getattr(self, name)!r}"
+            for name in self.__slots__
+            if not (name.startswith("subagent_") and not self.subagent_calls)
+        ]
+        return f"UsageTotals({', '.join(shown)})"
+
     @classmethod
     def of(cls, counters: Mapping[str, int]) -> UsageTotals:
         """The totals a fold's counters hold (a missing counter is 0)."""
@@ -347,9 +356,9 @@ class Inspection:
     """Tokens the model takes in one call (``Agent(context_window=)`` or the model's own)."""
     usage: UsageTotals | None = None
     """What the whole session consumed so far."""
-    children: tuple[Child, ...] = ()
+    children: tuple[Child, ...] = field(default=(), repr=False)
     """Sub-agent calls of the session whose child sessions have not ended (running, queued,
-    or waiting for a person)."""
+    or waiting for a person); the HTML form shows them."""
     _tokens: Any = field(default=None, repr=False, compare=False)
 
     @property
