@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from agentnb import mcp
-from agentnb.agent import Agent
+from agentnb.agent import Agent, SubagentTool, subagent
 from agentnb.answers import Answer, ToolOutcome
 from agentnb.compaction import Compactor, SummaryCompactor, TrimCompactor
 from agentnb.errors import (
@@ -36,11 +36,12 @@ from agentnb.errors import (
     SessionFull,
     SessionNotFound,
     StorageError,
+    SubagentLimitExceeded,
     ToolsetUnavailable,
     UncertainToolCalls,
     UnknownRequiredEvent,
 )
-from agentnb.events import Event, Message, register_event_type
+from agentnb.events import Event, Message, PlanItem, register_event_type
 from agentnb.history import HistoryPage
 from agentnb.ids import SessionKey
 from agentnb.limits import Limits
@@ -49,6 +50,7 @@ from agentnb.models.base import Model, ModelError
 from agentnb.models.scripted import Reply, ScriptedModel, ToolCall
 from agentnb.projections.chat import ChatItem, ChatSnapshot
 from agentnb.records import (
+    Child,
     Holder,
     InputReceipt,
     Inspection,
@@ -66,7 +68,7 @@ from agentnb.records import (
 from agentnb.runtime.runtime import Runtime
 from agentnb.session import Session
 from agentnb.stores import MemoryStore, SessionStore, Tombstone, open_store
-from agentnb.tools import Tool, ToolContext, Toolset, ask_user, tool
+from agentnb.tools import Tool, ToolContext, Toolset, ask_user, todo, tool
 
 __version__ = "0.1.0"
 
@@ -92,6 +94,7 @@ __all__ = [
     "CannotResume",
     "ChatItem",
     "ChatSnapshot",
+    "Child",
     "Compactor",
     "Corrupt",
     "CrossSessionCursor",
@@ -121,6 +124,7 @@ __all__ = [
     "NotRunning",
     "Outcome",
     "Parked",
+    "PlanItem",
     "PruneReport",
     "QueueFull",
     "Receipt",
@@ -140,6 +144,8 @@ __all__ = [
     "SessionNotFound",
     "SessionStore",
     "StorageError",
+    "SubagentLimitExceeded",
+    "SubagentTool",
     "SummaryCompactor",
     "Task",
     "Tombstone",
@@ -159,5 +165,7 @@ __all__ = [
     "mcp",
     "open_store",
     "register_event_type",
+    "subagent",
+    "todo",
     "tool",
 ]

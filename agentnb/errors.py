@@ -17,6 +17,7 @@ One tree, so callers can catch as broadly or as narrowly as they need::
     ├── AgentChanged                 new work for a session bound to an agent that differs
     ├── QueueFull                    too much steering or too many queued commands; nothing written
     ├── ToolsetUnavailable           a toolset (an MCP server) would not start or list its tools
+    ├── SubagentLimitExceeded        a sub-agent call past the depth or children-per-turn bound
     ├── HistoryError                 history paging
     │   ├── InvalidLimit
     │   ├── InvalidCursor
@@ -70,6 +71,7 @@ __all__ = [
     "SessionFull",
     "SessionNotFound",
     "StorageError",
+    "SubagentLimitExceeded",
     "ToolsetUnavailable",
     "UncertainToolCalls",
     "UnknownRequiredEvent",
@@ -196,6 +198,21 @@ class ToolsetUnavailable(AgentnbError):
     def __init__(self, message: str, *, toolset: str = "") -> None:
         super().__init__(message)
         self.toolset = toolset
+
+
+class SubagentLimitExceeded(AgentnbError):
+    """A sub-agent call would pass ``Limits(max_subagent_depth=...)`` or
+    ``Limits(max_children_per_turn=...)``; no child session was made (nothing written).
+
+    The calling agent's model is told why (the call's tool result), and decides what next.
+    ``limit`` names the bound (``"max_subagent_depth"`` or ``"max_children_per_turn"``) and
+    ``value`` its setting.
+    """
+
+    def __init__(self, message: str, *, limit: str, value: int) -> None:
+        super().__init__(message)
+        self.limit = limit
+        self.value = value
 
 
 def describe(exc: BaseException, limit: int = 2000, *, typed: bool = True) -> str:

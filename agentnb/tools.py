@@ -63,17 +63,19 @@ __all__ = [
     "InvalidToolArguments",
     "NeedsAnswer",
     "OpenToolset",
+    "PlanStep",
     "Tool",
     "ToolContext",
     "ToolOutcomeUnknown",
     "Toolset",
     "ask_request_id",
     "ask_user",
+    "todo",
     "tool",
 ]
 
 _TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
-_INTERACTIONS = frozenset({"ask_user"})
+_INTERACTIONS = frozenset({"ask_user", "todo"})
 
 
 @dataclass(frozen=True)
@@ -201,7 +203,8 @@ class Tool:
     confirm: bool = False
     external: bool = False
     interaction: str | None = None
-    """``"ask_user"`` for the built-in ``ask_user`` tool, else None."""
+    """For the built-ins the runtime carries out itself: ``"ask_user"`` (a person answers)
+    and ``"todo"`` (the plan it records); else None."""
     _sig: _Signature | None = field(default=None, repr=False, compare=False)
     _schema_call: _SchemaCall | None = field(default=None, repr=False, compare=False)
 
@@ -707,3 +710,33 @@ def _ask_user(question: str) -> str:
 ask_user: Tool = dataclasses.replace(
     tool(_ask_user, name="ask_user", external=True), interaction="ask_user"
 )
+
+
+class PlanStep(BaseModel):
+    """One step of the plan the model keeps with the built-in ``todo`` tool."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    content: str = Field(description="What the step does, in a few words")
+    status: typing.Literal["pending", "in_progress", "completed"] = Field(
+        "pending", description="pending, in_progress (at most one at a time) or completed"
+    )
+    id: str | None = Field(
+        None, description="The step's id from the previous plan, to keep it; omit for new steps"
+    )
+
+
+def _todo(steps: list[PlanStep]) -> str:
+    """Keep your plan: the whole list of steps, each pending, in_progress or completed. Call it
+    first with the steps you intend, then again with the whole list whenever a step starts,
+    finishes or the plan changes.
+
+    Args:
+        steps: Every step of the plan, in order (not only the changed ones).
+    """
+    raise RuntimeError("the todo tool is carried out by the runtime, which records the plan")
+
+
+todo: Tool = dataclasses.replace(tool(_todo, name="todo"), interaction="todo")
+"""The built-in plan tool: the runtime records each plan as ``plan/changed`` and each step
+that changed as ``task/changed`` (``session.plan()``, the view and the exports show them)."""

@@ -140,3 +140,12 @@ def test_otel_quick_run_prints_one_json_line_per_metric() -> None:
     """`bench_otel.py --events 20000` prints JSON for the wall and CPU comparisons."""
     records = _records("bench_otel.py", "--events", "20000")
     assert {r["metric"] for r in records} == {"export_otel", "export_otel_cpu"}
+
+
+def test_subagents_quick_run_prints_one_json_line_per_metric() -> None:
+    """`bench_subagents.py --quick` prints the call overhead and the fan-out, with baselines."""
+    records = _records("bench_subagents.py", "--quick", "--work", "0.01", "--fan-work", "0.05")
+    assert {r["metric"] for r in records} == {
+        "subagent_call_vs_plain_tool",
+        "fan_out_4_vs_sequential",
+    }

@@ -60,6 +60,34 @@ class TestToolsets:
         runtime.close()
         assert (toolset.opened, toolset.closed) == (1, 1)
 
+    def test_a_sub_agents_toolsets_are_opened_and_its_child_session_uses_them(self) -> None:
+        """A sub-agent whose agent has a toolset runs its child with the toolset's tools, and
+        the runtime closes that toolset too."""
+        toolset = CountingToolset()
+        helper = nb.Agent(
+            name="Helper",
+            agent_id="helper",
+            model=nb.ScriptedModel([nb.ToolCall("echo", {"word": "deep"}), "helped"]),
+            tools=[toolset],
+        )
+        boss = nb.Agent(
+            name="Boss",
+            agent_id="boss",
+            model=nb.ScriptedModel([nb.ToolCall("helper", {"task": "echo"}), "done"]),
+            tools=[nb.subagent(helper)],
+        )
+        runtime = nb.Runtime(boss, store="memory://")
+        try:
+            assert toolset.opened == 1
+            parent = runtime.session("s", user_id="u")
+            assert parent.run("go", timeout=30).output == "done"
+            (child,) = parent.children()
+            results = [e for e in parent.child(child.call_id).log.scan() if e.type == "tool/result"]
+            assert [e.payload["output"] for e in results] == ["echo deep"]
+        finally:
+            runtime.close()
+        assert toolset.closed == 1
+
     def test_listed_tools_enter_the_fingerprint(self) -> None:
         """The opened toolset's tools are in runtime.agent's fingerprint."""
         with nb.Runtime(agent(CountingToolset()), store="memory://") as runtime:

@@ -65,7 +65,8 @@ class RunLoop:
                     await self.tools.call(turn_id, run_id, data)
                 if self.host.stop.is_set():
                     raise StopRun
-            if self.host.state.pending_of(turn_id):
+            waiting = await self.tools.settle(turn_id, run_id)  # sub-agent calls attached again
+            if self.host.state.pending_of(turn_id) or waiting:
                 await self.recipes.finish(turn_id, run_id, "suspended", [])
                 return
         except StopRun:

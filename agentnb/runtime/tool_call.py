@@ -19,11 +19,14 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import Any
 
+from agentnb.agent import SubagentTool
 from agentnb.answers import Answer
 from agentnb.errors import InvalidInput, describe
 from agentnb.events import Event, ToolCallData
+from agentnb.runtime.plan import record_plan
 from agentnb.runtime.recipes import Recipes
 from agentnb.runtime.scope import RunHost, StopRun
+from agentnb.runtime.subagents import SubagentCalls
 from agentnb.runtime.writer import LogWriter
 from agentnb.tools import (
     InvalidToolArguments,
@@ -214,6 +217,7 @@ class ToolRunner:
         self.flush_before_side_effect = flush
         self.bad_arguments = bad_arguments
         """Why calls of the last model reply had arguments that were not a JSON object."""
+        self.subagents = SubagentCalls(host, recipes, flush)
 
     async def calls(self, turn_id: str, run_id: str, calls: list[ToolCallData]) -> bool:
         """Run (or ask about) the calls of one reply; True if the turn must wait for a person."""
@@ -229,7 +233,12 @@ class ToolRunner:
             waiting = await self.call(turn_id, run_id, call) or waiting
             if self.host.stop.is_set():
                 raise StopRun
-        return waiting
+        return await self.settle(turn_id, run_id) or waiting
+
+    async def settle(self, turn_id: str, run_id: str) -> bool:
+        """Wait for the sub-agent calls this run dispatched (they run concurrently); True if
+        one waits for a person (see ``runtime/subagents.py``)."""
+        return await self.subagents.settle(turn_id, run_id)
 
     def problem(self, call: ToolCallData) -> str | None:
         """Why this call cannot run (unknown tool, arguments that do not fit), or None."""
@@ -245,6 +254,8 @@ class ToolRunner:
             tool.validate(call.arguments)
         except InvalidToolArguments as exc:
             return str(exc)
+        if isinstance(tool, SubagentTool):
+            return self.subagents.problem(tool, call)
         return None
 
     async def call(self, turn_id: str, run_id: str, call: ToolCallData) -> bool:
@@ -352,6 +363,12 @@ class ToolRunner:
         w = host.writer
         tool = host.agent.tool_named(call.name)
         assert tool is not None
+        if isinstance(tool, SubagentTool):  # a child session carries it out: settle() waits
+            self.subagents.dispatch(turn_id, run_id, call, tool, attempt)
+            return False
+        if tool.interaction == "todo":  # the runtime's own: it records the plan
+            record_plan(host, self.recipes, turn_id, run_id, call, tool)
+            return False
         arguments = dict(call.arguments)
         w.add(
             "tool/dispatch",

@@ -353,24 +353,43 @@ class TestCommand:
 
 
 class TestSubAgents:
-    def test_a_linked_session_nests_under_its_parents_tool_call(self) -> None:
-        """A session whose log opens with subagent/linked joins the parent's turn trace,
-        its runs under the parent's execute_tool span."""
-        from agentnb.events import Event
+    def test_a_sub_agents_runs_nest_under_its_parents_tool_call(self) -> None:
+        """A child session (its log opens with subagent/linked) joins the parent's turn
+        trace, its run under the parent's execute_tool span of the delegating call."""
         from agentnb.export.otel import tool_span_id, trace_id
 
-        parent = nb.SessionKey("default", "u", "boss", "s1")
-        child = nb.SessionKey("default", "u", "helper", "s1-child")
-        who = {"namespace": "default", "user_id": "u", "agent_id": "boss", "session_id": "s1"}
-        link = {"parent": who, "turn_id": "turn_p", "call_id": "call_p"}
-        events = [
-            Event.create("subagent/linked", link),
-            Event.create("run/start", {"reason": "submit"}, turn_id="turn_c", run_id="run_c"),
-            Event.create("run/end", {"status": "completed"}, turn_id="turn_c", run_id="run_c"),
-        ]
+        helper = nb.Agent(
+            name="Helper",
+            agent_id="helper",
+            model=nb.ScriptedModel(["facts"]),
+            instructions="Help.",
+        )
+        boss = nb.Agent(
+            name="Boss",
+            agent_id="boss",
+            model=nb.ScriptedModel([nb.ToolCall("helper", {"task": "find facts"}), "done"]),
+            tools=[nb.subagent(helper)],
+        )
+        with nb.Runtime(boss, store="memory://") as runtime:
+            parent = runtime.session("s1", user_id="u")
+            assert parent.run("delegate", timeout=30).status == "completed"
+            spawned = next(e for e in parent.log.scan() if e.type == "subagent/spawned")
+            call_id = spawned.payload["call_id"]
+            child = parent.child(call_id)
+            logs = {parent.key: list(parent.log.scan()), child.key: list(child.log.scan())}
+            turn_id = parent.tasks()[0].turn_id
+        assert logs[child.key][0].type == "subagent/linked"
         memory = InMemorySpanExporter()
-        OTelSink(memory).accept({child: [e.with_seq(i + 1) for i, e in enumerate(events)]})
-        (run,) = memory.get_finished_spans()
-        assert run.context.trace_id == trace_id(parent, "turn_p")
+        OTelSink(memory).accept(logs)
+        spans = memory.get_finished_spans()
+        child_runs = [
+            s
+            for s in spans
+            if s.name.startswith("invoke_agent") and s.attributes.get("gen_ai.agent.id") == "helper"
+        ]
+        (run,) = child_runs
+        assert run.context.trace_id == trace_id(parent.key, turn_id)
         assert run.parent is not None
-        assert run.parent.span_id == tool_span_id(parent, "call_p", 1)
+        assert run.parent.span_id == tool_span_id(parent.key, call_id, 1)
+        tool_spans = [s for s in spans if s.context.span_id == run.parent.span_id]
+        assert [s.name for s in tool_spans] == ["execute_tool helper"]
