@@ -13,6 +13,7 @@ from agentnb.events import Message
 from agentnb.ids import SessionKey
 
 __all__ = [
+    "Child",
     "Holder",
     "InputReceipt",
     "Inspection",
@@ -51,7 +52,10 @@ class UsageTotals:
     ``compaction_calls``, ``compaction_input_tokens``, ``compaction_output_tokens``.
     ``total_tokens`` is everything spent, both kinds. Tokens of calls whose provider reported
     no usage are not counted; ``unreported_calls`` says how many of the agent's calls there
-    were.
+    were. A turn's totals include what its sub-agents consumed (tokens, model calls,
+    unreported calls, compaction, over their whole tree), counted when each sub-agent call
+    ends; the ``subagent_*`` fields say how much of it that was, ``subagent_calls`` how many
+    sub-agent calls ended.
     """
 
     input_tokens: int = 0
@@ -66,6 +70,10 @@ class UsageTotals:
     compaction_calls: int = 0
     compaction_input_tokens: int = 0
     compaction_output_tokens: int = 0
+    subagent_calls: int = 0
+    subagent_input_tokens: int = 0
+    subagent_output_tokens: int = 0
+    subagent_model_calls: int = 0
 
     @property
     def total_tokens(self) -> int:
@@ -76,6 +84,15 @@ class UsageTotals:
             + self.compaction_input_tokens
             + self.compaction_output_tokens
         )
+
+    def __repr__(self) -> str:
+        # The sub-agent counters show only for a turn or session that delegated.
+        shown = [
+            f"{name}={getattr(self, name)!r}"
+            for name in self.__slots__
+            if not (name.startswith("subagent_") and not self.subagent_calls)
+        ]
+        return f"UsageTotals({', '.join(shown)})"
 
     @classmethod
     def of(cls, counters: Mapping[str, int]) -> UsageTotals:
@@ -120,6 +137,7 @@ class SessionInfo:
     """When the session was archived (``runtime.archive``); None while it is not."""
     cursor: str = field(default="", repr=False)
     _usage: Any = field(default=None, repr=False, compare=False)
+    _lineage: Any = field(default=None, repr=False, compare=False)
 
     @property
     def archived(self) -> bool:
@@ -134,6 +152,25 @@ class SessionInfo:
         """What the session consumed (tokens, calls, steps), read from its folds when asked:
         its newest snapshot and the events after it, never the whole log."""
         return None if self._usage is None else self._usage(self.key)
+
+    @property
+    def parent(self) -> SessionKey | None:
+        """The session whose sub-agent call made this one (None for a root session), read
+        from its first event (``subagent/linked``) when asked."""
+        return self._link()[0]
+
+    @property
+    def root(self) -> SessionKey:
+        """The session at the top of this one's tree (itself for a root session)."""
+        return self._link()[1] or self.key
+
+    @property
+    def depth(self) -> int:
+        """How many sub-agent calls below its root this session is (0 for a root)."""
+        return self._link()[2]
+
+    def _link(self) -> tuple[SessionKey | None, SessionKey | None, int]:
+        return (None, None, 0) if self._lineage is None else self._lineage(self.key)
 
 
 @dataclass(frozen=True, slots=True)
@@ -262,7 +299,14 @@ class Task:
 
 @dataclass(frozen=True, slots=True)
 class Interaction:
-    """An open request for a person (or an outside system) to answer."""
+    """An open request for a person (or an outside system) to answer.
+
+    A sub-agent's request shows in its callers' ``pending()`` too: ``path`` names the agents
+    of the sessions it came through (from the child of the session asked, down to the one
+    asking; empty for the session's own), ``session`` the session it lives in (None: this
+    one), and ``turn_id`` is that session's turn. Answer it through the caller (it is
+    routed) or in that session directly.
+    """
 
     request_id: str
     kind: str
@@ -271,6 +315,37 @@ class Interaction:
     tool_name: str | None
     arguments: dict[str, Any]
     prompt: str | None
+    path: tuple[str, ...] = ()
+    session: SessionKey | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Child:
+    """One sub-agent call of a session and the child session that carries it out.
+
+    ``status`` is the child's task as it stands now (``queued``, ``running``, ``suspended``,
+    ``interrupted``, ``completed``, ``failed``, ``cancelled``); ``output`` / ``error`` its
+    answer or why it failed, once it ended; ``usage`` what it consumed so far (its own
+    children's included). ``session.child(call_id)`` opens the child session.
+    """
+
+    call_id: str
+    turn_id: str
+    """The calling session's turn that made the call."""
+    key: SessionKey
+    agent_id: str
+    name: str | None
+    """The sub-agent tool's name, as the caller's model called it."""
+    task: str
+    status: str
+    output: str | None = None
+    error: str | None = None
+    usage: UsageTotals | None = None
+    child_turn_id: str | None = None
+    """The child session's turn that does the task (None until it was accepted)."""
+
+    def _repr_html_(self) -> str:
+        return html.child_html(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -363,6 +438,9 @@ class Inspection:
     """The tools the next model call offers, as the model sees them (``Tool.spec()``)."""
     instructions: str | None = None
     """The system instructions the next model call sends."""
+    children: tuple[Child, ...] = field(default=(), repr=False)
+    """Sub-agent calls of the session whose child sessions have not ended (running, queued,
+    or waiting for a person); the HTML form shows them."""
     _tokens: Any = field(default=None, repr=False, compare=False)
 
     @property

@@ -7,7 +7,11 @@ tool runs (the side effect) and records its result, with the traceback when the 
 raised. A tool runs under ``contained`` so that not even ``SystemExit`` escapes it; what it
 reports goes through ``Reports``, bounded per call (``ctx.flush`` commits what it
 recorded); ``interaction_kind`` and ``prompt`` say which person-facing request a call needs
-and how it is worded.
+and how it is worded. A tool that asks the person mid-call (``ctx.ask``) is stopped and its
+question becomes an ``ask_user`` request; the answer runs it again, and ``Reports.ask`` hands
+it the recorded answer. A tool that raises ``ToolOutcomeUnknown`` leaves its call uncertain
+and ends the run interrupted. A sub-agent's call is carried out by a child session
+(``agentnb.runtime.subagents``), the model's plan by ``agentnb.runtime.plan``.
 """
 
 from __future__ import annotations
@@ -19,15 +23,26 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import Any
 
+from agentnb.agent import SubagentTool
+from agentnb.answers import Answer
 from agentnb.errors import InvalidInput, describe
 from agentnb.events import Event, ToolCallData
 from agentnb.folds import Folds
 from agentnb.ids import SessionKey, new_id
 from agentnb.permissions import agent_digest, matching_rule, rules_in_force, shared_rules
+from agentnb.runtime.plan import record_plan
 from agentnb.runtime.recipes import Recipes
 from agentnb.runtime.scope import RunHost, StopRun
+from agentnb.runtime.subagents import SubagentCalls
 from agentnb.runtime.writer import LogWriter
-from agentnb.tools import InvalidToolArguments, ToolContext
+from agentnb.tools import (
+    InvalidToolArguments,
+    NeedsAnswer,
+    Tool,
+    ToolContext,
+    ToolOutcomeUnknown,
+    ask_request_id,
+)
 from agentnb.tracebacks import format_traceback
 
 __all__ = [
@@ -91,9 +106,15 @@ class Reports:
         run_id: str,
         call_id: str,
         publish: Callable[..., None],
+        answers: Callable[[str], Mapping[str, Any] | None] = lambda _: None,
         action_id: str | None = None,
     ) -> None:
         self.writer = writer
+        self.answers = answers
+        """request_id -> its ``interaction/resolved`` payload, if the person answered."""
+        self.asked: tuple[str, str] | None = None
+        """(request_id, question) of the first question not answered yet."""
+        self.questions: dict[str, int] = {}
         self.ids = (turn_id, run_id, call_id)
         self.action_id = action_id
         self.publish = publish
@@ -146,6 +167,23 @@ class Reports:
         self.publish("tool/chunk", turn_id, run_id, call_id=call_id, data=data)
         if keep:
             self._on_loop(event)
+
+    def ask(self, question: str) -> Answer:
+        """``ctx.ask``: the recorded answer, or ``NeedsAnswer`` (remembered in ``asked``)."""
+        _, _, call_id = self.ids
+        with self.lock:
+            occurrence = self.questions[question] = self.questions.get(question, 0) + 1
+        request_id = ask_request_id(call_id, question, occurrence)
+        resolved = self.answers(request_id)
+        if resolved is not None and resolved.get("status", "answered") == "answered":
+            answer = resolved.get("answer") or {}
+            if answer.get("declined"):
+                return Answer("reject", reason=str(answer.get("reason") or "declined"))
+            return Answer("output", text=str(answer.get("output", "")))
+        with self.lock:
+            if self.asked is None:
+                self.asked = (request_id, question)
+        raise NeedsAnswer(request_id, question)
 
     def _chunk(self, index: int, data: Any, skipped: int) -> Event:
         turn_id, run_id, call_id = self.ids
@@ -223,6 +261,7 @@ class ToolRunner:
         """Why calls of the last model reply had arguments that were not a JSON object."""
         self.shared_folds: dict[SessionKey, Folds] = {}
         """Folds of the other sessions whose agent-wide permission rules were looked at."""
+        self.subagents = SubagentCalls(host, recipes, flush)
 
     async def calls(self, turn_id: str, run_id: str, calls: list[ToolCallData]) -> bool:
         """Run (or ask about) the calls of one reply; True if the turn must wait for a person."""
@@ -238,7 +277,12 @@ class ToolRunner:
             waiting = await self.call(turn_id, run_id, call) or waiting
             if self.host.stop.is_set():
                 raise StopRun
-        return waiting
+        return await self.settle(turn_id, run_id) or waiting
+
+    async def settle(self, turn_id: str, run_id: str) -> bool:
+        """Wait for the sub-agent calls this run dispatched (they run concurrently); True if
+        one waits for a person (see ``runtime/subagents.py``)."""
+        return await self.subagents.settle(turn_id, run_id)
 
     def problem(self, call: ToolCallData) -> str | None:
         """Why this call cannot run (unknown tool, arguments that do not fit), or None."""
@@ -254,6 +298,8 @@ class ToolRunner:
             tool.validate(call.arguments)
         except InvalidToolArguments as exc:
             return str(exc)
+        if isinstance(tool, SubagentTool):
+            return self.subagents.problem(tool, call)
         return None
 
     async def call(self, turn_id: str, run_id: str, call: ToolCallData) -> bool:
@@ -314,8 +360,7 @@ class ToolRunner:
             turn_id=turn_id,
             run_id=run_id,
         )
-        await self.run(turn_id, run_id, call, rule_id=rule_id)
-        return False
+        return await self.run(turn_id, run_id, call, rule_id=rule_id)
 
     async def permitted(self, call: ToolCallData) -> Mapping[str, Any] | None:
         """The permission rule in force that lets this call run without approval, if any:
@@ -335,15 +380,27 @@ class ToolRunner:
 
     async def answered(
         self, turn_id: str, run_id: str, call: ToolCallData, answer: Mapping[str, Any]
-    ) -> None:
-        """Carry out a call a person answered: their output, the approved call, or a denial."""
+    ) -> bool:
+        """Carry out a call a person answered: their output, the approved call, or a denial.
+
+        True if the approved call then asked the person something (the turn waits again).
+        """
         if "output" in answer:  # external execution or a question: the person's answer
             self.recipes.add_result(
                 call.call_id, call.name, "success", answer["output"], turn_id=turn_id, run_id=run_id
             )
+        elif answer.get("declined"):
+            self.recipes.add_result(
+                call.call_id,
+                call.name,
+                "success",
+                f"The user declined to answer: {answer.get('reason') or 'no reason given'}",
+                turn_id=turn_id,
+                run_id=run_id,
+            )
         elif answer.get("approved"):
             arguments = dict(answer.get("edited_args") or call.arguments)
-            await self.run(
+            return await self.run(
                 turn_id,
                 run_id,
                 ToolCallData(call_id=call.call_id, name=call.name, arguments=arguments),
@@ -359,6 +416,7 @@ class ToolRunner:
                 run_id=run_id,
                 synthetic=True,
             )
+        return False
 
     async def run(
         self,
@@ -368,38 +426,29 @@ class ToolRunner:
         attempt: int = 1,
         *,
         rule_id: str | None = None,
-    ) -> None:
+    ) -> bool:
         """Dispatch (durably first), run, and record one tool call (``rule_id``: the
-        permission rule that let it run without approval, cited by its ``action/end``)."""
+        permission rule that let it run without approval, cited by its ``action/end``).
+
+        True if the call asked the person a question not answered yet: it is stopped, its
+        question is an ``ask_user`` request, and the turn must wait (no result is recorded;
+        the answer runs the call again).
+        """
         host = self.host
         stop = host.stop
-        w = host.writer
         tool = host.agent.tool_named(call.name)
         assert tool is not None
+        if isinstance(tool, SubagentTool):  # a child session carries it out: settle() waits
+            self.subagents.dispatch(turn_id, run_id, call, tool, attempt)
+            return False
+        if tool.interaction == "todo":  # the runtime's own: it records the plan
+            record_plan(host, self.recipes, turn_id, run_id, call, tool)
+            return False
         arguments = dict(call.arguments)
-        action_id = new_id("act")  # this execution attempt of the call
-        w.add(
-            "tool/dispatch",
-            {
-                "call_id": call.call_id,
-                "name": tool.name,
-                "arguments": arguments,
-                "idempotent": tool.idempotent,
-                "attempt": attempt,
-                "action_id": action_id,
-            },
-            turn_id=turn_id,
-            run_id=run_id,
-        )
-        w.add(
-            "action/start",
-            {"call_id": call.call_id, "name": tool.name, "action_id": action_id},
-            turn_id=turn_id,
-            run_id=run_id,
-        )
+        action_id = self.dispatched(turn_id, run_id, call, tool, attempt)
         await self.flush_before_side_effect(turn_id)
         w = host.writer
-        reports = Reports(w, turn_id, run_id, call.call_id, host.publish, action_id)
+        reports = Reports(w, turn_id, run_id, call.call_id, host.publish, self.answer_to, action_id)
         ctx = ToolContext(
             host.key,
             turn_id,
@@ -407,6 +456,7 @@ class ToolRunner:
             call.call_id,
             reports.record,
             reports.progress,
+            _ask=reports.ask,
             _flush=reports.flush,
             _aflush=reports.aflush,
         )
@@ -415,9 +465,14 @@ class ToolRunner:
         stop.tool_task, stop.tool_is_async, stop.tool_name = task, tool.is_async, tool.name
         stop.abandon.clear()
         trace: str | None = None
+        outcome_unknown: ToolOutcomeUnknown | None = None
         try:
             output = await self.output(task)
             status, action = "success", "returned"
+        except (NeedsAnswer, ToolOutcomeUnknown) as exc:
+            if isinstance(exc, ToolOutcomeUnknown):
+                outcome_unknown = exc
+            output, status, action = "", "error", "failed"
         except asyncio.CancelledError:
             if not stop.is_set():
                 raise
@@ -452,6 +507,8 @@ class ToolRunner:
             stop.tool_task = None
         await asyncio.sleep(0)  # let records/progress handed over from a worker thread land
         reports.close()
+        if reports.asked is not None or outcome_unknown is not None:
+            return self.stopped(turn_id, run_id, call, action_id, reports.asked, outcome_unknown)
         w.add(
             "action/end",
             {
@@ -474,6 +531,86 @@ class ToolRunner:
             duration_ms=round((time.monotonic() - started) * 1000, 3),
             **({"traceback": trace} if trace else {}),
         )
+        return False
+
+    def dispatched(
+        self, turn_id: str, run_id: str, call: ToolCallData, tool: Tool, attempt: int
+    ) -> str:
+        """Add ``tool/dispatch`` and ``action/start`` of a new execution attempt of ``call``;
+        its ``action_id``."""
+        w = self.host.writer
+        action_id = new_id("act")
+        w.add(
+            "tool/dispatch",
+            {
+                "call_id": call.call_id,
+                "name": tool.name,
+                "arguments": dict(call.arguments),
+                "idempotent": tool.idempotent,
+                "attempt": attempt,
+                "action_id": action_id,
+            },
+            turn_id=turn_id,
+            run_id=run_id,
+        )
+        w.add(
+            "action/start",
+            {"call_id": call.call_id, "name": tool.name, "action_id": action_id},
+            turn_id=turn_id,
+            run_id=run_id,
+        )
+        return action_id
+
+    def answer_to(self, request_id: str) -> Mapping[str, Any] | None:
+        """How the person resolved ``request_id``, read from the current fold."""
+        return self.host.state.resolved.get(request_id)
+
+    def stopped(
+        self,
+        turn_id: str,
+        run_id: str,
+        call: ToolCallData,
+        action_id: str,
+        asked: tuple[str, str] | None,
+        unknown: ToolOutcomeUnknown | None,
+    ) -> bool:
+        """A call that stopped without a result: it asked the person (True: the turn waits),
+        or its outcome is unknown (the run stops; the call stays uncertain)."""
+        w = self.host.writer
+        status = "suspended" if asked is not None else "interrupted"
+        w.add(
+            "action/end",
+            {
+                "call_id": call.call_id,
+                "name": call.name,
+                "status": status,
+                "action_id": action_id,
+            },
+            turn_id=turn_id,
+            run_id=run_id,
+        )
+        if asked is not None:
+            request_id, question = asked
+            w.add(
+                "interaction/requested",
+                {
+                    "request_id": request_id,
+                    "kind": "ask_user",
+                    "call_id": call.call_id,
+                    "tool_name": call.name,
+                    "arguments": dict(call.arguments),
+                    "prompt": question,
+                },
+                turn_id=turn_id,
+                run_id=run_id,
+            )
+            return True
+        self.host.stop.request(
+            f"the outcome of {call.name} ({call.call_id}) is unknown: "
+            f"{describe(unknown or ToolOutcomeUnknown(), typed=False)}",
+            "tool_outcome_unknown",
+        )
+        raise StopRun
 
     async def output(self, task: asyncio.Future[str]) -> str:
         """The tool's result; if ``close`` abandons a sync tool that ignores the stop, cancel."""
