@@ -176,6 +176,8 @@ GROUP BY in_step;
 
 -- model_calls: one row per model call (gen_ai "chat" span); retries are attempts of one call.
 --   status: completed | failed | cancelled, or incomplete when no model/end was committed.
+--   purpose: reasoning (a step of the agent) or the auxiliary job, e.g. compaction (the
+--   summariser; request/prepared.purpose). The tokens of turns and runs count every call.
 CREATE OR REPLACE VIEW model_calls AS
 WITH tagged AS (
   SELECT * FROM stepped_events
@@ -197,7 +199,9 @@ SELECT
   arg_max(latency_ms, seq) FILTER (WHERE type = 'model/end') AS latency_ms,
   arg_max(finish_reason, seq) FILTER (WHERE type = 'model/end') AS finish_reason,
   coalesce(arg_max(error, seq) FILTER (WHERE type = 'model/end'),
-           arg_max(error, seq) FILTER (WHERE type = 'model/retry')) AS error
+           arg_max(error, seq) FILTER (WHERE type = 'model/retry')) AS error,
+  coalesce(arg_max(json_extract_string(payload, '$.purpose'), seq)
+             FILTER (WHERE type = 'request/prepared'), 'reasoning') AS purpose
 FROM tagged
 WHERE model_call_id IS NOT NULL
 GROUP BY model_call_id;

@@ -8,7 +8,9 @@ took the spans, so delivery is at least once. What becomes a span:
 - ``invoke_agent {agent_id}`` per run (``run/start`` to ``run/end``), a root span of the
   turn's trace: one trace per turn, whose runs (a resume, an answer) are its root spans;
 - ``chat {model}`` per model call (``model/dispatch`` to ``model/end``), a child of its run:
-  model, token usage, finish reason, status;
+  model, token usage, finish reason, status; an auxiliary call (the summariser of a
+  compaction, ``request/prepared.purpose``) is marked ``agentnb.model.purpose``, so it is
+  not read as a step of the conversation;
 - ``execute_tool {tool}`` per tool call attempt (``tool/dispatch`` to ``tool/result``, or to
   the run's end for a call that asked the person or whose outcome is unknown), a child of its
   run: tool name, call id, status.
@@ -334,6 +336,9 @@ class OTelSink:
         }
         if (row.payload.get("attempt") or 1) != 1:
             attributes["agentnb.attempt"] = int(row.payload["attempt"])
+        purpose = prepared.get("purpose")
+        if purpose not in (None, "reasoning"):  # an auxiliary call, not a step of the agent
+            attributes["agentnb.model.purpose"] = str(purpose)
         if self.capture_content:
             attributes["gen_ai.input.messages"] = _messages(prepared.get("messages") or ())
             if prepared.get("instructions"):

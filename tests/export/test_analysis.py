@@ -154,6 +154,31 @@ class TestFrames:
         failed = df[df["status"] == "failed"]
         assert list(failed["turn_id"]) == [known_session.turns["B2"]]
 
+    def test_model_calls_say_their_purpose(self) -> None:
+        """The model_calls frame says which calls were the summariser's (compaction) and
+        which were the agent's steps (reasoning)."""
+        agent = nb.Agent(
+            name="C",
+            agent_id="compact",
+            model=nb.ScriptedModel(lambda m: "ok " * 30),
+            compaction=nb.SummaryCompactor(
+                trigger=0.5, keep_last=2, model=nb.ScriptedModel(lambda m: "a summary")
+            ),
+            context_window=300,
+        )
+        with nb.Runtime(agent, store="memory://") as rt:
+            session = rt.session("s", user_id="u")
+            for i in range(3):
+                session.run(f"task {i} " + "word " * 20, timeout=30)
+            purposes = {
+                e.payload["model_call_id"]: e.payload["purpose"]
+                for e in session.log.scan()
+                if e.type == "request/prepared"
+            }
+            df = analysis.model_calls(session)
+            assert dict(zip(df["model_call_id"], df["purpose"], strict=True)) == purposes
+            assert set(purposes.values()) == {"reasoning", "compaction"}
+
     def test_steps_have_model_and_tool_counts(
         self, known_source: Any, known_session: Known
     ) -> None:
@@ -750,6 +775,7 @@ DTYPES = {
                 "status",
                 "finish_reason",
                 "error",
+                "purpose",
             ],
             "string",
         ),

@@ -113,6 +113,32 @@ class TestSpanShapes:
             assert span.attributes["gen_ai.usage.output_tokens"] == end["output_tokens"]
             assert span.attributes["gen_ai.response.finish_reasons"] == (end["finish_reason"],)
 
+    def test_a_compaction_call_is_marked_apart_from_the_conversations(self) -> None:
+        """The summariser's chat span (request/prepared purpose="compaction") says so in
+        agentnb.model.purpose; the agent's own chat spans carry no purpose."""
+        agent = nb.Agent(
+            name="C",
+            agent_id="compact",
+            model=nb.ScriptedModel(lambda m: "ok " * 30),
+            compaction=nb.SummaryCompactor(
+                trigger=0.5, keep_last=2, model=nb.ScriptedModel(lambda m: "a summary")
+            ),
+            context_window=300,
+        )
+        with nb.Runtime(agent, store="memory://") as rt:
+            session = rt.session("s", user_id="u")
+            for i in range(3):
+                session.run(f"task {i} " + "word " * 20, timeout=30)
+            ids = {
+                e.payload["model_call_id"]: e.payload["purpose"]
+                for e in events(session, "request/prepared")
+            }
+            assert "compaction" in ids.values()
+            for span in by_name(export(rt))["chat"]:
+                purpose = ids[span.attributes["agentnb.model_call_id"]]
+                marked = span.attributes.get("agentnb.model.purpose")
+                assert marked == (None if purpose == "reasoning" else purpose)
+
     def test_tool_spans_carry_name_call_id_and_status(self, runtime: nb.Runtime) -> None:
         """An execute_tool span names the tool, its call id and its result's status."""
         session = runtime.session("s", user_id="u")
