@@ -207,6 +207,22 @@ class TestCalls:
         assert session.respond(request_id, True).wait(60).output == "result: deleted cart-1"
         assert effects(workdir).count("delete_item cart-1") == 1
 
+    def test_a_remembered_approval_covers_later_calls_of_the_server_tool(
+        self, session: nb.Session, workdir: Path
+    ) -> None:
+        """approve(remember="session") on a destructiveHint tool lets its next call run
+        without asking; that call's action/end cites the rule and names its attempt."""
+        assert run(session, "delete_item", item="cart-2").status == "suspended"
+        (request_id,) = session.pending()
+        session.respond(request_id, nb.Answer.approve(remember="session")).wait(60)
+        (rule,) = session.permissions()
+        assert rule.tool_name == "delete_item"
+        again = run(session, "delete_item", item="cart-3")
+        assert again.output == "result: deleted cart-3"
+        assert effects(workdir).count("delete_item cart-3") == 1
+        start, end = events(session, "action/start")[-1], events(session, "action/end")[-1]
+        assert (end["rule_id"], end["action_id"]) == (rule.rule_id, start["action_id"])
+
     def test_an_interrupt_cancels_the_call_on_the_server(
         self, session: nb.Session, workdir: Path
     ) -> None:
