@@ -253,6 +253,25 @@ class TestDelegation:
         assert child.error
         assert child.error in result.payload["output"]
 
+    def test_a_subagent_call_names_its_attempt_and_its_failed_child_keeps_the_traceback(
+        self, runtimes: Callable[..., nb.Runtime]
+    ) -> None:
+        """The call's dispatch, start and end carry one action_id, the end says failed; the
+        child's failed model call keeps its traceback in the child's log."""
+        broken = nb.Agent(name="Broken", agent_id="broken", model=nb.ScriptedModel([]))
+        boss = coordinator([nb.ToolCall("broken", {"task": "try"}), "handled it"], broken.as_tool())
+        session = runtimes(boss).session("s")
+        session.run("go", timeout=WAIT)
+        by_type = {e.type: e.payload for e in session.log.scan() if "action_id" in e.payload}
+        ids = {by_type[t]["action_id"] for t in ("tool/dispatch", "action/start", "action/end")}
+        assert len(ids) == 1
+        assert None not in ids
+        assert by_type["action/end"]["status"] == "failed"
+        (child,) = session.children()
+        (end,) = [e for e in session.child(child.call_id).log.scan() if e.type == "model/end"]
+        assert end.payload["status"] == "failed"
+        assert "Traceback" in end.payload["traceback"]
+
     def test_the_child_session_is_bound_to_the_child_agent(
         self, runtimes: Callable[..., nb.Runtime]
     ) -> None:

@@ -17,6 +17,7 @@ from agentnb.ids import new_id
 from agentnb.models.base import Model
 from agentnb.projections.state import Command, build_context
 from agentnb.runtime.scope import RunHost
+from agentnb.tracebacks import format_traceback
 
 __all__ = ["ContextKeeper"]
 
@@ -122,6 +123,7 @@ class ContextKeeper:
                         "model": model.name,
                         "error": error,
                         "purpose": "compaction",
+                        "traceback": format_traceback(exc),
                     },
                     turn_id=turn_id,
                     run_id=run_id,

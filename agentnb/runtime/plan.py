@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from agentnb.events import ToolCallData
+from agentnb.ids import new_id
 from agentnb.projections.plan import plan_summary, plan_update
 from agentnb.runtime.recipes import Recipes
 from agentnb.runtime.scope import RunHost
@@ -25,6 +26,7 @@ def record_plan(
     """Record the plan a ``todo`` call hands over, and the call's result."""
     w = host.writer
     arguments = dict(call.arguments)
+    action_id = new_id("act")
     w.add(
         "tool/dispatch",
         {
@@ -33,12 +35,16 @@ def record_plan(
             "arguments": arguments,
             "idempotent": True,
             "attempt": 1,
+            "action_id": action_id,
         },
         turn_id=turn_id,
         run_id=run_id,
     )
     w.add(
-        "action/start", {"call_id": call.call_id, "name": tool.name}, turn_id=turn_id, run_id=run_id
+        "action/start",
+        {"call_id": call.call_id, "name": tool.name, "action_id": action_id},
+        turn_id=turn_id,
+        run_id=run_id,
     )
     parsed = tool.validate(arguments)  # checked when the call was decided: it fits
     steps: list[dict[str, Any]] = [s.model_dump() for s in parsed["steps"]]
@@ -48,7 +54,7 @@ def record_plan(
         w.add("task/changed", dict(change, call_id=call.call_id), turn_id=turn_id, run_id=run_id)
     w.add(
         "action/end",
-        {"call_id": call.call_id, "name": tool.name, "status": "returned"},
+        {"call_id": call.call_id, "name": tool.name, "status": "returned", "action_id": action_id},
         turn_id=turn_id,
         run_id=run_id,
     )

@@ -184,6 +184,8 @@ class _Call:
     child: SessionKey
     attempt: int
     run_id: str
+    action_id: str
+    """This execution attempt of the call (``tool/dispatch.action_id``)."""
     started: float = field(default_factory=time.monotonic)
     head: int = 0
     resumed: bool = False
@@ -237,6 +239,7 @@ class SubagentCalls:
             if spawned is not None
             else child_key(host.key, tool.child.agent_id, call.call_id)
         )
+        action_id = new_id("act")  # this attempt: a re-run attaches to the same child
         w.add(
             "tool/dispatch",
             {
@@ -245,13 +248,14 @@ class SubagentCalls:
                 "arguments": dict(call.arguments),
                 "idempotent": True,
                 "attempt": attempt,
+                "action_id": action_id,
             },
             turn_id=turn_id,
             run_id=run_id,
         )
         w.add(
             "action/start",
-            {"call_id": call.call_id, "name": tool.name},
+            {"call_id": call.call_id, "name": tool.name, "action_id": action_id},
             turn_id=turn_id,
             run_id=run_id,
         )
@@ -269,7 +273,7 @@ class SubagentCalls:
                 turn_id=turn_id,
                 run_id=run_id,
             )
-        self.outstanding.append(_Call(call, tool, child, attempt, run_id))
+        self.outstanding.append(_Call(call, tool, child, attempt, run_id, action_id))
 
     def _start(self, turn_id: str, c: _Call, context: str | None) -> None:
         """In a worker thread: make the child session, link it, hand it the shared context
@@ -387,7 +391,12 @@ class SubagentCalls:
                         waiting = True
                         host.writer.add(
                             "action/end",
-                            {"call_id": c.call.call_id, "name": c.tool.name, "status": "suspended"},
+                            {
+                                "call_id": c.call.call_id,
+                                "name": c.tool.name,
+                                "status": "suspended",
+                                "action_id": c.action_id,
+                            },
                             turn_id=turn_id,
                             run_id=run_id,
                         )
@@ -412,6 +421,7 @@ class SubagentCalls:
                                 "call_id": c.call.call_id,
                                 "name": c.tool.name,
                                 "status": "interrupted",
+                                "action_id": c.action_id,
                             },
                             turn_id=turn_id,
                             run_id=run_id,
@@ -486,6 +496,7 @@ class SubagentCalls:
                 "call_id": c.call.call_id,
                 "name": c.tool.name,
                 "status": "returned" if status == "completed" else "failed",
+                "action_id": c.action_id,
             },
             turn_id=turn_id,
             run_id=run_id,
