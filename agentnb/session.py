@@ -974,7 +974,8 @@ class Session:
         self._await_handled(event.payload["command_id"], timeout)
 
     def export_state(self) -> dict[str, Any]:
-        """The conversation state at a quiescent point (no run, request or uncertain call).
+        """The conversation state at a quiescent point (no run, request, uncertain call or
+        sub-agent at work).
 
         Returns JSON-ready data for ``import_baseline``; history is not included.
         """
@@ -990,6 +991,17 @@ class Session:
                 problems.append(f"{len(running)} tool call(s) are running")
             if uncertain:
                 problems.append("tool calls have unknown outcomes (reconcile them)")
+            live = {c.call_id for c in running}
+            waiting = [
+                c
+                for c in state.children.values()
+                if c.get("status") == "running" and c["call_id"] not in live
+            ]
+            if waiting:
+                problems.append(
+                    f"{len(waiting)} sub-agent call(s) wait for their child sessions "
+                    "(see children())"
+                )
             if problems:
                 raise InvalidInput(f"session {self.key} is not quiescent: {'; '.join(problems)}")
             messages = [m.model_dump(mode="json") for m in state.context]

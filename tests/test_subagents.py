@@ -598,6 +598,73 @@ class TestStopping:
         row = calls[calls["tool_name"] == "worker"].iloc[0]
         assert (row["status"], bool(row["uncertain"])) == ("waiting", False)
 
+    def test_a_subagent_call_is_running_while_its_run_waits_and_never_uncertain(
+        self, runtimes: Callable[..., nb.Runtime]
+    ) -> None:
+        """inspect() names the sub-agent call among the running calls while the parent's run
+        waits for the child; cut off, the call is neither running nor uncertain."""
+        boss, holding = self.tree("interrupt")
+        session = runtimes(boss).session("s")
+        receipt = session.submit("go")
+        assert holding.started.wait(WAIT)
+        seen = session.inspect()
+        assert [c.tool_name for c in seen.running_tool_calls] == ["worker"]
+        assert seen.uncertain_tool_calls == ()
+        session.interrupt()
+        assert receipt.wait(WAIT).status == "interrupted"
+        holding.release.set()
+        after = session.inspect()
+        assert (after.running_tool_calls, after.uncertain_tool_calls) == ((), ())
+
+    def test_resuming_with_uncertain_unknown_attaches_to_the_child_again(
+        self, runtimes: Callable[..., nb.Runtime]
+    ) -> None:
+        """resume(uncertain="unknown") settles no sub-agent call as unknown: the new run
+        attaches to the same child turn and collects its answer."""
+        boss, holding = self.tree("interrupt")
+        session = runtimes(boss).session("s")
+        receipt = session.submit("go")
+        assert holding.started.wait(WAIT)
+        session.interrupt()
+        assert receipt.wait(WAIT).status == "interrupted"
+        holding.release.set()
+        out = session.resume(receipt.turn_id, uncertain="unknown").wait(WAIT)
+        assert (out.status, out.output) == ("completed", "all done")
+        results = [e.payload for e in session.log.scan() if e.type == "tool/result"]
+        assert [(r["status"], r["output"]) for r in results] == [("success", "finished")]
+        assert "recovery/applied" not in types(session)
+        assert len(session.child(session.children()[0].call_id).tasks()) == 1
+
+    def test_closing_the_parent_stops_it_and_its_child_as_on_parent_stop_says(
+        self, runtimes: Callable[..., nb.Runtime]
+    ) -> None:
+        """session.close() interrupts a parent waiting for its child (stop reason
+        session_closed) and interrupts the child; resume continues both."""
+        boss, holding = self.tree("interrupt")
+        session = runtimes(boss).session("s")
+        receipt = session.submit("go")
+        assert holding.started.wait(WAIT)
+        session.close()
+        out = receipt.wait(WAIT)
+        assert (out.status, out.stop_reason) == ("interrupted", "session_closed")
+        _until(lambda: session.children()[0].status == "interrupted", "the child to stop")
+        holding.release.set()
+        resumed = session.resume(receipt.turn_id).wait(WAIT)
+        assert (resumed.status, resumed.output) == ("completed", "all done")
+
+    def test_closing_the_parent_cancels_a_child_whose_policy_says_cancel(
+        self, runtimes: Callable[..., nb.Runtime]
+    ) -> None:
+        """on_parent_stop="cancel": closing the parent cancels the child's task."""
+        boss, holding = self.tree("cancel")
+        session = runtimes(boss).session("s")
+        receipt = session.submit("go")
+        assert holding.started.wait(WAIT)
+        session.close()
+        assert receipt.wait(WAIT).stop_reason == "session_closed"
+        _until(lambda: session.children()[0].status == "cancelled", "the child to be cancelled")
+        holding.release.set()
+
     def test_cancelling_the_parent_cancels_the_child(
         self, runtimes: Callable[..., nb.Runtime]
     ) -> None:

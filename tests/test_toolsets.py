@@ -218,3 +218,76 @@ class TestOutcomeUnknown:
         assert call.tool_name == "lost"
         with pytest.raises(nb.UncertainToolCalls):
             session.resume(outcome.turn_id)
+
+    def test_resume_with_uncertain_unknown_records_it_and_goes_on(
+        self, runtime: nb.Runtime
+    ) -> None:
+        """resume(uncertain="unknown") records the call's result as unknown, tells the model,
+        and the turn completes; the call's start and end name one action_id."""
+        session = runtime.session("s", user_id="u")
+        outcome = session.run("lost", timeout=30)
+        out = session.resume(outcome.turn_id, uncertain="unknown").wait(30)
+        assert out.status == "completed"
+        assert "outcome of this call is unknown" in (out.output or "")
+        (result,) = [e.payload for e in session.log.scan(0, None) if e.type == "tool/result"]
+        assert result["status"] == "unknown"
+        starts = [e.payload for e in session.log.scan(0, None) if e.type == "action/start"]
+        ends = [e.payload for e in session.log.scan(0, None) if e.type == "action/end"]
+        assert ends[0]["status"] == "interrupted"
+        assert ends[0]["action_id"] == starts[0]["action_id"] is not None
+
+
+class TestAskedCallsAreNotUncertain:
+    def test_a_call_stopped_at_a_question_is_neither_running_nor_uncertain(
+        self, runtime: nb.Runtime
+    ) -> None:
+        """inspect() lists the asking call nowhere; resume, even with uncertain="unknown",
+        is refused naming respond; reconcile finds nothing to settle."""
+        session = runtime.session("s", user_id="u")
+        outcome = session.run("book", timeout=30)
+        seen = session.inspect()
+        assert (seen.running_tool_calls, seen.uncertain_tool_calls) == ((), ())
+        with pytest.raises(nb.CannotResume, match="respond"):
+            session.resume(outcome.turn_id, uncertain="unknown")
+        (request_id,) = session.pending()
+        call_id = session.pending()[request_id].call_id
+        with pytest.raises(nb.InvalidInput, match="uncertain"):
+            session.reconcile({call_id: nb.ToolOutcome.unknown()}, "checked")
+
+    def test_the_asking_call_ends_suspended_under_its_action_id(self, runtime: nb.Runtime) -> None:
+        """The stopped call's action/end says suspended and names its attempt."""
+        session = runtime.session("s", user_id="u")
+        session.run("book", timeout=30)
+        (start,) = [e.payload for e in session.log.scan(0, None) if e.type == "action/start"]
+        (end,) = [e.payload for e in session.log.scan(0, None) if e.type == "action/end"]
+        assert (end["status"], end["action_id"]) == ("suspended", start["action_id"])
+
+
+class TestToolsetFailures:
+    def test_a_schema_tool_that_raises_keeps_its_traceback(self) -> None:
+        """A toolset tool that raises gives the model its error; the log keeps the traceback
+        naming the tool's own code."""
+
+        class Failing(nb.Toolset):
+            @property
+            def label(self) -> str:
+                return "failing toolset"
+
+            async def open(self) -> OpenToolset:
+                async def explode(arguments: dict[str, Any], ctx: ToolContext) -> str:
+                    raise RuntimeError("the backend refused")
+
+                async def close() -> None:
+                    return None
+
+                schema = {"type": "object", "properties": {"word": {"type": "string"}}}
+                tool = nb.Tool.from_schema("echo", "Echo.", schema, explode)
+                return OpenToolset(tools=(tool,), close=close)
+
+        with nb.Runtime(agent(Failing()), store="memory://") as runtime:
+            session = runtime.session("s", user_id="u")
+            assert session.run("go", timeout=30).status == "completed"
+            (result,) = [e.payload for e in session.log.scan(0, None) if e.type == "tool/result"]
+            assert result["status"] == "error"
+            assert "the backend refused" in result["output"]
+            assert "in explode" in result["traceback"]

@@ -51,14 +51,23 @@ def open_calls(
     executor runs them.
 
     A call of the active run is *running* while some runtime holds the session's lease
-    (``executing``); with no live executor every such call is *uncertain*: what it did is
-    unknown until someone reconciles it (or, for an idempotent tool, runs it again).
+    (``executing``); a sub-agent call there is running too (its run waits for the child).
+    With no live executor a call is *uncertain*: what it did is unknown until someone
+    reconciles it (or, for an idempotent tool, runs it again). Neither are a sub-agent call
+    outside a live run (its child session says where it stands: ``children()``) nor a call
+    stopped at a person's question (``ctx.ask``: the answer runs it again).
     """
     live = state.active_run if executing else None
-    running: list[ToolCallState] = []
-    uncertain: list[ToolCallState] = []
-    for call in state.uncertain_calls():
-        (running if live is not None and call.run_id == live else uncertain).append(call)
+    running = [
+        c
+        for c in state.tool_calls.values()
+        if live is not None
+        and c.run_id == live
+        and c.dispatched
+        and c.result is None
+        and c.asking is None
+    ]
+    uncertain = [c for c in state.uncertain_calls() if live is None or c.run_id != live]
     return running, uncertain
 
 
