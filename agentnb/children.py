@@ -4,8 +4,9 @@
 stands (read from the child's own folds, so it is current even before the parent recorded the
 end); ``Session.pending()`` adds the open requests of its children (recursively, each with the
 path of agents it came through); ``Session.respond()`` routes an answer to the child that
-asked and wakes the session at once (the same wake-up the child's driver would put in), so
-the receipt it returns observes the calling session's turn.
+asked and wakes the session at once (the same wake-up the child's driver would put in); the
+receipt it returns is that wake-up's, so it observes the run of the calling session that
+goes on with the answer (or, when the wake-up starts none, its latest run as it stands).
 """
 
 from __future__ import annotations

@@ -708,8 +708,10 @@ class Session:
 
         A sub-agent's request (``pending()`` shows them with their ``path``) is routed to the
         child session that asked, and this session's turn is woken for it: the receipt
-        observes this session's turn, which goes on once the child's does. Answer one
-        session's requests at a time.
+        observes the run of this session that the wake-up starts (it waits for the child's
+        turn and goes on), or, when none starts (a request of this session's own is still
+        open), this session's latest run as it stands. Answer one session's requests at a
+        time.
         """
         if isinstance(request_id, Mapping):
             if answer is not _MISSING:

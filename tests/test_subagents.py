@@ -443,15 +443,17 @@ class TestPeople:
     def test_an_answer_through_the_parent_reaches_the_child_and_both_complete(
         self, runtimes: Callable[..., nb.Runtime]
     ) -> None:
-        """parent.respond routes the answer; its receipt waits for the parent's completion."""
+        """parent.respond routes the answer; its receipt observes the parent's continuation
+        (the run the wake-up starts), which completes once the child did."""
         boss, _ = buyer_tree()
         session = runtimes(boss).session("s")
-        session.run("buy", timeout=WAIT)
+        first = session.run("buy", timeout=WAIT)
         rid = next(iter(session.pending()))
         receipt = session.respond(rid, True)
         assert receipt.turn_id == session.tasks()[-1].turn_id
         out = receipt.wait(WAIT)
         assert (out.status, out.output) == ("completed", "all done")
+        assert out.run_id == session.tasks()[-1].run_ids[-1] != first.run_id
         (child,) = session.children()
         assert (child.status, child.output) == ("completed", "bought it")
         assert session.pending() == {}
@@ -461,6 +463,51 @@ class TestPeople:
             if e.type == "inbox/accepted" and "wake" in e.payload["data"]
         ]
         assert len(wakes) == 1  # the routed answer's and the child driver's are one record
+
+    def test_receipts_observe_their_runs_and_the_task_the_whole_turn(
+        self, runtimes: Callable[..., nb.Runtime]
+    ) -> None:
+        """The submit's receipt observes the run that suspended for the child's person; the
+        task (by turn) observes the turn through the answer to its completion."""
+        boss, _ = buyer_tree()
+        session = runtimes(boss).session("s")
+        submitted = session.submit("buy")
+        assert submitted.wait(WAIT).status == "suspended"
+        task = session.task(submitted.command_id)
+        session.respond(next(iter(session.pending())), True)
+        whole = task.wait(WAIT)
+        assert (whole.status, whole.output) == ("completed", "all done")
+        again = submitted.wait(WAIT)
+        assert (again.status, again.run_id) == ("suspended", session.tasks()[-1].run_ids[0])
+
+    def test_a_childs_answer_that_starts_no_run_reports_the_parents_run_as_it_stands(
+        self, runtimes: Callable[..., nb.Runtime]
+    ) -> None:
+        """With a request of its own still open, the parent's turn does not go on for a
+        child's answer: that receipt reports the suspended run as it stands; the parent's own
+        answer starts the continuation, which collects the child's result."""
+        buyer = worker_agent("buyer", place_order, answer="bought it")
+        boss = coordinator(
+            [
+                [nb.ToolCall("buyer", {"task": "buy"}), nb.ToolCall("place_order", {"x": "boss"})],
+                "all done",
+            ],
+            buyer.as_tool(),
+            place_order,
+        )
+        session = runtimes(boss).session("s")
+        first = session.run("go", timeout=WAIT)
+        assert first.status == "suspended"
+        requests = session.pending()
+        (own,) = [rid for rid, r in requests.items() if not r.path]
+        (childs,) = [rid for rid, r in requests.items() if r.path == ("buyer",)]
+        out = session.respond(childs, True).wait(WAIT)
+        assert (out.status, out.run_id) == ("suspended", first.run_id)
+        _until(lambda: session.children()[0].status == "completed", "the buyer to finish")
+        assert session.tasks()[-1].run_ids == (first.run_id,)
+        done = session.respond(own, True).wait(WAIT)
+        assert (done.status, done.output) == ("completed", "all done")
+        assert done.run_id != first.run_id
 
     def test_an_answer_in_the_child_wakes_the_parent(
         self, runtimes: Callable[..., nb.Runtime]
@@ -499,6 +546,29 @@ class TestPeople:
         assert (out.status, out.output) == ("completed", "ok")
         (mid,) = session.children()
         assert mid.output == "bought it"
+
+    def test_a_rule_remembered_through_the_parent_covers_the_next_child(
+        self, runtimes: Callable[..., nb.Runtime]
+    ) -> None:
+        """approve(remember="agent") answered through the parent is the child agent's rule:
+        the next child of that agent runs the call without asking and cites the rule."""
+        buyer = worker_agent("buyer", place_order, answer="bought it")
+        boss = coordinator(
+            lambda m: "all done" if m[-1].role == "tool" else nb.ToolCall("buyer", {"task": "buy"}),
+            buyer.as_tool(),
+        )
+        session = runtimes(boss).session("s")
+        assert session.run("buy", timeout=WAIT).status == "suspended"
+        rid = next(iter(session.pending()))
+        assert session.respond(rid, nb.Answer.approve(remember="agent")).wait(WAIT).status == (
+            "completed"
+        )
+        out = session.run("buy again", timeout=WAIT)
+        assert (out.status, out.output) == ("completed", "all done")
+        first, second = (session.child(c.call_id) for c in session.children())
+        (rule,) = first.permissions()
+        ends = [e.payload for e in second.log.scan() if e.type == "action/end"]
+        assert [(e["name"], e["rule_id"]) for e in ends] == [("place_order", rule.rule_id)]
 
     def test_answers_that_fit_no_request_write_nothing(
         self, runtimes: Callable[..., nb.Runtime]

@@ -27,7 +27,7 @@ from agentnb.events import Message
 from agentnb.ids import MAX_ID_LENGTH, SessionKey
 from agentnb.limits import MAX_INPUT_CHARS
 from agentnb.projections.decisions import effective_status
-from agentnb.projections.queue import will_move
+from agentnb.projections.outcomes import turn_outcome
 from agentnb.projections.state import Command, InboxState, SessionState
 
 __all__ = [
@@ -106,29 +106,28 @@ def child_progress(
 ) -> ChildProgress:
     """Where the task the call ``call_id`` gave its child stands, from the child's folds.
 
-    ``executing``: whether some runtime holds the child's lease now (a run open with nobody
-    executing it was cut off: interrupted).
+    It is the child *turn's* outcome (``turn_outcome``, what ``Task.wait()`` returns), never
+    one run's: a child that suspended and was answered is still moving. ``executing``:
+    whether some runtime holds the child's lease now (a run open with nobody executing it
+    was cut off: interrupted).
     """
     key = submit_key(call_id)
     submit = next((c for c in inbox.commands.values() if c.key == key), None)
     if submit is None or submit.turn_id is None:
         return ChildProgress("absent", "queued")
     turn_id = submit.turn_id
+    outcome = turn_outcome(state, inbox, turn_id, submit.command_id, executing=executing)
     turn = state.turns.get(turn_id)
-    if turn is None:
-        if submit.command_id in inbox.rejected:
-            reason = inbox.rejected[submit.command_id]
-            return ChildProgress("settled", "cancelled", turn_id, error=reason)
-        return ChildProgress("moving", "queued", turn_id)
-    status = effective_status(state, turn, executing=executing)
-    used = dict(turn.usage)
-    if status in SETTLED:
-        output = turn.output if status == "completed" else None
-        error = turn.error if status != "completed" else None
-        return ChildProgress("settled", status, turn_id, output, error, used)
-    if status == "running" or will_move(state, inbox, turn_id):
+    used = dict(turn.usage) if turn is not None else {}
+    if outcome is None:  # queued, running, or an answer, resume or cancel is on its way
+        status = effective_status(state, turn, executing=executing) if turn else "queued"
         return ChildProgress("moving", status, turn_id, usage=used)
-    return ChildProgress("waiting", status, turn_id, error=turn.error, usage=used)
+    status = outcome.status
+    if status == "rejected":  # refused before it ran: for the parent, the call was cancelled
+        status = "cancelled"
+    if status in SETTLED:
+        return ChildProgress("settled", status, turn_id, outcome.output, outcome.error, used)
+    return ChildProgress("waiting", status, turn_id, error=outcome.error, usage=used)
 
 
 # -- waking a parent ---------------------------------------------------------------------

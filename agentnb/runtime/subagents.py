@@ -36,8 +36,11 @@ dies right after. Dispatched, a wake-up continues the parent's turn when it is s
 its sub-agents only (``wake_applies``): the new run attaches to its children again and
 waits. Otherwise it is recorded as carried out and does nothing (a running parent sees its
 children itself; an interrupted one was stopped by a person). An answer given through the
-parent (``parent.respond``, routed to the child) puts the same wake-up in at once, so its
-receipt observes the parent's turn.
+parent (``parent.respond``, routed to the child) puts the same wake-up in at once, and its
+receipt is the wake-up's: it observes the continuation run the wake-up starts (a receipt
+observes its own run), or, when the wake-up starts none, the parent's latest run as it
+stands. The wait for a child is for its *turn* (``child_progress`` is the turn's outcome, as
+``Task.wait()`` gives it), never for one of its runs.
 
 **Stopping.** When the parent's run is asked to stop while it waits (interrupt, time limit,
 close), each child it waits for is handled by its tool's ``on_parent_stop``: ``interrupt``
