@@ -851,6 +851,47 @@ class TestUsage:
         assert used.input_tokens == own_in + child.usage.input_tokens
         assert used.model_calls == len(mine) + child.usage.model_calls
 
+    def test_a_childs_compaction_rolls_up_with_its_other_usage(
+        self, runtimes: Callable[..., nb.Runtime]
+    ) -> None:
+        """The summariser calls a child made count in the parent's compaction_* counters."""
+
+        @nb.tool
+        def fetch(x: str) -> str:
+            """Fetch a page."""
+            return "data " * 40
+
+        def script(messages: list[nb.Message]) -> Any:
+            if sum(m.role == "tool" for m in messages) < 3:
+                return nb.ToolCall("fetch", {"x": "page"})
+            return "read them"
+
+        reader = nb.Agent(
+            name="Reader",
+            agent_id="reader",
+            model=nb.ScriptedModel(script),
+            tools=[fetch],
+            compaction=nb.SummaryCompactor(
+                trigger=0.5, keep_last=2, model=nb.ScriptedModel(lambda m: "a summary")
+            ),
+            context_window=300,
+        )
+        # The parent's conversation, shared, comes first: the summariser can replace it.
+        boss = coordinator(
+            [nb.ToolCall("reader", {"task": "read"}), "ok"],
+            nb.subagent(reader, share_context="all"),
+        )
+        session = runtimes(boss).session("s")
+        used = session.run("go " + "context " * 60, timeout=WAIT).usage
+        (child,) = session.children()
+        assert child.usage is not None
+        assert child.usage.compaction_calls > 0
+        assert used is not None
+        assert (used.compaction_calls, used.compaction_input_tokens) == (
+            child.usage.compaction_calls,
+            child.usage.compaction_input_tokens,
+        )
+
     def test_max_turn_tokens_counts_the_childrens(
         self, runtimes: Callable[..., nb.Runtime]
     ) -> None:
