@@ -33,6 +33,7 @@ connection discipline that splitting would spread across modules.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import logging
@@ -43,7 +44,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -77,10 +78,11 @@ from agentnb.stores.base import (
     submit_text,
 )
 
-FORMAT = "agentnb-sqlite/4"
-_MIGRATABLE = ("agentnb-sqlite/2", "agentnb-sqlite/3")
+FORMAT = "agentnb-sqlite/5"
+_MIGRATABLE = ("agentnb-sqlite/2", "agentnb-sqlite/3", "agentnb-sqlite/4")
 """Formats this agentnb migrates in place: 2 gains the lifecycle columns (its logs are
-counted), 2 and 3 the archive flag, the order of deletions and the tombstone watermarks."""
+counted), 2 and 3 the archive flag, the order of deletions and the tombstone watermarks,
+and all of them the listing key (format 5)."""
 SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
 CATALOGUE = "-catalogue"
 """Suffix of the file beside the store that records the highest session id committed."""
@@ -136,6 +138,8 @@ CREATE TABLE IF NOT EXISTS tombstone_marks (sink TEXT PRIMARY KEY, seq INTEGER N
 """
 _FORMAT_4_COLUMNS = ("archived_at REAL", "deleted_seq INTEGER")
 """The columns format 4 adds (the archive flag and the order of deletions)."""
+_FORMAT_5_COLUMNS = ("list_key REAL NOT NULL DEFAULT 0",)
+"""The column format 5 adds (the listing key, see ``_LIFECYCLE_INDEXES``)."""
 _LIFECYCLE_COLUMNS = (
     "updated_at REAL NOT NULL DEFAULT 0",
     "last_activity REAL NOT NULL DEFAULT 0",
@@ -151,20 +155,58 @@ _LIFECYCLE_COLUMNS = (
     "deleted_by TEXT",
     "deleted_reason TEXT",
     *_FORMAT_4_COLUMNS,
+    *_FORMAT_5_COLUMNS,
 )
 # Listing reads an index range: newest activity first, for one user or for everyone. Only
 # live sessions are indexed. A blob is freed on delete unless another session references
 # it: the partial indexes make that check a lookup.
-_LIFECYCLE_INDEXES = """
-CREATE INDEX IF NOT EXISTS sessions_recent ON sessions (last_activity, id)
-    WHERE deleted_at IS NULL;
-CREATE INDEX IF NOT EXISTS sessions_user_recent
-    ON sessions (namespace, user_id, agent_id, last_activity, id) WHERE deleted_at IS NULL;
-CREATE INDEX IF NOT EXISTS events_blob ON events (blob) WHERE blob IS NOT NULL;
-CREATE INDEX IF NOT EXISTS inbox_blob ON inbox (blob) WHERE blob IS NOT NULL;
-CREATE UNIQUE INDEX IF NOT EXISTS sessions_deleted ON sessions (deleted_seq)
-    WHERE deleted_seq IS NOT NULL;
-"""
+#
+# The listing key (format 5). The listing is ordered by ``list_key``, not by
+# ``last_activity`` itself, so that an append of the session listed first moves no index
+# entry (the commit then dirties no index page of the catalogue). The triggers keep one
+# rule: every live session but the first in the order has ``list_key = last_activity``;
+# the first one's key may trail its activity (it is first either way). So the order by
+# (list_key, id) is the order by (last_activity, id), and filters on the activity read
+# ``last_activity`` itself. When another session becomes active (or is created), the first
+# one's key is brought up to its activity before that session's key moves.
+_TOP_LISTED = (
+    "SELECT id FROM sessions WHERE deleted_at IS NULL{} ORDER BY list_key DESC, id DESC LIMIT 1"
+)
+_LIFECYCLE_INDEXES = (
+    (
+        "CREATE INDEX IF NOT EXISTS sessions_listed ON sessions (list_key, id) "
+        "WHERE deleted_at IS NULL"
+    ),
+    (
+        "CREATE INDEX IF NOT EXISTS sessions_user_listed "
+        "ON sessions (namespace, user_id, agent_id, list_key, id) WHERE deleted_at IS NULL"
+    ),
+    "CREATE INDEX IF NOT EXISTS events_blob ON events (blob) WHERE blob IS NOT NULL",
+    "CREATE INDEX IF NOT EXISTS inbox_blob ON inbox (blob) WHERE blob IS NOT NULL",
+    (
+        "CREATE UNIQUE INDEX IF NOT EXISTS sessions_deleted ON sessions (deleted_seq) "
+        "WHERE deleted_seq IS NOT NULL"
+    ),
+    # A session became active: unless it is (still) first, bring the first one's key up to
+    # its activity, then its own key.
+    (
+        "CREATE TRIGGER IF NOT EXISTS sessions_active AFTER UPDATE OF last_activity ON sessions "
+        "WHEN NEW.deleted_at IS NULL AND NOT (NEW.last_activity >= NEW.list_key "
+        f"AND NEW.id IS ({_TOP_LISTED.format('')})) BEGIN "
+        f"UPDATE sessions SET list_key = last_activity WHERE id = ({_TOP_LISTED.format('')}) "
+        "AND list_key <> last_activity; "
+        "UPDATE sessions SET list_key = NEW.last_activity WHERE id = NEW.id; END"
+    ),
+    # A session was created: the same, the first one being another session.
+    (
+        "CREATE TRIGGER IF NOT EXISTS sessions_created AFTER INSERT ON sessions BEGIN "
+        "UPDATE sessions SET list_key = last_activity WHERE id = "
+        f"({_TOP_LISTED.format(' AND id <> NEW.id')}) AND list_key <> last_activity; "
+        "UPDATE sessions SET list_key = NEW.last_activity WHERE id = NEW.id; END"
+    ),
+)
+_OLD_INDEXES = ("sessions_recent", "sessions_user_recent")
+"""The listing indexes of formats 3 and 4 (on ``last_activity``), dropped by the migration."""
 # Numbering the deletions a format-2 or -3 store holds (once, at the migration), by time.
 _NUMBER_DELETIONS = """
 UPDATE sessions SET deleted_seq = (SELECT count(*) FROM sessions AS o
@@ -204,7 +246,7 @@ UPDATE sessions SET
 _RECORD_COLUMNS = (
     "id, namespace, user_id, agent_id, session_id, created_at, updated_at, last_activity, "
     "title, labels, first_task, events, turns, bytes, submits, turn_status, lease_owner, "
-    "lease_expires, archived_at"
+    "lease_expires, archived_at, list_key"
 )
 _CATALOGUE_AFTER_APPEND = (
     "UPDATE sessions SET events = events + ?, turns = turns + ?, bytes = bytes + ?, "
@@ -309,8 +351,8 @@ class SQLiteStore(SessionStore):
         for suffix in _SIDE_FILES:
             _prepare_side_file(Path(f"{self.path}{suffix}"), make=bool(loose))
 
-    def _conn(self) -> sqlite3.Connection:
-        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+    def _conn(self) -> _Connection:
+        conn: _Connection | None = getattr(self._local, "conn", None)
         if conn is None:
             if self._closed:
                 raise StorageError(f"store {self.url} is closed")
@@ -349,7 +391,7 @@ class SQLiteStore(SessionStore):
         return conn
 
     @contextlib.contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
+    def _write(self) -> Iterator[_Connection]:
         """One write transaction. The writers of this process take turns on a lock of their
         own first: SQLite's busy handler, which only another process's writer now meets,
         sleeps at least a millisecond each time it finds the file locked."""
@@ -360,25 +402,30 @@ class SQLiteStore(SessionStore):
                 f"{self.path} stayed locked by another writer of this process for "
                 f"{_TURN_TIMEOUT:g}s; retry later"
             )
+        bare = conn.bare
         try:
             try:
-                conn.execute("BEGIN IMMEDIATE")
+                bare.execute("BEGIN IMMEDIATE")
             except sqlite3.Error as exc:
                 raise _translate(exc, self.path) from None
             try:
                 yield conn
             except sqlite3.Error as exc:
                 with contextlib.suppress(sqlite3.Error):
-                    conn.execute("ROLLBACK")
+                    bare.execute("ROLLBACK")
+                if isinstance(exc, sqlite3.DatabaseError):
+                    _check_damage(exc, conn)
                 raise _translate(exc, self.path) from None
             except BaseException:
-                conn.execute("ROLLBACK")
+                bare.execute("ROLLBACK")
                 raise
             try:
-                conn.execute("COMMIT")
+                bare.execute("COMMIT")
             except sqlite3.Error as exc:
                 with contextlib.suppress(sqlite3.Error):
-                    conn.execute("ROLLBACK")
+                    bare.execute("ROLLBACK")
+                if isinstance(exc, sqlite3.DatabaseError):
+                    _check_damage(exc, conn)
                 raise _translate(exc, self.path) from None
         finally:
             turn.release()
@@ -420,23 +467,27 @@ class SQLiteStore(SessionStore):
         self._check_format(fmt)
 
     def _add_lifecycle(self, c: sqlite3.Connection) -> None:
-        """Formats 3 and 4: the lifecycle columns and indexes; a format-2 or -3 store is
-        migrated in place (in the schema transaction: counting what the logs of a format-2
-        store hold, numbering the deletions of a format-3 one)."""
+        """Formats 3 to 5: the lifecycle columns, indexes and triggers; a format-2, -3 or -4
+        store is migrated in place (in the schema transaction: counting what the logs of a
+        format-2 store hold, numbering the deletions of a format-2 or -3 one, keying the
+        listing of every one)."""
         fmt = c.execute("SELECT value FROM agentnb_meta WHERE key='format'").fetchone()
         columns = {r[1] for r in c.execute("PRAGMA table_info(sessions)")}
         for column in _LIFECYCLE_COLUMNS:
             if column.split()[0] not in columns:
                 c.execute(f"ALTER TABLE sessions ADD COLUMN {column}")
-        for statement in _LIFECYCLE_INDEXES.split(";"):
-            if statement.strip():
-                c.execute(statement)
         if fmt is not None and fmt[0] in _MIGRATABLE:
             if fmt[0] == "agentnb-sqlite/2":
                 c.execute(_BACKFILL)
-            c.execute(_NUMBER_DELETIONS)
+            if fmt[0] != "agentnb-sqlite/4":
+                c.execute(_NUMBER_DELETIONS)
+            for index in _OLD_INDEXES:
+                c.execute(f"DROP INDEX IF EXISTS {index}")
+            c.execute("UPDATE sessions SET list_key = last_activity")
             c.execute("UPDATE agentnb_meta SET value=? WHERE key='format'", (FORMAT,))
             log.info("%s migrated from %s to %s", self.path, fmt[0], FORMAT)
+        for statement in _LIFECYCLE_INDEXES:
+            c.execute(statement)
 
     # -- the -catalogue record (see the module docstring) -------------------------------------
 
@@ -551,7 +602,7 @@ class SQLiteStore(SessionStore):
     @staticmethod
     def _record(row: tuple[Any, ...]) -> SessionRecord:
         (row_id, ns, user, agent, sid, created, updated, activity, title, labels, first) = row[:11]
-        events, turns, nbytes, submits, status, owner, expires, archived = row[11:]
+        events, turns, nbytes, submits, status, owner, expires, archived, list_key = row[11:]
         return SessionRecord(
             SessionKey(ns, user, agent, sid),
             float(created),
@@ -567,7 +618,7 @@ class SQLiteStore(SessionStore):
             status,
             owner,
             float(expires),
-            encode_cursor(float(activity), int(row_id)),
+            encode_cursor(float(list_key), int(row_id)),
             None if archived is None else float(archived),
         )
 
@@ -588,12 +639,18 @@ class SQLiteStore(SessionStore):
         for name, value in (query.labels or {}).items():
             where.append("EXISTS (SELECT 1 FROM json_each(labels) WHERE key = ? AND value = ?)")
             params.extend((name, value))
+        # The bounds are on the activity; the index range is on the key, which is the
+        # activity for every session but the first listed (its key may trail): the range
+        # starts low enough to hold that one too.
         if query.since is not None:
-            where.append("last_activity >= ?")
-            params.append(query.since)
+            where.append(
+                "list_key >= min(?, (SELECT max(list_key) FROM sessions "
+                "WHERE deleted_at IS NULL)) AND last_activity >= ?"
+            )
+            params.extend((query.since, query.since))
         if query.until is not None:
-            where.append("last_activity < ?")
-            params.append(query.until)
+            where.append("list_key < ? AND last_activity < ?")
+            params.extend((query.until, query.until))
         if query.search is not None:
             where.append(
                 "(instr(lower(coalesce(title, '')), ?) "
@@ -601,13 +658,13 @@ class SQLiteStore(SessionStore):
             )
             params.extend((query.search, query.search))
         if query.after is not None:
-            where.append("(last_activity, id) < (?, ?)")
+            where.append("(list_key, id) < (?, ?)")
             params.extend(query.after)
         rows = (
             self._conn()
             .execute(
                 f"SELECT {_RECORD_COLUMNS} FROM sessions WHERE {' AND '.join(where)} "
-                "ORDER BY last_activity DESC, id DESC LIMIT ?",
+                "ORDER BY list_key DESC, id DESC LIMIT ?",
                 (*params, query.limit),
             )
             .fetchall()
@@ -882,11 +939,12 @@ class SQLiteStore(SessionStore):
         digest = hasher.hexdigest()
         params = (sid, *first, batch_id, digest, expected_seq, owner, epoch, now)
 
-        def write(c: sqlite3.Connection) -> None:
+        def write(c: _Connection) -> None:
+            bare = c.bare
             for blob in blobs:
-                c.execute("INSERT OR IGNORE INTO blobs VALUES (?, ?)", blob)
+                bare.execute("INSERT OR IGNORE INTO blobs VALUES (?, ?)", blob)
             try:
-                inserted = c.execute(_INSERT_FIRST, params).rowcount
+                inserted = bare.execute(_INSERT_FIRST, params).rowcount
             except sqlite3.IntegrityError:
                 inserted = 0  # the batch id was used before: a replay, or a reuse
             if not inserted:
@@ -903,9 +961,9 @@ class SQLiteStore(SessionStore):
             if expected_inbox is not None:
                 check_inbox(key, self._max_seq(c, "inbox", sid), expected_inbox)
             if rest:
-                c.executemany(_INSERT_EVENT, [(sid, *row) for row in rest])
+                bare.executemany(_INSERT_EVENT, [(sid, *row) for row in rest])
             delta = decide_catalogue(batch, nbytes)
-            c.execute(
+            bare.execute(
                 _CATALOGUE_AFTER_APPEND,
                 (delta.events, delta.turns, delta.bytes, delta.turn_status, now, now, sid),
             )
@@ -915,8 +973,12 @@ class SQLiteStore(SessionStore):
     def _commit_group(self, writes: list[_Write]) -> None:
         """Commit the appends of several sessions that are ready together in one transaction
         (one fsync). Each runs in its own savepoint with its own checks, so one append's
-        refusal (a conflict, a fence, a deleted session) rolls back only that append."""
+        refusal (a conflict, a fence, a deleted session) rolls back only that append. A lone
+        append needs no savepoint: its refusal rolls back the transaction."""
         with self._write() as c:
+            if len(writes) == 1:
+                writes[0].write(c)
+                return
             for pending in writes:
                 c.execute("SAVEPOINT append")
                 try:
@@ -1322,6 +1384,12 @@ class _Cursor(sqlite3.Cursor):
 class _Connection(sqlite3.Connection):
     path: Path = Path()
 
+    @functools.cached_property
+    def bare(self) -> sqlite3.Cursor:
+        """A plain cursor, for the statements of a write transaction: ``_write`` translates
+        what they raise (damage included) for the whole transaction, at once."""
+        return sqlite3.Cursor(self)
+
     def cursor(self, factory: Any = _Cursor) -> Any:
         return super().cursor(factory)
 
@@ -1372,8 +1440,9 @@ def _enable_wal(conn: sqlite3.Connection, timeout: float) -> tuple[object, ...] 
 class _Write:
     """One append waiting for a group commit, and how it ended."""
 
-    write: Callable[[sqlite3.Connection], None]
-    done: threading.Event = field(default_factory=threading.Event)
+    write: Callable[[_Connection], None]
+    done: threading.Event | None = None
+    """Made only for an append that waits for another thread's commit."""
     error: BaseException | None = None
     lead: bool = False
     """Set when this append's thread is to commit the next group."""
@@ -1394,7 +1463,7 @@ class _GroupCommit:
 
     def run(
         self,
-        write: Callable[[sqlite3.Connection], None],
+        write: Callable[[_Connection], None],
         commit: Callable[[list[_Write]], None],
     ) -> None:
         mine = _Write(write)
@@ -1402,8 +1471,10 @@ class _GroupCommit:
             self.queue.append(mine)
             lead = not self.busy
             self.busy = True
+            if not lead:
+                done = mine.done = threading.Event()
         if not lead:
-            mine.done.wait()
+            done.wait()
             if not mine.lead:
                 if mine.error is not None:
                     raise mine.error
@@ -1423,9 +1494,11 @@ class _GroupCommit:
                 self.busy = following is not None
             for pending in group:
                 if pending is not mine:
+                    assert pending.done is not None
                     pending.done.set()
             if following is not None:  # it commits the appends that came meanwhile
                 following.lead = True
+                assert following.done is not None
                 following.done.set()
         if mine.error is not None:
             raise mine.error

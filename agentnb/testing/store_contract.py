@@ -1034,6 +1034,43 @@ class StoreContract:
         assert [r.key for r in second + third] == [keys[2], keys[1], keys[0]]
         assert store.find_sessions(limit=2, before=third[-1].cursor) == []
 
+    def test_listing_follows_the_first_sessions_own_activity_exactly(
+        self, store: SessionStore, clock: FakeClock
+    ) -> None:
+        """While the session listed first goes on committing, its ``last_activity``, the
+        ``since`` / ``until`` bounds and the cursor follow each commit exactly; once another
+        session is active, or created, or the first one deleted, the order is still by
+        activity."""
+        keys = self._sessions(store, clock, 3)
+        head = 0
+        for _ in range(3):  # the newest session commits again and again
+            clock.advance(1)
+            store.append(keys[2], [step()], expected_seq=head, batch_id=f"b{head}")
+            head += 1
+        top = store.find_sessions()[0]
+        assert (top.key, top.last_activity) == (keys[2], clock.now())
+        assert [r.key for r in store.find_sessions(since=clock.now())] == [keys[2]]
+        assert [r.key for r in store.find_sessions(until=clock.now())] == [keys[1], keys[0]]
+        assert [r.key for r in store.find_sessions(before=top.cursor)] == [keys[1], keys[0]]
+        clock.advance(1)
+        store.inbox_append(keys[0], command("another task"))
+        assert [r.key for r in store.find_sessions()] == [keys[0], keys[2], keys[1]]
+        assert [r.key for r in store.find_sessions(since=clock.now() - 1)] == [keys[0], keys[2]]
+        clock.advance(1)
+        newest = session_key("newest")
+        store.create_session(newest)
+        clock.advance(1)
+        store.append(keys[2], [step()], expected_seq=head, batch_id="again")
+        assert [r.key for r in store.find_sessions()] == [keys[2], newest, keys[0], keys[1]]
+        store.delete_session(keys[2], by="test")
+        clock.advance(1)
+        store.append(keys[1], [step()], expected_seq=0, batch_id="b")
+        listed = store.find_sessions()
+        assert [r.key for r in listed] == [keys[1], newest, keys[0]]
+        assert [r.last_activity for r in listed] == sorted(
+            (r.last_activity for r in listed), reverse=True
+        )
+
     def test_find_sessions_filters(self, store: SessionStore, clock: FakeClock) -> None:
         """User, labels (all must match), activity range, text search and raw turn status
         each narrow the listing."""
