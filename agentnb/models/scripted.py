@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
 from agentnb.errors import InvalidInput
-from agentnb.events import Message, canonical_json
+from agentnb.events import Message, canonical_json, freeze_json
 from agentnb.models.base import (
     Finish,
     Model,
@@ -44,8 +44,8 @@ class ToolCall:
             )
         arguments = dict(self.arguments)
         try:
-            canonical_json(arguments)
-        except (TypeError, ValueError) as exc:
+            freeze_json(arguments)
+        except InvalidInput as exc:
             raise InvalidInput(
                 f"ToolCall({self.name!r}) arguments must be plain JSON: {exc}"
             ) from None
