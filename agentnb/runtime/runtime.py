@@ -16,6 +16,7 @@ import concurrent.futures
 import contextlib
 import functools
 import logging
+import os
 import threading
 import time
 import weakref
@@ -50,6 +51,7 @@ from agentnb.projections.state import (
 )
 from agentnb.records import PruneReport, SessionCounts, SessionInfo, UsageTotals
 from agentnb.runtime.engine import SessionDriver
+from agentnb.runtime.processes import STOP_TIMEOUT, WorkerProcess, start_workers, stop_workers
 from agentnb.session import Session
 from agentnb.stores import SessionStore, open_store
 from agentnb.stores.base import Lease, SessionRecord, Tombstone, check_tombstone
@@ -63,6 +65,18 @@ log = logging.getLogger("agentnb.runtime")
 _open_runtimes: weakref.WeakSet[Runtime] = weakref.WeakSet()
 _exit_hook_lock = threading.Lock()
 _exit_hook_installed = False
+
+
+def _forked() -> None:
+    # A worker process of Runtime(processes=N) makes a runtime of its own: the lock another
+    # thread of its parent held at the fork is nobody's, and the parent's runtimes are not
+    # the child's to close.
+    global _exit_hook_lock, _open_runtimes
+    _exit_hook_lock = threading.Lock()
+    _open_runtimes = weakref.WeakSet()
+
+
+os.register_at_fork(after_in_child=_forked)
 
 EXIT_CLOSE_TIMEOUT = 5.0
 """Seconds a runtime still open at interpreter exit gets to stop its runs and release."""
@@ -409,6 +423,14 @@ class Runtime:
     ``limits`` (an ``nb.Limits``) bounds the sessions' queues, what opening one may replay,
     and (optionally) how much one may hold; the defaults are the seeds' bounds.
 
+    ``processes=N`` (N > 1) executes on N cores: the runtime forks N worker processes, each
+    serving this agent on the same store (an SQLite file or PostgreSQL, not ``memory://``)
+    and claiming sessions with queued work as ``agentnb worker`` processes do, and stays
+    the client itself: it accepts commands and observes, like ``execute=False``. Closing it
+    stops the workers cooperatively (their runs end interrupted, as ``close`` ends this
+    process's runs). A killed worker's sessions are claimed by the others once its leases
+    expire. The default, 1, executes in this process.
+
     A session is bound to the agent of its first turn (its fingerprint: id, instructions,
     tools with their schemas, model name). Reading it always works, from any runtime; new
     work (``submit``, ``send``, ``steer``, ``inject``, ``resume``, ``respond``, ``compact``)
@@ -435,6 +457,7 @@ class Runtime:
         execute: bool = True,
         limits: Limits | None = None,
         accept_agent_change: bool = False,
+        processes: int = 1,
     ) -> None:
         if not isinstance(agent, Agent):
             raise InvalidInput(f"agent must be an nb.Agent, got {type(agent).__name__}")
@@ -451,6 +474,7 @@ class Runtime:
             )
         if not isinstance(lease_ttl, int | float) or not 0.2 <= lease_ttl <= 3600:
             raise InvalidInput(f"lease_ttl must be seconds in [0.2, 3600], got {lease_ttl!r}")
+        check_processes(processes, execute)
         self.agent = agent
         self._owns_store = not isinstance(store, SessionStore)
         self.store = open_store(store)
@@ -462,6 +486,10 @@ class Runtime:
         self.execute = execute
         self.limits = limits or Limits()
         self.accept_agent_change = accept_agent_change
+        self.processes = processes
+        self._workers: list[WorkerProcess] = []
+        if processes > 1:  # forked before this runtime starts a thread of its own
+            self._start_workers(processes)
         self._work_folds: OrderedDict[SessionKey, Folds] = OrderedDict()
         self._work_folds_lock = threading.Lock()
         self.hub = LiveHub()
@@ -489,6 +517,32 @@ class Runtime:
         self.exporter = LiveExporter.started(self.store, self.export_to, self.session_keys)
         _open_runtimes.add(self)
         _install_exit_hook()
+
+    @property
+    def worker_pids(self) -> tuple[int, ...]:
+        """The process ids of the worker processes of ``processes=N`` (empty when this
+        runtime executes in its own process)."""
+        return tuple(worker.pid for worker in self._workers)
+
+    def _start_workers(self, processes: int) -> None:
+        """Fork the worker processes of ``processes=N``; this runtime becomes their client."""
+        url = shared_url(self.store)
+        options = {
+            "lease_ttl": self.lease_ttl,
+            "auto_resume": self.auto_resume,
+            "namespace": self.namespace,
+            "limits": self.limits,
+            "accept_agent_change": self.accept_agent_change,
+        }
+        try:
+            self._workers = start_workers(
+                processes, functools.partial(_serve_forked, self.agent, url, options)
+            )
+        except BaseException:
+            if self._owns_store:
+                self.store.close()
+            raise
+        self.execute = False
 
     # -- sessions ----------------------------------------------------------------------------
 
@@ -869,6 +923,11 @@ class Runtime:
             or not 1 <= concurrency <= 1000
         ):
             raise InvalidInput(f"concurrency must be an int in 1..1000, got {concurrency!r}")
+        if self._workers:
+            raise InvalidInput(
+                f"this runtime's {len(self._workers)} worker processes execute (processes="
+                f"{self.processes}); serve() needs a runtime made with processes=1"
+            )
         if not self.execute:
             raise InvalidInput(
                 "this runtime was made with execute=False (it only submits and observes); "
@@ -1091,6 +1150,8 @@ class Runtime:
             return
         self._closed = True
         _open_runtimes.discard(self)
+        if self._workers:
+            stop_workers(self._workers, timeout=max(timeout, STOP_TIMEOUT))
         abandoned: list[str] = []
 
         async def stop_all() -> None:
@@ -1155,3 +1216,41 @@ class Runtime:
 
     def __repr__(self) -> str:
         return f"Runtime(agent={self.agent.agent_id!r}, store={self.store.url!r})"
+
+
+def check_processes(processes: object, execute: bool) -> None:
+    """``InvalidInput`` unless ``processes`` is a count of worker processes this runtime can
+    fork."""
+    if not isinstance(processes, int) or isinstance(processes, bool) or not 1 <= processes <= 64:
+        raise InvalidInput(f"processes must be an int in 1..64, got {processes!r}")
+    if processes > 1 and not execute:
+        raise InvalidInput(
+            "processes > 1 starts worker processes that execute; a runtime made with "
+            "execute=False has none (leave processes at 1)"
+        )
+    if processes > 1 and not hasattr(os, "fork"):
+        raise InvalidInput(
+            "processes > 1 needs fork(), which this platform lacks; run `agentnb worker` "
+            "processes instead"
+        )
+
+
+def shared_url(store: SessionStore) -> str:
+    """The URL worker processes open ``store`` by; ``InvalidInput`` for a store only this
+    process can see."""
+    url = store.url
+    if not url or url.startswith("memory:"):
+        raise InvalidInput(
+            "processes > 1 needs a store that processes share: an SQLite file "
+            "(sqlite:///path.db) or PostgreSQL, not memory://"
+        )
+    return url
+
+
+def _serve_forked(agent: Agent, url: str, options: dict[str, Any], stop: threading.Event) -> None:
+    """In a worker process of ``Runtime(processes=N)``: serve the agent until ``stop``."""
+    runtime = Runtime(agent, store=url, **options)
+    try:
+        runtime.serve(stop=stop)
+    finally:
+        runtime.close()

@@ -33,6 +33,7 @@ connection discipline that splitting would spread across modules.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import functools
 import hashlib
 import json
@@ -50,7 +51,7 @@ from typing import Any, NoReturn
 
 from agentnb.errors import Corrupt, IdempotencyConflict, InvalidInput, SessionNotFound, StorageError
 from agentnb.events import Event
-from agentnb.ids import Clock, SessionKey
+from agentnb.ids import Clock, SessionKey, check_id
 from agentnb.stores import _rows
 from agentnb.stores.base import (
     Lease,
@@ -65,6 +66,7 @@ from agentnb.stores.base import (
     check_fence,
     check_inbox,
     check_tombstone,
+    check_ttl,
     decide_acquire,
     decide_append,
     decide_catalogue,
@@ -82,7 +84,7 @@ FORMAT = "agentnb-sqlite/5"
 _MIGRATABLE = ("agentnb-sqlite/2", "agentnb-sqlite/3", "agentnb-sqlite/4")
 """Formats this agentnb migrates in place: 2 gains the lifecycle columns (its logs are
 counted), 2 and 3 the archive flag, the order of deletions and the tombstone watermarks,
-and all of them the listing key (format 5)."""
+and all of them the listing key and the pending-work mark (format 5)."""
 SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
 CATALOGUE = "-catalogue"
 """Suffix of the file beside the store that records the highest session id committed."""
@@ -138,8 +140,9 @@ CREATE TABLE IF NOT EXISTS tombstone_marks (sink TEXT PRIMARY KEY, seq INTEGER N
 """
 _FORMAT_4_COLUMNS = ("archived_at REAL", "deleted_seq INTEGER")
 """The columns format 4 adds (the archive flag and the order of deletions)."""
-_FORMAT_5_COLUMNS = ("list_key REAL NOT NULL DEFAULT 0",)
-"""The column format 5 adds (the listing key, see ``_LIFECYCLE_INDEXES``)."""
+_FORMAT_5_COLUMNS = ("list_key REAL NOT NULL DEFAULT 0", "pending_since REAL")
+"""The columns format 5 adds: the listing key (see ``_LIFECYCLE_INDEXES``) and the
+pending-work mark (see ``claim_pending``)."""
 _LIFECYCLE_COLUMNS = (
     "updated_at REAL NOT NULL DEFAULT 0",
     "last_activity REAL NOT NULL DEFAULT 0",
@@ -186,6 +189,10 @@ _LIFECYCLE_INDEXES = (
     (
         "CREATE UNIQUE INDEX IF NOT EXISTS sessions_deleted ON sessions (deleted_seq) "
         "WHERE deleted_seq IS NOT NULL"
+    ),
+    (
+        "CREATE INDEX IF NOT EXISTS sessions_pending ON sessions (pending_since) "
+        "WHERE pending_since IS NOT NULL"
     ),
     # A session became active: unless it is (still) first, bring the first one's key up to
     # its activity, then its own key.
@@ -274,6 +281,23 @@ _APPEND_STATE = (
     "FROM sessions AS s LEFT JOIN events AS b ON b.session=s.id AND b.batch_id=?2 "
     "WHERE s.id=?1"
 )
+# Sessions with accepted work and no live lease, oldest waiting first (the claim's read).
+_CLAIMABLE = (
+    "SELECT id, namespace, user_id, agent_id, session_id, lease_epoch FROM sessions "
+    "WHERE pending_since IS NOT NULL AND deleted_at IS NULL "
+    "AND (lease_owner IS NULL OR lease_expires <= ?1) "
+    "AND (?2 IS NULL OR agent_id = ?2) AND (?3 IS NULL OR namespace = ?3) "
+    "ORDER BY pending_since, id LIMIT ?4"
+)
+_SETTLE = (
+    "UPDATE sessions SET pending_since = NULL{release} WHERE id = ?1 "
+    "AND (SELECT coalesce(max(seq), 0) FROM inbox WHERE session = ?1) = ?2 "
+    "AND lease_owner = ?3 AND lease_epoch = ?4 AND lease_expires > ?5"
+)
+_SETTLES = {
+    False: _SETTLE.format(release=""),
+    True: _SETTLE.format(release=", lease_owner = NULL, lease_expires = 0"),
+}
 _INSERT_INBOX = (
     f"INSERT INTO inbox (session, {_rows.COLUMNS}, dedupe_key, digest) "
     "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
@@ -317,6 +341,9 @@ class SQLiteStore(SessionStore):
         self._group = _GroupCommit()
         self._create = create
         self._catalogue = Path(f"{self.path}{CATALOGUE}")
+        self._pending_watchers: list[Callable[[SessionKey | None], None]] = []
+        self._pending_lock = threading.Lock()
+        self._pending_thread: threading.Thread | None = None
         self._prepare_file()
         self._writers = _writers_of(self.path)
         try:
@@ -396,13 +423,19 @@ class SQLiteStore(SessionStore):
         own first: SQLite's busy handler, which only another process's writer now meets,
         sleeps at least a millisecond each time it finds the file locked."""
         conn = self._conn()
-        turn = self._writers.lock
+        writers = self._writers
+        turn = writers.lock
         if not turn.acquire(timeout=_TURN_TIMEOUT):
             raise StorageError(
                 f"{self.path} stayed locked by another writer of this process for "
                 f"{_TURN_TIMEOUT:g}s; retry later"
             )
         bare = conn.bare
+        try:
+            writers.take(self._busy_ms / 1000)
+        except BaseException:
+            turn.release()
+            raise
         try:
             try:
                 bare.execute("BEGIN IMMEDIATE")
@@ -428,6 +461,7 @@ class SQLiteStore(SessionStore):
                     _check_damage(exc, conn)
                 raise _translate(exc, self.path) from None
         finally:
+            writers.give()
             turn.release()
 
     def _init_schema(self) -> None:
@@ -484,6 +518,11 @@ class SQLiteStore(SessionStore):
             for index in _OLD_INDEXES:
                 c.execute(f"DROP INDEX IF EXISTS {index}")
             c.execute("UPDATE sessions SET list_key = last_activity")
+            # A worker looks once at every session with commands, and settles the idle ones.
+            c.execute(
+                "UPDATE sessions SET pending_since = last_activity WHERE deleted_at IS NULL "
+                "AND EXISTS (SELECT 1 FROM inbox WHERE session = sessions.id)"
+            )
             c.execute("UPDATE agentnb_meta SET value=? WHERE key='format'", (FORMAT,))
             log.info("%s migrated from %s to %s", self.path, fmt[0], FORMAT)
         for statement in _LIFECYCLE_INDEXES:
@@ -734,6 +773,7 @@ class SQLiteStore(SessionStore):
             c.execute(
                 "UPDATE sessions SET deleted_at=?, deleted_by=?, deleted_reason=?, title=NULL, "
                 "labels=NULL, first_task=NULL, lease_owner=NULL, lease_expires=0, "
+                "pending_since=NULL, "
                 f"bytes=0, turns=0, submits=0, turn_status=NULL, deleted_seq=({_TOP_DELETION}) "
                 "+ 1 WHERE id=?",
                 (now, by, reason, sid),
@@ -1069,11 +1109,15 @@ class SQLiteStore(SessionStore):
                         )
                     return _rows.decode(key, old[:-1], self.get_blob), False
             task = submit_text(event)
+            update = meta_update(event)
+            # An update is carried out here, by the store: no worker has anything to do.
+            pending = event.type == "inbox/accepted" and update is None
             if not c.execute(
                 "UPDATE sessions SET last_activity=?, submits=max(submits+?, turns), "
-                "first_task=coalesce(first_task, ?) WHERE id=? AND deleted_at IS NULL "
-                "AND (archived_at IS NULL OR NOT ?)",
-                (now, submit_delta(event), task, sid, does_work(event)),
+                "first_task=coalesce(first_task, ?), pending_since=CASE WHEN ? THEN "
+                "coalesce(pending_since, ?) ELSE pending_since END WHERE id=? "
+                "AND deleted_at IS NULL AND (archived_at IS NULL OR NOT ?)",
+                (now, submit_delta(event), task, pending, now, sid, does_work(event)),
             ).rowcount:
                 self._check_live(c, key, sid)
                 row = c.execute("SELECT archived_at FROM sessions WHERE id=?", (sid,)).fetchone()
@@ -1089,9 +1133,10 @@ class SQLiteStore(SessionStore):
                     digest,
                 ),
             )
-            update = meta_update(event)
             if update is not None:
                 self._set_meta(c, key, sid, *update, now)
+        if pending:
+            self._wake_pending(key)
         return event.with_seq(seq), True
 
     def _inbox_head(self, key: SessionKey) -> int:
@@ -1202,6 +1247,149 @@ class SQLiteStore(SessionStore):
         row = self._conn().execute("SELECT value FROM agentnb_meta WHERE key='secret'").fetchone()
         return bytes(row[0])
 
+    # -- worker processes: the pending-work index ------------------------------------------
+
+    def claim_pending(
+        self,
+        owner: str,
+        *,
+        ttl: float = 10.0,
+        limit: int = 1,
+        agent_id: str | None = None,
+        namespace: str | None = None,
+    ) -> list[Lease]:
+        """Lease up to ``limit`` sessions that have accepted commands and no live lease.
+
+        An accepted command marks its session (``pending_since``, a partial index), so the
+        worker processes sharing this file claim sessions with work without scanning every
+        session: oldest waiting first, in one write transaction (claimers of other processes
+        get disjoint sessions). A session whose holder crashed is claimable again once its
+        lease expires, with the next epoch, so a stale holder is fenced.
+        """
+        check_id(owner, "owner")
+        ttl = check_ttl(ttl)
+        if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= 1000:
+            raise InvalidInput(f"limit must be an int in 1..1000, got {limit!r}")
+        for value, name in ((agent_id, "agent_id"), (namespace, "namespace")):
+            if value is not None:
+                check_id(value, name)
+        with self._operation():
+            now = self.clock.now()
+            params = (now, agent_id, namespace, limit)
+            # A read first: the write lock, which every commit needs, is taken only when
+            # there is something to claim.
+            if not self._conn().execute(_CLAIMABLE, params).fetchall():
+                return []
+            leases = []
+            with self._write() as c:
+                for sid, ns, user, agent, session, epoch in c.execute(
+                    _CLAIMABLE, params
+                ).fetchall():
+                    lease = Lease(SessionKey(ns, user, agent, session), owner, epoch + 1, now + ttl)
+                    self._set_lease(c, sid, owner, lease.epoch, lease.expires_at)
+                    leases.append(lease)
+            for lease in leases:  # resolved here: the claimer's first look needs no lookup
+                self._ids[lease.key] = self._ids.get(lease.key) or self._sid(lease.key)
+            return leases
+
+    def settle_pending(self, lease: Lease, inbox_seen: int, *, release: bool = False) -> bool:
+        """Clear the pending-work mark of the leased session if the holder has seen its inbox
+        through ``inbox_seen`` and nothing arrived since; True if cleared. ``release``: the
+        lease is released in the same statement when the mark is cleared (and kept when it
+        is not, so the holder can look again under it).
+
+        A command accepted later marks the session again, so no work is left unclaimed.
+        """
+        if not isinstance(lease, Lease):
+            raise InvalidInput(f"expected a Lease, got {type(lease).__name__}")
+        with self._operation():
+            sid = self._sid(lease.key)
+            with self._write() as c:
+                return (
+                    c.execute(
+                        _SETTLES[bool(release)],
+                        (sid, inbox_seen, lease.owner, lease.epoch, self.clock.now()),
+                    ).rowcount
+                    == 1
+                )
+
+    def watch_pending(self, callback: Callable[[SessionKey | None], None]) -> Callable[[], None]:
+        """Call ``callback`` (from a watcher thread; it must not block) when a command may
+        have been accepted: at once with the session's key for a command accepted through
+        this store object, and with None when another process committed to the file and a
+        session is claimable (the watcher looks every ``PENDING_POLL`` seconds, reading
+        SQLite's ``data_version``, a counter in shared memory, and only when it moved the
+        index); returns the function that stops it.
+
+        A hint to run ``claim_pending`` again, nothing more: a claimer still claims now and
+        then without one, for sessions whose holder crashed or let go.
+        """
+        if not callable(callback):
+            raise InvalidInput(f"callback must be callable, got {type(callback).__name__}")
+        with self._pending_lock:
+            self._pending_watchers.append(callback)
+            if self._pending_thread is None or not self._pending_thread.is_alive():
+                self._pending_thread = threading.Thread(
+                    target=_watch_pending,
+                    args=(weakref.ref(self),),
+                    daemon=True,
+                    name="agentnb-sqlite-pending",
+                )
+                self._pending_thread.start()
+
+        def unwatch() -> None:
+            with self._pending_lock, contextlib.suppress(ValueError):
+                self._pending_watchers.remove(callback)
+
+        return unwatch
+
+    def _wake_pending(self, key: SessionKey | None) -> None:
+        for callback in list(self._pending_watchers):
+            try:
+                callback(key)
+            except Exception:  # a watcher's bug must not deafen the others
+                log.exception("pending-work watcher failed")
+
+    def _claimable(self, conn: sqlite3.Connection, version: int) -> tuple[int, bool]:
+        """(data_version now, whether it moved and a session is claimable)."""
+        now = int(conn.execute("PRAGMA data_version").fetchone()[0])
+        if now == version:
+            return now, False
+        found = conn.execute(_CLAIMABLE, (self.clock.now(), None, None, 1)).fetchall()
+        return now, bool(found)
+
+
+PENDING_POLL = 0.02
+"""Seconds between two looks of ``SQLiteStore.watch_pending``'s watcher at the file."""
+
+
+def _watch_pending(ref: weakref.ref[SQLiteStore]) -> None:
+    """The watcher thread of ``SQLiteStore.watch_pending``: ends with its store, or when
+    nobody watches."""
+    conn: sqlite3.Connection | None = None
+    version = -1
+    try:
+        while True:
+            store = ref()
+            if store is None or store._closed or not store._pending_watchers:
+                return
+            try:
+                if conn is None:
+                    conn = sqlite3.connect(
+                        store.path, isolation_level=None, check_same_thread=False
+                    )
+                    conn.execute(f"PRAGMA busy_timeout={store._busy_ms}")
+                version, wake = store._claimable(conn, version)
+                if wake:
+                    store._wake_pending(None)
+            except sqlite3.Error as exc:  # the file is busy or away: look again later
+                log.debug("pending-work watcher: %s", exc)
+            del store
+            time.sleep(PENDING_POLL)
+    finally:
+        if conn is not None:
+            conn.close()
+
 
 _TURN_TIMEOUT = 60.0
 """Seconds a write waits for the other writers of this process (a write takes milliseconds:
@@ -1209,12 +1397,78 @@ this only bounds a wait on a writer that hangs)."""
 
 
 class _Writers:
-    """The turns the write transactions of this process take on one store file, whichever
-    store object opened it. Re-entrant: a nested write meets SQLite's own refusal, as it
-    would without it."""
+    """The turns the write transactions on one store file take, whichever store object opened
+    it: the threads of this process on a lock of their own, then the processes on an
+    ``flock`` of the file (a lock SQLite does not use). Re-entrant: a nested write meets
+    SQLite's own refusal, as it would without it.
 
-    def __init__(self) -> None:
+    Why the ``flock``: a writer that finds the file locked by another process meets SQLite's
+    busy handler, which sleeps a millisecond or more each time (worker processes sharing a
+    file would spend more time asleep than writing); a writer waiting here tries again after
+    tens of microseconds at first. A process that dies holding it lets go with its last file
+    descriptor. Writers of older agentnb versions, which do not take it, still meet the busy
+    handler, as before.
+    """
+
+    def __init__(self, path: str) -> None:
+        self.path = path
         self.lock = threading.RLock()
+        self.depth = 0
+        self.fd: int | None = None
+
+    def take(self, timeout: float) -> None:
+        """Take the file's turn (the thread's turn is held); ``StorageError`` after
+        ``timeout`` seconds."""
+        self.depth += 1
+        if self.depth > 1:
+            return
+        try:
+            if self.fd is None:
+                self.fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            fd = self.fd
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return
+            except BlockingIOError:
+                pass
+            deadline = time.monotonic() + timeout
+            pause = 20e-6
+            while True:
+                time.sleep(pause)
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    return
+                except BlockingIOError:
+                    if time.monotonic() >= deadline:
+                        raise StorageError(
+                            f"{self.path} stayed locked by a writer of another process for "
+                            f"{timeout:g}s; retry later"
+                        ) from None
+                pause = min(pause * 2, 500e-6)
+        except BaseException:
+            self.depth -= 1
+            raise
+
+    def give(self) -> None:
+        """Give the file's turn back (before the thread's)."""
+        self.depth -= 1
+        if self.depth == 0 and self.fd is not None:
+            fcntl.flock(self.fd, fcntl.LOCK_UN)
+
+    def forked(self) -> None:
+        """In a forked child: the lock of another thread is nobody's, and the file's turn is
+        taken on a descriptor of the child's own (the one inherited shares the parent's)."""
+        self.lock = threading.RLock()
+        self.depth = 0
+        if self.fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self.fd)
+            self.fd = None
+
+    def __del__(self) -> None:
+        if self.fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self.fd)
 
 
 _WRITERS: weakref.WeakValueDictionary[str, _Writers] = weakref.WeakValueDictionary()
@@ -1226,7 +1480,7 @@ def _writers_of(path: Path) -> _Writers:
     with _WRITERS_LOCK:
         writers = _WRITERS.get(name)
         if writers is None:
-            writers = _WRITERS[name] = _Writers()
+            writers = _WRITERS[name] = _Writers(name)
         return writers
 
 
@@ -1235,7 +1489,7 @@ def _forked() -> None:
     global _WRITERS_LOCK
     _WRITERS_LOCK = threading.Lock()
     for writers in list(_WRITERS.values()):
-        writers.lock = threading.RLock()
+        writers.forked()
 
 
 os.register_at_fork(after_in_child=_forked)

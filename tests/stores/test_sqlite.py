@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import os
+import queue
 import sqlite3
 import stat
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -72,13 +75,26 @@ def _raw(path: Path) -> sqlite3.Connection:
     return sqlite3.connect(path, isolation_level=None)
 
 
+# Another process: takes the file's turn, says so, keeps it a moment, then notes (in the file
+# named by its second argument) that it lets go, and exits.
+_HOLD_THE_TURN = """
+import fcntl, os, pathlib, sys, time
+fd = os.open(sys.argv[1], os.O_RDONLY)
+fcntl.flock(fd, fcntl.LOCK_EX)
+print("held", flush=True)
+time.sleep(0.5)
+pathlib.Path(sys.argv[2]).touch()
+"""
+
+
 def _as_format_4(conn: sqlite3.Connection) -> None:
     """Turn a store file back into format 4: the listing indexed by ``last_activity``, no
-    listing key and no triggers keeping it."""
+    listing key and no triggers keeping it, no pending-work mark."""
     conn.execute("DROP TRIGGER sessions_active")
     conn.execute("DROP TRIGGER sessions_created")
     conn.execute("DROP INDEX sessions_listed")
     conn.execute("DROP INDEX sessions_user_listed")
+    conn.execute("DROP INDEX sessions_pending")
     for column in _FORMAT_5_COLUMNS:
         conn.execute(f"ALTER TABLE sessions DROP COLUMN {column.split()[0]}")
     conn.execute(
@@ -122,6 +138,51 @@ class TestListingKey:
         assert keys == {"first": clock.now() - 1, "second": clock.now()}
         conn.close()
         store.close()
+
+
+class TestPendingWork:
+    def test_watchers_hear_commands_accepted_here_and_elsewhere(self, path: Path) -> None:
+        """watch_pending's callback gets the key of a command accepted through this store
+        object at once, and None once another store object (another process, say) commits
+        one to the file and a session is claimable; an unwatched store hears nothing."""
+        store = SQLiteStore(path)
+        here, there = session_key("here"), session_key("there")
+        store.create_session(here)
+        heard: queue.Queue[SessionKey | None] = queue.Queue()
+        unwatch = store.watch_pending(heard.put)
+        try:
+            store.inbox_append(here, command("a"))
+            assert heard.get(timeout=10) == here
+            with SQLiteStore(path) as elsewhere:
+                elsewhere.create_session(there)
+                elsewhere.inbox_append(there, command("b"))
+            assert heard.get(timeout=10) is None
+        finally:
+            unwatch()
+            store.close()
+
+    def test_writers_of_two_processes_take_turns_on_the_file(self, path: Path) -> None:
+        """While another process holds the file's turn (an flock), a write of this one waits
+        for it, then commits; it never meets a locked file."""
+        store = SQLiteStore(path, busy_timeout=30)
+        key = session_key()
+        store.create_session(key)
+        released = path.parent / "released"
+        holder = subprocess.Popen(
+            [sys.executable, "-c", _HOLD_THE_TURN, str(path), str(released)],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert holder.stdout is not None
+            assert holder.stdout.readline().strip() == "held"
+            store.append(key, [step()], expected_seq=0, batch_id="b")  # waits, then commits
+            assert released.exists()  # the other process let go before this write went on
+            assert store.head(key) == 1
+        finally:
+            holder.kill()
+            holder.communicate()
+            store.close()
 
 
 class TestReopen:
@@ -327,6 +388,23 @@ class TestFiles:
             "agentnb-sqlite/5",
         )
         conn.close()
+
+    def test_a_migrated_store_marks_the_sessions_with_commands_for_workers(
+        self, path: Path
+    ) -> None:
+        """Sessions of a format-4 store that hold commands are marked pending by the
+        migration (a worker looks once at each), the others are not."""
+        store = SQLiteStore(path)
+        idle, busy = session_key("idle"), session_key("busy")
+        store.create_session(idle)
+        store.create_session(busy)
+        store.inbox_append(busy, command("queued before the upgrade"))
+        store.close()
+        conn = _raw(path)
+        _as_format_4(conn)
+        conn.close()
+        with SQLiteStore(path) as store:
+            assert [lease.key for lease in store.claim_pending("w", limit=5)] == [busy]
 
     def test_random_bytes_file_is_corrupt(self, path: Path) -> None:
         """A file that is not an SQLite database raises Corrupt."""
