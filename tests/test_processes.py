@@ -63,6 +63,19 @@ AGENT = nb.Agent(
 )
 
 
+# A process that makes a runtime with two workers, says their pids and the turn it submits,
+# then waits to be killed (its workers are then orphans: their parent is gone).
+_PARENT = """
+import sys, time
+import agentnb as nb
+from tests.test_processes import AGENT
+runtime = nb.Runtime(AGENT, store=sys.argv[1], processes=2)
+print(*runtime.worker_pids, flush=True)
+print(runtime.session("orphaned").submit("task slow idem 2.0").turn_id, flush=True)
+time.sleep(600)
+"""
+
+
 @pytest.fixture
 def make(tmp_path: Path) -> Iterator[Callable[..., nb.Runtime]]:
     """Runtimes on one SQLite file of this test, closed (workers stopped) after it."""
@@ -210,6 +223,44 @@ class TestWorkerProcesses:
                 t for t in reader.session("closing").tasks() if t.turn_id == receipt.turn_id
             )
             assert task.status == "interrupted"
+
+    def test_workers_stop_when_their_runtimes_process_is_killed(self, tmp_path: Path) -> None:
+        """kill -9 of the process that made the runtime (a notebook's kernel, say): its
+        workers notice, end the running turn with a committed reason and exit; nothing is
+        left running."""
+        url = f"sqlite:///{tmp_path / 'shared.db'}"
+        parent = subprocess.Popen(
+            [sys.executable, "-c", _PARENT, url],
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert parent.stdout is not None
+            workers = [int(pid) for pid in parent.stdout.readline().split()]
+            turn_id = parent.stdout.readline().strip()
+            with nb.Runtime(AGENT, store=url, execute=False) as reader:
+                session = reader.session("orphaned")
+                wait_for(
+                    lambda: any(e.type == "action/start" for e in session.log.scan()), "the call"
+                )
+                parent.kill()
+                parent.communicate()
+
+                def gone(pid: int) -> bool:
+                    try:
+                        os.kill(pid, 0)
+                    except ProcessLookupError:
+                        return True
+                    return False
+
+                wait_for(lambda: all(gone(pid) for pid in workers), "the workers to exit")
+                (task,) = [t for t in session.tasks() if t.turn_id == turn_id]
+                assert task.status == "interrupted"
+        finally:
+            if parent.poll() is None:
+                parent.kill()
+                parent.communicate()
 
     @pytest.mark.parametrize("processes", [0, -1, 65, 1.5, True, "2"])
     def test_bad_process_counts_are_invalid_input(
