@@ -72,7 +72,7 @@ def test_widgets_quick_run_prints_one_json_line_per_metric() -> None:
 def test_postgres_quick_run_prints_one_json_line_per_metric() -> None:
     """`bench_postgres.py --quick` (its own throwaway server) prints JSON with value,
     baseline, ratio; the commit lines add the bare statement's rate, the wake-up latency line
-    its p95, the worker lines their CPU."""
+    its p95, the worker lines their CPU and the statements the server ran per turn."""
     from tests.pg import require_server
 
     require_server()
@@ -97,6 +97,7 @@ def test_postgres_quick_run_prints_one_json_line_per_metric() -> None:
         assert workers["turns"] == 16
         assert workers["worker_cpu_s"] > 0
         assert workers["server_cpu_s"] > 0
+        assert workers["statements_per_turn"] >= 6  # a turn's six commits at least
 
 
 def test_scale_quick_run_prints_one_json_line_per_metric() -> None:
