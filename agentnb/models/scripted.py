@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import json
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
 from agentnb.errors import InvalidInput
-from agentnb.events import Message, canonical_json, freeze_json
+from agentnb.events import Message, canonical_json
 from agentnb.models.base import (
     Finish,
     Model,
@@ -44,8 +45,10 @@ class ToolCall:
             )
         arguments = dict(self.arguments)
         try:
-            freeze_json(arguments)
-        except InvalidInput as exc:
+            # Plain JSON, NaN refused (the log's codec writes it as null); how deep it goes
+            # is the run's to refuse, as for a real model's reply.
+            json.dumps(arguments, allow_nan=False)
+        except (TypeError, ValueError) as exc:
             raise InvalidInput(
                 f"ToolCall({self.name!r}) arguments must be plain JSON: {exc}"
             ) from None
