@@ -518,7 +518,9 @@ class PostgresStore(SessionStore):
             self._migrate(conn, create)
         self._pool = ConnectionPool(
             self._conninfo,
-            kwargs={"autocommit": True},
+            # Every statement is prepared on a connection's first use of it, not its fifth:
+            # the pool's connections each parse the hot statements once.
+            kwargs={"autocommit": True, "prepare_threshold": 0},
             min_size=1,
             max_size=pool_size,
             open=False,
