@@ -23,6 +23,7 @@ import pytest
 
 import agentnb as nb
 from agentnb.errors import InvalidInput
+from agentnb.holders import holder_alive
 
 REPO = Path(__file__).resolve().parents[1]
 WAIT = 60.0
@@ -149,13 +150,14 @@ class TestWorkerProcesses:
             check_runs_never_overlap(log_of(runtime.store, session.key))
         assert ran == workers
 
-    def test_a_killed_worker_is_taken_over_once_its_lease_expires(
+    def test_a_killed_worker_is_taken_over_once_it_is_dead(
         self, make: Callable[..., nb.Runtime]
     ) -> None:
-        """kill -9 of the worker in the middle of its tool calls: the other worker claims the
-        sessions once the leases expire; the idempotent calls run again by themselves, the
-        non-idempotent one waits for a person to reconcile it; nothing is lost."""
-        runtime = make(processes=2, lease_ttl=1.5, auto_resume=True)
+        """kill -9 of a worker in the middle of its tool calls: the other worker claims its
+        sessions as soon as it sees the holder dead, long before the leases (10 minutes)
+        expire; the idempotent calls run again by themselves, the non-idempotent one waits
+        for a person to reconcile it; nothing is lost."""
+        runtime = make(processes=2, lease_ttl=600, auto_resume=True)
         sessions = [runtime.session(f"k{i}") for i in range(3)]
         texts = [
             ["task a idem 3.0", "task b"],
@@ -277,6 +279,35 @@ class TestWorkerProcesses:
             nb.Runtime(AGENT, store="memory://", processes=2)
         with pytest.raises(InvalidInput, match="execute=False"):
             nb.Runtime(AGENT, store="memory://", processes=2, execute=False)
+
+
+class TestDeadHolders:
+    def test_a_killed_process_not_yet_reaped_is_a_dead_holder(self) -> None:
+        """A holder killed by a signal is dead at once, even while its parent has not
+        reaped it yet (a zombie, as a killed worker is until its runtime looks)."""
+        child = subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                (
+                    "import time; from agentnb.holders import new_owner; "
+                    "print(new_owner(), flush=True); time.sleep(600)"
+                ),
+            ],
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert child.stdout is not None
+            owner = child.stdout.readline().strip()
+            assert holder_alive(owner) is True
+            os.kill(child.pid, signal.SIGKILL)
+            wait_for(lambda: holder_alive(owner) is False, "the holder to be seen dead")
+            assert child.returncode is None  # not reaped: it is a zombie
+        finally:
+            child.kill()
+            child.communicate()
 
 
 class TestWorkerCommand:

@@ -27,6 +27,7 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from agentnb.agent import Agent
 from agentnb.errors import (
+    Fenced,
     InboxChanged,
     InvalidInput,
     LeaseHeld,
@@ -37,7 +38,7 @@ from agentnb.errors import (
 )
 from agentnb.events import Event
 from agentnb.folds import ChatFolds, Folds
-from agentnb.holders import new_owner
+from agentnb.holders import holder_alive, new_owner
 from agentnb.ids import SessionKey, check_id
 from agentnb.limits import Limits
 from agentnb.live import LiveEvent, LiveHub, Subscription
@@ -108,6 +109,11 @@ class PendingWork(Protocol):
     def settle_pending(self, lease: Lease, inbox_seen: int, *, release: bool = ...) -> bool:
         """Clear the leased session's mark if its inbox is still at ``inbox_seen`` (and
         with ``release``, release the lease at once)."""
+
+    def held_pending(
+        self, *, limit: int = ..., agent_id: str | None = ..., namespace: str | None = ...
+    ) -> list[Lease]:
+        """The live leases of sessions with queued work (a dead holder's among them)."""
 
     def watch_pending(self, callback: Callable[[SessionKey | None], None]) -> Callable[[], None]:
         """Call ``callback`` when work may have been accepted (with the session's key when
@@ -963,6 +969,8 @@ class Runtime:
                     if claims is None and owed and not scan:
                         scan = self._all_sessions()
                     owed = False
+                    if claims is not None and wake_keys is None:  # a poll pass
+                        self._release_dead_holders(claims)
                     for key, lease in self._next_sessions(claims, free, working, scan):
                         future = asyncio.run_coroutine_threadsafe(
                             self._work_on(key, lease, halt, claims), self._loop
@@ -1015,6 +1023,20 @@ class Runtime:
             log.warning("worker: could not look for work: %s", describe(exc))
             return []
         return [(lease.key, lease) for lease in leases]
+
+    def _release_dead_holders(self, claims: PendingWork) -> None:
+        """Release the leases of sessions with queued work whose holder is known dead (a
+        process of this host that is gone, ``kill -9``), each at its exact epoch: they are
+        claimed now instead of once their leases expire."""
+        try:
+            held = claims.held_pending(agent_id=self.agent.agent_id, namespace=self.namespace)
+            for lease in held:
+                if holder_alive(lease.owner) is False:
+                    log.info("worker: session %s: its holder %s is dead", lease.key, lease.owner)
+                    with contextlib.suppress(Fenced):
+                        self.store.release_lease(lease)
+        except StorageError as exc:  # the store is away: the next pass tries again
+            log.warning("worker: could not look for dead holders: %s", describe(exc))
 
     def _wake_drivers(self, keys: set[SessionKey] | None = None) -> None:
         """Wake the live drivers of ``keys`` (None: every one) to look at their inboxes."""

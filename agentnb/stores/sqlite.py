@@ -289,6 +289,13 @@ _CLAIMABLE = (
     "AND (?2 IS NULL OR agent_id = ?2) AND (?3 IS NULL OR namespace = ?3) "
     "ORDER BY pending_since, id LIMIT ?4"
 )
+_HELD = (
+    "SELECT namespace, user_id, agent_id, session_id, lease_owner, lease_epoch, lease_expires "
+    "FROM sessions WHERE pending_since IS NOT NULL AND deleted_at IS NULL "
+    "AND lease_owner IS NOT NULL AND lease_expires > ?1 "
+    "AND (?2 IS NULL OR agent_id = ?2) AND (?3 IS NULL OR namespace = ?3) "
+    "ORDER BY pending_since, id LIMIT ?4"
+)
 _SETTLE = (
     "UPDATE sessions SET pending_since = NULL{release} WHERE id = ?1 "
     "AND (SELECT coalesce(max(seq), 0) FROM inbox WHERE session = ?1) = ?2 "
@@ -1291,6 +1298,25 @@ class SQLiteStore(SessionStore):
             for lease in leases:  # resolved here: the claimer's first look needs no lookup
                 self._ids[lease.key] = self._ids.get(lease.key) or self._sid(lease.key)
             return leases
+
+    def held_pending(
+        self, *, limit: int = 100, agent_id: str | None = None, namespace: str | None = None
+    ) -> list[Lease]:
+        """The live leases of up to ``limit`` sessions that have queued work: their holders
+        execute them, or died holding them (a claimer releases the leases of holders it
+        knows dead, so it need not wait for their expiry)."""
+        if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= 1000:
+            raise InvalidInput(f"limit must be an int in 1..1000, got {limit!r}")
+        with self._operation():
+            rows = (
+                self._conn()
+                .execute(_HELD, (self.clock.now(), agent_id, namespace, limit))
+                .fetchall()
+            )
+        return [
+            Lease(SessionKey(ns, user, agent, session), owner, int(epoch), float(expires))
+            for ns, user, agent, session, owner, epoch, expires in rows
+        ]
 
     def settle_pending(self, lease: Lease, inbox_seen: int, *, release: bool = False) -> bool:
         """Clear the pending-work mark of the leased session if the holder has seen its inbox

@@ -1138,6 +1138,24 @@ class StoreContract:
         (again,) = claims.claim_pending("w2")
         assert again.epoch == lease.epoch + 1
 
+    def test_held_pending_lists_the_live_leases_of_sessions_with_work(
+        self, store: SessionStore, clock: FakeClock
+    ) -> None:
+        """held_pending gives the live lease of each session with queued work (what a
+        claimer checks for dead holders); idle, free and expired ones are not listed."""
+        claims = self._claims(store)
+        busy, idle, free = session_key("busy"), session_key("idle"), session_key("free")
+        for k in (busy, idle, free):
+            store.create_session(k)
+        store.inbox_append(busy, command("a"))
+        store.inbox_append(free, command("b"))
+        (lease,) = claims.claim_pending("w1", ttl=5, limit=1)
+        assert lease.key == busy
+        store.acquire_lease(idle, "w2")
+        assert claims.held_pending() == [lease]
+        clock.advance(5)
+        assert claims.held_pending() == []
+
     def test_deleted_and_updated_sessions_are_not_claimed(self, store: SessionStore) -> None:
         """A deleted session leaves the index; an ``update`` command (carried out by the
         store as it is accepted) gives no worker anything to do."""
