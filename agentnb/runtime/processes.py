@@ -12,8 +12,8 @@ is the very object of the parent; nothing is pickled or imported again. A worker
 SIGINT (interrupting a notebook cell must not stop the workers), stops cooperatively on
 SIGTERM or when its parent is gone (the end of a pipe it watches), and exits with
 ``os._exit`` so it never runs the parent's exit hooks. A worker that dies (``kill -9``)
-leaves its sessions' leases to expire; the other workers then claim them and recover
-their runs.
+is seen dead by the others (``Runtime.serve`` releases the leases of dead holders of this
+host), which claim its sessions and recover their runs.
 """
 
 from __future__ import annotations

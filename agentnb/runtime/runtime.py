@@ -434,8 +434,8 @@ class Runtime:
     and claiming sessions with queued work as ``agentnb worker`` processes do, and stays
     the client itself: it accepts commands and observes, like ``execute=False``. Closing it
     stops the workers cooperatively (their runs end interrupted, as ``close`` ends this
-    process's runs). A killed worker's sessions are claimed by the others once its leases
-    expire. The default, 1, executes in this process.
+    process's runs). A killed worker's sessions are claimed by the others as soon as they
+    see it dead. The default, 1, executes in this process.
 
     A session is bound to the agent of its first turn (its fingerprint: id, instructions,
     tools with their schemas, model name). Reading it always works, from any runtime; new
