@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentnb.agent import Agent
+from agentnb import mcp
+from agentnb.agent import Agent, SubagentTool, subagent
 from agentnb.answers import Answer, ToolOutcome
 from agentnb.compaction import Compactor, SummaryCompactor, TrimCompactor
 from agentnb.errors import (
@@ -35,10 +36,12 @@ from agentnb.errors import (
     SessionFull,
     SessionNotFound,
     StorageError,
+    SubagentLimitExceeded,
+    ToolsetUnavailable,
     UncertainToolCalls,
     UnknownRequiredEvent,
 )
-from agentnb.events import Event, Message, register_event_type
+from agentnb.events import Event, Message, PlanItem, register_event_type
 from agentnb.history import HistoryPage
 from agentnb.ids import SessionKey
 from agentnb.limits import Limits
@@ -47,6 +50,7 @@ from agentnb.models.base import Model, ModelError
 from agentnb.models.scripted import Reply, ScriptedModel, ToolCall
 from agentnb.projections.chat import ChatItem, ChatSnapshot
 from agentnb.records import (
+    Child,
     Holder,
     InputReceipt,
     Inspection,
@@ -64,7 +68,7 @@ from agentnb.records import (
 from agentnb.runtime.runtime import Runtime
 from agentnb.session import Session
 from agentnb.stores import MemoryStore, SessionStore, Tombstone, open_store
-from agentnb.tools import Tool, ToolContext, ask_user, tool
+from agentnb.tools import Tool, ToolContext, Toolset, ask_user, todo, tool
 
 __version__ = "0.1.0"
 
@@ -90,6 +94,7 @@ __all__ = [
     "CannotResume",
     "ChatItem",
     "ChatSnapshot",
+    "Child",
     "Compactor",
     "Corrupt",
     "CrossSessionCursor",
@@ -119,6 +124,7 @@ __all__ = [
     "NotRunning",
     "Outcome",
     "Parked",
+    "PlanItem",
     "PruneReport",
     "QueueFull",
     "Receipt",
@@ -138,6 +144,8 @@ __all__ = [
     "SessionNotFound",
     "SessionStore",
     "StorageError",
+    "SubagentLimitExceeded",
+    "SubagentTool",
     "SummaryCompactor",
     "Task",
     "Tombstone",
@@ -146,13 +154,18 @@ __all__ = [
     "ToolCallRef",
     "ToolContext",
     "ToolOutcome",
+    "Toolset",
+    "ToolsetUnavailable",
     "Transcript",
     "TrimCompactor",
     "UncertainToolCalls",
     "UnknownRequiredEvent",
     "UsageTotals",
     "ask_user",
+    "mcp",
     "open_store",
     "register_event_type",
+    "subagent",
+    "todo",
     "tool",
 ]

@@ -150,6 +150,38 @@ class TestWorkerProcesses:
             check_runs_never_overlap(log_of(runtime.store, session.key))
         assert ran == workers
 
+    def test_sub_agent_children_are_claimed_by_the_workers(self, tmp_path: Path) -> None:
+        """A parent run in a worker process waits for its sub-agent's child session, which a
+        worker claims from the file like any queued work; the parent completes."""
+        helper = nb.Agent(
+            name="Helper",
+            agent_id="process-helper",
+            model=nb.ScriptedModel(lambda messages: f"helped in pid {os.getpid()}"),
+        )
+        boss = nb.Agent(
+            name="Boss",
+            agent_id="process-boss",
+            model=nb.ScriptedModel(
+                lambda messages: (
+                    messages[-1].text
+                    if messages[-1].role == "tool"
+                    else nb.ToolCall("process-helper", {"task": "help"})
+                )
+            ),
+            tools=[nb.subagent(helper)],
+        )
+        runtime = nb.Runtime(boss, store=f"sqlite:///{tmp_path / 'tree.db'}", processes=2)
+        try:
+            session = runtime.session("tree")
+            outcome = session.run("delegate", timeout=WAIT)
+            assert outcome.status == "completed"
+            pid = int(outcome.output.rsplit(" ", 1)[1])
+            assert pid in worker_pids(runtime)
+            (child,) = session.children()
+            assert child.status == "completed"
+        finally:
+            runtime.close()
+
     def test_a_killed_worker_is_taken_over_once_it_is_dead(
         self, make: Callable[..., nb.Runtime]
     ) -> None:

@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
-from agentnb.agent import Agent
+from agentnb.agent import Agent, agents_of
 from agentnb.errors import (
     Fenced,
     InboxChanged,
@@ -53,9 +53,11 @@ from agentnb.projections.state import (
 from agentnb.records import PruneReport, SessionCounts, SessionInfo, UsageTotals
 from agentnb.runtime.engine import SessionDriver
 from agentnb.runtime.processes import STOP_TIMEOUT, WorkerProcess, start_workers, stop_workers
+from agentnb.runtime.subagents import AgentHost, session_lineage
 from agentnb.session import Session
 from agentnb.stores import SessionStore, open_store
 from agentnb.stores.base import Lease, SessionRecord, Tombstone, check_tombstone
+from agentnb.tools import OpenToolset, Tool
 
 __all__ = ["PendingWork", "Runtime"]
 
@@ -179,6 +181,7 @@ def session_info(
         None if record.archived_at is None else at(record.archived_at),
         cursor=record.cursor,
         _usage=None if store is None else functools.partial(session_usage, store),
+        _lineage=None if store is None else functools.partial(session_lineage, store),
     )
 
 
@@ -353,6 +356,21 @@ def _seconds(value: datetime | float | None, name: str) -> float | None:
     return float(value)
 
 
+def _start_loop(agent_id: str) -> tuple[asyncio.AbstractEventLoop, threading.Thread]:
+    """A runtime's event loop, running on its own daemon thread."""
+    loop = asyncio.new_event_loop()
+    # Store calls run in worker threads; each running session also keeps one waiting for
+    # interrupts, so the default pool of min(32, cpus + 4) threads is too small.
+    loop.set_default_executor(
+        concurrent.futures.ThreadPoolExecutor(max_workers=64, thread_name_prefix="agentnb")
+    )
+    thread = threading.Thread(
+        target=loop.run_forever, daemon=True, name=f"agentnb-runtime-{agent_id}"
+    )
+    thread.start()
+    return loop, thread
+
+
 def _close_at_exit() -> None:
     for runtime in list(_open_runtimes):
         try:
@@ -426,6 +444,10 @@ class Runtime:
     (``kick`` does nothing, ``serve`` refuses); ``wait``, ``follow`` and the widgets wake on
     the workers' commits (through ``LISTEN/NOTIFY`` on PostgreSQL).
 
+    The agent's toolsets (``nb.mcp.stdio(...)``, ...) are opened here, once, on this
+    runtime's loop (``ToolsetUnavailable`` if one cannot start), and closed by ``close``;
+    ``runtime.agent`` is the agent with their tools.
+
     ``limits`` (an ``nb.Limits``) bounds the sessions' queues, what opening one may replay,
     and (optionally) how much one may hold; the defaults are the seeds' bounds.
 
@@ -482,6 +504,8 @@ class Runtime:
             raise InvalidInput(f"lease_ttl must be seconds in [0.2, 3600], got {lease_ttl!r}")
         check_processes(processes, execute)
         self.agent = agent
+        self.agents = agents_of(agent)
+        """Every agent this runtime executes sessions of: its own and its sub-agents'."""
         self._owns_store = not isinstance(store, SessionStore)
         self.store = open_store(store)
         self.lease_ttl = float(lease_ttl)
@@ -503,20 +527,17 @@ class Runtime:
         self._kicked: dict[SessionKey, int] = {}
         """Kicks of a session its loop has not handled yet."""
         self._sessions: dict[SessionKey, Session] = {}
+        self._pooled = 0
+        """How many ``serve`` calls claim work from a pool now (their children are too)."""
         self._chat_folds: dict[SessionKey, ChatFolds] = {}
         self._chat_lock = threading.Lock()
         self._lock = threading.Lock()
         self._closed = False
-        self._loop = asyncio.new_event_loop()
-        # Store calls run in worker threads; each running session also keeps one waiting for
-        # interrupts, so the default pool of min(32, cpus + 4) threads is too small.
-        self._loop.set_default_executor(
-            concurrent.futures.ThreadPoolExecutor(max_workers=64, thread_name_prefix="agentnb")
-        )
-        self._thread = threading.Thread(
-            target=self._loop.run_forever, daemon=True, name=f"agentnb-runtime-{agent.agent_id}"
-        )
-        self._thread.start()
+        self._loop, self._thread = _start_loop(agent.agent_id)
+        self._toolsets: list[OpenToolset] = []
+        if any(a.toolsets for a in self.agents.values()):
+            self.agents = self._start_toolsets(self.agents)
+            self.agent = self.agents[agent.agent_id]
         from agentnb.export.live import LiveExporter  # optional: the export extra
 
         # Drains export_to in the background, for the sessions this runtime opened.
@@ -550,6 +571,50 @@ class Runtime:
             raise
         self.execute = False
 
+    def _start_toolsets(self, agents: dict[str, Agent]) -> dict[str, Agent]:
+        """Open the toolsets of every agent of the tree on the loop; if one fails, undo the
+        runtime's start."""
+        try:
+            return asyncio.run_coroutine_threadsafe(
+                self._open_toolsets(agents), self._loop
+            ).result()
+        except BaseException:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout=5)
+            if not self._loop.is_running():
+                self._loop.close()
+            if self._owns_store:
+                self.store.close()
+            raise
+
+    async def _open_toolsets(self, agents: dict[str, Agent]) -> dict[str, Agent]:
+        """Open the toolsets of each agent (the runtime's and its sub-agents') on this loop:
+        each agent with all its tools, by agent id.
+
+        What one opened before a later one failed is closed again before the error rises.
+        """
+        opened_agents: dict[str, Agent] = {}
+        try:
+            for agent_id, agent in agents.items():
+                tools: list[Tool] = []
+                for toolset in agent.toolsets:
+                    opened = await toolset.open()
+                    self._toolsets.append(opened)
+                    tools.extend(opened.tools)
+                opened_agents[agent_id] = agent.with_opened(tools) if agent.toolsets else agent
+            return opened_agents
+        except BaseException:
+            await self._close_toolsets()
+            raise
+
+    async def _close_toolsets(self) -> None:
+        opened, self._toolsets = self._toolsets, []
+        for toolset in reversed(opened):
+            try:
+                await toolset.close()
+            except Exception as exc:  # noqa: BLE001 - closing must go on
+                log.warning("runtime close: a toolset did not close cleanly: %s", describe(exc))
+
     # -- sessions ----------------------------------------------------------------------------
 
     def _key(self, session_id: str, user_id: str) -> SessionKey:
@@ -578,6 +643,26 @@ class Runtime:
                 f"{self.agent.agent_id!r}; create it with "
                 "runtime.session(...)"
             )
+        return self._session(key)
+
+    def agent_for(self, key: SessionKey) -> Agent:
+        """The agent that executes ``key``: the runtime's, or the sub-agent of that id."""
+        return self.agents.get(key.agent_id, self.agent)
+
+    def session_of(self, key: SessionKey) -> Session:
+        """The session of ``key``, an agent of this runtime's (a sub-agent's child session
+        too); ``InvalidInput`` for another agent's, ``SessionNotFound`` if it does not exist."""
+        self.check_open()
+        if not isinstance(key, SessionKey):
+            raise InvalidInput(f"key must be a SessionKey, got {type(key).__name__}")
+        if key.agent_id not in self.agents:
+            raise InvalidInput(
+                f"session {key} belongs to agent {key.agent_id!r}, which is neither this "
+                f"runtime's agent nor one of its sub-agents ({', '.join(sorted(self.agents))})"
+            )
+        if self.store.get_session(key) is None:
+            check_tombstone(key, self.store.tombstone(key))
+            raise SessionNotFound(f"there is no session {key}")
         return self._session(key)
 
     def all_keys(self, user_id: str | None = None) -> list[SessionKey]:
@@ -764,7 +849,10 @@ class Runtime:
         with self._lock:
             session = self._sessions.get(key)
             if session is None:
-                session = self._sessions[key] = Session(self, key)
+                agent = self.agent_for(key)
+                # A sub-agent's child session reads and works with its own agent.
+                host = self if agent is self.agent else AgentHost(self, agent)
+                session = self._sessions[key] = Session(host, key)
             return session
 
     # -- the loop ----------------------------------------------------------------------------
@@ -776,8 +864,8 @@ class Runtime:
         need not read it back. Does nothing in a runtime made with ``execute=False``:
         workers execute.
         """
-        if self._closed or not self.execute:
-            return
+        if self._closed or not self.execute or key.agent_id not in self.agents:
+            return  # another agent's session: a runtime of that agent executes it
         driver = self._drivers.get(key)
         if driver is not None:
             driver.given_up = None  # asked to try again: waiters wait for the new attempt
@@ -886,9 +974,11 @@ class Runtime:
             return folds
 
     def session_keys(self) -> list[SessionKey]:
-        """The sessions this runtime opened (what its live exporter drains)."""
+        """The sessions this runtime opened or executed (what its live exporter drains): the
+        children its sub-agent calls made and ran here too."""
+        executed = self._drivers.copy()  # changed on the loop thread; a copy is one step
         with self._lock:
-            return list(self._sessions)
+            return list(dict.fromkeys([*self._sessions, *executed]))
 
     def stop(self, key: SessionKey) -> None:
         """Stop dispatching ``key`` from this runtime (its driver finishes what it does)."""
@@ -947,6 +1037,7 @@ class Runtime:
         working: dict[SessionKey, concurrent.futures.Future[None]] = {}
         claims = store if isinstance(store, PendingWork) else None
         unwatch = claims.watch_pending(wake.accepted) if claims is not None else None
+        self._pooled += claims is not None
         next_pass = 0.0
         owed = False  # a claim or scan pass fell due while every slot was busy
         scan: list[SessionKey] = []  # without an index: the sessions this round still looks at
@@ -959,7 +1050,9 @@ class Runtime:
                 wake_keys: set[SessionKey] | None = keys
                 for key in [k for k, f in working.items() if f.done()]:
                     del working[key]
-                free = concurrency - len(working)
+                # A session whose run waits for its sub-agents' children holds no slot: the
+                # children it waits for take slots of this pool.
+                free = concurrency - sum(1 for k in working if not self._waits_for_children(k))
                 if time.monotonic() >= next_pass:
                     next_pass = time.monotonic() + poll
                     owed = True
@@ -983,6 +1076,7 @@ class Runtime:
                     self._loop.call_soon_threadsafe(self._wake_drivers, wake_keys)
                 wake.wait(min(poll, 0.1))  # short: ``stop`` has no way to wake this
         finally:
+            self._pooled -= claims is not None
             if unwatch is not None:
                 unwatch()
             halt.set()
@@ -990,7 +1084,11 @@ class Runtime:
 
     def _all_sessions(self) -> list[SessionKey]:
         try:
-            return self.all_keys()
+            return [
+                r.key
+                for agent_id in self.agents
+                for r in self.store.list_sessions(namespace=self.namespace, agent_id=agent_id)
+            ]
         except StorageError as exc:  # the store is away: the next pass tries again
             log.warning("worker: could not list sessions: %s", describe(exc))
             return []
@@ -1011,17 +1109,21 @@ class Runtime:
                 if key not in working:
                     taken.append((key, None))
             return taken
+        leases: list[Lease] = []
         try:
-            leases = claims.claim_pending(
-                self.owner,
-                ttl=self.lease_ttl,
-                limit=free,
-                agent_id=self.agent.agent_id,
-                namespace=self.namespace,
-            )
+            # The sessions of every agent it executes: its own and its sub-agents' children.
+            for agent_id in self.agents:
+                if len(leases) >= free:
+                    break
+                leases += claims.claim_pending(
+                    self.owner,
+                    ttl=self.lease_ttl,
+                    limit=free - len(leases),
+                    agent_id=agent_id,
+                    namespace=self.namespace,
+                )
         except StorageError as exc:  # the store is away: the next pass tries again
             log.warning("worker: could not look for work: %s", describe(exc))
-            return []
         return [(lease.key, lease) for lease in leases]
 
     def _release_dead_holders(self, claims: PendingWork) -> None:
@@ -1029,7 +1131,11 @@ class Runtime:
         process of this host that is gone, ``kill -9``), each at its exact epoch: they are
         claimed now instead of once their leases expire."""
         try:
-            held = claims.held_pending(agent_id=self.agent.agent_id, namespace=self.namespace)
+            held = [
+                lease
+                for agent_id in self.agents  # its own sessions and its sub-agents' children
+                for lease in claims.held_pending(agent_id=agent_id, namespace=self.namespace)
+            ]
             for lease in held:
                 if holder_alive(lease.owner) is False:
                     log.info("worker: session %s: its holder %s is dead", lease.key, lease.owner)
@@ -1037,6 +1143,19 @@ class Runtime:
                         self.store.release_lease(lease)
         except StorageError as exc:  # the store is away: the next pass tries again
             log.warning("worker: could not look for dead holders: %s", describe(exc))
+
+    def _waits_for_children(self, key: SessionKey) -> bool:
+        driver = self._drivers.get(key)
+        return driver is not None and driver.waits_for_children
+
+    def hand_off(self, key: SessionKey) -> None:
+        """Make sure another session's accepted work is dispatched (a sub-agent's child, a
+        parent its child woke): here, or, while this runtime serves a pool of workers
+        (``serve`` on a store with a pending-work index), by whichever worker claims it."""
+        if self._pooled:
+            self._loop.call_soon_threadsafe(self._wake_drivers, {key})
+            return
+        self.kick(key)
 
     def _wake_drivers(self, keys: set[SessionKey] | None = None) -> None:
         """Wake the live drivers of ``keys`` (None: every one) to look at their inboxes."""
@@ -1197,6 +1316,7 @@ class Runtime:
                     task.cancel()
                 if pending:
                     await asyncio.wait(pending, timeout=1.0)
+            await self._close_toolsets()  # after the runs: their calls are over
             try:  # the model's connection pool lives on this loop
                 await asyncio.wait_for(self.agent.model.aclose(), timeout)
             except Exception as exc:  # noqa: BLE001 - closing must go on
