@@ -431,6 +431,34 @@ class _Wakeups:
         self._event.wait(timeout)
 
 
+def _check_options(
+    agent: object,
+    execute: object,
+    accept_agent_change: object,
+    limits: object,
+    lease_ttl: object,
+    auto_resume: object,
+) -> None:
+    """``InvalidInput`` for a ``Runtime`` option of the wrong kind (before anything opens)."""
+    if not isinstance(agent, Agent):
+        raise InvalidInput(f"agent must be an nb.Agent, got {type(agent).__name__}")
+    if not isinstance(execute, bool):
+        raise InvalidInput(f"execute must be True or False, got {execute!r}")
+    if not isinstance(accept_agent_change, bool):
+        raise InvalidInput(
+            f"accept_agent_change must be True or False, got {accept_agent_change!r}"
+        )
+    if limits is not None and not isinstance(limits, Limits):
+        raise InvalidInput(
+            f"limits must be an nb.Limits (e.g. nb.Limits(max_queued_commands=16)), got "
+            f"{type(limits).__name__}"
+        )
+    if not isinstance(lease_ttl, int | float) or not 0.2 <= lease_ttl <= 3600:
+        raise InvalidInput(f"lease_ttl must be seconds in [0.2, 3600], got {lease_ttl!r}")
+    if auto_resume not in (False, True, "unknown"):
+        raise InvalidInput(f"auto_resume must be False, True or 'unknown', got {auto_resume!r}")
+
+
 class Runtime:
     """Executes an agent's sessions in the background, on one store.
 
@@ -492,21 +520,7 @@ class Runtime:
         accept_agent_change: bool = False,
         processes: int = 1,
     ) -> None:
-        if not isinstance(agent, Agent):
-            raise InvalidInput(f"agent must be an nb.Agent, got {type(agent).__name__}")
-        if not isinstance(execute, bool):
-            raise InvalidInput(f"execute must be True or False, got {execute!r}")
-        if not isinstance(accept_agent_change, bool):
-            raise InvalidInput(
-                f"accept_agent_change must be True or False, got {accept_agent_change!r}"
-            )
-        if limits is not None and not isinstance(limits, Limits):
-            raise InvalidInput(
-                f"limits must be an nb.Limits (e.g. nb.Limits(max_queued_commands=16)), got "
-                f"{type(limits).__name__}"
-            )
-        if not isinstance(lease_ttl, int | float) or not 0.2 <= lease_ttl <= 3600:
-            raise InvalidInput(f"lease_ttl must be seconds in [0.2, 3600], got {lease_ttl!r}")
+        _check_options(agent, execute, accept_agent_change, limits, lease_ttl, auto_resume)
         check_processes(processes, execute)
         self.agent = agent
         self.agents = agents_of(agent)
@@ -514,8 +528,6 @@ class Runtime:
         self._owns_store = not isinstance(store, SessionStore)
         self.store = open_store(store)
         self.lease_ttl = float(lease_ttl)
-        if auto_resume not in (False, True, "unknown"):
-            raise InvalidInput(f"auto_resume must be False, True or 'unknown', got {auto_resume!r}")
         self.auto_resume: bool | str = auto_resume
         self.export_to = tuple(export_to)
         self.namespace = check_id(namespace, "namespace")

@@ -177,6 +177,14 @@ class TestResumeWithUncertainCalls:
             }
             assert statuses == {call_id: "unknown"}
 
+    def test_a_bad_auto_resume_is_refused_before_the_store_opens(self, tmp_path: Path) -> None:
+        """Runtime(auto_resume="yes") raises InvalidInput naming the choices; no store is made."""
+        path = tmp_path / "agentnb.sqlite"
+        agent = nb.Agent(name="A", agent_id="a", model=nb.ScriptedModel(["ok"]))
+        with pytest.raises(nb.InvalidInput, match="'unknown'"):
+            nb.Runtime(agent, store=f"sqlite:///{path}", auto_resume="yes")
+        assert not path.exists()
+
     def test_the_worker_flag_auto_resume_unknown_does_the_same(self, tmp_path: Path) -> None:
         """agentnb worker --auto-resume=unknown resumes a turn a crash cut off, as above."""
         url = f"sqlite:///{tmp_path / 'agentnb.sqlite'}"
