@@ -107,11 +107,16 @@ class ModelRequest:
     ``tools`` holds ``Tool.spec()`` dicts (``name``, ``description``, ``parameters``).
     ``options`` are passed to the provider as they are (temperature, max tokens, ...).
     Lists are accepted and stored as tuples.
+
+    ``deadline`` is when the call must be over, as a ``time.monotonic()`` reading (the
+    task's time limit), or None. A model gives up by then with a ``ModelError`` that is not
+    ``retryable``; the runtime cancels a call that is still waiting at that moment anyway.
     """
 
     messages: tuple[Message, ...]
     tools: tuple[dict[str, Any], ...] = ()
     options: Mapping[str, Any] = field(default_factory=dict)
+    deadline: float | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "messages", tuple(self.messages))

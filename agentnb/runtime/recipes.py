@@ -133,22 +133,10 @@ class Recipes:
         code = stop_reason or {"failed": "error", "suspended": "needs_person"}.get(status)
         if status == "interrupted" and code is None:
             code = "interrupted" if stop.command is not None else stop.code
-        if status == "interrupted" and stop.command is not None:
-            w.add(
-                "inbox/started",
-                {"command_id": stop.command, "kind": "interrupt"},
-                turn_id=turn_id,
-                run_id=run_id,
-            )
-            w.add(
-                "run/stop_requested",
-                {"command_id": stop.command},
-                turn_id=turn_id,
-                run_id=run_id,
-            )
-        elif status == "interrupted" and stop.reason is not None:
-            reason = error = stop.reason
-            w.add("run/stop_requested", {"reason": reason}, turn_id=turn_id, run_id=run_id)
+        if status == "interrupted":
+            self.stop_requested(turn_id, run_id)
+            if stop.command is None and stop.reason is not None:
+                reason = error = stop.reason
         for event in self.checkpoint(turn_id, run_id, applied):
             w.add_event(event)
         if step_id is not None:
@@ -173,6 +161,38 @@ class Recipes:
         )
         await w.flush()
         host.publish("status", turn_id, run_id, status=status)
+
+    def stop_requested(self, turn_id: str, run_id: str) -> bool:
+        """Add ``run/stop_requested`` for what asked the run to stop (after ``inbox/started``
+        of the interrupt command, if one did), unless it is written already: True if added.
+
+        The step loop commits it the moment the stop is asked for; a run that ends first
+        writes it with its end.
+        """
+        stop = self.host.stop
+        w = self.host.writer
+        if not stop.is_set():
+            return False
+        if stop.command is not None and stop.command not in stop.recorded:
+            stop.recorded.add(stop.command)
+            w.add(
+                "inbox/started",
+                {"command_id": stop.command, "kind": "interrupt"},
+                turn_id=turn_id,
+                run_id=run_id,
+            )
+            w.add(
+                "run/stop_requested",
+                {"command_id": stop.command},
+                turn_id=turn_id,
+                run_id=run_id,
+            )
+            return True
+        if stop.command is None and stop.reason is not None and "" not in stop.recorded:
+            stop.recorded.add("")
+            w.add("run/stop_requested", {"reason": stop.reason}, turn_id=turn_id, run_id=run_id)
+            return True
+        return False
 
     def add_result(
         self,
