@@ -11,6 +11,7 @@ import dataclasses
 import json
 import math
 import os
+import re
 import signal
 import sys
 import threading
@@ -96,10 +97,22 @@ def exit_code(exc: AgentnbError) -> int:
 # -- output helpers ----------------------------------------------------------------------------
 
 
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+"""Characters a terminal acts on instead of showing (C0 and C1 controls: escape sequences
+that set window titles, clear the screen, colour text; bidirectional overrides)."""
+
+
+def _visible(text: str) -> str:
+    """``text`` with every character a terminal would act on shown escaped (``\x1b``)."""
+    return _UNSAFE.sub(lambda m: repr(m.group())[1:-1], text)
+
+
 def _fit(text: str, width: int) -> tuple[str, bool]:
-    """``text`` on one line, at most ``width`` characters (0: no limit), ending in … if cut;
-    and whether it was cut."""
+    """``text`` on one line, its control characters escaped (untrusted text never reaches
+    the terminal raw), at most ``width`` characters (0: no limit), ending in … if cut; and
+    whether it was cut."""
     text = " ".join(text.split()) if "\n" in text or "\r" in text else text
+    text = _visible(text)
     if width <= 0 or len(text) <= width:
         return text, False
     return text[: width - 1] + _CUT, True
@@ -1162,10 +1175,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.close(devnull)
         return EXIT_OK
     except AgentnbError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {_visible(str(exc))}", file=sys.stderr)
         return exit_code(exc)
     except OSError as exc:  # a file the command needed could not be read or written
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {_visible(str(exc))}", file=sys.stderr)
         return EXIT_FAILED
     except KeyboardInterrupt:
         return 130
