@@ -77,7 +77,7 @@ from agentnb.records import (
     Transcript,
     UsageTotals,
 )
-from agentnb.stores.base import UNSET, Unset
+from agentnb.stores.base import UNSET, Unset, check_labels, check_title
 
 if TYPE_CHECKING:
     from agentnb.agent import Agent
@@ -1045,9 +1045,9 @@ class Session:
         self.runtime.check_open()
         data: dict[str, Any] = {}
         if not isinstance(title, Unset):
-            data["title"] = title
+            data["title"] = check_title(title)
         if labels is not None:
-            data["labels"] = labels
+            data["labels"] = check_labels(labels, patch=True)
         self.inbox.accept("update", data=data, key=key)
 
     def delete(self, *, force: bool = False, reason: str = "") -> Tombstone:
