@@ -19,7 +19,6 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
-from urllib.parse import urlsplit
 
 import agentnb as nb
 from agentnb.errors import (
@@ -44,7 +43,7 @@ from agentnb.runtime.runtime import (
     session_info,
     unarchive_session,
 )
-from agentnb.stores import default_store_url
+from agentnb.stores import default_store_url, split_url
 
 __all__ = [
     "EXIT_DATA",
@@ -222,7 +221,7 @@ def _local_path(target: str) -> str | None:
         if target.startswith(prefix) and not target.startswith(f"{prefix}//"):
             return os.path.expanduser(target[len(prefix) :])
     if target.startswith("sqlite:"):
-        path = urlsplit(target).path
+        path = split_url(target).path
         return os.path.expanduser(path[1:] if path.startswith("/") else path) or None
     if "://" in target or target.startswith(("memory:", "postgres")):
         return None
@@ -878,7 +877,7 @@ def _worker_store(url: str | None, concurrency: int) -> str | nb.SessionStore | 
     """The worker's store: on PostgreSQL, a pool with a connection for each session it
     executes at once, plus two (lease renewals, claims), so that sessions do not queue for
     a connection between their commits; any other URL as given."""
-    if url is None or urlsplit(url).scheme.lower() not in ("postgresql", "postgres"):
+    if url is None or split_url(url).scheme.lower() not in ("postgresql", "postgres"):
         return url
     from agentnb.stores.postgres import PostgresStore  # the postgres extra
 

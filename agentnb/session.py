@@ -97,6 +97,19 @@ def _answers_key(checked: Mapping[str, Any]) -> str:
     return "respond:" + hashlib.sha256(canonical_json(checked).encode()).hexdigest()[:40]
 
 
+def _check_wait(timeout: object) -> float | None:
+    """A waiting call's ``timeout``: None (no limit) or seconds >= 0, else ``InvalidInput``."""
+    if timeout is None:
+        return None
+    if (
+        isinstance(timeout, bool)
+        or not isinstance(timeout, int | float)
+        or not 0 <= timeout < float("inf")
+    ):
+        raise InvalidInput(f"timeout must be seconds >= 0 or None, got {timeout!r}")
+    return float(timeout)
+
+
 def _check_text(value: object, what: str) -> str:
     # The one limit every entering text shares (answers and reconcile use it too).
     return check_text(value, what)
@@ -729,6 +742,7 @@ class Session:
         the cancellation is committed.
         """
         check_id(turn_id, "turn_id")
+        _check_wait(timeout)
         with self._lock:
             state, inbox = self._refresh()
             how = check_cancel(state, inbox, turn_id, executing=self._executing())
@@ -785,6 +799,7 @@ class Session:
         ``outcomes`` must cover exactly the uncertain calls (``inspect()``); ``reason`` says
         who checked what. Returns once recorded; then ``resume`` can continue the turn.
         """
+        _check_wait(timeout)
         self.runtime.check_open()
         with self._lock:
             state, _ = self._refresh()
@@ -797,7 +812,7 @@ class Session:
         self._await_handled(event.payload["command_id"], timeout)
 
     def _await_handled(self, command_id: str, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + (_check_wait(timeout) or 0.0)
         while True:
             with self._lock:
                 state, inbox = self._refresh()
@@ -823,6 +838,7 @@ class Session:
         out; the log keeps every original message (``transcript()``). ``InvalidInput`` when
         the agent has no ``compaction=``.
         """
+        _check_wait(timeout)
         if self.runtime.agent.compaction is None:
             raise InvalidInput(
                 "this agent has no compactor: create it with "
@@ -991,6 +1007,7 @@ class Session:
         """
         if not isinstance(receipt, Receipt):
             raise InvalidInput(f"wait() takes a Receipt, got {type(receipt).__name__}")
+        timeout = _check_wait(timeout)
         deadline = None if timeout is None else time.monotonic() + timeout
         head = 0
         while True:

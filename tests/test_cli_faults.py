@@ -65,3 +65,15 @@ class TestUntrustedTextIsEscaped:
         err = capsys.readouterr().err
         assert "\x1b" not in err
         assert err.startswith("error: ")
+
+
+class TestBadInputIsOneErrorLine:
+    @pytest.mark.parametrize("command", ["sessions", "show s", "tail s", "export --to parquet:x"])
+    def test_malformed_store_url(self, command: str, capsys: Any) -> None:
+        """A store URL that cannot be split exits 2 with one error line, password unechoed."""
+        code = main([*command.split(), "--store", "postgresql://u:hunter2@[::1/db"])
+        err = capsys.readouterr().err
+        assert code == 2
+        assert err.startswith("error: the store URL is malformed")
+        assert err.count("\n") == 1
+        assert "hunter2" not in err

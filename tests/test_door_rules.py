@@ -3,13 +3,14 @@ hold, and bad arguments as typed errors that say what to do (never a bare Python
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
 
 import agentnb as nb
 from agentnb.errors import InvalidInput
+from agentnb.models import Finish, ModelRequest, StreamItem, TextDelta, ToolCallDelta
 
 Make = Callable[..., nb.Runtime]
 
@@ -137,3 +138,111 @@ class TestOneCharacterRuleAtEveryDoor:
         with pytest.raises(nb.InvalidAnswer):
             session.respond(question, bad)
         assert list(session.pending()) == [question]
+
+
+class RawModel(nb.Model):
+    """Streams the given items for its first call, then answers "done"."""
+
+    name = "raw"
+
+    def __init__(self, *items: Any) -> None:
+        self.items = items
+        self.calls = 0
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[StreamItem]:
+        self.calls += 1
+        for item in self.items if self.calls == 1 else (TextDelta("done"), Finish("stop")):
+            yield item
+
+
+def raw_call(arguments: str) -> tuple[StreamItem, ...]:
+    return (
+        ToolCallDelta(index=0, call_id="call_1", name="echo", arguments_delta=arguments),
+        Finish("tool_calls"),
+    )
+
+
+@nb.tool
+def echo(x: Any = None) -> str:
+    """Say it back."""
+    return "echoed"
+
+
+class TestBadArgumentsAreTypedErrors:
+    def test_malformed_store_url_is_invalid_input_without_its_password(self) -> None:
+        """A store URL urllib cannot split is InvalidInput that does not echo the URL."""
+        with pytest.raises(InvalidInput, match="malformed") as caught:
+            nb.open_store("postgresql://u:hunter2@[::1/db")
+        assert "hunter2" not in str(caught.value)
+
+    def test_reconcile_with_nothing_uncertain(self, make_runtime: Make) -> None:
+        """reconcile({}) with no uncertain call says there is nothing to reconcile."""
+        session = make_runtime(scripted()).session("s")
+        with pytest.raises(InvalidInput, match="no uncertain tool calls"):
+            session.reconcile({}, "checked")
+
+    @pytest.mark.parametrize("status", [5, [5], object(), [["idle"]]])
+    def test_sessions_status_of_the_wrong_type(self, make_runtime: Make, status: Any) -> None:
+        """sessions(status=) that is neither a status nor a collection of them is InvalidInput."""
+        with pytest.raises(InvalidInput, match="status must be"):
+            make_runtime(scripted()).sessions(status=status)
+
+    @pytest.mark.parametrize("timeout", ["5", -1, float("nan"), True])
+    def test_wait_timeout_that_is_not_seconds(self, make_runtime: Make, timeout: Any) -> None:
+        """wait(timeout=) takes seconds >= 0 or None; anything else is InvalidInput."""
+        session = make_runtime(scripted()).session("s")
+        receipt = session.submit("hi")
+        with pytest.raises(InvalidInput, match="timeout"):
+            session.wait(receipt, timeout=timeout)
+        with pytest.raises(InvalidInput, match="timeout"):
+            receipt.wait(timeout=timeout)
+
+    @pytest.mark.parametrize("call", ["cancel", "reconcile", "delete"])
+    def test_other_timeouts_are_checked_before_anything_is_written(
+        self, make_runtime: Make, call: str
+    ) -> None:
+        """cancel, reconcile and delete check their timeout before they write anything."""
+        runtime = make_runtime(scripted())
+        session = runtime.session("s")
+        session.run("hi", timeout=30)
+        before = runtime.store.inbox_head(session.key)
+        calls: dict[str, Callable[[], Any]] = {
+            "cancel": lambda: session.cancel(session.tasks()[-1].turn_id, timeout="x"),
+            "reconcile": lambda: session.reconcile({}, "r", timeout="x"),
+            "delete": lambda: session.runtime.delete(session.key, timeout="x"),  # type: ignore[attr-defined]
+        }
+        with pytest.raises(InvalidInput, match="timeout"):
+            calls[call]()
+        assert runtime.store.inbox_head(session.key) == before
+
+    @pytest.mark.parametrize(
+        "arguments",
+        ["[" * 100_000 + "]" * 100_000, '{"x": ' + "[" * 40 + "]" * 40 + "}"],
+        ids=["past-the-parser", "past-the-bound"],
+    )
+    def test_deeply_nested_tool_arguments_go_back_to_the_model(
+        self, make_runtime: Make, arguments: str
+    ) -> None:
+        """Tool arguments nested too deeply are a tool error the model sees, not a failed run."""
+        runtime = make_runtime(RawModel(*raw_call(arguments)), [echo])
+        session = runtime.session("s")
+        outcome = session.run("go", timeout=30)
+        assert outcome.status == "completed"
+        (result,) = [e.payload for e in session.log.scan() if e.type == "tool/result"]
+        assert result["status"] == "error"
+        assert "nested" in result["output"]
+
+    def test_deeply_nested_chunk_from_a_server_is_a_model_error(self) -> None:
+        """A server chunk nested past the JSON parser's depth is a ModelError saying so."""
+        from tests.runtime.test_openai_http import DONE, LoopbackServer, model_for, request, run
+        from tests.runtime.test_openai_http import stream as sse
+
+        server = LoopbackServer()
+        try:
+            deep = b'{"a": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+            server.script(sse(b"data: " + deep + b"\n\n", DONE))
+            model = model_for(server)
+            with pytest.raises(nb.ModelError, match="nested too deeply"):
+                run(model, lambda: model.complete(request()))
+        finally:
+            server.close()

@@ -581,6 +581,11 @@ class OpenAIChatModel(Model):
     def _decode(self, data: str) -> dict[str, Any]:
         try:
             chunk = json.loads(data)
+        except RecursionError:
+            raise ModelError(
+                f"{self.base_url} sent a stream chunk nested too deeply to read; the server's "
+                "reply is not a chat-completions chunk"
+            ) from None
         except json.JSONDecodeError:
             shown = _cut(self._redact(data), _DETAIL)
             raise ModelError(

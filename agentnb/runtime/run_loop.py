@@ -346,6 +346,8 @@ class RunLoop:
             else:
                 await self.catch_up_inbox()
             seen = self.host.inbox.seq
+            if self.host.stop.command is not None:
+                raise StopRun  # an interrupt noticed (and recorded) while the model answered
             if self.interrupt_for(run_id) is not None:
                 # Accepted before we could commit the completion: honour it.
                 self.stop_for(run_id)

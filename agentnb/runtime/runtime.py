@@ -39,7 +39,7 @@ from agentnb.errors import (
 from agentnb.events import Event
 from agentnb.folds import ChatFolds, Folds
 from agentnb.holders import holder_alive, new_owner
-from agentnb.ids import SessionKey, check_id
+from agentnb.ids import SessionKey, check_id, check_seconds
 from agentnb.limits import Limits
 from agentnb.live import LiveEvent, LiveHub, Subscription
 from agentnb.projections.decisions import effective_status
@@ -333,7 +333,10 @@ def unarchive_session(store: SessionStore, key: SessionKey) -> SessionInfo:
 def _check_statuses(status: str | Iterable[str] | None) -> frozenset[str] | None:
     if status is None:
         return None
-    wanted = frozenset([status] if isinstance(status, str) else status)
+    try:
+        wanted = frozenset([status] if isinstance(status, str) else status)
+    except TypeError:  # not a str nor a collection of them
+        wanted = frozenset([repr(status)])
     unknown = wanted - SESSION_STATUSES
     if unknown or not wanted:
         raise InvalidInput(
@@ -752,6 +755,7 @@ class Runtime:
         ``timeout`` seconds). Deleting a deleted session returns its tombstone.
         """
         self.check_open()
+        timeout = check_seconds(timeout, "timeout")
         if not isinstance(key, SessionKey):
             key = self._key(key, user_id)
         by = self.owner if by is None else check_id(by, "by")
