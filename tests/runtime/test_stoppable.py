@@ -97,7 +97,7 @@ def stall() -> Iterator[Stall]:
 
 def patient(server: LoopbackServer) -> OpenAIChatModel:
     """A model whose read timeout (60 s) is longer than any wait of these tests."""
-    return OpenAIChatModel("gpt-test", base_url=server.base_url, api_key="k", timeout=60)
+    return OpenAIChatModel("gpt-test", base_url=server.base_url, api_key="sk-loopback", timeout=60)
 
 
 def agent_for(model: nb.Model, **kwargs: Any) -> nb.Agent:
@@ -180,7 +180,9 @@ class TestStopsEndAWaitingModelCall:
         """Agent(max_turn_seconds=) ends the turn at its limit instead of running every
         retry of a silent server to its read timeout."""
         server.script(*(stall.silent() for _ in range(4)))
-        model = OpenAIChatModel("gpt-test", base_url=server.base_url, api_key="k", timeout=3)
+        model = OpenAIChatModel(
+            "gpt-test", base_url=server.base_url, api_key="sk-loopback", timeout=3
+        )
         agent = agent_for(model, max_turn_seconds=0.5)
         with runtime_for(agent, tmp_path) as runtime:
             outcome = runtime.session("s").submit("hello").wait(timeout=WAIT)
