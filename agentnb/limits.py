@@ -29,6 +29,13 @@ seeds' bounds):
 - ``max_recovery_events`` (1,000,000) and ``max_recovery_bytes`` (128 MiB): what opening a
   session may replay (events after its newest usable snapshot, of both logs, and their payload
   bytes); past them ``RecoveryLimitExceeded``.
+- ``max_reply_chars`` (2,000,000) and ``max_tool_calls_per_reply`` (128): one model reply's
+  text and tool-call arguments, and how many tool calls it makes. The reply is read until it
+  passes one; then the call is stopped and the run ends ``failed`` with ``stop_reason``
+  ``reply_too_large`` or ``too_many_tool_calls`` (what streamed so far stays in the log).
+- ``max_tool_result_chars`` (1,000,000): one tool call's result. A longer one is not
+  recorded: the call's result is an error saying so, which the model sees (it can ask for
+  less), and the run goes on.
 - ``max_session_events`` and ``max_session_bytes`` (None: no cap): what one session's log may
   hold. A commit that would pass a cap is refused with ``SessionFull``; ``END_RESERVE_EVENTS``
   and ``END_RESERVE_BYTES`` of it are kept for the commits that end runs, so a run refused in
@@ -184,6 +191,9 @@ class Limits:
     max_session_bytes: int | None = None
     max_subagent_depth: int = 3
     max_children_per_turn: int = 16
+    max_reply_chars: int = 2_000_000
+    max_tool_calls_per_reply: int = 128
+    max_tool_result_chars: int = 1_000_000
 
     def __post_init__(self) -> None:
         for name in (
@@ -191,6 +201,9 @@ class Limits:
             "max_queued_commands",
             "max_subagent_depth",
             "max_children_per_turn",
+            "max_reply_chars",
+            "max_tool_calls_per_reply",
+            "max_tool_result_chars",
         ):
             _check_count(name, getattr(self, name), optional=False)
         for name in ("max_recovery_events", "max_recovery_bytes"):

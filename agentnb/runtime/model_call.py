@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable
 from agentnb.errors import InvalidInput, describe
 from agentnb.events import Event, Message, ToolCallData
 from agentnb.ids import new_id
+from agentnb.limits import Limits
 from agentnb.models.base import (
     ModelError,
     ModelRequest,
@@ -27,7 +28,14 @@ from agentnb.projections.state import build_context
 from agentnb.runtime.scope import RunHost, StopRun
 from agentnb.runtime.writer import ChunkGroup
 
-__all__ = ["CHUNK_COMMIT_INTERVAL", "MODEL_RETRIES", "STOP_GRACE", "ModelCall"]
+__all__ = [
+    "CHUNK_COMMIT_INTERVAL",
+    "MODEL_RETRIES",
+    "STOP_GRACE",
+    "ModelCall",
+    "ReplyTooLarge",
+    "Size",
+]
 
 CHUNK_COMMIT_INTERVAL = 0.1
 """Seconds at least between two commits of streamed chunks."""
@@ -41,6 +49,46 @@ log = logging.getLogger("agentnb.runtime")
 def _ignore(task: asyncio.Future[None]) -> None:
     if not task.cancelled():
         task.exception()
+
+
+class ReplyTooLarge(ModelError):
+    """A model reply passed a bound of ``Limits``; ``stop_reason`` names which."""
+
+    def __init__(self, message: str, stop_reason: str) -> None:
+        super().__init__(message)
+        self.stop_reason = stop_reason
+
+
+class Size:
+    """What one reply streamed so far, against ``Limits.max_reply_chars`` and
+    ``max_tool_calls_per_reply``."""
+
+    def __init__(self, limits: Limits) -> None:
+        self.limits = limits
+        self.chars = 0
+        self.calls: set[int] = set()
+
+    def add(self, item: object) -> None:
+        limits = self.limits
+        if isinstance(item, TextDelta):
+            self.chars += len(item.text)
+        elif isinstance(item, ToolCallDelta):
+            self.chars += len(item.arguments_delta)
+            self.calls.add(item.index)
+            if len(self.calls) > limits.max_tool_calls_per_reply:
+                raise ReplyTooLarge(
+                    f"the model's reply asked for more than {limits.max_tool_calls_per_reply} "
+                    "tool calls (Limits(max_tool_calls_per_reply=...)); the call was stopped. "
+                    "Ask for fewer calls per step, or raise the limit",
+                    "too_many_tool_calls",
+                )
+        if self.chars > limits.max_reply_chars:
+            raise ReplyTooLarge(
+                f"the model's reply passed {limits.max_reply_chars:,} characters "
+                "(Limits(max_reply_chars=...)); the call was stopped. Ask for a shorter "
+                "answer, or raise the limit",
+                "reply_too_large",
+            )
 
 
 class ModelCall:
@@ -199,9 +247,11 @@ class ModelCall:
         host = self.host
         w = host.writer
         last_commit = time.monotonic()
+        size = Size(host.limits)
         stream = host.agent.model.stream(request)
         try:
             async for item in stream:
+                size.add(item)  # before the piece is kept: a reply past its bound stops here
                 collector.add(item)
                 if isinstance(item, TextDelta | ToolCallDelta):
                     piece = group.add(item)

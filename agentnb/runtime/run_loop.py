@@ -25,7 +25,7 @@ from agentnb.models.base import ModelError
 from agentnb.projections.state import Command
 from agentnb.records import UsageTotals
 from agentnb.runtime.context import ContextKeeper
-from agentnb.runtime.model_call import ModelCall
+from agentnb.runtime.model_call import ModelCall, ReplyTooLarge
 from agentnb.runtime.recipes import Recipes
 from agentnb.runtime.scope import RunHost, StopRun, TurnCancelled
 from agentnb.runtime.tool_call import ToolRunner
@@ -144,7 +144,13 @@ class RunLoop:
                     _, calls = await self.model.call(turn_id, run_id)
                 except ModelError as exc:
                     await self.recipes.finish(
-                        turn_id, run_id, "failed", applied, error=str(exc), step_id=step_id
+                        turn_id,
+                        run_id,
+                        "failed",
+                        applied,
+                        error=str(exc),
+                        step_id=step_id,
+                        stop_reason=exc.stop_reason if isinstance(exc, ReplyTooLarge) else None,
                     )
                     return
                 if calls:

@@ -122,7 +122,8 @@ class RunHost(Protocol):
     def auto_resume(self) -> bool: ...
 
     @property
-    def limits(self) -> Limits: ...
+    def limits(self) -> Limits:
+        """The bounds the runtime enforces (a reply's size, a tool result's, ...)."""
 
     def kick(self, key: SessionKey) -> None:
         """Make sure another session's accepted work gets dispatched (a sub-agent's child, a

@@ -408,6 +408,14 @@ class ToolRunner:
         try:
             output = await self.output(task)
             status, action = "success", "returned"
+            limit = host.limits.max_tool_result_chars
+            if len(output) > limit:
+                output = (
+                    f"Error: the tool's result has {len(output):,} characters, more than the "
+                    f"{limit:,} one result may hold (Limits(max_tool_result_chars=...)); it was "
+                    "not recorded. Ask for less (a part, a summary, or where it was saved)"
+                )
+                status, action = "error", "failed"
         except (NeedsAnswer, ToolOutcomeUnknown) as exc:
             if isinstance(exc, ToolOutcomeUnknown):
                 outcome_unknown = exc
