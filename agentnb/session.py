@@ -110,6 +110,14 @@ def _check_wait(timeout: object) -> float | None:
     return float(timeout)
 
 
+def _still_running(receipt: Receipt) -> KeyboardInterrupt:
+    """What a wait cut short by Ctrl-C raises: one line saying the task goes on."""
+    return KeyboardInterrupt(
+        f"stopped waiting; task {receipt.turn_id} goes on in the background while this "
+        "process runs (session.interrupt() stops it)"
+    )
+
+
 def _check_text(value: object, what: str) -> str:
     # The one limit every entering text shares (answers and reconcile use it too).
     return check_text(value, what)
@@ -1003,11 +1011,20 @@ class Session:
 
         Returns when its run completes, suspends, is interrupted, fails or is cancelled (a
         receipt follows its turn into later runs). Raises ``Parked`` when the task waits in
-        the queue behind a turn that only a person can move, naming that turn.
+        the queue behind a turn that only a person can move, naming that turn. Ctrl-C (or
+        Kernel → Interrupt) while it waits raises a one-line ``KeyboardInterrupt`` from
+        here: the task goes on, and ``session.interrupt()`` stops it.
         """
         if not isinstance(receipt, Receipt):
             raise InvalidInput(f"wait() takes a Receipt, got {type(receipt).__name__}")
         timeout = _check_wait(timeout)
+        try:
+            return self._wait(receipt, timeout)
+        except KeyboardInterrupt:
+            # Kernel -> Interrupt (Ctrl-C) stops the waiting, not the task: say so, briefly.
+            raise _still_running(receipt) from None
+
+    def _wait(self, receipt: Receipt, timeout: float | None) -> Outcome:
         deadline = None if timeout is None else time.monotonic() + timeout
         head = 0
         while True:

@@ -35,12 +35,14 @@ invocation and the context a tool receives form one contract.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import dataclasses
 import functools
 import hashlib
 import inspect
 import re
+import threading
 import typing
 import warnings
 from abc import ABC, abstractmethod
@@ -617,9 +619,32 @@ def _describe_error(err: Mapping[str, Any]) -> str:
 
 
 async def _run_in_thread(call: Callable[[], Any]) -> Any:
+    """Run a sync tool's body in a daemon thread of its own and await its result.
+
+    Not in the loop's executor: the interpreter joins executor threads at exit, so a tool
+    that never returns would keep the process alive after its run was recorded stopped.
+    """
     loop = asyncio.get_running_loop()
     context = contextvars.copy_context()
-    future = loop.run_in_executor(None, context.run, call)
+    future: asyncio.Future[Any] = loop.create_future()
+
+    def settle(outcome: Callable[[], None]) -> None:
+        if not future.done():
+            outcome()
+
+    def body() -> None:
+        try:
+            result = context.run(call)
+        except BaseException as exc:  # noqa: BLE001 - handed to the awaiting task as is
+            error = exc
+            with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits
+                loop.call_soon_threadsafe(settle, lambda: future.set_exception(error))
+        else:
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(settle, lambda: future.set_result(result))
+
+    name = f"agentnb-tool-{getattr(getattr(call, 'func', call), '__name__', 'call')}"
+    threading.Thread(target=body, name=name, daemon=True).start()
     try:
         return await asyncio.shield(future)
     except asyncio.CancelledError:
