@@ -123,6 +123,49 @@ def _check_text(value: object, what: str) -> str:
     return check_text(value, what)
 
 
+def accept_cancel(
+    log: Inbox,
+    state: SessionState,
+    inbox: InboxState,
+    turn_id: str,
+    how: str,
+    refresh: Callable[[], tuple[SessionState, InboxState]] | None = None,
+) -> Event | None:
+    """The inbox writes of a cancel decided as ``how`` (``check_cancel``), for every door
+    (``Session.cancel``, the command line): a queued task's submit is rejected at once
+    (``NotRunning`` if a runtime started it meanwhile); a running turn gets an interrupt
+    (unless one waits) and the cancel command; a parked one the cancel command. Returns
+    the cancel command for a runtime to carry out, or None when it is already done.
+    ``refresh`` folds the log again (default: fresh folds of the store)."""
+    if how == "done":
+        return None
+    if how == "queued":
+        submit = next(
+            c for c in inbox.commands.values() if c.kind == "submit" and c.turn_id == turn_id
+        )
+        log.record(
+            "inbox/rejected",
+            {"command_id": submit.command_id, "reason": "cancelled by the user", "kind": "submit"},
+            turn_id=turn_id,
+        )
+        # A runtime that picked the turn before this commits its start only if the inbox
+        # did not move; if it did start first, say so.
+        again = refresh or Folds(log.store, log.key).refresh
+        if turn_id in again()[0].turns:
+            raise NotRunning(
+                f"turn {turn_id} started before the cancel arrived; interrupt() it, then cancel it"
+            )
+        return None
+    run_id = state.active_run
+    interrupting = any(
+        c.kind == "interrupt" and c.run_id == run_id for c in inbox.commands.values()
+    )
+    if how == "running" and run_id and not interrupting:
+        log.accept("interrupt", turn_id=turn_id, run_id=run_id)
+    event, _ = log.accept("cancel", turn_id=turn_id)
+    return event
+
+
 class SessionHost(Protocol):
     """What a ``Session`` asks of the runtime that made it: the one seam between them.
 
@@ -423,7 +466,10 @@ class Session:
         text = _check_text(input, "input")
         if key is not None:
             check_id(key, "key")
-        data = {} if timeout is None else {"timeout": check_seconds(timeout, "timeout")}
+        data: dict[str, Any] = (
+            {} if timeout is None else {"timeout": check_seconds(timeout, "timeout")}
+        )
+        data["agent"] = self._submitting_agent()
         self.runtime.check_open()
         with self._lock:
             # The admission checks read what this process knows (see ``Limits``); a re-send
@@ -439,6 +485,12 @@ class Session:
         return Receipt(
             event.payload["command_id"], event.payload["turn_id"], None, "queued", None, self
         )
+
+    def _submitting_agent(self) -> Any:
+        """The fingerprint of the agent a task is submitted for: it travels with the command,
+        so a runtime executing another agent (a worker) refuses the task, even a session's
+        first, before it runs anything (unless it accepts agent changes)."""
+        return self.runtime.agent.fingerprint
 
     def send(self, input: str) -> Receipt:
         """Steer the running turn, or start / queue a new one; ``disposition`` says which.
@@ -754,50 +806,14 @@ class Session:
         with self._lock:
             state, inbox = self._refresh()
             how = check_cancel(state, inbox, turn_id, executing=self._executing())
-            if how == "done":
-                return
-            if how == "queued":
-                submit = next(
-                    c
-                    for c in inbox.commands.values()
-                    if c.kind == "submit" and c.turn_id == turn_id
-                )
-                self.inbox.record(
-                    "inbox/rejected",
-                    {
-                        "command_id": submit.command_id,
-                        "reason": "cancelled by the user",
-                        "kind": "submit",
-                    },
-                    turn_id=turn_id,
-                )
-                # A runtime that picked the turn before this commits its start only if the
-                # inbox did not move; if it did start first, say so.
-                state, _ = self._refresh()
-                if turn_id in state.turns:
-                    raise NotRunning(
-                        f"turn {turn_id} started before the cancel arrived; "
-                        "interrupt() it, then cancel it"
-                    )
+            if how in ("done", "queued"):
+                accept_cancel(self.inbox, state, inbox, turn_id, how, self._refresh)
                 return
             self.runtime.check_open()
-            run_id = state.active_run
-            if how == "running" and run_id and self._interrupt_pending(inbox, run_id) is None:
-                self.inbox.accept("interrupt", turn_id=turn_id, run_id=run_id)
-            event, _ = self.inbox.accept("cancel", turn_id=turn_id)
+            event = accept_cancel(self.inbox, state, inbox, turn_id, how)
         self.start()
-        self._await_handled(event.payload["command_id"], timeout)
-
-    @staticmethod
-    def _interrupt_pending(inbox: InboxState, run_id: str) -> str | None:
-        return next(
-            (
-                c.command_id
-                for c in inbox.commands.values()
-                if c.kind == "interrupt" and c.run_id == run_id
-            ),
-            None,
-        )
+        if event is not None:
+            self._await_handled(event.payload["command_id"], timeout)
 
     def reconcile(
         self, outcomes: Mapping[str, ToolOutcome], reason: str, timeout: float = 30.0
@@ -1034,7 +1050,7 @@ class Session:
                 return outcome
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
-                raise TimeoutError(f"turn {receipt.turn_id} did not end within {timeout}s")
+                raise self._timed_out(receipt, timeout)
             # Commits of this process wake it once they are handed to the fold (the writer
             # wakes the store's waiters after ``feed``): they are never read back. Those of
             # only a step's own events cannot settle the turn: it sleeps through them.
@@ -1045,6 +1061,21 @@ class Session:
                 local=self.runtime.sole_writer(self.key),
                 settling=True,
             )
+
+    def _timed_out(self, receipt: Receipt, timeout: float | None) -> TimeoutError:
+        """Why a wait ran out: when nobody took the task up (no runtime holds the session),
+        say so and how to start a worker, instead of a bare timeout."""
+        with self._lock:
+            state, _ = self._refresh()
+        turn = state.turns.get(receipt.turn_id)
+        if (turn is None or not turn.run_ids) and not self._executing():
+            return TimeoutError(
+                f"task {receipt.turn_id} did not start within {timeout}s: no worker has "
+                f"claimed session {self.key}. Start one on this store: agentnb worker "
+                f"--store {self.runtime.store.url} --agent module:attribute (or open the "
+                "session in a runtime that executes: nb.Runtime(agent)); the task waits"
+            )
+        return TimeoutError(f"turn {receipt.turn_id} did not end within {timeout}s")
 
     def events(self, maxsize: int = 1000) -> Subscription:
         """Live notifications of this session in this process (chunks before commit, status).

@@ -20,7 +20,11 @@ from agentnb.projections.decisions import check_cancel, check_respond, check_res
 from agentnb.projections.state import Command
 from agentnb.runtime.scope import RunHost
 
-__all__ = ["Recipes"]
+__all__ = ["WORKER_STOPPING", "Recipes"]
+
+WORKER_STOPPING = "worker_stopping"
+"""The ``stop_reason`` of a run a worker's graceful shutdown (SIGTERM) stopped: its turn is
+resumed by the next worker that claims the session, when nothing of it is uncertain."""
 
 log = logging.getLogger("agentnb.runtime")
 
@@ -161,6 +165,23 @@ class Recipes:
         )
         await w.flush()
         host.publish("status", turn_id, run_id, status=status)
+        if status == "interrupted" and code == WORKER_STOPPING:
+            await self.queue_resume(turn_id, f"resume-after-stop:{run_id}")
+
+    async def queue_resume(self, turn_id: str, key: str) -> bool:
+        """Accept a resume of ``turn_id`` in the inbox (idempotent by ``key``) for whoever
+        executes the session next, if it may resume without a person (``check_resume``:
+        no pending request, nothing uncertain but calls of idempotent tools). True if
+        queued; otherwise the turn waits for a person, and the log says why."""
+        host = self.host
+        try:
+            check_resume(host.state, turn_id, executing=False, tool=self.tool)
+        except CannotResume as exc:
+            log.warning("session %s: turn %s waits for a person: %s", host.key, turn_id, exc)
+            return False
+        await asyncio.to_thread(host.inbox_log.accept, "resume", turn_id=turn_id, key=key)
+        await host.refresh_inbox()
+        return True
 
     def stop_requested(self, turn_id: str, run_id: str) -> bool:
         """Add ``run/stop_requested`` for what asked the run to stop (after ``inbox/started``
@@ -250,20 +271,8 @@ class Recipes:
         )
         await w.flush()
         host.publish("status", run.turn_id, run.run_id, status="interrupted")
-        if not (auto_resume and host.auto_resume):
-            return
-        try:
-            check_resume(host.state, run.turn_id, executing=False, tool=self.tool)
-        except CannotResume as exc:
-            log.warning("session %s: turn %s waits for a person: %s", host.key, run.turn_id, exc)
-            return
-        await asyncio.to_thread(
-            host.inbox_log.accept,
-            "resume",
-            turn_id=run.turn_id,
-            key=f"auto-resume:{run.run_id}",
-        )
-        await host.refresh_inbox()
+        if auto_resume and host.auto_resume:
+            await self.queue_resume(run.turn_id, f"auto-resume:{run.run_id}")
 
     def resume(self, command: Command) -> tuple[str, str]:
         """Start the run that resumes a turn: (turn_id, run_id)."""

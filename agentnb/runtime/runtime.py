@@ -56,6 +56,7 @@ from agentnb.projections.state import (
 from agentnb.records import PruneReport, SessionCounts, SessionInfo, UsageTotals
 from agentnb.runtime.engine import SessionDriver
 from agentnb.runtime.processes import STOP_TIMEOUT, WorkerProcess, start_workers, stop_workers
+from agentnb.runtime.recipes import WORKER_STOPPING
 from agentnb.runtime.subagents import AgentHost, session_lineage
 from agentnb.session import Session
 from agentnb.stores import SessionStore, open_store
@@ -1223,7 +1224,9 @@ class Runtime:
             for driver in self._drivers.values():
                 if driver.task is not None and not driver.task.done():
                     driver.stopping = True
-                    driver.request_stop("the worker is stopping")
+                    # Not the user's stop: the run's end queues its resume (recipes.finish)
+                    # for the next worker that claims the session.
+                    driver.request_stop("the worker is stopping", WORKER_STOPPING)
                     driver.wake.set()
 
         self._loop.call_soon_threadsafe(interrupt)
