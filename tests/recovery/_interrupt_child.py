@@ -8,7 +8,8 @@ sends SIGINT (Ctrl-C). ``WAITING`` is printed once the main thread is inside the
 ``CASE`` picks the tool: ``sync`` (a plain function blocked for ten minutes) or
 ``stubborn`` (an async tool that, when cancelled, blocks the runtime's loop: the runs
 cannot stop, so only a second Ctrl-C ends the process). ``with``: the sync tool, with
-the runtime used as a context manager. The child exits by itself after ``DEADLINE``.
+the runtime used as a context manager. ``end``: the sync tool, and the script ends by
+itself once it runs (no Ctrl-C). The child exits by itself after ``DEADLINE``.
 """
 
 from __future__ import annotations
@@ -89,6 +90,10 @@ def main(case: str, db: str) -> None:
         return
     runtime = nb.Runtime(agent(case), store=url)
     receipt = runtime.session(SESSION_ID).submit("go")
+    if case == "end":  # the script ends while its task's tool still blocks
+        ran.wait(60)
+        print("WAITING", flush=True)
+        return
     announce_when_waiting()
     receipt.wait()
 

@@ -191,6 +191,26 @@ def interrupt_main_once_waiting() -> None:
     threading.Thread(target=watch, daemon=True).start()
 
 
+class TestExitWithAStuckTool:
+    def test_a_script_that_ends_exits_without_waiting_for_the_tool(self, tmp_path: Path) -> None:
+        """A script that ends while its task's sync tool blocks exits promptly: the stop is
+        recorded, the call stays uncertain and the lease is released."""
+        db = tmp_path / "s.sqlite"
+        script = Script("end", db)
+        try:
+            assert script.exit_code() == 0
+            stderr = script.stderr()
+        finally:
+            script.close()
+        log = events(db)
+        (stop,) = [e.payload for e in log if e.type == "run/stop_requested"]
+        assert "the process exited" in stop["reason"]
+        assert [e.payload["status"] for e in log if e.type == "run/end"] == ["interrupted"]
+        assert "tool/result" not in [e.type for e in log]
+        assert lease(db) is None
+        assert "Traceback" not in stderr
+
+
 class TestInterruptingWait:
     def test_wait_raises_one_line_and_the_task_goes_on(self, tmp_path: Path) -> None:
         """Kernel -> Interrupt during receipt.wait() raises a KeyboardInterrupt from wait()
