@@ -41,6 +41,7 @@ import dataclasses
 import functools
 import hashlib
 import inspect
+import queue
 import re
 import threading
 import typing
@@ -618,12 +619,50 @@ def _describe_error(err: Mapping[str, Any]) -> str:
 # Running
 
 
-async def _run_in_thread(call: Callable[[], Any]) -> Any:
-    """Run a sync tool's body in a daemon thread of its own and await its result.
+class _DaemonThreads:
+    """Daemon threads for sync tools, reused while they idle (``IDLE`` seconds at most).
 
-    Not in the loop's executor: the interpreter joins executor threads at exit, so a tool
-    that never returns would keep the process alive after its run was recorded stopped.
+    Not the loop's executor: the interpreter joins executor threads at exit, so a tool that
+    never returns would keep the process alive after its run was recorded stopped.
     """
+
+    IDLE = 30.0
+
+    def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._idle = 0
+        """Threads waiting for a job that no job queued so far is promised to."""
+
+    def submit(self, job: Callable[[], None]) -> None:
+        with self._lock:
+            spawn = self._idle == 0
+            if not spawn:
+                self._idle -= 1  # an idle thread takes this job
+        self._jobs.put(job)
+        if spawn:
+            threading.Thread(target=self._work, name="agentnb-tool", daemon=True).start()
+
+    def _work(self) -> None:
+        while True:
+            try:
+                job = self._jobs.get(timeout=self.IDLE)
+            except queue.Empty:
+                with self._lock:
+                    if self._idle > 0:  # not promised to a queued job: retire
+                        self._idle -= 1
+                        return
+                continue
+            job()
+            with self._lock:
+                self._idle += 1
+
+
+_TOOL_THREADS = _DaemonThreads()
+
+
+async def _run_in_thread(call: Callable[[], Any]) -> Any:
+    """Run a sync tool's body in a daemon thread (``_DaemonThreads``) and await its result."""
     loop = asyncio.get_running_loop()
     context = contextvars.copy_context()
     future: asyncio.Future[Any] = loop.create_future()
@@ -643,8 +682,7 @@ async def _run_in_thread(call: Callable[[], Any]) -> Any:
             with contextlib.suppress(RuntimeError):
                 loop.call_soon_threadsafe(settle, lambda: future.set_result(result))
 
-    name = f"agentnb-tool-{getattr(getattr(call, 'func', call), '__name__', 'call')}"
-    threading.Thread(target=body, name=name, daemon=True).start()
+    _TOOL_THREADS.submit(body)
     try:
         return await asyncio.shield(future)
     except asyncio.CancelledError:
