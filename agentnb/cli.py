@@ -915,6 +915,9 @@ _LIMIT_FLAGS = {
     "max_recovery_bytes": "max_recovery_bytes",
     "max_session_events": "max_session_events",
     "max_session_bytes": "max_session_bytes",
+    "max_reply_chars": "max_reply_chars",
+    "max_tool_calls": "max_tool_calls_per_reply",
+    "max_tool_result_chars": "max_tool_result_chars",
 }
 """``agentnb worker`` flag (``--max-queued``...) -> the ``nb.Limits`` field it sets."""
 
@@ -1097,6 +1100,41 @@ def _lifecycle_commands(
     prune.add_argument("--reason", default="retention", help="why, kept in the tombstones")
 
 
+def _turn_commands(
+    command: Callable[[str, Callable[[argparse.Namespace], int], str, str], Any],
+) -> None:
+    """The ``resume`` and ``cancel`` commands: a turn's commands, for a worker to carry out."""
+    resume = command(
+        "resume",
+        _resume,
+        "resume a session's interrupted turn (a worker carries it out)",
+        "Accept a resume of the session's latest unfinished turn (or TURN) in its inbox, "
+        "checked as session.resume() checks it: refused while requests wait for answers "
+        "or tool calls are uncertain. A worker of the session's agent carries it out; this "
+        "waits --wait seconds to say what became of it. "
+        "Example: agentnb resume conversation-001 --user alice",
+    )
+    _common(resume)
+    resume.add_argument("turn", nargs="?", help="the turn id (default: the latest unfinished)")
+    resume.add_argument(
+        "--wait", type=_seconds, default=10.0, help="seconds to wait for a worker (default 10)"
+    )
+
+    cancel = command(
+        "cancel",
+        _cancel,
+        "cancel a session's queued, parked or running turn",
+        "Cancel a turn as session.cancel() does: a queued task is dropped at once; a turn "
+        "waiting for a person, or interrupted, is closed by a worker; a running one is "
+        "interrupted first. Example: agentnb cancel conversation-001 turn_01... --user alice",
+    )
+    _common(cancel)
+    cancel.add_argument("turn", help="the turn id (see agentnb show)")
+    cancel.add_argument(
+        "--wait", type=_seconds, default=10.0, help="seconds to wait for a worker (default 10)"
+    )
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="agentnb",
@@ -1216,35 +1254,7 @@ def _parser() -> argparse.ArgumentParser:
     tail.add_argument("-n", "--lines", type=_count, default=20, help="events to show first")
     tail.add_argument("-f", "--follow", action="store_true", help="keep printing new events")
 
-    resume = command(
-        "resume",
-        _resume,
-        "resume a session's interrupted turn (a worker carries it out)",
-        "Accept a resume of the session's latest unfinished turn (or TURN) in its inbox, "
-        "checked as session.resume() checks it: refused while requests wait for answers "
-        "or tool calls are uncertain. A worker of the session's agent carries it out; this "
-        "waits --wait seconds to say what became of it. "
-        "Example: agentnb resume conversation-001 --user alice",
-    )
-    _common(resume)
-    resume.add_argument("turn", nargs="?", help="the turn id (default: the latest unfinished)")
-    resume.add_argument(
-        "--wait", type=_seconds, default=10.0, help="seconds to wait for a worker (default 10)"
-    )
-
-    cancel = command(
-        "cancel",
-        _cancel,
-        "cancel a session's queued, parked or running turn",
-        "Cancel a turn as session.cancel() does: a queued task is dropped at once; a turn "
-        "waiting for a person, or interrupted, is closed by a worker; a running one is "
-        "interrupted first. Example: agentnb cancel conversation-001 turn_01... --user alice",
-    )
-    _common(cancel)
-    cancel.add_argument("turn", help="the turn id (see agentnb show)")
-    cancel.add_argument(
-        "--wait", type=_seconds, default=10.0, help="seconds to wait for a worker (default 10)"
-    )
+    _turn_commands(command)
 
     worker = command(
         "worker",
@@ -1299,6 +1309,9 @@ def _parser() -> argparse.ArgumentParser:
         ("--max-recovery-bytes", "max_recovery_bytes", "bytes replayed to open a session"),
         ("--max-session-events", "max_session_events", "events one session may hold"),
         ("--max-session-bytes", "max_session_bytes", "bytes one session may hold"),
+        ("--max-reply-chars", "max_reply_chars", "characters of one model reply"),
+        ("--max-tool-calls", "max_tool_calls_per_reply", "tool calls in one model reply"),
+        ("--max-tool-result-chars", "max_tool_result_chars", "characters of one tool result"),
     ):
         default = getattr(nb.Limits(), field)
         shown = "none" if default is None else f"{default:_}"
