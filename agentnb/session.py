@@ -113,8 +113,8 @@ def _check_wait(timeout: object) -> float | None:
 def _still_running(receipt: Receipt) -> KeyboardInterrupt:
     """What a wait cut short by Ctrl-C raises: one line saying the task goes on."""
     return KeyboardInterrupt(
-        f"stopped waiting; task {receipt.turn_id} goes on in the background while this "
-        "process runs (session.interrupt() stops it)"
+        f"stopped waiting; task {receipt.turn_id} goes on in the background while its "
+        "runtime is open (session.interrupt() stops it)"
     )
 
 

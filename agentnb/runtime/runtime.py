@@ -393,7 +393,7 @@ def _close_at_exit() -> None:
         for runtime in runtimes:
             try:
                 runtime.shut_down(
-                    "the process exited while the task ran; resume() continues it",
+                    "the runtime was closed as the process exited; resume() continues it",
                     EXIT_CLOSE_TIMEOUT,
                 )
             except Exception:

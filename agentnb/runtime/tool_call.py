@@ -360,6 +360,8 @@ class ToolRunner:
         """
         host = self.host
         stop = host.stop
+        if stop.is_set():
+            raise StopRun  # asked before it was dispatched: it stays requested, not run
         w = host.writer
         tool = host.agent.tool_named(call.name)
         assert tool is not None
