@@ -392,7 +392,7 @@ def _close_at_exit() -> None:
     try:
         for runtime in runtimes:
             try:
-                runtime.shut_down(
+                runtime._shut_down(
                     "the runtime was closed as the process exited; resume() continues it",
                     EXIT_CLOSE_TIMEOUT,
                 )
@@ -1344,7 +1344,7 @@ class Runtime:
         if self._stop_all("the runtime was closed", timeout, timeout):
             raise KeyboardInterrupt("stopped waiting for the runs to end") from None
 
-    def shut_down(self, reason: str, timeout: float = EXIT_CLOSE_TIMEOUT) -> bool:
+    def _shut_down(self, reason: str, timeout: float = EXIT_CLOSE_TIMEOUT) -> bool:
         """``close`` for a process on its way out (interpreter exit, Ctrl-C out of a
         ``with`` block): the runs' ends record ``reason``, and a sync tool still running
         after ``EXIT_TOOL_GRACE`` seconds is left behind at once (its thread dies with the
@@ -1437,7 +1437,7 @@ class Runtime:
     def __exit__(self, kind: type[BaseException] | None, *exc: object) -> None:
         if kind is not None and issubclass(kind, KeyboardInterrupt):
             # Ctrl-C out of the block: the process is on its way out; do not wait for tools.
-            if self.shut_down("interrupted (Ctrl-C); resume() continues it"):
+            if self._shut_down("interrupted (Ctrl-C); resume() continues it"):
                 raise KeyboardInterrupt(
                     "second Ctrl-C: stopped waiting for the runs to end; their turns are "
                     "recorded interrupted when the sessions are next opened"

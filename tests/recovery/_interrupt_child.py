@@ -44,6 +44,7 @@ async def stubborn() -> str:
     try:
         await asyncio.sleep(DEADLINE)
     except asyncio.CancelledError:
+        print("STUCK", flush=True)  # the runs are being stopped: a second Ctrl-C is due
         time.sleep(DEADLINE)  # blocks the runtime's loop: nothing can stop it now
     return "done"
 
