@@ -408,16 +408,7 @@ class ToolRunner:
         stop.abandon.clear()
         outcome_unknown: ToolOutcomeUnknown | None = None
         try:
-            output = await self.output(task)
-            status, action = "success", "returned"
-            limit = host.limits.max_tool_result_chars
-            if len(output) > limit:
-                output = (
-                    f"Error: the tool's result has {len(output):,} characters, more than the "
-                    f"{limit:,} one result may hold (Limits(max_tool_result_chars=...)); it was "
-                    "not recorded. Ask for less (a part, a summary, or where it was saved)"
-                )
-                status, action = "error", "failed"
+            output, status, action = self.bounded(await self.output(task))
         except (NeedsAnswer, ToolOutcomeUnknown) as exc:
             if isinstance(exc, ToolOutcomeUnknown):
                 outcome_unknown = exc
@@ -506,6 +497,19 @@ class ToolRunner:
             "tool_outcome_unknown",
         )
         raise StopRun
+
+    def bounded(self, output: str) -> tuple[str, str, str]:
+        """(output, status, action) of a tool's result: an error in its place when it is
+        longer than ``Limits.max_tool_result_chars`` (the model sees why, the run goes on)."""
+        limit = self.host.limits.max_tool_result_chars
+        if len(output) <= limit:
+            return output, "success", "returned"
+        error = (
+            f"Error: the tool's result has {len(output):,} characters, more than the "
+            f"{limit:,} one result may hold (Limits(max_tool_result_chars=...)); it was not "
+            "recorded. Ask for less (a part, a summary, or where it was saved)"
+        )
+        return error, "error", "failed"
 
     async def output(self, task: asyncio.Future[str]) -> str:
         """The tool's result; if ``close`` abandons a sync tool that ignores the stop, cancel."""
