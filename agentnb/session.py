@@ -82,7 +82,7 @@ from agentnb.records import (
     Transcript,
     UsageTotals,
 )
-from agentnb.stores.base import UNSET, Unset
+from agentnb.stores.base import UNSET, Unset, check_labels, check_title
 
 if TYPE_CHECKING:
     from agentnb.agent import Agent
@@ -102,9 +102,78 @@ def _answers_key(checked: Mapping[str, Any]) -> str:
     return "respond:" + hashlib.sha256(canonical_json(checked).encode()).hexdigest()[:40]
 
 
+def _check_wait(timeout: object) -> float | None:
+    """A waiting call's ``timeout``: None (no limit) or seconds >= 0, else ``InvalidInput``."""
+    if timeout is None:
+        return None
+    if (
+        isinstance(timeout, bool)
+        or not isinstance(timeout, int | float)
+        or not 0 <= timeout < float("inf")
+    ):
+        raise InvalidInput(f"timeout must be seconds >= 0 or None, got {timeout!r}")
+    return float(timeout)
+
+
+def _still_running(receipt: Receipt | Task) -> KeyboardInterrupt:
+    """What a wait cut short by Ctrl-C raises: one line saying the task goes on."""
+    return KeyboardInterrupt(
+        f"stopped waiting; task {receipt.turn_id} goes on in the background while its "
+        "runtime is open (session.interrupt() stops it)"
+    )
+
+
 def _check_text(value: object, what: str) -> str:
     # The one limit every entering text shares (answers and reconcile use it too).
     return check_text(value, what)
+
+
+def accept_cancel(
+    log: Inbox,
+    state: SessionState,
+    inbox: InboxState,
+    turn_id: str,
+    how: str,
+    refresh: Callable[[], tuple[SessionState, InboxState]] | None = None,
+) -> Event | None:
+    """The inbox writes of a cancel decided as ``how`` (``check_cancel``), for every door
+    (``Session.cancel``, the command line): a queued task's submit is rejected at once
+    (``NotRunning`` if a runtime started it meanwhile); a running turn gets an interrupt
+    (unless one waits) and the cancel command; a parked one the cancel command. Returns
+    the cancel command for a runtime to carry out, or None when it is already done.
+    ``refresh`` folds the log again (default: fresh folds of the store)."""
+    if how == "done":
+        return None
+    if how == "queued":
+        submit = next(
+            c for c in inbox.commands.values() if c.kind == "submit" and c.turn_id == turn_id
+        )
+        log.record(
+            "inbox/rejected",
+            {
+                "command_id": submit.command_id,
+                "reason": "cancelled by the user",
+                "kind": "submit",
+                "cancelled": True,  # withdrawn, not refused: its outcome reads cancelled
+            },
+            turn_id=turn_id,
+        )
+        # A runtime that picked the turn before this commits its start only if the inbox
+        # did not move; if it did start first, say so.
+        again = refresh or Folds(log.store, log.key).refresh
+        if turn_id in again()[0].turns:
+            raise NotRunning(
+                f"turn {turn_id} started before the cancel arrived; interrupt() it, then cancel it"
+            )
+        return None
+    run_id = state.active_run
+    interrupting = any(
+        c.kind == "interrupt" and c.run_id == run_id for c in inbox.commands.values()
+    )
+    if how == "running" and run_id and not interrupting:
+        log.accept("interrupt", turn_id=turn_id, run_id=run_id)
+    event, _ = log.accept("cancel", turn_id=turn_id)
+    return event
 
 
 class SessionHost(Protocol):
@@ -418,7 +487,10 @@ class Session:
         text = _check_text(input, "input")
         if key is not None:
             check_id(key, "key")
-        data = {} if timeout is None else {"timeout": check_seconds(timeout, "timeout")}
+        data: dict[str, Any] = (
+            {} if timeout is None else {"timeout": check_seconds(timeout, "timeout")}
+        )
+        data["agent"] = self._submitting_agent()
         self.runtime.check_open()
         with self._lock:
             # The admission checks read what this process knows (see ``Limits``); a re-send
@@ -461,6 +533,12 @@ class Session:
         if run_id is None and early is None:
             self._dispatch()  # the first try may have been accepted by a runtime now gone
         return Receipt(command_id, turn_id, run_id, status, None, self)
+
+    def _submitting_agent(self) -> Any:
+        """The fingerprint of the agent a task is submitted for: it travels with the command,
+        so a runtime executing another agent (a worker) refuses the task, even a session's
+        first, before it runs anything (unless it accepts agent changes)."""
+        return self.runtime.agent.fingerprint
 
     def send(self, input: str) -> Receipt:
         """Steer the running turn, or start / queue a new one; ``disposition`` says which.
@@ -868,54 +946,18 @@ class Session:
         the cancellation is committed.
         """
         check_id(turn_id, "turn_id")
+        _check_wait(timeout)
         with self._lock:
             state, inbox = self._refresh()
             how = check_cancel(state, inbox, turn_id, executing=self._executing())
-            if how == "done":
-                return
-            if how == "queued":
-                submit = next(
-                    c
-                    for c in inbox.commands.values()
-                    if c.kind == "submit" and c.turn_id == turn_id
-                )
-                self.inbox.record(
-                    "inbox/rejected",
-                    {
-                        "command_id": submit.command_id,
-                        "reason": "cancelled by the user",
-                        "kind": "submit",
-                        "cancelled": True,
-                    },
-                    turn_id=turn_id,
-                )
-                # A runtime that picked the turn before this commits its start only if the
-                # inbox did not move; if it did start first, say so.
-                state, _ = self._refresh()
-                if turn_id in state.turns:
-                    raise NotRunning(
-                        f"turn {turn_id} started before the cancel arrived; "
-                        "interrupt() it, then cancel it"
-                    )
+            if how in ("done", "queued"):
+                accept_cancel(self.inbox, state, inbox, turn_id, how, self._refresh)
                 return
             self.runtime.check_open()
-            run_id = state.active_run
-            if how == "running" and run_id and self._interrupt_pending(inbox, run_id) is None:
-                self.inbox.accept("interrupt", turn_id=turn_id, run_id=run_id)
-            event, _ = self.inbox.accept("cancel", turn_id=turn_id)
+            event = accept_cancel(self.inbox, state, inbox, turn_id, how)
         self.start()
-        self._await_handled(event.payload["command_id"], timeout)
-
-    @staticmethod
-    def _interrupt_pending(inbox: InboxState, run_id: str) -> str | None:
-        return next(
-            (
-                c.command_id
-                for c in inbox.commands.values()
-                if c.kind == "interrupt" and c.run_id == run_id
-            ),
-            None,
-        )
+        if event is not None:
+            self._await_handled(event.payload["command_id"], timeout)
 
     def reconcile(
         self, outcomes: Mapping[str, ToolOutcome], reason: str, timeout: float = 30.0
@@ -925,6 +967,7 @@ class Session:
         ``outcomes`` must cover exactly the uncertain calls (``inspect()``); ``reason`` says
         who checked what. Returns once recorded; then ``resume`` can continue the turn.
         """
+        _check_wait(timeout)
         self.runtime.check_open()
         with self._lock:
             state, _ = self._refresh()
@@ -937,7 +980,7 @@ class Session:
         self._await_handled(event.payload["command_id"], timeout)
 
     def _await_handled(self, command_id: str, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + (_check_wait(timeout) or 0.0)
         while True:
             with self._lock:
                 state, inbox = self._refresh()
@@ -963,6 +1006,7 @@ class Session:
         out; the log keeps every original message (``transcript()``). ``InvalidInput`` when
         the agent has no ``compaction=``.
         """
+        _check_wait(timeout)
         if self.runtime.agent.compaction is None:
             raise InvalidInput(
                 "this agent has no compactor: create it with "
@@ -1121,10 +1165,20 @@ class Session:
         ``task(...)``) observes its whole turn: it returns once the turn settles and nothing
         accepted for it (an answer, a resume, a cancel) is still to carry it on. Raises
         ``Parked`` when the task waits in the queue behind a turn that only a person can
-        move, naming that turn.
+        move, naming that turn. Ctrl-C (or Kernel → Interrupt) while it waits raises a
+        one-line ``KeyboardInterrupt`` from here: the task goes on, and
+        ``session.interrupt()`` stops it.
         """
         if not isinstance(receipt, Receipt | Task):
             raise InvalidInput(f"wait() takes a Receipt or a Task, got {type(receipt).__name__}")
+        timeout = _check_wait(timeout)
+        try:
+            return self._wait(receipt, timeout)
+        except KeyboardInterrupt:
+            # Kernel -> Interrupt (Ctrl-C) stops the waiting, not the task: say so, briefly.
+            raise _still_running(receipt) from None
+
+    def _wait(self, receipt: Receipt | Task, timeout: float | None) -> Outcome:
         deadline = None if timeout is None else time.monotonic() + timeout
         head = 0
         while True:
@@ -1134,7 +1188,7 @@ class Session:
                 return outcome
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
-                raise TimeoutError(f"turn {receipt.turn_id} did not end within {timeout}s")
+                raise self._timed_out(receipt, timeout)
             # Commits of this process wake it once they are handed to the fold (the writer
             # wakes the store's waiters after ``feed``): they are never read back. Those of
             # only a step's own events cannot settle the turn: it sleeps through them.
@@ -1145,6 +1199,21 @@ class Session:
                 local=self.runtime.sole_writer(self.key),
                 settling=True,
             )
+
+    def _timed_out(self, receipt: Receipt | Task, timeout: float | None) -> TimeoutError:
+        """Why a wait ran out: when nobody took the task up (no runtime holds the session),
+        say so and how to start a worker, instead of a bare timeout."""
+        with self._lock:
+            state, _ = self._refresh()
+        turn = state.turns.get(receipt.turn_id)
+        if (turn is None or not turn.run_ids) and not self._executing():
+            return TimeoutError(
+                f"task {receipt.turn_id} did not start within {timeout}s: no worker has "
+                f"claimed session {self.key}. Start one on this store: agentnb worker "
+                f"--store {self.runtime.store.url} --agent module:attribute (or open the "
+                "session in a runtime that executes: nb.Runtime(agent)); the task waits"
+            )
+        return TimeoutError(f"turn {receipt.turn_id} did not end within {timeout}s")
 
     def events(self, maxsize: int = 1000) -> Subscription:
         """Live notifications of this session in this process (chunks before commit, status).
@@ -1193,9 +1262,9 @@ class Session:
         self.runtime.check_open()
         data: dict[str, Any] = {}
         if not isinstance(title, Unset):
-            data["title"] = title
+            data["title"] = check_title(title)
         if labels is not None:
-            data["labels"] = labels
+            data["labels"] = check_labels(labels, patch=True)
         self.inbox.accept("update", data=data, key=key)
 
     def delete(self, *, force: bool = False, reason: str = "") -> Tombstone:

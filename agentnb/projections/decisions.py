@@ -276,6 +276,11 @@ def check_reconcile(
             "uncertain: wait for their results, or interrupt the run first"
         )
     uncertain = {c.call_id: c for c in open_}
+    if not uncertain and not outcomes:
+        raise InvalidInput(
+            "there are no uncertain tool calls to reconcile (inspect().uncertain_tool_calls "
+            "is empty); an interrupted turn can be resumed as it is"
+        )
     if set(outcomes) != set(uncertain):
         missing = sorted(set(uncertain) - set(outcomes))
         extra = sorted(set(outcomes) - set(uncertain))

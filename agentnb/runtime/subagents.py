@@ -169,7 +169,12 @@ def cancel_child(
     if how == "queued":
         box.record(
             "inbox/rejected",
-            {"command_id": submit.command_id, "reason": reason, "kind": "submit"},
+            {
+                "command_id": submit.command_id,
+                "reason": reason,
+                "kind": "submit",
+                "cancelled": True,
+            },
             turn_id=turn_id,
         )
         return

@@ -177,6 +177,54 @@ class TestResumeWithUncertainCalls:
             }
             assert statuses == {call_id: "unknown"}
 
+    def test_a_stopping_worker_with_auto_resume_unknown_queues_a_resume_that_settles(
+        self, tmp_path: Path
+    ) -> None:
+        """A worker (auto_resume="unknown") that stops mid-call queues the turn's resume
+        with uncertain="unknown"; the next worker records the call as unknown and completes."""
+        import asyncio
+        import threading
+
+        @nb.tool
+        async def pay(amount: int) -> str:
+            """Pay (not safe to repeat)."""
+            await asyncio.sleep(3600)
+            return "paid"
+
+        def script(messages: list[nb.Message]) -> Any:
+            return "settled" if messages[-1].role == "tool" else nb.ToolCall("pay", {"amount": 5})
+
+        agent = nb.Agent(name="P", agent_id="pay", model=nb.ScriptedModel(script), tools=[pay])
+        url = f"sqlite:///{tmp_path / 'shared.sqlite'}"
+
+        def serve() -> tuple[threading.Event, threading.Thread, nb.Runtime]:
+            runtime = nb.Runtime(agent, store=url, lease_ttl=2.0, auto_resume="unknown")
+            stop = threading.Event()
+            thread = threading.Thread(target=runtime.serve, kwargs={"poll": 0.1, "stop": stop})
+            thread.start()
+            return stop, thread, runtime
+
+        with nb.Runtime(agent, store=url, execute=False) as client:
+            session = client.session("w")
+            receipt = session.submit("pay five")
+            stop, thread, first = serve()
+            wait_for_event(session, "action/start")
+            stop.set()
+            thread.join(WAIT)
+            first.close()
+            resumes = [c.payload for c in session.inbox.scan() if c.payload.get("kind") == "resume"]
+            assert [r["data"] for r in resumes] == [{"uncertain": "unknown"}]
+            stop, thread, second = serve()
+            try:
+                outcome = session.task(receipt.turn_id).wait(WAIT)
+            finally:
+                stop.set()
+                thread.join(WAIT)
+                second.close()
+            assert (outcome.status, outcome.output) == ("completed", "settled")
+            (result,) = events_of(session, "tool/result")
+            assert result.payload["status"] == "unknown"
+
     def test_a_bad_auto_resume_is_refused_before_the_store_opens(self, tmp_path: Path) -> None:
         """Runtime(auto_resume="yes") raises InvalidInput naming the choices; no store is made."""
         path = tmp_path / "agentnb.sqlite"
