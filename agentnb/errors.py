@@ -16,6 +16,7 @@ One tree, so callers can catch as broadly or as narrowly as they need::
     ├── Parked                       wait() on a task queued behind a turn that needs a person
     ├── AgentChanged                 new work for a session bound to an agent that differs
     ├── QueueFull                    too much steering or too many queued commands; nothing written
+    ├── Unauthorized                 the service refused the credentials (none, wrong, revoked)
     ├── HistoryError                 history paging
     │   ├── InvalidLimit
     │   ├── InvalidCursor
@@ -69,6 +70,7 @@ __all__ = [
     "SessionFull",
     "SessionNotFound",
     "StorageError",
+    "Unauthorized",
     "UncertainToolCalls",
     "UnknownRequiredEvent",
     "describe",
@@ -181,6 +183,12 @@ class QueueFull(AgentnbError):
         super().__init__(message)
         self.queue = queue
         self.limit = limit
+
+
+class Unauthorized(AgentnbError):
+    """The agentnb service refused the request's credentials: no token, a wrong, revoked or
+    expired one, or (from a browser) a missing CSRF header. Nothing was read or written;
+    ask for a token with ``agentnb token add USER`` and pass it to ``nb.connect``."""
 
 
 def describe(exc: BaseException, limit: int = 2000, *, typed: bool = True) -> str:

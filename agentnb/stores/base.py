@@ -76,6 +76,15 @@ each of them):
     the flag is set only if the inbox head is still that seq (else ``InboxChanged``):
     the caller decided from the inbox that the session holds no work.
 
+``add_token`` / ``get_token`` / ``list_tokens`` / ``touch_token`` / ``revoke_token`` (access)
+    The service's bearer tokens (``agentnb.tokens`` issues and checks them): one record per
+    token, keeping the user it acts for, a label, its SHA-256 ``digest`` (never the token),
+    when it was created, last used, revoked and (for a browser sign-in) when it expires.
+    A sign-in is a token of its own whose ``parent`` is the token it was made with:
+    ``revoke_token`` revokes a token and its sign-ins in one transaction, so revoking a token
+    ends the browser sessions opened with it. Records are kept after revocation (an audit
+    trail); a token id is never reused (``InvalidInput``).
+
 Bad arguments (ids that are not strings, negative or huge limits, empty batches, events that
 are not ``Event`` or are of unknown types) raise ``InvalidInput`` before anything is written.
 Driver errors are translated into ``agentnb.errors``.
@@ -138,6 +147,7 @@ __all__ = [
     "MAX_LIST_LIMIT",
     "MAX_READ_LIMIT",
     "MAX_TITLE",
+    "MAX_TOKEN_LABEL",
     "UNSET",
     "WORK_KINDS",
     "CatalogueDelta",
@@ -147,11 +157,13 @@ __all__ = [
     "SessionQuery",
     "SessionRecord",
     "SessionStore",
+    "TokenRecord",
     "Tombstone",
     "Unset",
     "check_archived",
     "check_fence",
     "check_inbox",
+    "check_token_fields",
     "check_ttl",
     "decide_acquire",
     "decide_append",
@@ -233,6 +245,30 @@ class Tombstone:
     seq: int = 0
     """Its place in the order of this store's deletions (1, 2, ...): the cursor of
     ``tombstones(after=)``."""
+
+
+@dataclass(frozen=True, slots=True)
+class TokenRecord:
+    """A bearer token of the service as the store keeps it (never the token itself)."""
+
+    token_id: str
+    user_id: str
+    """The user every request made with the token acts for."""
+    label: str
+    created_at: float
+    last_used_at: float | None = None
+    """When a request last used it (recorded at most once a minute), None before."""
+    revoked_at: float | None = None
+    expires_at: float | None = None
+    """For a browser sign-in: when it stops working; None for a token that does not expire."""
+    parent: str | None = None
+    """For a browser sign-in: the token it was made with (revoking that one revokes it)."""
+    digest: str = field(default="", repr=False)
+    """SHA-256 of the token's secret part, hex; compared in constant time."""
+
+    def usable(self, now: float) -> bool:
+        """Neither revoked nor expired at ``now``."""
+        return self.revoked_at is None and (self.expires_at is None or now < self.expires_at)
 
 
 @dataclass(frozen=True, slots=True)
@@ -835,6 +871,54 @@ class SessionStore(ABC):
         if expected_inbox is not None:
             _check_seq(expected_inbox, "expected_inbox")
         return self._set_archived(key, archived, expected_inbox, self.clock.now())
+
+    # -- access tokens ----------------------------------------------------------------------
+
+    @_guarded
+    def add_token(
+        self,
+        token_id: str,
+        user_id: str,
+        digest: str,
+        *,
+        label: str = "",
+        expires_at: float | None = None,
+        parent: str | None = None,
+    ) -> TokenRecord:
+        """Record a new token (its digest, not the token); ``InvalidInput`` for an id in use."""
+        check_token_fields(token_id, user_id, digest, label, expires_at, parent)
+        return self._add_token(
+            TokenRecord(
+                token_id,
+                user_id,
+                label,
+                self.clock.now(),
+                expires_at=None if expires_at is None else float(expires_at),
+                parent=parent,
+                digest=digest,
+            )
+        )
+
+    @_guarded
+    def get_token(self, token_id: str) -> TokenRecord | None:
+        """The record of ``token_id`` (revoked or not), or None."""
+        return self._get_token(check_id(token_id, "token_id"))
+
+    @_guarded
+    def list_tokens(self, user_id: str | None = None) -> list[TokenRecord]:
+        """Every token record (of ``user_id`` if given), sign-ins included, oldest first."""
+        return self._list_tokens(None if user_id is None else check_id(user_id, "user_id"))
+
+    @_guarded
+    def touch_token(self, token_id: str) -> None:
+        """Record that the token was used now (``last_used_at`` never moves back)."""
+        self._touch_token(check_id(token_id, "token_id"), self.clock.now())
+
+    @_guarded
+    def revoke_token(self, token_id: str) -> TokenRecord:
+        """Revoke the token and the sign-ins made with it, in one transaction; returns its
+        record. Revoking twice keeps the first time. ``InvalidInput`` for an unknown id."""
+        return self._revoke_token(check_id(token_id, "token_id"), self.clock.now())
 
     # -- execution log ----------------------------------------------------------------------
 
@@ -1453,6 +1537,26 @@ class SessionStore(ABC):
         it; ``SessionDeleted`` / ``SessionNotFound`` for a key that is not live."""
 
     @abstractmethod
+    def _add_token(self, record: TokenRecord) -> TokenRecord:
+        """Insert ``record``; ``InvalidInput`` (nothing written) if its id exists."""
+
+    @abstractmethod
+    def _get_token(self, token_id: str) -> TokenRecord | None: ...
+
+    @abstractmethod
+    def _list_tokens(self, user_id: str | None) -> list[TokenRecord]:
+        """By ``created_at`` then id."""
+
+    @abstractmethod
+    def _touch_token(self, token_id: str, now: float) -> None:
+        """``last_used_at = max(last_used_at, now)``; nothing for an unknown id."""
+
+    @abstractmethod
+    def _revoke_token(self, token_id: str, now: float) -> TokenRecord:
+        """Atomically set ``revoked_at`` (kept if set) on the token and on every token whose
+        ``parent`` it is; ``InvalidInput`` if there is no such token."""
+
+    @abstractmethod
     def _head(self, key: SessionKey) -> int: ...
 
     def _read_heads(self, key: SessionKey) -> tuple[int, int]:
@@ -1555,6 +1659,37 @@ def check_ttl(ttl: object) -> float:
     if not isinstance(ttl, int | float) or isinstance(ttl, bool) or not 0 < ttl <= 86_400:
         raise InvalidInput(f"ttl must be seconds in (0, 86400], got {ttl!r}")
     return float(ttl)
+
+
+MAX_TOKEN_LABEL = 256
+"""Longest token label, in characters."""
+
+
+def check_token_fields(
+    token_id: object,
+    user_id: object,
+    digest: object,
+    label: object,
+    expires_at: object,
+    parent: object,
+) -> None:
+    """``InvalidInput`` unless the fields of a new token record are usable."""
+    check_id(token_id, "token_id")
+    check_id(user_id, "user_id")
+    if not isinstance(digest, str) or len(digest) != 64 or digest.strip("0123456789abcdef"):
+        raise InvalidInput("digest must be a SHA-256 hex digest (64 lowercase hex characters)")
+    if not isinstance(label, str) or len(label) > MAX_TOKEN_LABEL:
+        raise InvalidInput(f"label must be text of at most {MAX_TOKEN_LABEL} characters")
+    if expires_at is not None and (
+        not isinstance(expires_at, int | float)
+        or isinstance(expires_at, bool)
+        or not math.isfinite(expires_at)
+    ):
+        raise InvalidInput(
+            f"expires_at must be seconds since the epoch or None, got {expires_at!r}"
+        )
+    if parent is not None:
+        check_id(parent, "parent")
 
 
 def _check_lease(lease: object) -> None:

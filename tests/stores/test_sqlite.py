@@ -242,6 +242,24 @@ class TestFiles:
         )
         conn.close()
 
+    def test_store_without_token_table_gains_it(self, path: Path) -> None:
+        """A format-4 store written before the service existed gains the token table at
+        open, keeping its format and its sessions."""
+        store = SQLiteStore(path)
+        key = session_key("s1")
+        store.create_session(key)
+        store.close()
+        conn = _raw(path)
+        conn.execute("DROP TABLE tokens")
+        conn.close()
+        store = SQLiteStore(path)
+        try:
+            assert store.get_session(key) is not None
+            store.add_token("tok_a", "alice", "a" * 64)
+            assert [t.token_id for t in store.list_tokens()] == ["tok_a"]
+        finally:
+            store.close()
+
     def test_random_bytes_file_is_corrupt(self, path: Path) -> None:
         """A file that is not an SQLite database raises Corrupt."""
         path.write_bytes(os.urandom(8192))
