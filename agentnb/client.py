@@ -60,6 +60,8 @@ WAIT_SLICE = 30.0
 RECONNECT = (0.2, 0.5, 1.0, 2.0, 5.0)
 """Pauses before the reconnections of a follow (the last one repeats)."""
 _PAGE = 256
+_STOP_CHECK = 0.25
+"""Seconds between a follow's looks at its ``stop`` event while it waits on the stream."""
 
 
 def error_of(problem: Mapping[str, Any], status: int) -> Exception:
@@ -480,8 +482,8 @@ class RemoteFollow:
     def __iter__(self) -> Iterator[Event]:
         session = self.session
         session._follows_started()
-        watcher = threading.Thread(target=self._watch_stop, daemon=True)
-        watcher.start()
+        done = threading.Event()
+        threading.Thread(target=self._watch_stop, args=(done,), daemon=True).start()
         failures = 0
         deadline = None if self._idle is None else time.monotonic() + self._idle
         try:
@@ -489,8 +491,8 @@ class RemoteFollow:
                 try:
                     for event in self._read(deadline):
                         failures = 0
-                        if deadline is not None:
-                            deadline = time.monotonic() + self._idle  # type: ignore[operator]
+                        if self._idle is not None:
+                            deadline = time.monotonic() + self._idle
                         yield event
                     if self._stop.is_set():
                         return
@@ -508,13 +510,15 @@ class RemoteFollow:
                 if self._stop.wait(pause):
                     return
         finally:
-            self._stop.set()  # ends the watcher
-            self._drop()
+            done.set()  # ends the watcher; a later iteration goes on from the position
             session._follows_ended()
 
-    def _watch_stop(self) -> None:
-        self._stop.wait()
-        self._drop()
+    def _watch_stop(self, done: threading.Event) -> None:
+        """Close the open response once ``stop`` is set (the reader may be blocked in it)."""
+        while not done.wait(_STOP_CHECK):
+            if self._stop.is_set():
+                self._drop()
+                return
 
     def _read(self, deadline: float | None) -> Iterator[Event]:
         session = self.session

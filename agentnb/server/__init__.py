@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ipaddress
 import logging
+import signal
 import socket
 import threading
 from collections.abc import Callable, Iterable
@@ -115,10 +116,27 @@ def serve(
         worker.start()
     if ready is not None:
         ready(sock.getsockname()[1])
+    restore = _quiet_signals()
     try:
         server.run(sockets=[sock])
     finally:
+        restore()
         stop.set()
         if worker is not None:
             worker.join(timeout=15)
         runtime.close()
+
+
+def _quiet_signals() -> Callable[[], None]:
+    """Make SIGINT/SIGTERM harmless around ``server.run`` (main thread only): uvicorn shuts
+    down gracefully on them and then raises the signal again, which would end the process
+    before the runtime records its runs as stopped. Returns what restores the handlers."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+    saved = {sig: signal.signal(sig, lambda *_: None) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+    def restore() -> None:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+
+    return restore

@@ -109,7 +109,8 @@ class ServerProcess:
             time.sleep(0.05)
 
     def _read_port(self) -> int:
-        assert self.proc is not None and self.proc.stdout is not None
+        assert self.proc is not None
+        assert self.proc.stdout is not None
         deadline = time.monotonic() + WAIT
         while time.monotonic() < deadline:
             line = self.proc.stdout.readline()
