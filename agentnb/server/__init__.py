@@ -34,7 +34,7 @@ from agentnb.errors import InvalidInput
 from agentnb.runtime.runtime import Runtime
 from agentnb.server.app import create_app
 
-__all__ = ["create_app", "is_loopback", "serve"]
+__all__ = ["bind", "create_app", "is_loopback", "serve"]
 
 log = logging.getLogger("agentnb.server")
 
@@ -103,7 +103,7 @@ def serve(
         **uvicorn_options,
     )
     server = _Server(config, app.state.feeds.close)
-    sock = config.bind_socket()  # before the worker starts: a port in use fails at once
+    sock = bind(config)  # before the worker starts: a port in use fails at once
     stop = threading.Event()
     worker = None
     if runtime.execute:
@@ -125,6 +125,16 @@ def serve(
         if worker is not None:
             worker.join(timeout=15)
         runtime.close()
+
+
+def bind(config: uvicorn.Config) -> socket.socket:
+    """The listening socket of ``config``, with Nagle's algorithm off for the connections
+    it accepts. uvicorn binds its own sockets so; one handed to it must say it, or every
+    response written in two parts waits ~40 ms for the client's delayed ACK."""
+    sock = config.bind_socket()
+    if sock.family in (socket.AF_INET, socket.AF_INET6):
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return sock
 
 
 def _quiet_signals() -> Callable[[], None]:

@@ -26,7 +26,7 @@ import uvicorn
 
 import agentnb as nb
 from agentnb import tokens
-from agentnb.server import create_app
+from agentnb.server import bind, create_app
 
 REPO = Path(__file__).resolve().parents[2]
 WAIT = 30.0
@@ -168,7 +168,7 @@ class ServerThread:
         self.app = create_app(runtime, **app_options)
         config = uvicorn.Config(self.app, host="127.0.0.1", port=0, log_level="warning")
         self.server = uvicorn.Server(config)
-        self._sock = config.bind_socket()
+        self._sock = bind(config)
         self.port = self._sock.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
         self._thread = threading.Thread(
