@@ -53,6 +53,13 @@ def make_runtime(store_url: str) -> Iterator[Callable[..., nb.Runtime]]:
         runtime.close()
 
 
+@pytest.fixture
+def door(request: pytest.FixtureRequest) -> str:
+    """How scenario tests reach sessions: ``local`` (the Session), or ``remote`` where a test
+    parametrizes it (a RemoteSession of the service, ``tests/remote.py``)."""
+    return str(getattr(request, "param", "local"))
+
+
 @pytest.fixture(scope="session")
 def pg_cluster() -> Iterator[Any]:
     """One throwaway PostgreSQL cluster per test run (``tests/pg.py``); skipped without a

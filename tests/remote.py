@@ -1,10 +1,11 @@
 """Scenario tests through the service: the same tests, with sessions that are
 ``RemoteSession`` objects of an in-process ``agentnb.server`` app serving the test's runtime.
 
-A test module opts in by overriding ``make_runtime`` with ``through_doors`` and
+The ``door`` fixture (``tests/conftest.py``) is ``local`` unless parametrized. A test module
+opts in by overriding ``make_runtime`` with ``through_doors`` and
 parametrizing ``door`` over ``DOORS`` (``local`` is the runtime as it is)::
 
-    from tests.remote import DOORS, door, through_doors
+    from tests.remote import DOORS, through_doors
 
     @pytest.fixture
     def make_runtime(make_runtime, door, request):
@@ -22,42 +23,44 @@ from typing import Any
 import pytest
 
 import agentnb as nb
+from agentnb import tokens
 
 DOORS = ["local", "remote"]
 
 
 class RemoteDoor:
-    """A runtime whose ``session()`` / ``open()`` go through the service (HTTP, auth off).
-
-    Everything else (``store``, ``close`` ...) is the runtime's; closing stops the server.
-    """
+    """A runtime whose ``session()`` / ``open()`` go through the service, each user with a
+    token of its own. Everything else (``store``, ...) is the runtime's; closing it stops
+    the server too."""
 
     def __init__(self, runtime: nb.Runtime) -> None:
         from tests.service.helpers import ServerThread
 
         self.runtime = runtime
-        self.server = ServerThread(runtime, auth=False).start()
-        self.remote = nb.connect(self.server.url)
+        self.server = ServerThread(runtime).start()
+        self.remotes: dict[str, Any] = {}
+
+    def _remote(self, user_id: str) -> Any:
+        remote = self.remotes.get(user_id)
+        if remote is None:
+            token, _ = tokens.issue(self.runtime.store, user_id)
+            remote = self.remotes[user_id] = nb.connect(self.server.url, token)
+        return remote
 
     def session(self, session_id: str, user_id: str = "default") -> Any:
-        return self.remote.session(session_id, user_id=user_id)
+        return self._remote(user_id).session(session_id)
 
     def open(self, session_id: str, user_id: str = "default") -> Any:
-        return self.remote.open(session_id, user_id=user_id)
+        return self._remote(user_id).open(session_id)
 
     def close(self) -> None:
-        self.remote.close()
+        for remote in self.remotes.values():
+            remote.close()
         self.server.stop()
         self.runtime.close()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.runtime, name)
-
-
-@pytest.fixture
-def door(request: pytest.FixtureRequest) -> str:
-    """How sessions are reached: ``local`` (the Session) or ``remote`` (the service)."""
-    return str(getattr(request, "param", "local"))
 
 
 def through_doors(
