@@ -23,7 +23,7 @@ from agentnb import wire
 from agentnb.errors import CannotResume
 from agentnb.projections.chat import ChatItem, ChatState, interactions_of, tasks_of
 from agentnb.projections.decisions import check_resume, effective_status, latest_unfinished
-from agentnb.projections.queue import blocking_turn, ways_out
+from agentnb.projections.queue import blocking_turn
 from agentnb.projections.state import PARKING, InboxState
 from agentnb.records import Task
 
@@ -56,7 +56,7 @@ def item_json(item: ChatItem, *, html: bool = True) -> dict[str, Any]:
     """A chat item as the page takes it: its fields, and ``html`` for assistant text."""
     data: dict[str, Any] = wire.dump(item)
     if html and item.kind == "message" and item.role == "assistant":
-        data["html"] = markdown_html(item.text) if item.text else ""
+        data["html"] = markdown_html(item.text).rstrip() if item.text else ""
     return data
 
 
@@ -89,11 +89,17 @@ def panel(chat: ChatState, inbox: InboxState, *, executing: bool, tool: Any) -> 
         except CannotResume:
             resumable = None
     parked = None
+    queued = sum(1 for t in tasks if t.status == "queued")
     blocking = blocking_turn(state, inbox, executing=executing)
-    if blocking is not None:
+    if blocking is not None and queued:
         turn, why = blocking
-        parked = f"queued tasks wait behind turn {turn.turn_id} ({why}): " + ways_out(
-            state, turn, why
+        todo = {
+            "suspended": "answer its requests",
+            "failed": "resume it to try again",
+        }.get(why, "resume it")
+        parked = (
+            f"{queued} queued task(s) wait behind turn {turn.turn_id}, which is {why}: "
+            f"{todo}, or cancel it."
         )
     last = state.latest_turn
     return {
@@ -106,7 +112,7 @@ def panel(chat: ChatState, inbox: InboxState, *, executing: bool, tool: Any) -> 
             effective_status(state, last, executing=executing) if last is not None else None
         ),
         "parked": parked,
-        "queued": sum(1 for t in tasks if t.status == "queued"),
+        "queued": queued,
         "pending": {rid: wire.dump(i) for rid, i in interactions_of(state).items()},
         "tasks": [wire.dump(t) for t in tasks[-PANEL_TASKS:]],
     }

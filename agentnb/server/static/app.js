@@ -340,7 +340,12 @@
 
   function renderMessage(item) {
     const node = el("div", `item item-${item.role}`);
+    if (item.role === "assistant" && !item.text && item.status === "completed" && item.tool_call_ids.length) {
+      node.classList.add("quiet"); // a reply that only calls tools: its cards say it all
+      return node;
+    }
     if (item.role === "assistant") {
+      if (["waiting", "streaming", "finishing"].includes(item.status)) node.classList.add("drafting");
       node.append(label("assistant", item.status));
       const md = el("div", "md");
       md.innerHTML = item.html || ""; // rendered by the server: raw HTML disabled, text escaped
@@ -408,6 +413,11 @@
     const status = $("status");
     status.textContent = state.status;
     status.className = `badge ${state.status}`;
+    const row = document.querySelector(`.session-row[data-id="${CSS.escape(page.sessionId || "")}"] .badge`);
+    if (row) {
+      row.textContent = state.status;
+      row.className = `badge ${state.status}`;
+    }
     $("steer").disabled = !state.running;
     $("interrupt").disabled = !state.running;
     $("resume").disabled = !state.resumable;
