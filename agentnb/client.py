@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import socket
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator, Mapping
@@ -472,12 +473,20 @@ class RemoteFollow:
         self._drop()
 
     def _drop(self) -> None:
+        """End the open response from any thread: its socket is shut down, which wakes a
+        reader blocked on it (closing alone does not), then the response is closed."""
         with self._lock:
             response = self._response
-        if response is not None:
-            # Closing from another thread may race the reader: it then ends by itself.
-            with contextlib.suppress(Exception):
-                response.close()
+        if response is None:
+            return
+        stream = response.extensions.get("network_stream")
+        sock = stream.get_extra_info("socket") if stream is not None else None
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+        # Closing from another thread may race the reader: it then ends by itself.
+        with contextlib.suppress(Exception):
+            response.close()
 
     def __iter__(self) -> Iterator[Event]:
         session = self.session
