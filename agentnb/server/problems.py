@@ -21,13 +21,17 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict
+
 from agentnb import errors, wire
 from agentnb.errors import AgentnbError
 
 __all__ = [
     "HTTP_PROBLEMS",
+    "PROBLEM_RESPONSES",
     "STATUS",
     "Problem",
+    "ProblemModel",
     "problem_body",
     "problem_of",
     "status_of",
@@ -77,6 +81,42 @@ HTTP_PROBLEMS: dict[int, tuple[str, str]] = {
 
 RETRY_AFTER = {429: 1, 503: 2}
 """Seconds a client should wait before retrying (``Retry-After``), by status."""
+
+
+class ProblemModel(BaseModel):
+    """An RFC 9457 problem: ``type`` is agentnb's error name, ``detail`` says what to do."""
+
+    model_config = ConfigDict(extra="allow")
+    type: str
+    title: str
+    status: int
+    detail: str
+    instance: str | None = None
+
+
+_DESCRIBED = {
+    400: "bad input (InvalidInput, InvalidLimit, InvalidCursor, ...); nothing was written",
+    401: "no valid token or sign-in (Unauthorized)",
+    403: "a signed-in page's change without its CSRF header",
+    404: "no such session for this user (SessionNotFound), or no such route",
+    409: "a conflict with the session's state (NotRunning, CannotResume, SessionBusy, ...)",
+    410: "the session was deleted (SessionDeleted)",
+    413: "the request body is too large",
+    423: "the session is archived (SessionArchived)",
+    429: "a queue is full (QueueFull); retry after Retry-After seconds",
+    500: "an unexpected failure (never with a stack trace)",
+    503: "the store refused or could not be reached (StorageError)",
+    504: "accepted, but not carried out in time (Timeout)",
+}
+PROBLEM_RESPONSES: dict[int | str, dict[str, Any]] = {
+    status: {
+        "model": ProblemModel,
+        "description": text,
+        "content": {PROBLEM_JSON: {"schema": {"$ref": "#/components/schemas/ProblemModel"}}},
+    }
+    for status, text in _DESCRIBED.items()
+}
+"""The problems every route may answer, for the OpenAPI schema."""
 
 
 def status_of(exc: BaseException) -> int:

@@ -23,6 +23,7 @@ from agentnb.projections.chat import ChatItem
 from agentnb.records import Inspection, Interaction, Outcome, Receipt, SessionInfo, Task
 from agentnb.runtime.runtime import Runtime, session_info
 from agentnb.server.auth import Principal, check_session_id, current_user, open_session
+from agentnb.server.problems import PROBLEM_RESPONSES
 from agentnb.server.render import item_json, status_of
 from agentnb.server.stream import format_cursor
 from agentnb.session import Session
@@ -35,7 +36,7 @@ EVENTS_LIMIT = 256
 WAIT_LIMIT = 30.0
 """Longest a ``/wait`` holds the request (the client asks again)."""
 
-router = APIRouter(tags=["sessions"])
+router = APIRouter(tags=["sessions"], responses=PROBLEM_RESPONSES)
 User = Annotated[Principal, Depends(current_user)]
 
 SessionInfoModel = wire.model_of(SessionInfo)

@@ -59,6 +59,7 @@ from agentnb.projections.chat import ChatItem, ChatState
 from agentnb.projections.state import KEEP_TURNS, InboxState
 from agentnb.runtime.runtime import Runtime
 from agentnb.server.auth import Auth, Principal, current_user, open_session
+from agentnb.server.problems import PROBLEM_RESPONSES
 from agentnb.server.render import item_json, panel
 from agentnb.session import Session
 
@@ -565,7 +566,7 @@ async def _events(
         feed.unsubscribe(sub)
 
 
-router = APIRouter(tags=["stream"])
+router = APIRouter(tags=["stream"], responses=PROBLEM_RESPONSES)
 
 
 @router.get(

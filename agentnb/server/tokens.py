@@ -19,10 +19,11 @@ from pydantic import BaseModel, ConfigDict, Field
 from agentnb import tokens
 from agentnb.errors import InvalidInput, Unauthorized
 from agentnb.server.auth import COOKIE, Auth, Principal, current_user
+from agentnb.server.problems import PROBLEM_RESPONSES
 
 __all__ = ["router"]
 
-router = APIRouter(tags=["tokens"])
+router = APIRouter(tags=["tokens"], responses=PROBLEM_RESPONSES)
 User = Annotated[Principal, Depends(current_user)]
 
 

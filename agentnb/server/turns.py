@@ -19,10 +19,11 @@ from agentnb.answers import Answer, ToolOutcome
 from agentnb.errors import InvalidAnswer, InvalidInput
 from agentnb.records import InputReceipt, Receipt, Task
 from agentnb.server.auth import Principal, current_user, open_session
+from agentnb.server.problems import PROBLEM_RESPONSES
 
 __all__ = ["answer_of", "router"]
 
-router = APIRouter(tags=["turns"])
+router = APIRouter(tags=["turns"], responses=PROBLEM_RESPONSES)
 User = Annotated[Principal, Depends(current_user)]
 
 ReceiptModel = wire.model_of(Receipt)
