@@ -228,30 +228,40 @@ class Subscriber:
 
 
 class Feed:
-    """The one reader of a followed session's commits in this process (see the module)."""
+    """The one reader of a followed session's commits in this process (see the module).
 
-    def __init__(self, feeds: Feeds, session: Session, chat: ChatState, inbox: InboxState):
+    Two threads wait on the store (the log, the inbox) and hand what they read to the
+    event loop, where the streams read it. The chat fold (items and the panel) is attached
+    when the first page stream comes (``attach_fold``): a feed of raw or browser frames
+    never folds. ``fold_from`` is where the fold started; a page stream starting before it
+    is owed every item once it reaches the head.
+    """
+
+    def __init__(self, feeds: Feeds, session: Session, head: int, inbox_head: int) -> None:
         self.feeds = feeds
         self.session = session
         self.key: SessionKey = session.key
         self.loop = feeds.loop
-        # Thread side (the feed's two threads, under _lock).
+        # Thread side (the feed's threads, under _lock).
         self._lock = threading.Lock()
-        self._chat = chat
-        self._inbox = inbox
-        self._items = chat.items
+        self._pos = head
+        self._inbox_pos = inbox_head
+        self._chat: ChatState | None = None
+        self._inbox: InboxState | None = None
+        self._items: tuple[ChatItem, ...] = ()
         self._executing = session.executing()
         # Loop side (read by the streams).
-        self.head = chat.seq
+        self.head = head
         self.ring: collections.deque[Frame] = collections.deque(maxlen=RING)
-        self.items: tuple[ChatItem, ...] = self._items
+        self.items: tuple[ChatItem, ...] = ()
+        self.fold_from: int | None = None
+        """The seq the chat fold started at (None: no page stream yet)."""
         self.state_text = ""
-        self.status_text = ""
+        self.status_text = self._status()
         self.ended: str | None = None
         self.subscribers: set[Subscriber] = set()
         self._linger: asyncio.TimerHandle | None = None
         self._stop = threading.Event()
-        self._publish_state(*self._state())
         self._unwatch = feeds.runtime.hub.watch(self._on_live, session=self.key)
         self._threads = [
             threading.Thread(target=self._follow_log, daemon=True, name=f"agentnb-feed-{id(self)}"),
@@ -314,6 +324,11 @@ class Feed:
         if changed:
             self._wake(state=True)
 
+    def _folded(self, fold_from: int, items: tuple[ChatItem, ...], state_text: str) -> None:
+        self.fold_from = fold_from
+        self.items = items
+        self._publish_state(state_text, self.status_text)
+
     def _on_live(self, event: LiveEvent) -> None:
         # On the runtime's thread: hand it to the loop.
         if event.kind in ("model/chunk", "tool/chunk"):
@@ -332,8 +347,24 @@ class Feed:
 
     # -- reading (the feed's threads) ---------------------------------------------------
 
-    def _state(self) -> tuple[str, str]:
-        """(page panel event, raw status event), under ``_lock`` or before the threads."""
+    def attach_fold(self) -> None:
+        """Fold the chat and the inbox for page streams (a worker thread; once)."""
+        with self._lock:
+            if self._chat is not None:
+                return
+        chat, inbox = self.session.chat_copy()  # at the log's head, at least the feed's
+        with self._lock:
+            if self._chat is not None:
+                return
+            self._chat, self._inbox = chat, inbox
+            self._items = chat.items
+            state = self._page_state()
+        self._post(self._folded, chat.seq, self._items, state)
+
+    def _page_state(self) -> str:
+        """The panel event, under ``_lock`` with a fold attached."""
+        assert self._chat is not None
+        assert self._inbox is not None
         runtime = self.session.runtime
         state = panel(
             self._chat,
@@ -341,14 +372,16 @@ class Feed:
             executing=self._executing,
             tool=runtime.agent.tool_named,
         )
-        status = {
-            "seq": self._chat.seq,
-            "inbox_seq": self._inbox.seq,
-            "executing": self._executing,
-            "running": state["running"],
-            "status": state["status"],
-        }
-        return _sse("state", state), _sse("status", status)
+        return _sse("state", state)
+
+    def _status(self) -> str:
+        """The raw streams' status event, under ``_lock`` (or before the threads)."""
+        status = {"seq": self._pos, "inbox_seq": self._inbox_pos, "executing": self._executing}
+        return _sse("status", status)
+
+    def _states(self) -> tuple[str, str]:
+        page = self._page_state() if self._chat is not None else ""
+        return page, self._status()
 
     def _post(self, callback: Callable[..., None], *args: Any) -> None:
         try:
@@ -380,37 +413,38 @@ class Feed:
     def _log_step(self) -> None:
         session = self.session
         store = session.runtime.store
-        pos = self._chat.seq
-        head = store.wait_for_head(self.key, pos, IDLE_LOOK, stop=self._stop)
+        head = store.wait_for_head(self.key, self._pos, IDLE_LOOK, stop=self._stop)
         if self._stop.is_set():
             return
-        if head <= pos:
+        if head <= self._pos:
             executing = session.executing()
             if executing != self._executing:
                 with self._lock:
                     self._executing = executing
-                    texts = self._state()
+                    texts = self._states()
                 self._post(self._publish_state, *texts)
             return
         while not self._stop.is_set():
-            events = session.log.read_after(pos, READ)
+            events = session.log.read_after(self._pos, READ)
             if not events:
                 return
             executing = session.executing()
-            with self._lock:
-                before = self._items
-                for event in events:
-                    self._chat.apply(event)
-                after = self._chat.items
-                if len(self._chat.session.turns) > 2 * KEEP_TURNS:
-                    self._chat.retire()  # bounded; the page keeps what it was sent
-                self._items = self._chat.items
-                self._executing = executing
-                texts = self._state()
             frames = [Frame(self.key.session_id, e) for e in events]
-            frames[-1].items = _diff(before, after)
-            pos = events[-1].seq
-            self._post(self._publish, frames, self._items)
+            with self._lock:
+                self._pos = events[-1].seq
+                self._executing = executing
+                if self._chat is not None:
+                    before = self._items
+                    for event in events:
+                        self._chat.apply(event)  # at or below the fold: ignored
+                    after = self._chat.items
+                    frames[-1].items = _diff(before, after)
+                    if len(self._chat.session.turns) > 2 * KEEP_TURNS:
+                        self._chat.retire()  # bounded; the page keeps what it was sent
+                    self._items = self._chat.items
+                texts = self._states()
+                items = self._items
+            self._post(self._publish, frames, items)
             self._post(self._publish_state, *texts)
             if len(events) < READ:
                 return
@@ -421,16 +455,23 @@ class Feed:
     def _inbox_step(self) -> None:
         session = self.session
         store = session.runtime.store
-        seq = store.wait_for_inbox(self.key, self._inbox.seq, IDLE_LOOK, stop=self._stop)
-        if self._stop.is_set() or seq <= self._inbox.seq:
+        seq = store.wait_for_inbox(self.key, self._inbox_pos, IDLE_LOOK, stop=self._stop)
+        if self._stop.is_set() or seq <= self._inbox_pos:
             return
-        records = session.inbox.read_after(self._inbox.seq, 1000)
+        with self._lock:
+            folding = self._inbox is not None
+        records = session.inbox.read_after(self._inbox_pos, 1000) if folding else []
         executing = session.executing()
         with self._lock:
-            for record in records:
-                self._inbox.apply(record)
+            if self._inbox is not None:
+                for record in records:
+                    if record.seq > self._inbox.seq:
+                        self._inbox.apply(record)
+                self._inbox_pos = max(seq, self._inbox.seq)
+            else:
+                self._inbox_pos = seq
             self._executing = executing
-            texts = self._state()
+            texts = self._states()
         self._post(self._publish_state, *texts)
 
 
@@ -444,8 +485,17 @@ class Feeds:
         self._making: dict[SessionKey, asyncio.Future[Feed]] = {}
         self.loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]
 
-    async def get(self, session: Session) -> Feed:
+    async def get(self, session: Session, *, fold: bool = False) -> Feed:
+        """The feed of ``session`` (made on first use); ``fold``: with its chat fold."""
         self.loop = asyncio.get_running_loop()
+        feed = await self._get(session)
+        if fold and feed.fold_from is None:
+            await anyio.to_thread.run_sync(feed.attach_fold)
+            while feed.fold_from is None:  # the loop takes the fold's state next
+                await asyncio.sleep(0)
+        return feed
+
+    async def _get(self, session: Session) -> Feed:
         key = session.key
         feed = self._feeds.get(key)
         if feed is not None and feed.ended is None:
@@ -456,8 +506,8 @@ class Feeds:
         future: asyncio.Future[Feed] = self.loop.create_future()
         self._making[key] = future
         try:
-            chat, inbox = await anyio.to_thread.run_sync(session.chat_copy)
-            feed = await anyio.to_thread.run_sync(Feed, self, session, chat, inbox)
+            heads = await anyio.to_thread.run_sync(session.runtime.store.heads, key)
+            feed = await anyio.to_thread.run_sync(Feed, self, session, *heads)
             self._feeds[key] = feed
             future.set_result(feed)
             return feed
@@ -524,7 +574,8 @@ async def _events(
     """The stream of one subscriber (see the module docstring)."""
     mode = sub.mode
     pos = start
-    owed = False  # a page that caught up from the store is owed every item
+    # A page that starts before the fold, or catches up from the store, is owed every item.
+    owed = mode == "page" and feed.fold_from is not None and pos < feed.fold_from
     try:
         yield f"retry: {RETRY_MS}\n: connected\n\n"
         while True:
@@ -598,7 +649,7 @@ async def stream(
         parse_cursor(after, session_id, head), parse_cursor(last_event_id, session_id, head)
     )
     feeds: Feeds = request.app.state.feeds
-    feed = await feeds.get(session)
+    feed = await feeds.get(session, fold=mode == "page")
     sub = feed.subscribe(mode)
     auth: Auth = request.app.state.auth
     return StreamingResponse(
