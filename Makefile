@@ -59,6 +59,7 @@ bench: $(BENCH_STAMP)
 	$(BIN)/python benchmarks/bench_scale.py
 	$(BIN)/python benchmarks/bench_sessions.py
 	$(BIN)/python benchmarks/bench_postgres.py
+	$(BIN)/python benchmarks/bench_server.py
 
 clean:
 	rm -rf $(VENV) .agentnb .pytest_cache .mypy_cache .ruff_cache

@@ -40,6 +40,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import itertools
 import json
 import logging
 import threading
@@ -88,6 +89,11 @@ READ = 256
 """Events read per store read."""
 IDLE_LOOK = 5.0
 """Seconds between a feed's looks at whether the session is executing, with no commit."""
+POLL = 1.0
+"""Seconds between a feed's reads of the database for other processes' commits (at least
+the store's own ``poll_interval``): this process's commits wake it at once, and PostgreSQL's
+notifications wake it for the others'. A server on SQLite shows a CLI's or a worker's commit
+within this long, however many sessions it streams."""
 PRIVATE_TYPES = frozenset(
     {
         "request/prepared",
@@ -230,8 +236,9 @@ class Subscriber:
 class Feed:
     """The one reader of a followed session's commits in this process (see the module).
 
-    Two threads wait on the store (the log, the inbox) and hand what they read to the
-    event loop, where the streams read it. The chat fold (items and the panel) is attached
+    One thread waits on the store's log (a second one on its inbox once a page or raw
+    stream wants the panel or the status) and hands what it reads to the event loop, where
+    the streams read it. The chat fold (items and the panel) is attached
     when the first page stream comes (``attach_fold``): a feed of raw or browser frames
     never folds. ``fold_from`` is where the fold started; a page stream starting before it
     is owed every item once it reaches the head.
@@ -262,21 +269,26 @@ class Feed:
         self.subscribers: set[Subscriber] = set()
         self._linger: asyncio.TimerHandle | None = None
         self._stop = threading.Event()
+        self._poll = max(POLL, session.runtime.store.poll_interval)
         self._unwatch = feeds.runtime.hub.watch(self._on_live, session=self.key)
-        self._threads = [
-            threading.Thread(target=self._follow_log, daemon=True, name=f"agentnb-feed-{id(self)}"),
-            threading.Thread(
-                target=self._follow_inbox, daemon=True, name=f"agentnb-inbox-{id(self)}"
-            ),
-        ]
-        for thread in self._threads:
-            thread.start()
+        self._inbox_thread: threading.Thread | None = None
+        threading.Thread(
+            target=self._follow_log, daemon=True, name=f"agentnb-feed-{self.key.session_id}"
+        ).start()
 
     # -- streams (loop thread) -----------------------------------------------------------
 
     def subscribe(self, mode: Mode) -> Subscriber:
         sub = Subscriber(mode)
         self.subscribers.add(sub)
+        if mode != "frames" and self._inbox_thread is None:
+            # The panel and the status follow the inbox too; browser frames do not need it.
+            self._inbox_thread = threading.Thread(
+                target=self._follow_inbox,
+                daemon=True,
+                name=f"agentnb-inbox-{self.key.session_id}",
+            )
+            self._inbox_thread.start()
         if self._linger is not None:
             self._linger.cancel()
             self._linger = None
@@ -413,7 +425,11 @@ class Feed:
     def _log_step(self) -> None:
         session = self.session
         store = session.runtime.store
-        head = store.wait_for_head(self.key, self._pos, IDLE_LOOK, stop=self._stop)
+        # ``local``: the feed just read the log to its position; other writers' commits
+        # are the poll's (or a notification's) to tell.
+        head = store.wait_for_head(
+            self.key, self._pos, IDLE_LOOK, stop=self._stop, poll=self._poll, local=True
+        )
         if self._stop.is_set():
             return
         if head <= self._pos:
@@ -455,7 +471,9 @@ class Feed:
     def _inbox_step(self) -> None:
         session = self.session
         store = session.runtime.store
-        seq = store.wait_for_inbox(self.key, self._inbox_pos, IDLE_LOOK, stop=self._stop)
+        seq = store.wait_for_inbox(
+            self.key, self._inbox_pos, IDLE_LOOK, stop=self._stop, poll=self._poll, local=True
+        )
         if self._stop.is_set() or seq <= self._inbox_pos:
             return
         with self._lock:
@@ -555,8 +573,10 @@ async def _catch_up(feed: Feed, pos: int, mode: Mode) -> tuple[list[str], int, b
 
 
 def _from_ring(feed: Feed, pos: int, mode: Mode, owed: bool) -> tuple[list[str], int]:
-    """The ring's frames after ``pos`` (a page owed the reset gets it on the last one)."""
-    frames = [f for f in feed.ring if f.seq > pos]
+    """The ring's frames after ``pos`` (a page owed the reset gets it on the last one).
+    The ring holds contiguous seqs, so the first one wanted is found by its place."""
+    ring = feed.ring
+    frames = list(itertools.islice(ring, max(0, pos + 1 - ring[0].seq), None))
     out = []
     for i, frame in enumerate(frames):
         last = owed and mode == "page" and i == len(frames) - 1

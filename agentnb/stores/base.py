@@ -1244,6 +1244,7 @@ class SessionStore(ABC):
         stop: threading.Event | None = None,
         local: bool = False,
         settling: bool = False,
+        poll: float | None = None,
     ) -> int:
         """Block until the head passes ``after``, ``timeout`` elapses or ``stop`` is set.
 
@@ -1254,11 +1255,17 @@ class SessionStore(ABC):
         lease), so even the first read is left to the poll. ``settling``: the caller only
         cares about commits that may settle a turn, so the commits this object's writer
         calls minor (``wake_waiters(minor=True)``: events inside a step) do not wake it
-        before the next poll; everything else does.
+        before the next poll; everything else does. ``poll``: seconds between reads of the
+        database for other writers' commits, for this wait (default ``poll_interval``); a
+        waiter that many wait beside (a server's stream) reads less often, and this
+        process's commits still wake it at once.
         """
         key = _key(key)
-        read = self._hinted(self._heads_seen, key, after, local, lambda: self._head(key))
-        return self._wait(read, after, timeout, stop, key=key, inbox=False, settling=settling)
+        poll = self._poll(poll)
+        read = self._hinted(self._heads_seen, key, after, local, lambda: self._head(key), poll)
+        return self._wait(
+            read, after, timeout, stop, key=key, inbox=False, settling=settling, poll=poll
+        )
 
     def wait_for_inbox(
         self,
@@ -1268,19 +1275,34 @@ class SessionStore(ABC):
         *,
         stop: threading.Event | None = None,
         local: bool = False,
+        poll: float | None = None,
     ) -> int:
         """Block until the inbox head passes ``after``, ``timeout`` elapses or ``stop`` is set.
 
         ``local``: the caller's fold already holds every command this object knows of up to
         ``after`` (a run's watcher), so the database is read only every ``poll_interval``
         (for other writers' commands, where no notification brings them sooner); commands
-        accepted through this object wake it at once, without a read.
+        accepted through this object wake it at once, without a read. ``poll`` as for
+        ``wait_for_head``.
         """
         key = _key(key)
+        poll = self._poll(poll)
         read = self._hinted(
-            self._inbox_seen, key, after, local, lambda: self._saw_inbox(key, self._inbox_head(key))
+            self._inbox_seen,
+            key,
+            after,
+            local,
+            lambda: self._saw_inbox(key, self._inbox_head(key)),
+            poll,
         )
-        return self._wait(read, after, timeout, stop, key=key, inbox=True)
+        return self._wait(read, after, timeout, stop, key=key, inbox=True, poll=poll)
+
+    def _poll(self, poll: float | None) -> float:
+        if poll is None:
+            return self.poll_interval
+        if not isinstance(poll, int | float) or isinstance(poll, bool) or not 0 < poll <= 3600:
+            raise InvalidInput(f"poll must be seconds in (0, 3600], got {poll!r}")
+        return float(poll)
 
     def _hinted(
         self,
@@ -1289,10 +1311,11 @@ class SessionStore(ABC):
         after: int,
         local: bool,
         read_db: Callable[[], int],
+        poll: float,
     ) -> Callable[[], int]:
         """A waiter's read: a seq past ``after`` that this object committed, accepted or
-        read (``seen``) needs no query; the database is read at most every
-        ``poll_interval``, the first time too when ``local``."""
+        read (``seen``) needs no query; the database is read at most every ``poll``
+        seconds, the first time too when ``local``."""
         checked = time.monotonic() if local else -math.inf
 
         def read() -> int:
@@ -1301,7 +1324,7 @@ class SessionStore(ABC):
             if known > after:
                 return known
             now = time.monotonic()
-            if now - checked < self.poll_interval:
+            if now - checked < poll:
                 return after
             checked = now
             return read_db()
@@ -1412,6 +1435,7 @@ class SessionStore(ABC):
         key: SessionKey | None = None,
         inbox: bool = False,
         settling: bool = False,
+        poll: float | None = None,
     ) -> int:
         """Read until the value passes ``after``, sleeping between reads until a commit of
         ``key``'s inbox (``inbox``) or execution log (any commit, without a key; with
@@ -1425,7 +1449,9 @@ class SessionStore(ABC):
                 self._key_waiting[slot] = self._key_waiting.get(slot, 0) + 1
                 cond = self._key_conds.setdefault(slot, threading.Condition(self._wake_lock))
         try:
-            return self._wait_loop(read, after, timeout, stop, slot, cond)
+            return self._wait_loop(
+                read, after, timeout, stop, slot, cond, self.poll_interval if poll is None else poll
+            )
         finally:
             with self._wake_lock:
                 self._waiting -= 1
@@ -1451,6 +1477,7 @@ class SessionStore(ABC):
         stop: threading.Event | None,
         slot: _Slot | None,
         cond: threading.Condition,
+        poll: float,
     ) -> int:
         deadline = None if timeout is None else time.monotonic() + timeout
         value = after
@@ -1468,7 +1495,7 @@ class SessionStore(ABC):
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
                 return value
-            step = self.poll_interval if remaining is None else min(remaining, self.poll_interval)
+            step = poll if remaining is None else min(remaining, poll)
             with self._wake_lock:
                 # Checked under the lock that close() and wake_waiters() notify with.
                 if (

@@ -1505,8 +1505,11 @@ class PostgresStore(SessionStore):
         stop: threading.Event | None = None,
         local: bool = False,
         settling: bool = False,
+        poll: float | None = None,
     ) -> int:
-        return self._wait_on(key, after, timeout, stop, inbox=False, local=local, settling=settling)
+        return self._wait_on(
+            key, after, timeout, stop, inbox=False, local=local, settling=settling, poll=poll
+        )
 
     def wait_for_inbox(
         self,
@@ -1516,8 +1519,9 @@ class PostgresStore(SessionStore):
         *,
         stop: threading.Event | None = None,
         local: bool = False,
+        poll: float | None = None,
     ) -> int:
-        return self._wait_on(key, after, timeout, stop, inbox=True, local=local)
+        return self._wait_on(key, after, timeout, stop, inbox=True, local=local, poll=poll)
 
     def _wait_on(
         self,
@@ -1529,9 +1533,11 @@ class PostgresStore(SessionStore):
         inbox: bool,
         local: bool = False,
         settling: bool = False,
+        poll: float | None = None,
     ) -> int:
         if not isinstance(key, SessionKey):
             raise InvalidInput(f"expected a SessionKey, got {type(key).__name__}")
+        every = self._poll(poll)
         self._listen()
         heads = self._inbox_heads if inbox else self._heads
         column = "inbox_head" if inbox else "head"
@@ -1551,7 +1557,7 @@ class PostgresStore(SessionStore):
             nonlocal sid, checked
             resync, at = self._resyncs, time.monotonic()
             if sid >= 0 and (
-                at - checked[1] < self.poll_interval
+                at - checked[1] < every
                 and (checked[0] == resync or not self._listening())
             ):
                 return known()
@@ -1565,7 +1571,9 @@ class PostgresStore(SessionStore):
             sid, checked = self._ids[key], (resync, at)
             return value
 
-        return self._wait(read, after, timeout, stop, key=key, inbox=inbox, settling=settling)
+        return self._wait(
+            read, after, timeout, stop, key=key, inbox=inbox, settling=settling, poll=every
+        )
 
     def _listening(self) -> bool:
         listener = self._listener

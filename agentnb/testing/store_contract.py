@@ -1568,6 +1568,39 @@ class StoreContract:
         assert result == [1]
         assert time.monotonic() - started < _GUARD, "the waiter slept through the commit"
 
+    def test_a_slow_polling_wait_still_wakes_on_this_objects_commits(
+        self, store: SessionStore, key: SessionKey
+    ) -> None:
+        """With ``poll`` far longer than its wait, a waiter still wakes on a commit of this
+        store object (log and inbox alike): only other writers' commits wait for a poll."""
+        result: list[int] = []
+        waiting = threading.Event()
+
+        def waiter() -> None:
+            waiting.set()
+            result.append(store.wait_for_head(key, 0, _GUARD, poll=3600))
+            result.append(store.wait_for_inbox(key, 0, _GUARD, poll=3600))
+
+        def writer() -> None:
+            waiting.wait(_GUARD)
+            time.sleep(0.05)
+            store.append(key, [step()], expected_seq=0, batch_id="b")
+            time.sleep(0.05)
+            store.inbox_append(key, command("x"))
+
+        started = time.monotonic()
+        run_threads([waiter, writer])
+        assert result == [1, 1]
+        assert time.monotonic() - started < _GUARD, "the waiter slept through the commit"
+
+    def test_bad_poll_is_invalid_input(self, store: SessionStore, key: SessionKey) -> None:
+        """A poll that is not positive seconds is refused before any wait."""
+        for bad in (0, -1, "1", True, 10_000):
+            with pytest.raises(InvalidInput):
+                store.wait_for_head(key, 0, 0.01, poll=bad)  # type: ignore[arg-type]
+            with pytest.raises(InvalidInput):
+                store.wait_for_inbox(key, 0, 0.01, poll=bad)  # type: ignore[arg-type]
+
     def test_wait_for_head_returns_on_timeout(self, store: SessionStore, key: SessionKey) -> None:
         """With no commit, wait_for_head returns the unchanged head after the timeout."""
         self.fill(store, key, 2)
