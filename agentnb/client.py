@@ -316,6 +316,11 @@ class RemoteRuntime:
             self, SessionKey("default", self.user_id, self.agent.agent_id, session_id)
         )
 
+    def check_open(self) -> None:
+        """Raise ``StorageError`` once this connection is closed."""
+        if self._closed:
+            raise StorageError(f"the connection to {self.url} is closed; connect again")
+
     def close(self) -> None:
         """Close the connections (follows end); the service and its sessions go on."""
         self._closed = True

@@ -1557,8 +1557,7 @@ class PostgresStore(SessionStore):
             nonlocal sid, checked
             resync, at = self._resyncs, time.monotonic()
             if sid >= 0 and (
-                at - checked[1] < every
-                and (checked[0] == resync or not self._listening())
+                at - checked[1] < every and (checked[0] == resync or not self._listening())
             ):
                 return known()
             try:
