@@ -318,6 +318,33 @@ class TestServerRestart:
         assert follow.reconnects >= 1
         remote.close()
 
+    def test_uncertain_call_after_kill_9_is_reconciled_remotely(
+        self, own: tuple[ServerProcess, str]
+    ) -> None:
+        """A tool call cut off by SIGKILL is uncertain after the restart: resume refuses
+        with UncertainToolCalls (its calls listed), reconcile records the outcome, and
+        resume then completes the turn, all through the remote client."""
+        server, token = own
+        with nb.connect(server.url, token) as remote:
+            session = remote.session("unsure")
+            receipt = session.submit("sleep 30")
+            for event in session.log.follow(after=0):
+                if event.type == "tool/dispatch":
+                    break
+            server.kill()
+            server.start()
+            assert session.wait(receipt, timeout=WAIT).status == "interrupted"
+            with pytest.raises(nb.UncertainToolCalls) as caught:
+                session.resume(receipt.turn_id)
+            (call,) = caught.value.calls
+            assert call.tool_name == "pause"
+            assert [c.call_id for c in session.inspect().uncertain_tool_calls] == [call.call_id]
+            session.reconcile({call.call_id: nb.ToolOutcome.success("paused 30")}, "checked")
+            outcome = session.resume(receipt.turn_id).wait(timeout=WAIT)
+            assert outcome.output == "done: paused 30"
+            with pytest.raises(nb.InvalidInput, match="no compactor"):
+                session.compact()
+
     def test_sigterm_stops_runs_and_ends_streams(self, own: tuple[ServerProcess, str]) -> None:
         """SIGTERM mid-turn: the open stream ends cleanly, the run is stopped and recorded
         (interrupted), and the server exits 0."""
