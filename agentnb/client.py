@@ -24,7 +24,7 @@ import time
 from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, ClassVar
+from typing import Any
 from urllib.parse import quote
 
 try:
@@ -312,9 +312,7 @@ class RemoteRuntime:
 
     def _handle_of(self, session_id: str) -> RemoteSession:
         check_id(session_id, "session_id")
-        return self._sessions.get(session_id) or RemoteSession(
-            self, SessionKey("default", self.user_id, self.agent.agent_id, session_id)
-        )
+        return self._sessions.get(session_id) or self.open(session_id)
 
     def check_open(self) -> None:
         """Raise ``StorageError`` once this connection is closed."""
@@ -653,8 +651,6 @@ def _sse_events(response: httpx.Response) -> Iterator[tuple[str, Any, str | None
 
 class RemoteSession:
     """A session of an agentnb service, with ``Session``'s verbs, reads and records."""
-
-    display: ClassVar[Any] = None
 
     def __init__(self, runtime: RemoteRuntime, key: SessionKey) -> None:
         self.runtime = runtime
