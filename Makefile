@@ -58,8 +58,11 @@ bench: $(BENCH_STAMP)
 	$(BIN)/python benchmarks/bench_widgets.py
 	$(BIN)/python benchmarks/bench_scale.py
 	$(BIN)/python benchmarks/bench_sessions.py
+	$(BIN)/python benchmarks/bench_subagents.py
 	$(BIN)/python benchmarks/bench_postgres.py
 	$(BIN)/python benchmarks/bench_server.py
+	$(BIN)/python benchmarks/bench_mcp.py
+	$(BIN)/python benchmarks/bench_otel.py
 
 clean:
 	rm -rf $(VENV) .agentnb .pytest_cache .mypy_cache .ruff_cache

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentnb.agent import Agent
+from agentnb import mcp
+from agentnb.agent import Agent, SubagentTool, subagent
 from agentnb.answers import Answer, ToolOutcome
 from agentnb.compaction import Compactor, SummaryCompactor, TrimCompactor
 from agentnb.errors import (
@@ -35,11 +36,13 @@ from agentnb.errors import (
     SessionFull,
     SessionNotFound,
     StorageError,
+    SubagentLimitExceeded,
+    ToolsetUnavailable,
     Unauthorized,
     UncertainToolCalls,
     UnknownRequiredEvent,
 )
-from agentnb.events import Event, Message, register_event_type
+from agentnb.events import Event, Message, PlanItem, register_event_type
 from agentnb.history import HistoryPage
 from agentnb.ids import SessionKey
 from agentnb.limits import Limits
@@ -48,6 +51,7 @@ from agentnb.models.base import Model, ModelError
 from agentnb.models.scripted import Reply, ScriptedModel, ToolCall
 from agentnb.projections.chat import ChatItem, ChatSnapshot
 from agentnb.records import (
+    Child,
     Holder,
     InputReceipt,
     Inspection,
@@ -65,7 +69,7 @@ from agentnb.records import (
 from agentnb.runtime.runtime import Runtime
 from agentnb.session import Session
 from agentnb.stores import MemoryStore, SessionStore, Tombstone, open_store
-from agentnb.tools import Tool, ToolContext, ask_user, tool
+from agentnb.tools import Tool, ToolContext, Toolset, ask_user, todo, tool
 
 __version__ = "0.1.0"
 
@@ -111,6 +115,7 @@ __all__ = [
     "CannotResume",
     "ChatItem",
     "ChatSnapshot",
+    "Child",
     "Compactor",
     "Corrupt",
     "CrossSessionCursor",
@@ -140,6 +145,7 @@ __all__ = [
     "NotRunning",
     "Outcome",
     "Parked",
+    "PlanItem",
     "PruneReport",
     "QueueFull",
     "Receipt",
@@ -161,6 +167,8 @@ __all__ = [
     "SessionNotFound",
     "SessionStore",
     "StorageError",
+    "SubagentLimitExceeded",
+    "SubagentTool",
     "SummaryCompactor",
     "Task",
     "Tombstone",
@@ -169,6 +177,8 @@ __all__ = [
     "ToolCallRef",
     "ToolContext",
     "ToolOutcome",
+    "Toolset",
+    "ToolsetUnavailable",
     "Transcript",
     "TrimCompactor",
     "Unauthorized",
@@ -177,7 +187,10 @@ __all__ = [
     "UsageTotals",
     "ask_user",
     "connect",
+    "mcp",
     "open_store",
     "register_event_type",
+    "subagent",
+    "todo",
     "tool",
 ]

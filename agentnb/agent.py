@@ -7,31 +7,48 @@ fingerprint goes on; none recorded yet binds this one; another one is refused
 (``AgentChanged``, naming what changed) unless the runtime accepts agent changes, which
 records ``agent/changed`` with both fingerprints. The session facade applies the rule before
 it accepts a command, and the driver again when it starts a run.
+
+Tools may come from ``Toolset``s (an MCP server's tools): their tools are known only once
+the toolset is open, so an agent with toolsets is a template. Each ``Runtime`` opens them
+and works with ``agent.with_opened(tools)``, an agent that holds every tool; its
+fingerprint then covers the toolsets' tools like any other.
 """
 
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any, Literal
+
+from pydantic import Field
 
 from agentnb.compaction import Compactor
 from agentnb.errors import AgentChanged, InvalidInput
 from agentnb.events import AgentBinding, AgentRebound, Payload, canonical_json, freeze_json
 from agentnb.ids import check_id, check_seconds
 from agentnb.models.base import Model, check_context_window
-from agentnb.tools import Tool, tool
+from agentnb.tools import Tool, Toolset, tool
 
-__all__ = ["Agent", "agent_changes", "check_agent"]
+__all__ = [
+    "Agent",
+    "SubagentTool",
+    "agent_changes",
+    "agents_of",
+    "check_agent",
+    "subagent",
+]
 
 
 @dataclass(frozen=True)
 class Agent:
     """A reusable agent: sessions are keyed by its ``agent_id``.
 
-    ``tools`` may hold ``Tool`` objects (from ``@nb.tool``) or plain functions, which are
-    wrapped with ``nb.tool``. ``max_steps`` bounds the reasoning iterations of one run.
+    ``tools`` may hold ``Tool`` objects (from ``@nb.tool``), plain functions, which are
+    wrapped with ``nb.tool``, and toolsets (``nb.mcp.stdio(...)``, ``nb.mcp.http(...)``),
+    whose tools each runtime lists when it opens them (``toolsets``). ``max_steps`` bounds
+    the reasoning iterations of one run.
     ``max_turn_seconds`` bounds how long a task executes (over all its runs; time waiting for
     a person does not count): past it the run is interrupted with the reason recorded, and
     ``resume`` can continue it. ``submit(..., timeout=)`` sets it for one task.
@@ -54,6 +71,9 @@ class Agent:
     max_turn_tokens: int | None = None
     max_session_tokens: int | None = None
     compaction: Compactor | None = None
+    toolsets: tuple[Toolset, ...] = ()
+    """The toolsets among ``tools``, opened by each runtime (their tools are not in ``tools``
+    until then: see ``with_opened``)."""
     _by_name: dict[str, Tool] = field(init=False, repr=False, compare=False)
     _fingerprint: Mapping[str, Any] = field(init=False, repr=False, compare=False)
 
@@ -62,7 +82,7 @@ class Agent:
         name: str,
         agent_id: str,
         model: Model,
-        tools: Iterable[Tool | Callable[..., Any]] = (),
+        tools: Iterable[Tool | Toolset | Callable[..., Any]] = (),
         instructions: str = "",
         max_steps: int = 25,
         max_turn_seconds: float | None = None,
@@ -84,7 +104,13 @@ class Agent:
             raise InvalidInput(f"max_steps must be a positive int, got {max_steps!r}")
         if max_turn_seconds is not None:
             max_turn_seconds = check_seconds(max_turn_seconds, "max_turn_seconds")
-        wrapped = tuple(t if isinstance(t, Tool) else tool(t) for t in tools)
+        if isinstance(tools, Tool | Toolset) or not isinstance(tools, Iterable):
+            raise InvalidInput("tools must be a list of tools, functions and toolsets")
+        tools = list(tools)
+        toolsets = tuple(t for t in tools if isinstance(t, Toolset))
+        wrapped = tuple(
+            t if isinstance(t, Tool) else tool(t) for t in tools if not isinstance(t, Toolset)
+        )
         by_name: dict[str, Tool] = {}
         for t in wrapped:
             if t.name in by_name:
@@ -94,6 +120,7 @@ class Agent:
         object.__setattr__(self, "agent_id", agent_id)
         object.__setattr__(self, "model", model)
         object.__setattr__(self, "tools", wrapped)
+        object.__setattr__(self, "toolsets", toolsets)
         object.__setattr__(self, "instructions", instructions)
         object.__setattr__(self, "max_steps", max_steps)
         object.__setattr__(self, "max_turn_seconds", max_turn_seconds)
@@ -127,9 +154,69 @@ class Agent:
     def tool_named(self, name: str) -> Tool | None:
         return self._by_name.get(name)
 
+    def with_opened(self, tools: Iterable[Tool]) -> Agent:
+        """This agent with the tools its opened toolsets listed added, and no toolsets left.
+
+        Raises ``InvalidInput`` when a listed tool's name is taken (give the toolset a
+        ``prefix=``, or ``include=``/``exclude=`` its tools).
+        """
+        extra = tuple(tools)
+        taken = {t.name for t in self.tools}
+        for t in extra:
+            if t.name in taken:
+                raise InvalidInput(
+                    f"two tools are named {t.name!r} (a toolset lists one that is already "
+                    "taken); give the toolset a prefix= or exclude= that tool"
+                )
+            taken.add(t.name)
+        return Agent(
+            name=self.name,
+            agent_id=self.agent_id,
+            model=self.model,
+            tools=self.tools + extra,
+            instructions=self.instructions,
+            max_steps=self.max_steps,
+            max_turn_seconds=self.max_turn_seconds,
+            context_window=self.context_window,
+            max_turn_tokens=self.max_turn_tokens,
+            max_session_tokens=self.max_session_tokens,
+            compaction=self.compaction,
+        )
+
+    def as_tool(
+        self,
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        share_context: ShareContext = "none",
+        last_n: int = 10,
+        on_parent_stop: ParentStop = "interrupt",
+        confirm: bool = False,
+    ) -> SubagentTool:
+        """This agent as a sub-agent another agent's model can call: ``nb.subagent(self,
+        ...)``."""
+        return subagent(
+            self,
+            name=name,
+            description=description,
+            share_context=share_context,
+            last_n=last_n,
+            on_parent_stop=on_parent_stop,
+            confirm=confirm,
+        )
+
     @property
     def fingerprint(self) -> Mapping[str, Any]:
-        """What binds a session to this agent (the ``agent/bound`` payload), frozen JSON."""
+        """What binds a session to this agent (the ``agent/bound`` payload), frozen JSON.
+
+        An agent with toolsets not opened yet has no complete fingerprint: ``InvalidInput``
+        (a ``Runtime`` opens them; use ``runtime.agent``).
+        """
+        if self.toolsets:
+            raise InvalidInput(
+                f"agent {self.agent_id!r} has toolsets that are not open, so its tools are not "
+                "known yet; a Runtime opens them (runtime.agent has every tool)"
+            )
         return self._fingerprint
 
 
@@ -186,3 +273,139 @@ def check_agent(
         changes=tuple(changes),
         reason=summary,
     )
+
+
+# --------------------------------------------------------------------------------------------
+# Sub-agents: an agent offered to another agent's model as a tool
+
+ShareContext = Literal["none", "last_n", "all"]
+ParentStop = Literal["interrupt", "cancel", "abandon"]
+_SHARE = ("none", "last_n", "all")
+_PARENT_STOP = ("interrupt", "cancel", "abandon")
+_NOT_A_TOOL_NAME = re.compile(r"[^A-Za-z0-9_-]")
+
+
+def _delegate(
+    task: Annotated[
+        str,
+        Field(
+            description=(
+                "The task for the sub-agent, complete in itself: what to do, with every fact "
+                "it needs, and what to give back"
+            )
+        ),
+    ],
+) -> str:
+    raise RuntimeError(
+        "a sub-agent call is carried out by the runtime, in a child session of its own; "
+        "call the agent through a Runtime instead"
+    )
+
+
+@dataclass(frozen=True)
+class SubagentTool(Tool):
+    """An agent the model may call with a task (``nb.subagent`` / ``Agent.as_tool``).
+
+    The runtime carries a call out in a **child session**: its own log, lease, inbox and
+    exports, keyed from the calling session and the call id, bound to ``agent`` like any
+    session (see ``agentnb/runtime/subagents.py`` for how the call waits for it, durably and
+    exactly once). ``share_context`` says what of the caller's conversation the child sees
+    (``none``; ``last_n``: its last ``last_n`` messages; ``all``), handed to it as material.
+    ``on_parent_stop`` says what happens to a running child when the caller's task is
+    interrupted (``interrupt``: it is interrupted too, and resumed with the caller;
+    ``cancel``: it is cancelled; ``abandon``: it runs on); cancelling the caller's task
+    cancels the child unless ``abandon``.
+    """
+
+    agent: Agent | None = field(default=None, compare=False)
+    share_context: ShareContext = "none"
+    last_n: int = 10
+    on_parent_stop: ParentStop = "interrupt"
+
+    def __hash__(self) -> int:
+        return hash((self.name, self.fn))
+
+    @property
+    def child(self) -> Agent:
+        """The agent a call runs (never None once built)."""
+        assert self.agent is not None
+        return self.agent
+
+
+def subagent(
+    agent: Agent,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    share_context: ShareContext = "none",
+    last_n: int = 10,
+    on_parent_stop: ParentStop = "interrupt",
+    confirm: bool = False,
+) -> SubagentTool:
+    """``agent`` as a tool: the calling model passes a ``task``; the child agent does it in a
+    session of its own and its final answer is the call's result (see ``SubagentTool``).
+
+    ``name`` defaults to the agent's id (characters a tool name cannot hold become ``_``),
+    ``description`` to one naming the agent and the first line of its instructions; with
+    ``confirm=True`` a person approves each call first. ``InvalidInput`` for anything else
+    than an ``nb.Agent``, an unknown ``share_context`` or ``on_parent_stop``, or a
+    ``last_n`` that is not a positive int.
+    """
+    if not isinstance(agent, Agent):
+        raise InvalidInput(
+            f"nb.subagent() takes an nb.Agent (the child agent), got {type(agent).__name__}"
+        )
+    if share_context not in _SHARE:
+        raise InvalidInput(f"share_context must be one of {_SHARE}, got {share_context!r}")
+    if on_parent_stop not in _PARENT_STOP:
+        raise InvalidInput(f"on_parent_stop must be one of {_PARENT_STOP}, got {on_parent_stop!r}")
+    if isinstance(last_n, bool) or not isinstance(last_n, int) or last_n < 1:
+        raise InvalidInput(f"last_n must be a positive int, got {last_n!r}")
+    if not isinstance(confirm, bool):
+        raise InvalidInput(f"confirm must be True or False, got {confirm!r}")
+    tool_name = name if name is not None else _NOT_A_TOOL_NAME.sub("_", agent.agent_id)[:64]
+    if description is None:
+        line = next((x.strip() for x in agent.instructions.splitlines() if x.strip()), "")
+        description = f"Delegate a task to the sub-agent {agent.name!r}" + (
+            f", whose instructions begin: {line[:200]}" if line else ""
+        )
+    base = tool(_delegate, name=tool_name, description=description, idempotent=True)
+    return SubagentTool(
+        name=base.name,
+        description=base.description,
+        parameters=base.parameters,
+        fn=_delegate,
+        # A call is exactly-once by construction (its child session and task derive from the
+        # call id): running it again after a crash attaches to the same child turn.
+        idempotent=True,
+        confirm=confirm,
+        agent=agent,
+        share_context=share_context,
+        last_n=last_n,
+        on_parent_stop=on_parent_stop,
+    )
+
+
+def agents_of(root: Agent) -> dict[str, Agent]:
+    """``root`` and every agent its sub-agent tools reach (their tools too), by agent id.
+
+    What a runtime executes: sessions of any of them. ``InvalidInput`` when two agents of
+    the tree share an id but differ (a session is bound to one fingerprint per agent id).
+    """
+    found: dict[str, Agent] = {}
+    todo = [root]
+    while todo:
+        agent = todo.pop()
+        seen = found.get(agent.agent_id)
+        if seen is not None:
+            if seen is not agent and canonical_json(seen.fingerprint) != canonical_json(
+                agent.fingerprint
+            ):
+                raise InvalidInput(
+                    f"two agents of this runtime's tree have agent_id {agent.agent_id!r} but "
+                    "differ (instructions, tools or model); give each its own agent_id"
+                )
+            continue
+        found[agent.agent_id] = agent
+        todo.extend(t.child for t in agent.tools if isinstance(t, SubagentTool))
+    return found

@@ -14,11 +14,15 @@ Reading never creates anything: a store URL or export path that names nothing ra
 says (``duckdb:`` naming an SQLite store, say) raises ``InvalidInput`` before DuckDB opens it.
 
 Frames: ``events``, ``turns``, ``runs``, ``steps``, ``model_calls``, ``tool_calls``,
-``interactions``, ``inputs`` (the views of ``exporters/schema.sql``; columns documented there),
-each optionally narrowed with ``namespace=``, ``user_id=``, ``agent_id=``, ``session_id=``.
+``interactions``, ``inputs``, ``sessions`` (each with its place in a tree of sub-agents:
+``parent_key``, ``root_key``, ``depth``), ``subagent_calls`` and ``plan_changes`` (the views
+of ``exporters/schema.sql``; columns documented there), each optionally narrowed with
+``namespace=``, ``user_id=``, ``agent_id=``, ``session_id=``; ``turns(source,
+subagents=True)`` rolls each turn's sub-agents up into it.
 ``query(name, source, **params)`` runs ``exporters/queries/NAME.sql`` with its parameters
 bound; ``connection(source)`` gives a DuckDB connection over the views for SQL of one's own.
-``timeline(source)`` draws turns, runs, tool calls and waits for a person on a time axis,
+``timeline(source)`` draws turns, runs, tool calls and waits for a person on a time axis
+(a sub-agent's turns nested under the turn that called it),
 ``timeline_chart(source)`` the same as an interactive Altair chart, and ``timeline_data``
 returns the segments both draw.
 
@@ -73,9 +77,12 @@ __all__ = [
     "interactions",
     "model_calls",
     "normalise",
+    "plan_changes",
     "query",
     "runs",
+    "sessions",
     "steps",
+    "subagent_calls",
     "timeline",
     "timeline_chart",
     "timeline_data",
@@ -93,6 +100,9 @@ VIEWS = (
     "interactions",
     "inputs",
     "compactions",
+    "sessions",
+    "subagent_calls",
+    "plan_changes",
 )
 _ORDER = {
     "events": "namespace, user_id, agent_id, session_id, seq",
@@ -104,6 +114,10 @@ _ORDER = {
     "interactions": "requested_at, request_id",
     "inputs": "received_at, input_id",
     "compactions": "ended_at, compaction_id",
+    "sessions": "first_event_at, session_key",
+    "subagent_calls": "spawned_at, call_id",
+    "turn_totals": "started_at, turn_id",
+    "plan_changes": "namespace, user_id, agent_id, session_id, seq",
 }
 _FILTERS = ("namespace", "user_id", "agent_id", "session_id")
 _SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -299,9 +313,33 @@ def events(source: Any, **filters: str | None) -> pd.DataFrame:
     return _frame("events", source, filters)
 
 
-def turns(source: Any, **filters: str | None) -> pd.DataFrame:
-    """One row per turn: status, timings, counts, tokens, error and output."""
-    return _frame("turns", source, filters)
+def turns(source: Any, *, subagents: bool = False, **filters: str | None) -> pd.DataFrame:
+    """One row per turn: status, timings, counts, tokens, error and output.
+
+    ``subagents=True`` rolls the turn's sub-agent calls up into it (the ``turn_totals``
+    view): ``subagent_calls``, ``subagent_input_tokens``, ``subagent_output_tokens`` and
+    ``total_input_tokens`` / ``total_output_tokens`` (own plus its sub-agents', their whole
+    tree included).
+    """
+    return _frame("turn_totals" if subagents else "turns", source, filters)
+
+
+def sessions(source: Any, **filters: str | None) -> pd.DataFrame:
+    """One row per session, with ``parent_key``, ``root_key`` and ``depth`` in its tree of
+    sub-agents (read from the log alone), counts and tokens."""
+    return _frame("sessions", source, filters)
+
+
+def subagent_calls(source: Any, **filters: str | None) -> pd.DataFrame:
+    """One row per sub-agent call: the calling turn, the child session, task, status,
+    answer, tokens (the child's whole tree) and duration."""
+    return _frame("subagent_calls", source, filters)
+
+
+def plan_changes(source: Any, **filters: str | None) -> pd.DataFrame:
+    """One row per step of a plan (the built-in ``todo`` tool) that was added, changed
+    status or wording, or was removed."""
+    return _frame("plan_changes", source, filters)
 
 
 def runs(source: Any, **filters: str | None) -> pd.DataFrame:
@@ -470,29 +508,25 @@ def timeline_data(
     ``end_s`` (seconds since the session's, or with ``relative_to="turn"`` the turn's,
     start; an open segment ends at the last event), ``shown_end_s`` (at least a minimum
     width later than ``start_s``, so short waits and calls stay visible), ``started_at``,
-    ``ended_at`` (UTC), ``run_id``, ``call_id`` and ``detail`` (text for tooltips).
-    Sessions follow each other in order of their first turn; so do turns within one.
+    ``ended_at`` (UTC), ``run_id``, ``call_id``, ``detail`` (text for tooltips),
+    ``depth`` and ``parent_call_id``. Sessions follow each other in order of their first
+    turn; so do turns within one. A sub-agent's child session is nested: its turns follow
+    the turn whose call made it, with ``depth`` 1 (2 for a grandchild...), the sub-agent
+    call's id, and the root's ``session`` and time origin, so its bars sit under that call.
     """
     import pandas as pd
 
-    if relative_to not in {"session", "turn"}:
-        raise InvalidInput(f"relative_to must be 'session' or 'turn', got {relative_to!r}")
-    if isinstance(page_size, bool) or not isinstance(page_size, int) or page_size < 1:
-        raise InvalidInput(f"page_size must be a positive integer, got {page_size!r}")
-    if isinstance(page, bool) or not isinstance(page, int) or page < 1:
-        raise InvalidInput(f"page must be 1 or more, got {page!r}")
-    t, r, tc, ia = _frames(
-        source, ("turns", "runs", "tool_calls", "interactions"),
-        {"session_id": session_id, "user_id": user_id},
+    _check_page(relative_to, page, page_size)
+    t, r, tc, ia, ss = _frames(
+        source, ("turns", "runs", "tool_calls", "interactions", "sessions"),
+        {"user_id": user_id},
     )  # fmt: skip
     columns = [
         "session", "turn_id", "row", "kind", "lane", "label", "status", "start_s", "end_s",
-        "shown_end_s", "started_at", "ended_at", "run_id", "call_id", "detail",
+        "shown_end_s", "started_at", "ended_at", "run_id", "call_id", "detail", "depth",
+        "parent_call_id",
     ]  # fmt: skip
-    t = t[t["started_at"].notna()].copy()
-    t["session"] = t["user_id"].astype(str) + "/" + t["session_id"].astype(str)
-    first = t.groupby("session")["started_at"].transform("min")
-    t = t.assign(_first=first).sort_values(["_first", "session", "started_at", "turn_id"])
+    t = _nested_turns(t[t["started_at"].notna()].copy(), ss, session_id)
     pages = max(1, -(-len(t) // page_size))
     if page > pages:
         raise InvalidInput(f"page {page} is past the last page ({pages} of {page_size} turns)")
@@ -524,6 +558,8 @@ def timeline_data(
                 "end_s": (max(open_end, start) - origin[turn_id]).total_seconds(),
                 "started_at": start,
                 "ended_at": end if pd.notna(end) else pd.NaT,
+                "depth": by_turn[turn_id].depth,
+                "parent_call_id": by_turn[turn_id].parent_call_id,
                 **fields,
             }
         )
@@ -531,6 +567,8 @@ def timeline_data(
     for turn in by_turn.values():
         end = turn.ended_at if pd.notna(turn.ended_at) else turn.last_event_at
         text = "" if pd.isna(turn.input) else str(turn.input)
+        if turn.depth:  # a sub-agent's task, under the call that made it
+            text = f"{'  ' * (int(turn.depth) - 1)}\u21b3 {turn.agent_id}: {text}"
         add(turn.turn_id, "turn", turn.started_at, end, label=text, status=turn.status,
             run_id=None, call_id=None, detail=f"{turn.status}: {text}")  # fmt: skip
     for run in r[r["turn_id"].isin(by_turn) & r["started_at"].notna()].itertuples(index=False):
@@ -558,9 +596,87 @@ def timeline_data(
     _assign_lanes(frame, span)
     frame["lane"] = frame["lane"].astype("Int64")
     frame["row"] = frame["row"].astype("Int64")
+    frame["depth"] = frame["depth"].astype("Int64")
+    frame["parent_call_id"] = frame["parent_call_id"].astype("string")
     frame = frame.reset_index(drop=True)
     frame.attrs.update(page=page, pages=pages)
     return frame
+
+
+def _check_page(relative_to: str, page: int, page_size: int) -> None:
+    if relative_to not in {"session", "turn"}:
+        raise InvalidInput(f"relative_to must be 'session' or 'turn', got {relative_to!r}")
+    if isinstance(page_size, bool) or not isinstance(page_size, int) or page_size < 1:
+        raise InvalidInput(f"page_size must be a positive integer, got {page_size!r}")
+    if isinstance(page, bool) or not isinstance(page, int) or page < 1:
+        raise InvalidInput(f"page must be 1 or more, got {page!r}")
+
+
+def _keys_of(frame: pd.DataFrame) -> pd.Series:
+    """Each row's session key, as the ``sessions`` view writes it."""
+    return (
+        frame["namespace"].astype(str)
+        + "/"
+        + frame["user_id"].astype(str)
+        + "/"
+        + frame["agent_id"].astype(str)
+        + "/"
+        + frame["session_id"].astype(str)
+    )
+
+
+def _nested_turns(t: pd.DataFrame, ss: pd.DataFrame, session_id: str | None) -> pd.DataFrame:
+    """The turns in timeline order: trees of sessions in order of their roots' first turn;
+    in a tree, a session's turns in time order, each followed by the turns of the child
+    sessions its sub-agent calls made (depth first). Adds ``session`` (the root's
+    ``user/session``: one group per tree), ``_first`` (the root's first turn), ``_key``,
+    ``depth`` and ``parent_call_id``; with ``session_id``, only the trees holding it."""
+    import pandas as pd
+
+    t["_key"] = _keys_of(t) if len(t) else pd.Series([], dtype=str, index=t.index)
+    known = set(t["_key"])
+    links: dict[str, tuple[str, str, str]] = {}  # key -> (parent key, parent turn, call id)
+    for row in ss.itertuples(index=False):
+        if pd.notna(row.parent_key) and row.session_key in known and row.parent_key in known:
+            links[str(row.session_key)] = (
+                str(row.parent_key),
+                str(row.parent_turn_id),
+                str(row.parent_call_id),
+            )  # a child whose parent is not in the data is drawn as a root
+
+    def ancestry(key: str) -> list[str]:
+        chain = [key]
+        while chain[-1] in links and len(chain) < 64:
+            chain.append(links[chain[-1]][0])
+        return chain
+
+    roots = {k: ancestry(k)[-1] for k in known}
+    names = t.drop_duplicates("_key").set_index("_key")
+    group = {k: f"{names.at[k, 'user_id']}/{names.at[k, 'session_id']}" for k in known}
+    t["session"] = t["_key"].map(lambda k: group[roots[k]])
+    t["depth"] = t["_key"].map(lambda k: len(ancestry(k)) - 1).astype("Int64")
+    t["parent_call_id"] = t["_key"].map(lambda k: links[k][2] if k in links else None)
+    t["_root"] = t["_key"].map(roots)
+    t = t.assign(_first=t.groupby("_root")["started_at"].transform("min"))
+    if session_id is not None:
+        t = t[t["_root"].isin(set(t.loc[t["session_id"] == session_id, "_root"]))]
+    turns_of = {k: g.sort_values(["started_at", "turn_id"]) for k, g in t.groupby("_key")}
+    start = {k: g["started_at"].min() for k, g in turns_of.items()}
+    under: dict[str, list[str]] = {}
+    for child in sorted((k for k in links if k in turns_of), key=lambda k: (start[k], k)):
+        under.setdefault(links[child][1], []).append(child)
+    order: list[Any] = []
+
+    def visit(key: str) -> None:
+        frame = turns_of[key]
+        for index, turn_id in zip(frame.index, frame["turn_id"], strict=True):
+            order.append(index)
+            for child in under.get(str(turn_id), ()):
+                visit(child)
+
+    for top in sorted((k for k in turns_of if k not in links), key=lambda k: (start[k], group[k])):
+        visit(top)
+    return t.loc[order]
 
 
 def _assign_lanes(frame: pd.DataFrame, span: float) -> None:

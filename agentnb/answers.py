@@ -18,7 +18,8 @@ class Answer:
 
     ``Answer.approve(edited_args=...)`` / ``Answer.reject(reason)`` answer a ``confirmation``
     (``True`` and ``False`` are shorthands); ``Answer.output(text)`` answers an
-    ``external_execution`` or ``ask_user`` request (a plain ``str`` is a shorthand).
+    ``external_execution`` or ``ask_user`` request (a plain ``str`` is a shorthand), and
+    ``Answer.reject(reason)`` declines an ``ask_user`` question.
     """
 
     kind: str
@@ -76,6 +77,9 @@ def answer_payload(request_id: str, kind: str, answer: object) -> dict[str, Any]
             f"request {request_id} asks for approval: answer True, False, "
             "nb.Answer.approve(edited_args=...) or nb.Answer.reject(reason)"
         )
+    if kind == "ask_user" and isinstance(answer, Answer) and answer.kind == "reject":
+        what = f"the reason for declining {request_id}"
+        return {"declined": True, "reason": check_text(answer.reason, what, error=InvalidAnswer)}
     text = answer.text if isinstance(answer, Answer) and answer.kind == "output" else answer
     if isinstance(text, str):
         what = f"the answer to {request_id}"

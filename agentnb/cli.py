@@ -295,9 +295,11 @@ def _export(args: argparse.Namespace) -> int:
     """Drain committed events of one session or every session into a sink."""
     from agentnb.export import Exporter, open_sink  # optional: the export extra
 
+    destination = args.to if args.to is not None else f"otlp:{args.otlp}"
     store = _open_existing_store(args.store)
+    sink = None
     try:
-        sink = open_sink(args.to, name=args.name)
+        sink = open_sink(destination, name=args.name)
         progress = None if args.progress else False
         if args.session is None:
             exporters = [Exporter(store, sink, progress=progress)]
@@ -311,8 +313,11 @@ def _export(args: argparse.Namespace) -> int:
                 Exporter(nb.SessionLog(store, key), sink, progress=progress) for key in keys
             ]
         delivered = sum(exporter.drain() for exporter in exporters)
-        print(f"exported {delivered} events to {args.to} (sink {sink.name!r})")
+        print(f"exported {delivered} events to {destination} (sink {sink.name!r})")
     finally:
+        shutdown = getattr(sink, "shutdown", None)
+        if shutdown is not None:
+            shutdown()  # the OTLP exporter's connections
         store.close()
     return EXIT_OK
 
@@ -1222,12 +1227,20 @@ def _parser() -> argparse.ArgumentParser:
     export = command(
         "export",
         _export,
-        "export committed events to Parquet or DuckDB (resumable, at least once)",
+        "export committed events to Parquet, DuckDB or OpenTelemetry (resumable, at least once)",
         "Export committed events to an analytics sink; a second run exports only what is "
         "new. Example: agentnb export --to parquet:exports/agentnb --all "
-        "--store sqlite:///.agentnb/agentnb.sqlite",
+        "--store sqlite:///.agentnb/agentnb.sqlite. OpenTelemetry traces go to an OTLP "
+        "collector with --otlp URL, e.g. agentnb export --otlp http://localhost:4318",
     )
-    export.add_argument("--to", required=True, metavar="DEST", help="parquet:DIR or duckdb:FILE")
+    dest = export.add_mutually_exclusive_group(required=True)
+    dest.add_argument("--to", metavar="DEST", help="parquet:DIR or duckdb:FILE")
+    dest.add_argument(
+        "--otlp",
+        metavar="URL",
+        help="OTLP/HTTP collector (http://host:4318, or its /v1/traces endpoint): spans of "
+        "each run, model call and tool call (GenAI conventions; no message contents)",
+    )
     which = export.add_mutually_exclusive_group()
     which.add_argument("--session", metavar="ID", help="only the session(s) with this id")
     which.add_argument("--all", action="store_true", help="every session of the store (default)")

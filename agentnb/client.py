@@ -86,6 +86,12 @@ def error_of(problem: Mapping[str, Any], status: int) -> Exception:
         return errors.UncertainToolCalls(detail, calls)
     if name == "AgentChanged":
         return errors.AgentChanged(detail, changes=problem.get("changes") or ())
+    if name == "SubagentLimitExceeded":
+        return errors.SubagentLimitExceeded(
+            detail, limit=str(problem.get("limit", "")), value=int(problem.get("value") or 0)
+        )
+    if name == "ToolsetUnavailable":
+        return errors.ToolsetUnavailable(detail, toolset=str(problem.get("toolset", "")))
     if name == "Timeout":
         return TimeoutError(detail)
     klass = _HTTP_TYPES.get(name) or getattr(errors, name, None)

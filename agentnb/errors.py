@@ -16,6 +16,8 @@ One tree, so callers can catch as broadly or as narrowly as they need::
     ├── Parked                       wait() on a task queued behind a turn that needs a person
     ├── AgentChanged                 new work for a session bound to an agent that differs
     ├── QueueFull                    too much steering or too many queued commands; nothing written
+    ├── ToolsetUnavailable           a toolset (an MCP server) would not start or list its tools
+    ├── SubagentLimitExceeded        a sub-agent call past the depth or children-per-turn bound
     ├── Unauthorized                 the service refused the credentials (none, wrong, revoked)
     ├── HistoryError                 history paging
     │   ├── InvalidLimit
@@ -70,6 +72,8 @@ __all__ = [
     "SessionFull",
     "SessionNotFound",
     "StorageError",
+    "SubagentLimitExceeded",
+    "ToolsetUnavailable",
     "Unauthorized",
     "UncertainToolCalls",
     "UnknownRequiredEvent",
@@ -189,6 +193,34 @@ class Unauthorized(AgentnbError):
     """The agentnb service refused the request's credentials: no token, a wrong, revoked or
     expired one, or (from a browser) a missing CSRF header. Nothing was read or written;
     ask for a token with ``agentnb token add USER`` and pass it to ``nb.connect``."""
+
+
+class ToolsetUnavailable(AgentnbError):
+    """A toolset could not be opened: its server would not start, answer or list its tools.
+
+    ``toolset`` names it (the command or URL); the message says why, with the end of what the
+    server wrote to stderr when there is any. Nothing was written to any session: fix the
+    command (or start the server) and create the runtime again.
+    """
+
+    def __init__(self, message: str, *, toolset: str = "") -> None:
+        super().__init__(message)
+        self.toolset = toolset
+
+
+class SubagentLimitExceeded(AgentnbError):
+    """A sub-agent call would pass ``Limits(max_subagent_depth=...)`` or
+    ``Limits(max_children_per_turn=...)``; no child session was made (nothing written).
+
+    The calling agent's model is told why (the call's tool result), and decides what next.
+    ``limit`` names the bound (``"max_subagent_depth"`` or ``"max_children_per_turn"``) and
+    ``value`` its setting.
+    """
+
+    def __init__(self, message: str, *, limit: str, value: int) -> None:
+        super().__init__(message)
+        self.limit = limit
+        self.value = value
 
 
 def describe(exc: BaseException, limit: int = 2000, *, typed: bool = True) -> str:

@@ -689,6 +689,98 @@ class AgentRebound(Payload):
     """The changes as one line."""
 
 
+class SessionRef(Payload):
+    """A session's key as data (the four parts of ``SessionKey``)."""
+
+    namespace: str
+    user_id: str
+    agent_id: str
+    session_id: str
+
+
+class SubagentSpawned(Payload):
+    """``subagent/spawned``, in the parent: a sub-agent call made a child session (durable
+    before the child is created; the child's key and its task's submit key derive from the
+    call, so a re-dispatch attaches to the same child turn)."""
+
+    call_id: str
+    child: SessionRef
+    agent_id: str
+    task: str
+    name: str | None = None
+    """The sub-agent tool's name, as the parent's model called it."""
+    on_parent_stop: Literal["interrupt", "cancel", "abandon"] = "interrupt"
+
+
+class SubagentCompleted(Payload):
+    """``subagent/completed``, in the parent: the child's turn ended and the call has its
+    result (with the tool/result in the same commit)."""
+
+    call_id: str
+    child: SessionRef
+    status: Literal["completed", "failed", "cancelled"]
+    output: str | None = None
+    error: str | None = None
+    usage: dict[str, int] = Field(default_factory=dict)
+    """The child turn's usage counters (``UsageTotals``; its own children's included)."""
+
+
+class SubagentLinked(Payload):
+    """``subagent/linked``, the first event of a child session: who spawned it."""
+
+    parent: SessionRef
+    turn_id: str
+    """The parent's turn that made the call."""
+    call_id: str
+    root: SessionRef
+    """The session at the top of the tree (the parent itself for a first-level child)."""
+    depth: int = Field(ge=1)
+    """1 for a child of a root session, 2 for a grandchild, ..."""
+    path: tuple[str, ...] = ()
+    """The agent ids from the root down to this session's agent."""
+
+
+PlanStatus = Literal["pending", "in_progress", "completed"]
+
+
+class PlanItem(Payload):
+    """One step of a plan the model keeps (the built-in ``todo`` tool)."""
+
+    id: str
+    content: str
+    status: PlanStatus = "pending"
+
+
+class PlanChanged(Payload):
+    """``plan/changed``: the whole plan after the model rewrote it."""
+
+    items: tuple[PlanItem, ...]
+    call_id: str | None = None
+
+
+class TaskChanged(Payload):
+    """``task/changed``: one step of the plan was added, changed status, or removed."""
+
+    id: str
+    content: str
+    status: PlanStatus | Literal["removed"]
+    previous: PlanStatus | None = None
+    """Its status before (None: the step is new)."""
+    call_id: str | None = None
+
+
+class PresentationHint(Payload):
+    """``presentation/hint``: how a front end should present something; changes no state.
+
+    ``hint`` names it (the view knows ``expand``, ``collapse`` and ``subagent``); ``target``
+    is the id of the item it is about (a tool card's call id, ...), ``data`` the rest.
+    """
+
+    hint: str
+    target: str | None = None
+    data: dict[str, Any] = Field(default_factory=dict)
+
+
 class InboxStarted(Payload):
     """The runtime started handling an inbox command (execution log)."""
 
@@ -793,6 +885,12 @@ PAYLOADS: dict[str, type[Payload]] = {
     "migration/baseline": MigrationBaseline,
     "agent/bound": AgentBinding,
     "agent/changed": AgentRebound,
+    "subagent/spawned": SubagentSpawned,
+    "subagent/completed": SubagentCompleted,
+    "subagent/linked": SubagentLinked,
+    "plan/changed": PlanChanged,
+    "task/changed": TaskChanged,
+    "presentation/hint": PresentationHint,
     "inbox/started": InboxStarted,
     "inbox/applied": InboxApplied,
     # inbox log
@@ -822,6 +920,8 @@ _OPTIONAL_BUILTINS = frozenset(
         "compaction/end",
         "action/start",
         "action/end",
+        "task/changed",
+        "presentation/hint",
     }
 )
 

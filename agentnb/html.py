@@ -37,6 +37,8 @@ __all__ = [
     "STATUS_COLORS",
     "badge",
     "chat_snapshot_html",
+    "child_html",
+    "children_html",
     "esc",
     "fold",
     "history_page_html",
@@ -366,13 +368,16 @@ _KINDS = {
 
 @_inert_math
 def interactions_html(pending: Mapping[str, Any]) -> str:
-    """Open requests (``session.pending()``): what is asked, of which tool, with what."""
+    """Open requests (``session.pending()``): what is asked, of which tool, with what, and
+    (a column shown only when one did) the sub-agents a request came through."""
+    via = any(getattr(i, "path", ()) for i in pending.values())
     rows = [
         [
             badge(_KINDS.get(i.kind, i.kind)),
             f"<code>{esc(i.tool_name or '')}</code>",
             fold(_json(dict(i.arguments)) if i.arguments else ""),
             fold(i.prompt or ""),
+            *([esc(" \u203a ".join(i.path))] if via else []),
             short_id(rid),
             short_id(i.turn_id),
         ]
@@ -380,9 +385,49 @@ def interactions_html(pending: Mapping[str, Any]) -> str:
     ]
     if not rows:
         return f'<div style="{_MUTED}">No pending requests.</div>'
-    headers = ("waits for", "tool", "arguments", "prompt", "request", "turn")
+    headers = (
+        "waits for",
+        "tool",
+        "arguments",
+        "prompt",
+        *(["from"] if via else []),
+        "request",
+        "turn",
+    )
     wide = ("arguments", "prompt")
     return _table(headers, rows, caption=f"{len(rows)} pending request(s)", wide=wide)
+
+
+def _child_row(child: Any) -> list[str]:
+    used = child.usage
+    return [
+        f"<code>{esc(child.name or child.agent_id)}</code>",
+        badge(child.status),
+        fold(child.task),
+        fold(child.output or child.error or ""),
+        "" if used is None else esc(used.total_tokens),
+        short_id(child.call_id),
+        f'<span style="{_MUTED}">{esc(child.key.session_id)}</span>',
+    ]
+
+
+_CHILD_HEADERS = ("sub-agent", "status", "task", "answer", "tokens", "call", "child session")
+
+
+@_inert_math
+def child_html(child: Any) -> str:
+    """One ``Child`` (a sub-agent call) as a one-row table."""
+    return _table(_CHILD_HEADERS, [_child_row(child)], wide=("task", "answer"))
+
+
+@_inert_math
+def children_html(children: Iterable[Any]) -> str:
+    """``session.children()``: each sub-agent call, where its child stands, its answer."""
+    rows = [_child_row(c) for c in children]
+    if not rows:
+        return f'<div style="{_MUTED}">No sub-agent calls.</div>'
+    caption = f"{len(rows)} sub-agent call(s)"
+    return _table(_CHILD_HEADERS, rows, caption=caption, wide=("task", "answer"))
 
 
 def _sentence(text: str, ids: Iterable[tuple[str, object]]) -> str:
@@ -454,6 +499,12 @@ def inspection_html(inspection: Any) -> str:
         ]
         parts.append(_title(f"{len(calls)} uncertain tool call(s): reconcile before resuming"))
         parts.append(_table(("tool", "arguments", "call", "turn"), rows, wide=("arguments",)))
+    children = tuple(getattr(inspection, "children", ()))
+    if children:
+        parts.append(_title(f"{len(children)} sub-agent(s) at work"))
+        parts.append(
+            _table(_CHILD_HEADERS, [_child_row(c) for c in children], wide=("task", "answer"))
+        )
     context = tuple(inspection.next_context)
     parts.append(
         f"<details><summary>next context: {len(context)} message(s)</summary>"
@@ -531,11 +582,14 @@ def sessions_html(infos: Iterable[Any]) -> str:
 
 
 def show(value: Any) -> HTML:
-    """Rich display of what a ``Session`` returns: a list of tasks (``session.tasks()``), a
-    dict of pending requests (``session.pending()``), or a record with ``_repr_html_``.
+    """Rich display of what a ``Session`` returns: a list of tasks (``session.tasks()``), of
+    sub-agent calls (``session.children()``), a dict of pending requests
+    (``session.pending()``), or a record with ``_repr_html_``.
     Anything else raises ``InvalidInput``."""
     if isinstance(value, list | tuple) and all(hasattr(v, "run_ids") for v in value):
         return HTML(tasks_html(value), f"{len(value)} task(s)")
+    if isinstance(value, list | tuple) and value and all(hasattr(v, "call_id") for v in value):
+        return HTML(children_html(value), f"{len(value)} sub-agent call(s)")
     if isinstance(value, list | tuple) and all(hasattr(v, "counts") for v in value):
         return HTML(sessions_html(value), f"{len(value)} session(s)")
     if isinstance(value, Mapping) and all(hasattr(v, "request_id") for v in value.values()):

@@ -30,6 +30,11 @@ seeds' bounds):
   the middle still ends with its reason committed, and new work starts only below the cap
   less twice that reserve (``check_room``).
 
+**Sub-agents.** ``max_subagent_depth`` (3): how deep sub-agent sessions may nest below their
+root; ``max_children_per_turn`` (16): sub-agent calls one task may make. A call past either
+is refused with ``SubagentLimitExceeded`` before any child session is made: the calling
+model is told why in the call's result (``check_subagent``).
+
 The checks are pure functions of counts the caller read (``check_queue``, ``check_steering``,
 ``check_replay``, ``check_room``). This module sits at the bottom of the package: it imports
 nothing above ``errors.py``.
@@ -47,6 +52,7 @@ from agentnb.errors import (
     QueueFull,
     RecoveryLimitExceeded,
     SessionFull,
+    SubagentLimitExceeded,
 )
 
 __all__ = [
@@ -59,6 +65,7 @@ __all__ = [
     "check_replay",
     "check_room",
     "check_steering",
+    "check_subagent",
     "check_text",
 ]
 
@@ -129,9 +136,16 @@ class Limits:
     max_recovery_bytes: int | None = 128 * 1024 * 1024
     max_session_events: int | None = None
     max_session_bytes: int | None = None
+    max_subagent_depth: int = 3
+    max_children_per_turn: int = 16
 
     def __post_init__(self) -> None:
-        for name in ("max_pending_steers", "max_queued_commands"):
+        for name in (
+            "max_pending_steers",
+            "max_queued_commands",
+            "max_subagent_depth",
+            "max_children_per_turn",
+        ):
             _check_count(name, getattr(self, name), optional=False)
         for name in ("max_recovery_events", "max_recovery_bytes"):
             _check_count(name, getattr(self, name), optional=True)
@@ -179,6 +193,28 @@ def check_steering(pending: int, limits: Limits, *, turn: str) -> None:
             "messages, or raise Limits(max_pending_steers=...)",
             queue="steering",
             limit=limit,
+        )
+
+
+def check_subagent(depth: int, children: int, limits: Limits, *, agent: str) -> None:
+    """Raise ``SubagentLimitExceeded`` unless a session at ``depth`` (0 for a root session)
+    whose turn already made ``children`` sub-agent calls may make one more, to ``agent``."""
+    if depth + 1 > limits.max_subagent_depth:
+        raise SubagentLimitExceeded(
+            f"cannot call sub-agent {agent!r}: this session is {depth} level(s) below its root "
+            f"and sub-agents may nest at most {limits.max_subagent_depth} deep "
+            "(Limits(max_subagent_depth=...)); do this part of the work without delegating it",
+            limit="max_subagent_depth",
+            value=limits.max_subagent_depth,
+        )
+    if children >= limits.max_children_per_turn:
+        raise SubagentLimitExceeded(
+            f"cannot call sub-agent {agent!r}: this task already made {children} sub-agent "
+            f"calls, the limit per task (Limits(max_children_per_turn="
+            f"{limits.max_children_per_turn})); use the results you have, or do the rest "
+            "without delegating it",
+            limit="max_children_per_turn",
+            value=limits.max_children_per_turn,
         )
 
 

@@ -13,6 +13,7 @@ from agentnb.events import Message
 from agentnb.ids import SessionKey
 
 __all__ = [
+    "Child",
     "Holder",
     "InputReceipt",
     "Inspection",
@@ -39,7 +40,10 @@ class UsageTotals:
     """What a turn (or a session) consumed: tokens as the provider reported them, and counts.
 
     Tokens of calls whose provider reported no usage are not counted; ``unreported_calls``
-    says how many there were.
+    says how many there were. A turn's totals include what its sub-agents consumed (tokens,
+    model calls, unreported calls, over their whole tree), counted when each sub-agent call
+    ends; the ``subagent_*`` fields say how much of it that was, ``subagent_calls`` how many
+    sub-agent calls ended.
     """
 
     input_tokens: int = 0
@@ -51,10 +55,23 @@ class UsageTotals:
     steps: int = 0
     retries: int = 0
     unreported_calls: int = 0
+    subagent_calls: int = 0
+    subagent_input_tokens: int = 0
+    subagent_output_tokens: int = 0
+    subagent_model_calls: int = 0
 
     @property
     def total_tokens(self) -> int:
         return self.input_tokens + self.output_tokens
+
+    def __repr__(self) -> str:
+        # The sub-agent counters show only for a turn or session that delegated.
+        shown = [
+            f"{name}={getattr(self, name)!r}"
+            for name in self.__slots__
+            if not (name.startswith("subagent_") and not self.subagent_calls)
+        ]
+        return f"UsageTotals({', '.join(shown)})"
 
     @classmethod
     def of(cls, counters: Mapping[str, int]) -> UsageTotals:
@@ -99,6 +116,7 @@ class SessionInfo:
     """When the session was archived (``runtime.archive``); None while it is not."""
     cursor: str = field(default="", repr=False)
     _usage: Any = field(default=None, repr=False, compare=False)
+    _lineage: Any = field(default=None, repr=False, compare=False)
 
     @property
     def archived(self) -> bool:
@@ -113,6 +131,25 @@ class SessionInfo:
         """What the session consumed (tokens, calls, steps), read from its folds when asked:
         its newest snapshot and the events after it, never the whole log."""
         return None if self._usage is None else self._usage(self.key)
+
+    @property
+    def parent(self) -> SessionKey | None:
+        """The session whose sub-agent call made this one (None for a root session), read
+        from its first event (``subagent/linked``) when asked."""
+        return self._link()[0]
+
+    @property
+    def root(self) -> SessionKey:
+        """The session at the top of this one's tree (itself for a root session)."""
+        return self._link()[1] or self.key
+
+    @property
+    def depth(self) -> int:
+        """How many sub-agent calls below its root this session is (0 for a root)."""
+        return self._link()[2]
+
+    def _link(self) -> tuple[SessionKey | None, SessionKey | None, int]:
+        return (None, None, 0) if self._lineage is None else self._lineage(self.key)
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,7 +248,14 @@ class Task:
 
 @dataclass(frozen=True, slots=True)
 class Interaction:
-    """An open request for a person (or an outside system) to answer."""
+    """An open request for a person (or an outside system) to answer.
+
+    A sub-agent's request shows in its callers' ``pending()`` too: ``path`` names the agents
+    of the sessions it came through (from the child of the session asked, down to the one
+    asking; empty for the session's own), ``session`` the session it lives in (None: this
+    one), and ``turn_id`` is that session's turn. Answer it through the caller (it is
+    routed) or in that session directly.
+    """
 
     request_id: str
     kind: str
@@ -220,6 +264,37 @@ class Interaction:
     tool_name: str | None
     arguments: dict[str, Any]
     prompt: str | None
+    path: tuple[str, ...] = ()
+    session: SessionKey | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Child:
+    """One sub-agent call of a session and the child session that carries it out.
+
+    ``status`` is the child's task as it stands now (``queued``, ``running``, ``suspended``,
+    ``interrupted``, ``completed``, ``failed``, ``cancelled``); ``output`` / ``error`` its
+    answer or why it failed, once it ended; ``usage`` what it consumed so far (its own
+    children's included). ``session.child(call_id)`` opens the child session.
+    """
+
+    call_id: str
+    turn_id: str
+    """The calling session's turn that made the call."""
+    key: SessionKey
+    agent_id: str
+    name: str | None
+    """The sub-agent tool's name, as the caller's model called it."""
+    task: str
+    status: str
+    output: str | None = None
+    error: str | None = None
+    usage: UsageTotals | None = None
+    child_turn_id: str | None = None
+    """The child session's turn that does the task (None until it was accepted)."""
+
+    def _repr_html_(self) -> str:
+        return html.child_html(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -281,6 +356,9 @@ class Inspection:
     """Tokens the model takes in one call (``Agent(context_window=)`` or the model's own)."""
     usage: UsageTotals | None = None
     """What the whole session consumed so far."""
+    children: tuple[Child, ...] = field(default=(), repr=False)
+    """Sub-agent calls of the session whose child sessions have not ended (running, queued,
+    or waiting for a person); the HTML form shows them."""
     _tokens: Any = field(default=None, repr=False, compare=False)
 
     @property

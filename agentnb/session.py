@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from agentnb.agent import check_agent
 from agentnb.answers import ToolOutcome
+from agentnb.children import children_of, descendant_requests, route_answers
 from agentnb.errors import (
     AppendConflict,
     IdempotencyConflict,
@@ -28,9 +29,10 @@ from agentnb.errors import (
     InvalidInput,
     LeaseHeld,
     NotRunning,
+    SessionNotFound,
     StorageError,
 )
-from agentnb.events import Event, Message, canonical_json
+from agentnb.events import Event, Message, PlanItem, canonical_json
 from agentnb.folds import ChatFolds, Folds, load_context
 from agentnb.history import DEFAULT_REPLAY_LIMIT, HistoryPage, HistoryPages, read_history
 from agentnb.holders import holder_alive, holder_of
@@ -61,7 +63,9 @@ from agentnb.projections.state import (
     SessionState,
     build_context,
 )
+from agentnb.projections.subagents import key_of
 from agentnb.records import (
+    Child,
     Holder,
     InputReceipt,
     Inspection,
@@ -139,6 +143,10 @@ class SessionHost(Protocol):
 
     def session(self, session_id: str, user_id: str = "default") -> Session:
         """Get or create another session of the same agent."""
+
+    def session_of(self, key: SessionKey) -> Session:
+        """The session of ``key`` (a sub-agent's child session); ``SessionNotFound`` if it
+        does not exist, ``InvalidInput`` for an agent the host does not know."""
 
     def chat_folds(self, key: SessionKey) -> ChatFolds:
         """The one chat fold of ``key`` in this process (shared with its driver)."""
@@ -359,6 +367,12 @@ class Session:
                 holder=self._holder(),
                 context_window=agent.context_window or agent.model.context_window,
                 usage=UsageTotals.of(state.usage),
+                children=tuple(
+                    children_of(
+                        self.runtime.store,
+                        [c for c in state.children.values() if c.get("status") == "running"],
+                    )
+                ),
                 _tokens=functools.cache(lambda: agent.model.count_tokens(next_context, tools)),
             )
 
@@ -580,10 +594,54 @@ class Session:
         return self.runtime.agent.tool_named(name)
 
     def pending(self) -> dict[str, Interaction]:
-        """Open requests for a person: approvals, external results, questions."""
+        """Open requests for a person: approvals, external results, questions.
+
+        Its sub-agents' open requests too (their children's, recursively), each with the
+        ``path`` of agents it came through and the ``session`` it lives in: answer them
+        here (``respond`` routes them) or in that session.
+        """
         with self._lock:
             state, _ = self._refresh()
-            return interactions_of(state)
+            own = interactions_of(state)
+        return own | descendant_requests(state, self._open_child)
+
+    def _open_child(self, key: SessionKey) -> Session | None:
+        try:
+            return self.runtime.session_of(key)
+        except (SessionNotFound, InvalidInput):
+            return None
+
+    def children(self, turn_id: str | None = None) -> list[Child]:
+        """The sub-agent calls of this session (of turn ``turn_id`` if given), oldest first,
+        each with its child session's key and where the child's task stands now."""
+        if turn_id is not None:
+            check_id(turn_id, "turn_id")
+        with self._lock:
+            state, _ = self._refresh()
+            if turn_id is not None and turn_id not in state.turns and state.retired_turns:
+                state, _ = self._whole()
+        return children_of(self.runtime.store, state.children_of(turn_id))
+
+    def child(self, call_id: str) -> Session:
+        """The child session of the sub-agent call ``call_id`` (see ``children()``)."""
+        check_id(call_id, "call_id")
+        with self._lock:
+            state, _ = self._refresh()
+            call = state.children.get(call_id)
+            if call is None and state.retired_turns:
+                call = self._whole()[0].children.get(call_id)
+        if call is None:
+            raise InvalidInput(
+                f"no sub-agent call {call_id!r} in session {self.key}; see session.children()"
+            )
+        return self.runtime.session_of(key_of(call["child"]))
+
+    def plan(self) -> list[PlanItem]:
+        """The plan the model keeps with the built-in ``nb.todo`` tool, step by step (empty
+        until it wrote one)."""
+        with self._lock:
+            state, _ = self._refresh()
+            return [PlanItem.model_validate(item) for item in state.plan]
 
     def respond(self, request_id: str | Mapping[str, object], answer: object = _MISSING) -> Receipt:
         """Answer pending requests and continue their turn in a new run.
@@ -591,6 +649,11 @@ class Session:
         ``respond(request_id, answer)`` or ``respond({request_id: answer, ...})``. Nothing is
         written when an answer does not fit (``InvalidAnswer``); re-sending the same answers
         before they are applied returns the same receipt.
+
+        A sub-agent's request (``pending()`` shows them with their ``path``) is routed to the
+        child session that asked, and this session's turn is woken for it: the receipt
+        observes this session's turn, which goes on once the child's does. Answer one
+        session's requests at a time.
         """
         if isinstance(request_id, Mapping):
             if answer is not _MISSING:
@@ -606,11 +669,22 @@ class Session:
         self.runtime.check_open()
         with self._lock:
             state, inbox = self._refresh()
-            turn_id, checked = check_respond(state, answers, tool=self._tool)
-            self._admit(state, inbox)
-            event, _ = self.inbox.accept(
-                "respond", key=_answers_key(checked), turn_id=turn_id, data={"answers": checked}
-            )
+            if any(rid in state.interactions for rid in answers) or not any(
+                c.get("status") == "running" for c in state.children.values()
+            ):
+                turn_id, checked = check_respond(state, answers, tool=self._tool)
+                self._admit(state, inbox)
+                event, _ = self.inbox.accept(
+                    "respond",
+                    key=_answers_key(checked),
+                    turn_id=turn_id,
+                    data={"answers": checked},
+                )
+            else:  # a sub-agent's request: routed to it, and this turn woken for it
+                _, event = route_answers(
+                    self.runtime.store, self.key, state, answers, self._open_child
+                )
+                turn_id = event.payload["turn_id"]
         self.start()
         return Receipt(event.payload["command_id"], turn_id, None, "queued", None, self)
 

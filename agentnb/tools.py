@@ -12,9 +12,21 @@ say how the runtime treats a call:
 - ``external``: the call is not run here; its result arrives through ``respond``.
 
 A tool may take a ``ToolContext`` (a parameter annotated ``ToolContext`` or named ``ctx``); it
-is not part of the schema and the runtime passes it in. ``Tool.invoke`` validates the model's
-arguments, runs the function (sync functions in a worker thread, so the runtime's event loop is
-never blocked) and turns the return value into the text the model sees.
+is not part of the schema and the runtime passes it in. ``ctx.ask(question)`` asks the person
+in the middle of a call (an ``ask_user`` request): the call stops, the turn waits like any
+other request, and the person's answer runs the call again, where the same question is
+answered at once from the log (so put side effects after the question). A tool that cannot
+tell whether its effect happened raises ``ToolOutcomeUnknown``: the call is left uncertain,
+as if the process had died under it.
+
+Tools described by a JSON schema rather than a signature (another protocol's tools) are built
+with ``Tool.from_schema``. A ``Toolset`` is a source of tools that must be started first (an
+MCP server): ``Agent(tools=[...])`` takes it beside tools, and each runtime opens it once and
+closes it at ``Runtime.close()`` without knowing what is behind it.
+
+``Tool.invoke`` validates the model's arguments, runs the function (sync functions in a worker
+thread, so the runtime's event loop is never blocked) and turns the return value into the
+text the model sees.
 
 Why it is long: the tool port: schema from signatures, argument validation, sync and async
 invocation and the context a tool receives form one contract.
@@ -26,11 +38,13 @@ import asyncio
 import contextvars
 import dataclasses
 import functools
+import hashlib
 import inspect
 import re
 import typing
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from abc import ABC, abstractmethod
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Annotated, Any, overload
 
@@ -41,19 +55,27 @@ from pydantic.errors import PydanticSchemaGenerationError, PydanticUserError
 from pydantic.fields import FieldInfo
 from pydantic.json_schema import PydanticJsonSchemaWarning
 
+from agentnb.answers import Answer
 from agentnb.errors import InvalidInput
 from agentnb.ids import SessionKey
 
 __all__ = [
     "InvalidToolArguments",
+    "NeedsAnswer",
+    "OpenToolset",
+    "PlanStep",
     "Tool",
     "ToolContext",
+    "ToolOutcomeUnknown",
+    "Toolset",
+    "ask_request_id",
     "ask_user",
+    "todo",
     "tool",
 ]
 
 _TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
-_INTERACTIONS = frozenset({"ask_user"})
+_INTERACTIONS = frozenset({"ask_user", "todo"})
 
 
 @dataclass(frozen=True)
@@ -73,6 +95,7 @@ class ToolContext:
     call_id: str
     _record: Callable[[str, Any, bool], None] = field(repr=False, compare=False)
     _progress: Callable[[Any], None] = field(repr=False, compare=False)
+    _ask: Callable[[str], Answer] | None = field(default=None, repr=False, compare=False)
 
     def record(self, type: str, data: Any, required: bool = False) -> None:
         """Commit an application event of ``type`` (``vendor/name``) with payload ``data``."""
@@ -81,6 +104,52 @@ class ToolContext:
     def progress(self, data: Any) -> None:
         """Report progress of this call (JSON-able ``data``); it becomes a ``tool/chunk``."""
         self._progress(data)
+
+    def ask(self, question: str) -> Answer:
+        """The person's answer to ``question``, asked in the middle of this call.
+
+        Answered already (this is the call run again after the answer): returns it at once,
+        an ``Answer`` whose ``kind`` is ``"output"`` (``text``) or ``"reject"`` (``reason``:
+        the person declined). Not answered yet: raises ``NeedsAnswer``; let it propagate. The
+        runtime then stops the call, records an ``ask_user`` request (in ``pending()``, the
+        widget, the browser page) and suspends the turn; ``respond`` answers it and runs the
+        call again, from the start. The request id is derived from the call id and the
+        question, so the question asked again is the same request, also after a restart.
+        """
+        if not isinstance(question, str) or not question.strip():
+            raise InvalidInput("ctx.ask needs a non-empty question")
+        if self._ask is None:
+            raise InvalidInput("this ToolContext cannot ask the person (no runtime behind it)")
+        return self._ask(question)
+
+
+def ask_request_id(call_id: str, question: str, occurrence: int = 1) -> str:
+    """The request id of the ``occurrence``-th asking of ``question`` within call ``call_id``."""
+    digest = hashlib.sha256(question.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+    suffix = "" if occurrence == 1 else f".{occurrence}"
+    return f"{call_id}.ask-{digest}{suffix}"
+
+
+class NeedsAnswer(Exception):
+    """Raised by ``ToolContext.ask`` for a question the person has not answered yet.
+
+    The runtime turns it into an ``ask_user`` request and suspends the turn; the tool should
+    let it propagate. ``request_id`` and ``question`` say what is asked.
+    """
+
+    def __init__(self, request_id: str, question: str) -> None:
+        super().__init__(f"waiting for the person to answer {request_id}: {question}")
+        self.request_id = request_id
+        self.question = question
+
+
+class ToolOutcomeUnknown(Exception):
+    """Raise from a tool that cannot tell whether its effect happened (its server died).
+
+    The runtime records no result: the call is uncertain, exactly as if the process had died
+    under it. The run ends interrupted with the message as its reason; ``resume`` runs the
+    call again if its tool is ``idempotent``, else the person reconciles it first.
+    """
 
 
 class InvalidToolArguments(InvalidInput):
@@ -108,6 +177,14 @@ class _Signature:
 
 
 @dataclass(frozen=True)
+class _SchemaCall:
+    """How a ``Tool.from_schema`` tool is checked and called."""
+
+    call: Callable[[dict[str, Any], ToolContext], Awaitable[Any]]
+    check: Callable[[dict[str, Any]], None] | None
+
+
+@dataclass(frozen=True)
 class Tool:
     """A function the model may call; build one with ``@tool``.
 
@@ -126,8 +203,10 @@ class Tool:
     confirm: bool = False
     external: bool = False
     interaction: str | None = None
-    """``"ask_user"`` for the built-in ``ask_user`` tool, else None."""
+    """For the built-ins the runtime carries out itself: ``"ask_user"`` (a person answers)
+    and ``"todo"`` (the plan it records); else None."""
     _sig: _Signature | None = field(default=None, repr=False, compare=False)
+    _schema_call: _SchemaCall | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         _check_name(self.name)
@@ -142,8 +221,49 @@ class Tool:
             raise InvalidInput(
                 f"tool {self.name!r}: interaction must be one of {sorted(_INTERACTIONS)} or None"
             )
-        if self._sig is None:
+        if self._sig is None and self._schema_call is None:
             object.__setattr__(self, "_sig", _analyse(self.fn, self.name, {}))
+
+    @classmethod
+    def from_schema(
+        cls,
+        name: str,
+        description: str,
+        parameters: Mapping[str, Any],
+        call: Callable[[dict[str, Any], ToolContext], Awaitable[Any]],
+        *,
+        check: Callable[[dict[str, Any]], None] | None = None,
+        idempotent: bool = False,
+        confirm: bool = False,
+    ) -> Tool:
+        """A tool described by a JSON schema (``parameters``) instead of a signature.
+
+        The runtime awaits ``call(arguments, ctx)`` with the model's arguments as a dict; its
+        result becomes text as ``invoke`` says. ``check(arguments)`` validates them before the
+        call (raise ``InvalidToolArguments`` with a message for the model); without it only
+        "a JSON object" is checked. What another protocol's tools (MCP) become.
+        """
+        if not isinstance(parameters, Mapping):
+            raise InvalidInput(f"tool {name!r}: parameters must be a JSON schema object")
+        if not callable(call):
+            raise InvalidInput(f"tool {name!r}: call must be an async function")
+
+        async def fn(**arguments: Any) -> Any:
+            raise InvalidInput(f"tool {name!r} is called by the runtime (Tool.invoke)")
+
+        fn.__name__ = name
+        schema = _deepcopy_json(dict(parameters))
+        schema.setdefault("type", "object")
+        schema.setdefault("properties", {})
+        return cls(
+            name=name,
+            description=description,
+            parameters=schema,
+            fn=fn,
+            idempotent=idempotent,
+            confirm=confirm,
+            _schema_call=_SchemaCall(call, check),
+        )
 
     def __hash__(self) -> int:
         return hash((self.name, self.fn))
@@ -155,7 +275,7 @@ class Tool:
     @property
     def is_async(self) -> bool:
         """True when the function is a coroutine function (it runs on the loop, cancellable)."""
-        return self._signature.is_async
+        return self._schema_call is not None or self._signature.is_async
 
     @property
     def _signature(self) -> _Signature:
@@ -176,7 +296,6 @@ class Tool:
         Defaults are filled in. Unknown or missing arguments and values of the wrong type raise
         ``InvalidToolArguments``, whose message tells the model what to fix.
         """
-        sig = self._signature
         if not isinstance(arguments, Mapping):
             problem = f"arguments must be a JSON object, got {type(arguments).__name__}"
             raise InvalidToolArguments(
@@ -184,6 +303,12 @@ class Tool:
                 tool_name=self.name,
                 problems=[problem],
             )
+        if self._schema_call is not None:
+            checked: dict[str, Any] = _deepcopy_json(dict(arguments))
+            if self._schema_call.check is not None:
+                self._schema_call.check(checked)
+            return checked
+        sig = self._signature
         try:
             parsed = sig.model.model_validate(dict(arguments))
         except ValidationError as exc:
@@ -207,8 +332,10 @@ class Tool:
         ``""``, pydantic models, dicts, lists and tuples as compact JSON, anything else via
         ``str``. Exceptions raised by the function propagate unchanged.
         """
-        sig = self._signature
         kwargs = self.validate(arguments)
+        if self._schema_call is not None:
+            return _to_text(await self._schema_call.call(kwargs, ctx))
+        sig = self._signature
         if sig.ctx_param is not None:
             kwargs[sig.ctx_param] = ctx
         if sig.is_async:
@@ -526,6 +653,45 @@ def _deepcopy_json(value: Any) -> Any:
 
 
 # --------------------------------------------------------------------------------------------
+# Toolsets
+
+
+@dataclass(frozen=True)
+class OpenToolset:
+    """An opened toolset: the tools it offers now, and how to close it."""
+
+    tools: tuple[Tool, ...]
+    close: Callable[[], Awaitable[None]]
+    """Stops what ``open`` started (a server process, a connection); never raises."""
+
+
+class Toolset(ABC):
+    """A source of tools that must be started before its tools are known (an MCP server).
+
+    ``Agent(tools=[...])`` takes toolsets beside tools. Each ``Runtime`` opens the toolsets
+    of its agent once, when it is created, on its own event loop: ``open`` starts what is
+    behind the toolset and lists its tools, whose names and schemas then enter the agent's
+    fingerprint like any other tool's (so a server whose tools change is an agent change).
+    The runtime calls ``OpenToolset.close`` at ``Runtime.close()``. Between the two, the
+    toolset keeps its tools working (restarting a server that died, say); a tool call that
+    cannot be served is the tool's error, or ``ToolOutcomeUnknown`` when its effect is
+    unknown.
+
+    ``open`` raises ``ToolsetUnavailable`` (from ``agentnb.errors``) when it cannot start or
+    list, with the reason; ``label`` names the toolset in messages.
+    """
+
+    @property
+    @abstractmethod
+    def label(self) -> str:
+        """What the toolset is, for messages (a command line, a URL)."""
+
+    @abstractmethod
+    async def open(self) -> OpenToolset:
+        """Start the toolset and list its tools (on the runtime's loop)."""
+
+
+# --------------------------------------------------------------------------------------------
 # Built-in tools
 
 
@@ -544,3 +710,33 @@ def _ask_user(question: str) -> str:
 ask_user: Tool = dataclasses.replace(
     tool(_ask_user, name="ask_user", external=True), interaction="ask_user"
 )
+
+
+class PlanStep(BaseModel):
+    """One step of the plan the model keeps with the built-in ``todo`` tool."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    content: str = Field(description="What the step does, in a few words")
+    status: typing.Literal["pending", "in_progress", "completed"] = Field(
+        "pending", description="pending, in_progress (at most one at a time) or completed"
+    )
+    id: str | None = Field(
+        None, description="The step's id from the previous plan, to keep it; omit for new steps"
+    )
+
+
+def _todo(steps: list[PlanStep]) -> str:
+    """Keep your plan: the whole list of steps, each pending, in_progress or completed. Call it
+    first with the steps you intend, then again with the whole list whenever a step starts,
+    finishes or the plan changes.
+
+    Args:
+        steps: Every step of the plan, in order (not only the changed ones).
+    """
+    raise RuntimeError("the todo tool is carried out by the runtime, which records the plan")
+
+
+todo: Tool = dataclasses.replace(tool(_todo, name="todo"), interaction="todo")
+"""The built-in plan tool: the runtime records each plan as ``plan/changed`` and each step
+that changed as ``task/changed`` (``session.plan()``, the view and the exports show them)."""

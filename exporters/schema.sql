@@ -233,8 +233,10 @@ FROM req AS q LEFT JOIN res AS s USING (request_id);
 --   outcome: the recorded tool/result status: success | error | cancelled | denied | unknown
 --   status:  outcome, or reconciled (a person recorded the outcome of an uncertain call),
 --            unknown (dispatched, then its run ended without a result: a crash),
---            running (dispatched, run still open), waiting (awaiting approval), requested.
---   uncertain: the call's outcome was not observed when it ran (unknown at some point).
+--            running (dispatched, run still open), waiting (awaiting approval, or a
+--            sub-agent call whose run ended before its child did), requested.
+--   uncertain: the call's outcome was not observed when it ran (unknown at some point);
+--              never for a sub-agent call (its child session says what happened).
 --   decision: allowed | denied, once a person answered the call's confirmation (the runtime
 --             records the answer as interaction/resolved, not as a second tool/decision);
 --             otherwise the runtime's tool/decision: allowed | suspended | denied.
@@ -242,6 +244,9 @@ FROM req AS q LEFT JOIN res AS s USING (request_id);
 CREATE OR REPLACE VIEW tool_calls AS
 WITH ended AS (
   SELECT DISTINCT run_id FROM events WHERE type = 'run/end'
+), delegated AS (
+  SELECT DISTINCT namespace, user_id, agent_id, session_id, call_id
+  FROM events WHERE type = 'subagent/spawned'
 ), call_turn AS (
   -- a reconciled result may carry no turn_id: take the turn that requested the call
   SELECT namespace, user_id, agent_id, session_id, call_id, arg_max(turn_id, seq) AS req_turn
@@ -291,6 +296,8 @@ SELECT
   CASE
     WHEN a.reconciled THEN 'reconciled'
     WHEN a.outcome IS NOT NULL THEN a.outcome
+    WHEN a.dispatched_at IS NOT NULL AND e.run_id IS NOT NULL AND d.call_id IS NOT NULL
+      THEN 'waiting'
     WHEN a.dispatched_at IS NOT NULL AND e.run_id IS NOT NULL THEN 'unknown'
     WHEN a.dispatched_at IS NOT NULL THEN 'running'
     WHEN a.decision = 'suspended' THEN 'waiting'
@@ -298,10 +305,14 @@ SELECT
   END AS status,
   a.outcome, a.output, a.duration_ms, a.synthetic, a.reconciled,
   (a.reconciled OR a.was_unknown
-    OR (a.dispatched_at IS NOT NULL AND a.outcome IS NULL AND e.run_id IS NOT NULL)) AS uncertain,
+    OR (a.dispatched_at IS NOT NULL AND a.outcome IS NULL AND e.run_id IS NOT NULL
+        AND d.call_id IS NULL)) AS uncertain,
   i.request_id, i.approved, i.wait_ms AS approval_wait_ms
 FROM agg AS a
 LEFT JOIN ended AS e ON e.run_id = a.dispatch_run_id
+LEFT JOIN delegated AS d
+  ON d.namespace = a.namespace AND d.user_id = a.user_id AND d.agent_id = a.agent_id
+     AND d.session_id = a.session_id AND d.call_id = a.call_id
 LEFT JOIN interactions AS i ON i.turn_id = a.turn_id AND i.call_id = a.call_id;
 
 -- inputs: one row per input bound for the model: the task (submit), steering, injected
@@ -351,3 +362,119 @@ SELECT
   json_extract_string(payload, '$.error') AS error
 FROM raw_events
 WHERE type = 'compaction/end';
+
+-- sessions: one row per session, with its place in a tree of sub-agents (from the log alone:
+-- a child session's first event, subagent/linked, names its parent and root).
+--   session_key / parent_key / root_key: 'namespace/user_id/agent_id/session_id'
+--   depth: 0 for a root session, 1 for its children, ...
+--   parent_turn_id / parent_call_id: the parent's turn and the sub-agent call that made it
+CREATE OR REPLACE VIEW sessions AS
+WITH agg AS (
+  SELECT namespace, user_id, agent_id, session_id,
+    min(occurred_at) AS first_event_at, max(occurred_at) AS last_event_at,
+    count(*) AS events,
+    count(*) FILTER (WHERE type = 'turn/start') AS turns,
+    CAST(coalesce(sum(input_tokens) FILTER (WHERE type = 'model/end'), 0) AS BIGINT) AS input_tokens,
+    CAST(coalesce(sum(output_tokens) FILTER (WHERE type = 'model/end'), 0) AS BIGINT) AS output_tokens
+  FROM events
+  GROUP BY namespace, user_id, agent_id, session_id
+), link AS (
+  SELECT namespace, user_id, agent_id, session_id,
+    json_extract_string(payload, '$.parent.namespace') || '/'
+      || json_extract_string(payload, '$.parent.user_id') || '/'
+      || json_extract_string(payload, '$.parent.agent_id') || '/'
+      || json_extract_string(payload, '$.parent.session_id') AS parent_key,
+    json_extract_string(payload, '$.root.namespace') || '/'
+      || json_extract_string(payload, '$.root.user_id') || '/'
+      || json_extract_string(payload, '$.root.agent_id') || '/'
+      || json_extract_string(payload, '$.root.session_id') AS root_key,
+    TRY_CAST(json_extract(payload, '$.depth') AS BIGINT) AS depth,
+    json_extract_string(payload, '$.turn_id') AS parent_turn_id,
+    json_extract_string(payload, '$.call_id') AS parent_call_id
+  FROM events
+  WHERE type = 'subagent/linked'
+)
+SELECT
+  a.namespace, a.user_id, a.agent_id, a.session_id,
+  a.namespace || '/' || a.user_id || '/' || a.agent_id || '/' || a.session_id AS session_key,
+  l.parent_key,
+  coalesce(l.root_key,
+           a.namespace || '/' || a.user_id || '/' || a.agent_id || '/' || a.session_id) AS root_key,
+  coalesce(l.depth, 0) AS depth,
+  l.parent_turn_id, l.parent_call_id,
+  a.first_event_at, a.last_event_at, a.events, a.turns, a.input_tokens, a.output_tokens
+FROM agg AS a
+LEFT JOIN link AS l USING (namespace, user_id, agent_id, session_id);
+
+-- subagent_calls: one row per sub-agent call (in the calling session's log), with its child.
+--   status: running until the call has its result, then completed | failed | cancelled
+--   input_tokens / output_tokens: what the child's task consumed (its own sub-agents' too)
+CREATE OR REPLACE VIEW subagent_calls AS
+WITH spawned AS (
+  SELECT * FROM events WHERE type = 'subagent/spawned'
+  QUALIFY row_number() OVER (PARTITION BY session_id, call_id ORDER BY seq) = 1
+), done AS (
+  SELECT namespace, user_id, agent_id, session_id, call_id,
+    arg_max(occurred_at, seq) AS completed_at, arg_max(status, seq) AS status,
+    arg_max(output, seq) AS output, arg_max(error, seq) AS error,
+    arg_max(payload, seq) AS payload
+  FROM events WHERE type = 'subagent/completed'
+  GROUP BY namespace, user_id, agent_id, session_id, call_id
+)
+SELECT
+  s.namespace, s.user_id, s.agent_id, s.session_id,
+  s.namespace || '/' || s.user_id || '/' || s.agent_id || '/' || s.session_id AS session_key,
+  s.turn_id, s.run_id, s.call_id,
+  json_extract_string(s.payload, '$.name') AS tool_name,
+  json_extract_string(s.payload, '$.agent_id') AS child_agent_id,
+  json_extract_string(s.payload, '$.child.session_id') AS child_session_id,
+  json_extract_string(s.payload, '$.child.namespace') || '/'
+    || json_extract_string(s.payload, '$.child.user_id') || '/'
+    || json_extract_string(s.payload, '$.child.agent_id') || '/'
+    || json_extract_string(s.payload, '$.child.session_id') AS child_key,
+  json_extract_string(s.payload, '$.task') AS task,
+  json_extract_string(s.payload, '$.on_parent_stop') AS on_parent_stop,
+  s.occurred_at AS spawned_at, d.completed_at,
+  coalesce(d.status, 'running') AS status, d.output, d.error,
+  epoch_ms(d.completed_at) - epoch_ms(s.occurred_at) AS duration_ms,
+  CAST(coalesce(TRY_CAST(json_extract(d.payload, '$.usage.input_tokens') AS BIGINT), 0) AS BIGINT)
+    AS input_tokens,
+  CAST(coalesce(TRY_CAST(json_extract(d.payload, '$.usage.output_tokens') AS BIGINT), 0) AS BIGINT)
+    AS output_tokens,
+  CAST(coalesce(TRY_CAST(json_extract(d.payload, '$.usage.model_calls') AS BIGINT), 0) AS BIGINT)
+    AS model_calls
+FROM spawned AS s
+LEFT JOIN done AS d USING (namespace, user_id, agent_id, session_id, call_id);
+
+-- turn_totals: turns with their sub-agents rolled up (turns counts the turn's own model calls;
+-- here total_* add what its sub-agent calls consumed, their whole tree included).
+CREATE OR REPLACE VIEW turn_totals AS
+WITH sub AS (
+  SELECT namespace, user_id, agent_id, session_id, turn_id,
+    count(*) AS subagent_calls,
+    CAST(sum(input_tokens) AS BIGINT) AS subagent_input_tokens,
+    CAST(sum(output_tokens) AS BIGINT) AS subagent_output_tokens
+  FROM subagent_calls
+  GROUP BY namespace, user_id, agent_id, session_id, turn_id
+)
+SELECT
+  t.*,
+  coalesce(s.subagent_calls, 0) AS subagent_calls,
+  coalesce(s.subagent_input_tokens, 0) AS subagent_input_tokens,
+  coalesce(s.subagent_output_tokens, 0) AS subagent_output_tokens,
+  t.input_tokens + coalesce(s.subagent_input_tokens, 0) AS total_input_tokens,
+  t.output_tokens + coalesce(s.subagent_output_tokens, 0) AS total_output_tokens
+FROM turns AS t
+LEFT JOIN sub AS s USING (namespace, user_id, agent_id, session_id, turn_id);
+
+-- plan_changes: each step of a plan (the built-in todo tool) that was added, changed status
+-- or wording, or was removed, in order. status: pending | in_progress | completed | removed.
+CREATE OR REPLACE VIEW plan_changes AS
+SELECT
+  namespace, user_id, agent_id, session_id, turn_id, run_id, seq, occurred_at, call_id,
+  json_extract_string(payload, '$.id') AS step_id,
+  json_extract_string(payload, '$.content') AS content,
+  status,
+  json_extract_string(payload, '$.previous') AS previous
+FROM events
+WHERE type = 'task/changed';

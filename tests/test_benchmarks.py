@@ -135,3 +135,29 @@ def test_server_quick_run_prints_one_json_line_per_metric() -> None:
         "http_turns_per_s_vs_inprocess",
         "reconnect_1k_vs_100",
     }
+
+
+def test_mcp_quick_run_prints_one_json_line_per_metric() -> None:
+    """`bench_mcp.py --calls 40` prints JSON for the call in a turn, invoke, and the SDK floor."""
+    records = _records("bench_mcp.py", "--calls", "40")
+    assert {r["metric"] for r in records} == {
+        "mcp_call_in_a_turn",
+        "mcp_invoke",
+        "mcp_adapter_over_sdk",
+    }
+    assert all("extra_ms" in r for r in records)
+
+
+def test_otel_quick_run_prints_one_json_line_per_metric() -> None:
+    """`bench_otel.py --events 20000` prints JSON for the wall and CPU comparisons."""
+    records = _records("bench_otel.py", "--events", "20000")
+    assert {r["metric"] for r in records} == {"export_otel", "export_otel_cpu"}
+
+
+def test_subagents_quick_run_prints_one_json_line_per_metric() -> None:
+    """`bench_subagents.py --quick` prints the call overhead and the fan-out, with baselines."""
+    records = _records("bench_subagents.py", "--quick", "--work", "0.01", "--fan-work", "0.05")
+    assert {r["metric"] for r in records} == {
+        "subagent_call_vs_plain_tool",
+        "fan_out_4_vs_sequential",
+    }

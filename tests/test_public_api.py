@@ -80,7 +80,8 @@ def test_import_agentnb_stays_light() -> None:
     """`import agentnb` loads none of the optional heavy dependencies."""
     code = (
         "import sys, agentnb; heavy = [m for m in ('pyarrow', 'duckdb', 'pandas', "
-        "'ipywidgets', 'httpx', 'matplotlib', 'psycopg') if m in sys.modules]; print(heavy)"
+        "'ipywidgets', 'httpx', 'matplotlib', 'psycopg', 'mcp', 'opentelemetry') "
+        "if m in sys.modules]; print(heavy)"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True

@@ -69,6 +69,12 @@ class ExportSink(Protocol):
     holds after a crash, and refuses to drain (``SinkMismatch``) when the store's watermark is
     ahead of what the sink holds.
 
+    A sink that assembles several events into one record (``OTelSink``: a span from its
+    start and end events) may offer ``holds_back(key) -> int | None``: the seq of the first
+    event of a record it has not finished yet. The exporter keeps the watermark below it, so
+    a process that stops with the record open delivers its events again next time (the sink
+    skips, by seq, what it already took in this process).
+
     A sink that keeps what it accepted offers ``forget(tombstones)`` too (both built-in
     sinks do): it removes every row of those sessions, durably, before it returns, and
     remembers their keys in the same commit, so a tombstone delivered again is recognised
@@ -180,11 +186,16 @@ class Exporter:
         bar = self._bar(total)
         delivered = 0
         try:
+            holds_back = getattr(self.sink, "holds_back", None)
             for batch in _read_ahead(self._batches(todo)):
                 self.sink.accept(batch)
                 for key, events in batch.items():
+                    through = events[-1].seq
+                    held = holds_back(key) if holds_back is not None else None
+                    if held is not None:
+                        through = min(through, held - 1)
                     with contextlib.suppress(SessionDeleted):  # its tombstone follows below
-                        self.store.advance_watermark(key, name, events[-1].seq)
+                        self.store.advance_watermark(key, name, max(through, 0))
                 n = sum(len(events) for events in batch.values())
                 delivered += n
                 if bar is not None:

@@ -10,7 +10,10 @@ stable id:
 - a tool call: id = its ``call_id``. While the model still streams the call and the stream
   has not named the id yet, the card is ``<model_call_id>:<index>``; it takes the call id, in
   the same position, once the assistant message names it. Argument fragments of several calls
-  interleave; each card gathers its own by fragment index.
+  interleave; each card gathers its own by fragment index. A sub-agent call's card becomes a
+  ``subagent`` item once its child is spawned (``subagent``: the child's key, agent, task,
+  and its status, output and usage once it ended); a ``todo`` call's card a ``plan`` item
+  (``plan``: the steps it recorded).
 
 The fold also keeps a ``SessionState`` over the same events, so ``snapshot()`` gives the
 transcript messages, pending requests and tasks of exactly the same prefix (one watermark).
@@ -65,15 +68,16 @@ _RUN_END = {"interrupted": "interrupted", "failed": "failed", "cancelled": "canc
 class ChatItem:
     """One visible thing of the conversation: a message, an assistant reply or a tool card.
 
-    ``kind`` is ``message``, ``tool``, ``summary`` (where the working context was compacted)
-    or ``agent_changed`` (where a runtime that accepts agent changes took the session over:
-    ``text`` says what changed). ``status``: for messages ``completed``, or while an
-    assistant reply is drafted ``waiting`` (dispatched, nothing streamed yet), ``streaming``,
-    ``finishing``, and ``failed`` / ``interrupted`` / ``cancelled`` if it never completed. For
-    tool cards ``generating`` (arguments streaming), ``requested``, ``allowed``, ``waiting``
-    (for a person), ``answered``, ``running``, then the result status (``success``,
-    ``error``, ``denied``, ``cancelled``, ``unknown``) or ``interrupted`` / ``failed`` when the
-    run stopped with the call open.
+    ``kind`` is ``message``, ``tool``, ``subagent`` (a sub-agent call), ``plan`` (a ``todo``
+    call), ``summary`` (where the working context was compacted) or ``agent_changed`` (where a
+    runtime that accepts agent changes took the session over: ``text`` says what changed).
+    ``status``: for messages ``completed``, or while an assistant reply is drafted
+    ``waiting`` (dispatched, nothing streamed yet), ``streaming``, ``finishing``, and
+    ``failed`` / ``interrupted`` / ``cancelled`` if it never completed. For tool cards
+    ``generating`` (arguments streaming), ``requested``, ``allowed``, ``waiting`` (for a
+    person, or a sub-agent's person), ``answered``, ``running``, then the result status
+    (``success``, ``error``, ``denied``, ``cancelled``, ``unknown``) or ``interrupted`` /
+    ``failed`` when the run stopped with the call open.
     """
 
     id: str
@@ -104,6 +108,15 @@ class ChatItem:
     """The person-facing request of this call: ``request_id``, ``kind``, ``prompt``,
     ``arguments``, ``status`` (``pending``, ``answered``, ``cancelled``), ``answer``."""
     error: str | None = None
+    subagent: Mapping[str, Any] | None = None
+    """For a sub-agent call: ``child`` (its session key as data), ``agent_id``, ``name``,
+    ``task``, ``status`` (``running`` until the call has its result, then ``completed``,
+    ``failed`` or ``cancelled``), ``output``, ``error``, ``usage``."""
+    plan: tuple[Mapping[str, Any], ...] = ()
+    """For a ``todo`` call: the plan it recorded, step by step (``id``, ``content``,
+    ``status``)."""
+    hint: str | None = None
+    """The newest ``presentation/hint`` about this item (``expand``, ``collapse``, ...)."""
 
     def to_dict(self) -> dict[str, Any]:
         """A plain JSON object (the shape ``to_json`` writes)."""
@@ -126,6 +139,9 @@ class ChatItem:
             "result": self.result,
             "request": self.request,
             "error": self.error,
+            "subagent": self.subagent,
+            "plan": list(self.plan),
+            "hint": self.hint,
         }
 
 
@@ -165,7 +181,7 @@ class ChatSnapshot:
 PROGRESS_KEEP = 100
 """Progress reports a tool card keeps (the newest ones)."""
 
-CHAT_VERSION = 3
+CHAT_VERSION = 4
 
 ItemsLoader = Callable[[int, int], list["ChatItem"]]
 """(through_seq, count) -> the newest ``count`` chat items of the log at or below that seq."""
@@ -192,10 +208,12 @@ class _Item:
         "arguments",
         "arguments_text",
         "error",
+        "hint",
         "id",
         "index",
         "kind",
         "model_call_id",
+        "plan",
         "progress",
         "request",
         "result",
@@ -204,6 +222,7 @@ class _Item:
         "seq",
         "source",
         "status",
+        "subagent",
         "text",
         "tool_call_ids",
         "tool_name",
@@ -231,6 +250,9 @@ class _Item:
         self.result: Mapping[str, Any] | None = None
         self.request: Mapping[str, Any] | None = None
         self.error: str | None = None
+        self.subagent: Mapping[str, Any] | None = None
+        self.plan: list[Any] = []
+        self.hint: str | None = None
         self.index: int | None = None
         """For a card built from streamed fragments: the fragment index in its reply."""
         for name, value in fields.items():
@@ -258,6 +280,9 @@ class _Item:
                 result=self.result,
                 request=self.request,
                 error=self.error,
+                subagent=self.subagent,
+                plan=tuple(self.plan),
+                hint=self.hint,
             )
         return self._frozen
 
@@ -342,7 +367,8 @@ class ChatState:
                 setattr(item, name, raw[name])
             item.tool_call_ids = tuple(raw["tool_call_ids"])
             item.progress = list(raw["progress"])
-            for name in ("arguments", "result", "request"):
+            item.plan = [freeze_json(step) for step in raw["plan"]]
+            for name in ("arguments", "result", "request", "subagent"):
                 if raw[name] is not None:
                     setattr(item, name, freeze_json(raw[name]))
             item._frozen = None
@@ -682,6 +708,44 @@ class ChatState:
         key = self._key_of_call(p["call_id"])
         if key is not None and p["status"] == "interrupted":
             self._set(key, self._items[key], status="interrupted")
+        elif key is not None and p["status"] == "suspended":  # its sub-agent waits for a person
+            self._set(key, self._items[key], status="waiting")
+
+    def _on_subagent_spawned(self, event: Event, p: Any) -> None:
+        key, card = self._card(event, p["call_id"], p.get("name"))
+        info = {
+            "child": p["child"],
+            "agent_id": p["agent_id"],
+            "name": p.get("name"),
+            "task": p["task"],
+            "status": "running",
+        }
+        self._set(key, card, kind="subagent", subagent=freeze_json(info))
+
+    def _on_subagent_completed(self, event: Event, p: Any) -> None:
+        key = self._key_of_call(p["call_id"])
+        if key is None:
+            return
+        card = self._items[key]
+        info = dict(card.subagent or {"child": p["child"]})
+        info.update(
+            status=p["status"], output=p.get("output"), error=p.get("error"), usage=p.get("usage")
+        )
+        self._set(key, card, kind="subagent", subagent=freeze_json(info))
+
+    def _on_presentation_hint(self, event: Event, p: Any) -> None:
+        target = p.get("target")
+        key = self._key_of_call(target) if target else None
+        if key is not None:
+            self._set(key, self._items[key], hint=p["hint"])
+
+    def _on_plan_changed(self, event: Event, p: Any) -> None:
+        call_id = p.get("call_id")
+        key = self._key_of_call(call_id) if call_id else None
+        if key is None:
+            key = f"plan_{event.seq}"
+            self._add(key, _Item(key, "plan", "tool", event, "success", tool_name="todo"))
+        self._set(key, self._items[key], kind="plan", plan=list(p["items"]))
 
     def _on_tool_result(self, event: Event, p: Any) -> None:
         key, card = self._card(event, p["call_id"], p["name"])
@@ -731,7 +795,8 @@ class ChatState:
             if (run_id is not None and item.run_id == run_id) or (
                 run_id is None and turn_id is not None and item.turn_id == turn_id
             ):
-                if item.status == "waiting" and item.kind == "tool" and status != "cancelled":
+                waits = item.kind in {"tool", "subagent"}  # for its person, or its sub-agent's
+                if item.status == "waiting" and waits and status != "cancelled":
                     continue  # still waits for its person
                 self._set(key, item, status=status)
 
@@ -765,6 +830,10 @@ _HANDLERS = {
     "tool/chunk": ChatState._on_tool_chunk,
     "tool/result": ChatState._on_tool_result,
     "action/end": ChatState._on_action_end,
+    "subagent/spawned": ChatState._on_subagent_spawned,
+    "subagent/completed": ChatState._on_subagent_completed,
+    "plan/changed": ChatState._on_plan_changed,
+    "presentation/hint": ChatState._on_presentation_hint,
     "interaction/requested": ChatState._on_interaction_requested,
     "interaction/resolved": ChatState._on_interaction_resolved,
     "run/end": ChatState._on_run_end,

@@ -56,6 +56,15 @@ def ways_out(state: SessionState, turn: TurnState, status: str) -> str:
     """What a person can do so the turn stops blocking the queue, in one sentence."""
     t = turn.turn_id
     cancel = f"session.cancel({t!r}) drops it"
+    if (
+        status == "suspended"
+        and not state.pending_of(t)
+        and any(c.get("status") == "running" for c in state.children_of(t))
+    ):
+        return (
+            "its sub-agents wait for a person: answer them with session.respond(...) (see "
+            f"session.pending() and session.children()), or {cancel}"
+        )
     if status == "suspended":
         ids = ", ".join(r["request_id"] for r in state.pending_of(t)) or "its requests"
         return (

@@ -114,6 +114,10 @@ class ToolCallState:
     idempotent: bool = False
     dispatched: bool = False
     result: dict[str, Any] | None = None
+    attempts: int = 0
+    """Times it was dispatched."""
+    asking: str | None = None
+    """The request id of the question it stopped at (``ctx.ask``), until it runs again."""
 
 
 def _dc(value: Any) -> dict[str, Any]:
@@ -261,6 +265,14 @@ class SessionState:
         """How many context messages the last model request already carried."""
         self.agent: dict[str, Any] | None = None
         """The fingerprint of the agent the session is bound to (``agent/bound``), or None."""
+        self.children: dict[str, dict[str, Any]] = {}
+        """call_id -> a sub-agent call: the ``subagent/spawned`` payload with ``turn_id``,
+        ``run_id``, and once it ended the ``subagent/completed`` fields (``status`` is
+        ``running`` until then)."""
+        self.link: dict[str, Any] | None = None
+        """The ``subagent/linked`` payload of a child session (None for a root session)."""
+        self.plan: list[dict[str, Any]] = []
+        """The newest plan the model keeps (``plan/changed``), step by step."""
 
     @classmethod
     def fold(cls, events: Iterable[Event]) -> SessionState:
@@ -354,6 +366,9 @@ class SessionState:
             "last_checkpoint_seq": self.last_checkpoint_seq,
             "requested_messages": self.requested_messages,
             "agent": self.agent,
+            "children": dict(self.children),
+            "link": self.link,
+            "plan": list(self.plan),
         }
 
     @classmethod
@@ -391,6 +406,10 @@ class SessionState:
         state.last_checkpoint_seq = data["last_checkpoint_seq"]
         state.requested_messages = data["requested_messages"]
         state.agent = data.get("agent")  # snapshots older than agent binding have none
+        # Snapshots older than sub-agents have none (their logs held none either).
+        state.children = dict(data.get("children") or {})
+        state.link = data.get("link")
+        state.plan = list(data.get("plan") or ())
         return state
 
     # -- queries -----------------------------------------------------------------------------
@@ -404,12 +423,24 @@ class SessionState:
         return None
 
     def uncertain_calls(self, turn_id: str | None = None) -> list[ToolCallState]:
-        """Dispatched tool calls that have no result (of ``turn_id`` if given)."""
+        """Dispatched tool calls that have no result (of ``turn_id`` if given).
+
+        A sub-agent call never is: its child session says what happened, and running it
+        again attaches to the same child turn.
+        """
         return [
             c
             for c in self.tool_calls.values()
-            if c.dispatched and c.result is None and (turn_id is None or c.turn_id == turn_id)
+            if c.dispatched
+            and c.result is None
+            and c.asking is None  # stopped at a question: the answer runs it again
+            and (turn_id is None or c.turn_id == turn_id)
+            and c.call_id not in self.children
         ]
+
+    def children_of(self, turn_id: str | None = None) -> list[dict[str, Any]]:
+        """The sub-agent calls (``children`` values) of ``turn_id``, or of every kept turn."""
+        return [c for c in self.children.values() if turn_id is None or c["turn_id"] == turn_id]
 
     def open_calls(self, turn_id: str) -> list[ToolCallState]:
         """Tool calls of the turn's last assistant message that have no result yet."""
@@ -547,6 +578,8 @@ class SessionState:
         call.dispatched = True
         call.idempotent = bool(p.get("idempotent"))
         call.run_id = event.run_id
+        call.attempts += 1
+        call.asking = None
 
     def _on_tool_result(self, event: Event, p: Any) -> None:
         call = self.tool_calls.get(p["call_id"])
@@ -574,6 +607,9 @@ class SessionState:
     def _on_interaction_requested(self, event: Event, p: Any) -> None:
         request = dict(p, turn_id=event.turn_id)
         self.interactions[p["request_id"]] = request
+        call = self.tool_calls.get(p.get("call_id") or "")
+        if call is not None and call.dispatched and call.result is None:
+            call.asking = p["request_id"]  # a running call asked the person
         if p["request_id"] not in self.resolved:
             self.pending[p["request_id"]] = request
 
@@ -603,6 +639,39 @@ class SessionState:
 
     def _on_agent_changed(self, event: Event, p: Any) -> None:
         self.agent = dict(p["current"])
+
+    def _on_subagent_spawned(self, event: Event, p: Any) -> None:
+        self.children[p["call_id"]] = dict(
+            p, turn_id=event.turn_id, run_id=event.run_id, status="running"
+        )
+
+    def _on_subagent_completed(self, event: Event, p: Any) -> None:
+        child = self.children.get(p["call_id"])
+        if child is not None:
+            self.children[p["call_id"]] = dict(
+                child, status=p["status"], output=p.get("output"), error=p.get("error")
+            )
+        used = p.get("usage") or {}
+        # What the sub-agent consumed counts as this turn's (and session's): budgets see it.
+        self._count(
+            event,
+            input_tokens=used.get("input_tokens", 0),
+            output_tokens=used.get("output_tokens", 0),
+            cached_tokens=used.get("cached_tokens", 0),
+            reasoning_tokens=used.get("reasoning_tokens", 0),
+            model_calls=used.get("model_calls", 0),
+            unreported_calls=used.get("unreported_calls", 0),
+            subagent_calls=1,
+            subagent_input_tokens=used.get("input_tokens", 0),
+            subagent_output_tokens=used.get("output_tokens", 0),
+            subagent_model_calls=used.get("model_calls", 0),
+        )
+
+    def _on_subagent_linked(self, event: Event, p: Any) -> None:
+        self.link = dict(p)
+
+    def _on_plan_changed(self, event: Event, p: Any) -> None:
+        self.plan = [dict(item) for item in p["items"]]
 
     def _on_recovery(self, event: Event, p: Any) -> None:
         for run_id in p.get("interrupted_runs", ()):
@@ -646,6 +715,10 @@ _HANDLERS = {
     "context/replaced": SessionState._on_context_replaced,
     "agent/bound": SessionState._on_agent_bound,
     "agent/changed": SessionState._on_agent_changed,
+    "subagent/spawned": SessionState._on_subagent_spawned,
+    "subagent/completed": SessionState._on_subagent_completed,
+    "subagent/linked": SessionState._on_subagent_linked,
+    "plan/changed": SessionState._on_plan_changed,
 }
 
 
@@ -789,6 +862,7 @@ def retire_turns(state: SessionState, inbox: InboxState | None, keep: int = KEEP
                 commands.add(run.command_id)
                 state.run_of_command.pop(run.command_id, None)
     state.tool_calls = {k: c for k, c in state.tool_calls.items() if c.turn_id not in ids}
+    state.children = {k: c for k, c in state.children.items() if c.get("turn_id") not in ids}
     requests = {r for r, i in state.interactions.items() if i.get("turn_id") in ids}
     for request_id in requests:
         state.interactions.pop(request_id, None)

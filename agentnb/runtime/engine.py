@@ -84,6 +84,13 @@ class DriverHost(Protocol):
     def publish(self, event: LiveEvent) -> None:
         """Tell live observers (never blocks)."""
 
+    def agent_for(self, key: SessionKey) -> Agent:
+        """The agent that executes ``key`` (the runtime's, or one of its sub-agents)."""
+
+    def hand_off(self, key: SessionKey) -> None:
+        """Make sure another session's accepted work gets dispatched, here or by a worker
+        of the pool (non-blocking)."""
+
     def committed(self, key: SessionKey, events: list[Event]) -> None:
         """Called after each commit of ``key`` with the events committed."""
 
@@ -109,7 +116,7 @@ class SessionDriver:
         self.runtime = runtime
         self.key = key
         self.store = runtime.store
-        self.agent = runtime.agent
+        self.agent = runtime.agent_for(key)
         self.inbox_log = Inbox(self.store, key)
         self.wake = asyncio.Event()
         self.task: asyncio.Task[None] | None = None
@@ -477,6 +484,9 @@ class SessionDriver:
     async def _execute(self, command: Command) -> None:
         runs = self.runs
         kind = command.kind
+        subagents = runs.tools.subagents
+        if not await subagents.before_command(command):
+            return  # a sub-agent's wake-up with nothing to continue, recorded as carried out
         if kind in _AGENT_WORK and not await self._admit(command):
             return
         if kind == "submit":
@@ -488,6 +498,7 @@ class SessionDriver:
             if run_id is not None:
                 await runs.continue_(turn_id, run_id)
         elif kind == "cancel":
+            await subagents.cancel_turn(command)  # its children first, in the same commit
             await self.recipes.cancel(command)
         elif kind == "reconcile":
             await self.recipes.reconcile(command)
@@ -530,6 +541,18 @@ class SessionDriver:
     @property
     def auto_resume(self) -> bool:
         return self.runtime.auto_resume
+
+    @property
+    def limits(self) -> Limits:
+        return self.runtime.limits
+
+    def kick(self, key: SessionKey) -> None:
+        self.runtime.hand_off(key)
+
+    @property
+    def waits_for_children(self) -> bool:
+        """Whether the run waits for its sub-agents' children now (it holds no worker slot)."""
+        return self.runs.tools.subagents.waiting
 
     def publish(self, kind: str, turn_id: str, run_id: str, **data: Any) -> None:
         try:

@@ -54,15 +54,19 @@ class RunLoop:
             for call in self.host.state.open_calls(turn_id):
                 data = ToolCallData(call_id=call.call_id, name=call.name, arguments=call.arguments)
                 resolved = self.host.state.resolved.get(call.call_id)
-                if resolved is not None:
+                if call.asking is not None:
+                    if call.asking not in self.host.state.pending:  # answered: ask again
+                        await self.tools.run(turn_id, run_id, data, attempt=call.attempts + 1)
+                elif resolved is not None:
                     await self.tools.answered(turn_id, run_id, data, resolved["answer"])
                 elif call.dispatched:  # uncertain, and check_resume allowed it: idempotent
-                    await self.tools.run(turn_id, run_id, data, attempt=2)
+                    await self.tools.run(turn_id, run_id, data, attempt=call.attempts + 1)
                 elif call.call_id not in self.host.state.pending:
                     await self.tools.call(turn_id, run_id, data)
                 if self.host.stop.is_set():
                     raise StopRun
-            if self.host.state.pending_of(turn_id):
+            waiting = await self.tools.settle(turn_id, run_id)  # sub-agent calls attached again
+            if self.host.state.pending_of(turn_id) or waiting:
                 await self.recipes.finish(turn_id, run_id, "suspended", [])
                 return
         except StopRun:

@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
-from agentnb.agent import Agent
+from agentnb.agent import Agent, agents_of
 from agentnb.errors import (
     InboxChanged,
     InvalidInput,
@@ -50,9 +50,11 @@ from agentnb.projections.state import (
 )
 from agentnb.records import PruneReport, SessionCounts, SessionInfo, UsageTotals
 from agentnb.runtime.engine import SessionDriver
+from agentnb.runtime.subagents import AgentHost, session_lineage
 from agentnb.session import Session
 from agentnb.stores import SessionStore, open_store
 from agentnb.stores.base import Lease, SessionRecord, Tombstone, check_tombstone
+from agentnb.tools import OpenToolset, Tool
 
 __all__ = ["PendingWork", "Runtime"]
 
@@ -159,6 +161,7 @@ def session_info(
         None if record.archived_at is None else at(record.archived_at),
         cursor=record.cursor,
         _usage=None if store is None else functools.partial(session_usage, store),
+        _lineage=None if store is None else functools.partial(session_lineage, store),
     )
 
 
@@ -406,6 +409,10 @@ class Runtime:
     (``kick`` does nothing, ``serve`` refuses); ``wait``, ``follow`` and the widgets wake on
     the workers' commits (through ``LISTEN/NOTIFY`` on PostgreSQL).
 
+    The agent's toolsets (``nb.mcp.stdio(...)``, ...) are opened here, once, on this
+    runtime's loop (``ToolsetUnavailable`` if one cannot start), and closed by ``close``;
+    ``runtime.agent`` is the agent with their tools.
+
     ``limits`` (an ``nb.Limits``) bounds the sessions' queues, what opening one may replay,
     and (optionally) how much one may hold; the defaults are the seeds' bounds.
 
@@ -452,6 +459,8 @@ class Runtime:
         if not isinstance(lease_ttl, int | float) or not 0.2 <= lease_ttl <= 3600:
             raise InvalidInput(f"lease_ttl must be seconds in [0.2, 3600], got {lease_ttl!r}")
         self.agent = agent
+        self.agents = agents_of(agent)
+        """Every agent this runtime executes sessions of: its own and its sub-agents'."""
         self._owns_store = not isinstance(store, SessionStore)
         self.store = open_store(store)
         self.lease_ttl = float(lease_ttl)
@@ -469,6 +478,8 @@ class Runtime:
         self._kicked: dict[SessionKey, int] = {}
         """Kicks of a session its loop has not handled yet."""
         self._sessions: dict[SessionKey, Session] = {}
+        self._pooled = 0
+        """How many ``serve`` calls claim work from a pool now (their children are too)."""
         self._chat_folds: dict[SessionKey, ChatFolds] = {}
         self._chat_lock = threading.Lock()
         self._lock = threading.Lock()
@@ -483,12 +494,60 @@ class Runtime:
             target=self._loop.run_forever, daemon=True, name=f"agentnb-runtime-{agent.agent_id}"
         )
         self._thread.start()
+        self._toolsets: list[OpenToolset] = []
+        if any(a.toolsets for a in self.agents.values()):
+            self.agents = self._start_toolsets(self.agents)
+            self.agent = self.agents[agent.agent_id]
         from agentnb.export.live import LiveExporter  # optional: the export extra
 
         # Drains export_to in the background, for the sessions this runtime opened.
         self.exporter = LiveExporter.started(self.store, self.export_to, self.session_keys)
         _open_runtimes.add(self)
         _install_exit_hook()
+
+    def _start_toolsets(self, agents: dict[str, Agent]) -> dict[str, Agent]:
+        """Open the toolsets of every agent of the tree on the loop; if one fails, undo the
+        runtime's start."""
+        try:
+            return asyncio.run_coroutine_threadsafe(
+                self._open_toolsets(agents), self._loop
+            ).result()
+        except BaseException:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout=5)
+            if not self._loop.is_running():
+                self._loop.close()
+            if self._owns_store:
+                self.store.close()
+            raise
+
+    async def _open_toolsets(self, agents: dict[str, Agent]) -> dict[str, Agent]:
+        """Open the toolsets of each agent (the runtime's and its sub-agents') on this loop:
+        each agent with all its tools, by agent id.
+
+        What one opened before a later one failed is closed again before the error rises.
+        """
+        opened_agents: dict[str, Agent] = {}
+        try:
+            for agent_id, agent in agents.items():
+                tools: list[Tool] = []
+                for toolset in agent.toolsets:
+                    opened = await toolset.open()
+                    self._toolsets.append(opened)
+                    tools.extend(opened.tools)
+                opened_agents[agent_id] = agent.with_opened(tools) if agent.toolsets else agent
+            return opened_agents
+        except BaseException:
+            await self._close_toolsets()
+            raise
+
+    async def _close_toolsets(self) -> None:
+        opened, self._toolsets = self._toolsets, []
+        for toolset in reversed(opened):
+            try:
+                await toolset.close()
+            except Exception as exc:  # noqa: BLE001 - closing must go on
+                log.warning("runtime close: a toolset did not close cleanly: %s", describe(exc))
 
     # -- sessions ----------------------------------------------------------------------------
 
@@ -518,6 +577,26 @@ class Runtime:
                 f"{self.agent.agent_id!r}; create it with "
                 "runtime.session(...)"
             )
+        return self._session(key)
+
+    def agent_for(self, key: SessionKey) -> Agent:
+        """The agent that executes ``key``: the runtime's, or the sub-agent of that id."""
+        return self.agents.get(key.agent_id, self.agent)
+
+    def session_of(self, key: SessionKey) -> Session:
+        """The session of ``key``, an agent of this runtime's (a sub-agent's child session
+        too); ``InvalidInput`` for another agent's, ``SessionNotFound`` if it does not exist."""
+        self.check_open()
+        if not isinstance(key, SessionKey):
+            raise InvalidInput(f"key must be a SessionKey, got {type(key).__name__}")
+        if key.agent_id not in self.agents:
+            raise InvalidInput(
+                f"session {key} belongs to agent {key.agent_id!r}, which is neither this "
+                f"runtime's agent nor one of its sub-agents ({', '.join(sorted(self.agents))})"
+            )
+        if self.store.get_session(key) is None:
+            check_tombstone(key, self.store.tombstone(key))
+            raise SessionNotFound(f"there is no session {key}")
         return self._session(key)
 
     def all_keys(self, user_id: str | None = None) -> list[SessionKey]:
@@ -704,7 +783,10 @@ class Runtime:
         with self._lock:
             session = self._sessions.get(key)
             if session is None:
-                session = self._sessions[key] = Session(self, key)
+                agent = self.agent_for(key)
+                # A sub-agent's child session reads and works with its own agent.
+                host = self if agent is self.agent else AgentHost(self, agent)
+                session = self._sessions[key] = Session(host, key)
             return session
 
     # -- the loop ----------------------------------------------------------------------------
@@ -716,8 +798,8 @@ class Runtime:
         need not read it back. Does nothing in a runtime made with ``execute=False``:
         workers execute.
         """
-        if self._closed or not self.execute:
-            return
+        if self._closed or not self.execute or key.agent_id not in self.agents:
+            return  # another agent's session: a runtime of that agent executes it
         driver = self._drivers.get(key)
         if driver is not None:
             driver.given_up = None  # asked to try again: waiters wait for the new attempt
@@ -826,9 +908,11 @@ class Runtime:
             return folds
 
     def session_keys(self) -> list[SessionKey]:
-        """The sessions this runtime opened (what its live exporter drains)."""
+        """The sessions this runtime opened or executed (what its live exporter drains): the
+        children its sub-agent calls made and ran here too."""
+        executed = self._drivers.copy()  # changed on the loop thread; a copy is one step
         with self._lock:
-            return list(self._sessions)
+            return list(dict.fromkeys([*self._sessions, *executed]))
 
     def stop(self, key: SessionKey) -> None:
         """Stop dispatching ``key`` from this runtime (its driver finishes what it does)."""
@@ -882,6 +966,7 @@ class Runtime:
         working: dict[SessionKey, concurrent.futures.Future[None]] = {}
         claims = store if isinstance(store, PendingWork) else None
         unwatch = claims.watch_pending(wake.accepted) if claims is not None else None
+        self._pooled += claims is not None
         next_pass = 0.0
         owed = False  # a claim or scan pass fell due while every slot was busy
         scan: list[SessionKey] = []  # without an index: the sessions this round still looks at
@@ -894,7 +979,9 @@ class Runtime:
                 wake_keys: set[SessionKey] | None = keys
                 for key in [k for k, f in working.items() if f.done()]:
                     del working[key]
-                free = concurrency - len(working)
+                # A session whose run waits for its sub-agents' children holds no slot: the
+                # children it waits for take slots of this pool.
+                free = concurrency - sum(1 for k in working if not self._waits_for_children(k))
                 if time.monotonic() >= next_pass:
                     next_pass = time.monotonic() + poll
                     owed = True
@@ -916,6 +1003,7 @@ class Runtime:
                     self._loop.call_soon_threadsafe(self._wake_drivers, wake_keys)
                 wake.wait(min(poll, 0.1))  # short: ``stop`` has no way to wake this
         finally:
+            self._pooled -= claims is not None
             if unwatch is not None:
                 unwatch()
             halt.set()
@@ -923,7 +1011,11 @@ class Runtime:
 
     def _all_sessions(self) -> list[SessionKey]:
         try:
-            return self.all_keys()
+            return [
+                r.key
+                for agent_id in self.agents
+                for r in self.store.list_sessions(namespace=self.namespace, agent_id=agent_id)
+            ]
         except StorageError as exc:  # the store is away: the next pass tries again
             log.warning("worker: could not list sessions: %s", describe(exc))
             return []
@@ -944,18 +1036,35 @@ class Runtime:
                 if key not in working:
                     taken.append((key, None))
             return taken
+        leases: list[Lease] = []
         try:
-            leases = claims.claim_pending(
-                self.owner,
-                ttl=self.lease_ttl,
-                limit=free,
-                agent_id=self.agent.agent_id,
-                namespace=self.namespace,
-            )
+            # The sessions of every agent it executes: its own and its sub-agents' children.
+            for agent_id in self.agents:
+                if len(leases) >= free:
+                    break
+                leases += claims.claim_pending(
+                    self.owner,
+                    ttl=self.lease_ttl,
+                    limit=free - len(leases),
+                    agent_id=agent_id,
+                    namespace=self.namespace,
+                )
         except StorageError as exc:  # the store is away: the next pass tries again
             log.warning("worker: could not look for work: %s", describe(exc))
-            return []
         return [(lease.key, lease) for lease in leases]
+
+    def _waits_for_children(self, key: SessionKey) -> bool:
+        driver = self._drivers.get(key)
+        return driver is not None and driver.waits_for_children
+
+    def hand_off(self, key: SessionKey) -> None:
+        """Make sure another session's accepted work is dispatched (a sub-agent's child, a
+        parent its child woke): here, or, while this runtime serves a pool of workers
+        (``serve`` on a store with a pending-work index), by whichever worker claims it."""
+        if self._pooled:
+            self._loop.call_soon_threadsafe(self._wake_drivers, {key})
+            return
+        self.kick(key)
 
     def _wake_drivers(self, keys: set[SessionKey] | None = None) -> None:
         """Wake the live drivers of ``keys`` (None: every one) to look at their inboxes."""
@@ -1114,6 +1223,7 @@ class Runtime:
                     task.cancel()
                 if pending:
                     await asyncio.wait(pending, timeout=1.0)
+            await self._close_toolsets()  # after the runs: their calls are over
             try:  # the model's connection pool lives on this loop
                 await asyncio.wait_for(self.agent.model.aclose(), timeout)
             except Exception as exc:  # noqa: BLE001 - closing must go on

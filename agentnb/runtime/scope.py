@@ -15,6 +15,7 @@ from typing import Any, Protocol
 
 from agentnb.agent import Agent
 from agentnb.ids import SessionKey
+from agentnb.limits import Limits
 from agentnb.log import Inbox
 from agentnb.projections.state import InboxState, SessionState
 from agentnb.runtime.writer import LogWriter
@@ -107,6 +108,13 @@ class RunHost(Protocol):
 
     @property
     def auto_resume(self) -> bool: ...
+
+    @property
+    def limits(self) -> Limits: ...
+
+    def kick(self, key: SessionKey) -> None:
+        """Make sure another session's accepted work gets dispatched (a sub-agent's child, a
+        parent woken by its child): by this runtime if it executes it, else by a worker."""
 
     def publish(self, kind: str, turn_id: str, run_id: str, **data: Any) -> None:
         """Tell live observers (best effort: a failing observer never fails the run)."""

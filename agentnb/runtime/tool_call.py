@@ -5,7 +5,10 @@ arguments do not fit, suspended when a person must answer first, else run), comm
 ``tool/dispatch`` before the tool runs (the side effect) and records its result. A tool runs
 under ``contained`` so that not even ``SystemExit`` escapes it; what it reports goes through
 ``Reports``, bounded per call; ``interaction_kind`` and ``prompt`` say which person-facing
-request a call needs and how it is worded.
+request a call needs and how it is worded. A tool that asks the person mid-call
+(``ctx.ask``) is stopped and its question becomes an ``ask_user`` request; the answer runs it
+again, and ``Reports.ask`` hands it the recorded answer. A tool that raises
+``ToolOutcomeUnknown`` leaves its call uncertain and ends the run interrupted.
 """
 
 from __future__ import annotations
@@ -16,12 +19,22 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import Any
 
+from agentnb.agent import SubagentTool
+from agentnb.answers import Answer
 from agentnb.errors import InvalidInput, describe
 from agentnb.events import Event, ToolCallData
+from agentnb.runtime.plan import record_plan
 from agentnb.runtime.recipes import Recipes
 from agentnb.runtime.scope import RunHost, StopRun
+from agentnb.runtime.subagents import SubagentCalls
 from agentnb.runtime.writer import LogWriter
-from agentnb.tools import InvalidToolArguments, ToolContext
+from agentnb.tools import (
+    InvalidToolArguments,
+    NeedsAnswer,
+    ToolContext,
+    ToolOutcomeUnknown,
+    ask_request_id,
+)
 
 __all__ = [
     "MAX_PROGRESS_EVENTS",
@@ -79,8 +92,14 @@ class Reports:
         run_id: str,
         call_id: str,
         publish: Callable[..., None],
+        answers: Callable[[str], Mapping[str, Any] | None] = lambda _: None,
     ) -> None:
         self.writer = writer
+        self.answers = answers
+        """request_id -> its ``interaction/resolved`` payload, if the person answered."""
+        self.asked: tuple[str, str] | None = None
+        """(request_id, question) of the first question not answered yet."""
+        self.questions: dict[str, int] = {}
         self.ids = (turn_id, run_id, call_id)
         self.publish = publish
         self.loop = asyncio.get_running_loop()
@@ -133,6 +152,23 @@ class Reports:
         if keep:
             self._on_loop(event)
 
+    def ask(self, question: str) -> Answer:
+        """``ctx.ask``: the recorded answer, or ``NeedsAnswer`` (remembered in ``asked``)."""
+        _, _, call_id = self.ids
+        with self.lock:
+            occurrence = self.questions[question] = self.questions.get(question, 0) + 1
+        request_id = ask_request_id(call_id, question, occurrence)
+        resolved = self.answers(request_id)
+        if resolved is not None and resolved.get("status", "answered") == "answered":
+            answer = resolved.get("answer") or {}
+            if answer.get("declined"):
+                return Answer("reject", reason=str(answer.get("reason") or "declined"))
+            return Answer("output", text=str(answer.get("output", "")))
+        with self.lock:
+            if self.asked is None:
+                self.asked = (request_id, question)
+        raise NeedsAnswer(request_id, question)
+
     def _chunk(self, index: int, data: Any, skipped: int) -> Event:
         turn_id, run_id, call_id = self.ids
         payload = {"call_id": call_id, "index": index, "data": data, "skipped": skipped}
@@ -181,6 +217,7 @@ class ToolRunner:
         self.flush_before_side_effect = flush
         self.bad_arguments = bad_arguments
         """Why calls of the last model reply had arguments that were not a JSON object."""
+        self.subagents = SubagentCalls(host, recipes, flush)
 
     async def calls(self, turn_id: str, run_id: str, calls: list[ToolCallData]) -> bool:
         """Run (or ask about) the calls of one reply; True if the turn must wait for a person."""
@@ -196,7 +233,12 @@ class ToolRunner:
             waiting = await self.call(turn_id, run_id, call) or waiting
             if self.host.stop.is_set():
                 raise StopRun
-        return waiting
+        return await self.settle(turn_id, run_id) or waiting
+
+    async def settle(self, turn_id: str, run_id: str) -> bool:
+        """Wait for the sub-agent calls this run dispatched (they run concurrently); True if
+        one waits for a person (see ``runtime/subagents.py``)."""
+        return await self.subagents.settle(turn_id, run_id)
 
     def problem(self, call: ToolCallData) -> str | None:
         """Why this call cannot run (unknown tool, arguments that do not fit), or None."""
@@ -212,6 +254,8 @@ class ToolRunner:
             tool.validate(call.arguments)
         except InvalidToolArguments as exc:
             return str(exc)
+        if isinstance(tool, SubagentTool):
+            return self.subagents.problem(tool, call)
         return None
 
     async def call(self, turn_id: str, run_id: str, call: ToolCallData) -> bool:
@@ -265,20 +309,31 @@ class ToolRunner:
             turn_id=turn_id,
             run_id=run_id,
         )
-        await self.run(turn_id, run_id, call)
-        return False
+        return await self.run(turn_id, run_id, call)
 
     async def answered(
         self, turn_id: str, run_id: str, call: ToolCallData, answer: Mapping[str, Any]
-    ) -> None:
-        """Carry out a call a person answered: their output, the approved call, or a denial."""
+    ) -> bool:
+        """Carry out a call a person answered: their output, the approved call, or a denial.
+
+        True if the approved call then asked the person something (the turn waits again).
+        """
         if "output" in answer:  # external execution or a question: the person's answer
             self.recipes.add_result(
                 call.call_id, call.name, "success", answer["output"], turn_id=turn_id, run_id=run_id
             )
+        elif answer.get("declined"):
+            self.recipes.add_result(
+                call.call_id,
+                call.name,
+                "success",
+                f"The user declined to answer: {answer.get('reason') or 'no reason given'}",
+                turn_id=turn_id,
+                run_id=run_id,
+            )
         elif answer.get("approved"):
             arguments = dict(answer.get("edited_args") or call.arguments)
-            await self.run(
+            return await self.run(
                 turn_id,
                 run_id,
                 ToolCallData(call_id=call.call_id, name=call.name, arguments=arguments),
@@ -294,14 +349,26 @@ class ToolRunner:
                 run_id=run_id,
                 synthetic=True,
             )
+        return False
 
-    async def run(self, turn_id: str, run_id: str, call: ToolCallData, attempt: int = 1) -> None:
-        """Dispatch (durably first), run, and record one tool call."""
+    async def run(self, turn_id: str, run_id: str, call: ToolCallData, attempt: int = 1) -> bool:
+        """Dispatch (durably first), run, and record one tool call.
+
+        True if the call asked the person a question not answered yet: it is stopped, its
+        question is an ``ask_user`` request, and the turn must wait (no result is recorded;
+        the answer runs the call again).
+        """
         host = self.host
         stop = host.stop
         w = host.writer
         tool = host.agent.tool_named(call.name)
         assert tool is not None
+        if isinstance(tool, SubagentTool):  # a child session carries it out: settle() waits
+            self.subagents.dispatch(turn_id, run_id, call, tool, attempt)
+            return False
+        if tool.interaction == "todo":  # the runtime's own: it records the plan
+            record_plan(host, self.recipes, turn_id, run_id, call, tool)
+            return False
         arguments = dict(call.arguments)
         w.add(
             "tool/dispatch",
@@ -323,15 +390,28 @@ class ToolRunner:
         )
         await self.flush_before_side_effect(turn_id)
         w = host.writer
-        reports = Reports(w, turn_id, run_id, call.call_id, host.publish)
-        ctx = ToolContext(host.key, turn_id, run_id, call.call_id, reports.record, reports.progress)
+        reports = Reports(w, turn_id, run_id, call.call_id, host.publish, self.answer_to)
+        ctx = ToolContext(
+            host.key,
+            turn_id,
+            run_id,
+            call.call_id,
+            reports.record,
+            reports.progress,
+            reports.ask,
+        )
         started = time.monotonic()
         task = asyncio.ensure_future(contained(tool.invoke, arguments, ctx))
         stop.tool_task, stop.tool_is_async, stop.tool_name = task, tool.is_async, tool.name
         stop.abandon.clear()
+        outcome_unknown: ToolOutcomeUnknown | None = None
         try:
             output = await self.output(task)
             status, action = "success", "returned"
+        except (NeedsAnswer, ToolOutcomeUnknown) as exc:
+            if isinstance(exc, ToolOutcomeUnknown):
+                outcome_unknown = exc
+            output, status, action = "", "error", "failed"
         except asyncio.CancelledError:
             if not stop.is_set():
                 raise
@@ -353,6 +433,8 @@ class ToolRunner:
             stop.tool_task = None
         await asyncio.sleep(0)  # let records/progress handed over from a worker thread land
         reports.close()
+        if reports.asked is not None or outcome_unknown is not None:
+            return self.stopped(turn_id, run_id, call, reports.asked, outcome_unknown)
         w.add(
             "action/end",
             {"call_id": call.call_id, "name": tool.name, "status": action},
@@ -368,6 +450,52 @@ class ToolRunner:
             run_id=run_id,
             duration_ms=round((time.monotonic() - started) * 1000, 3),
         )
+        return False
+
+    def answer_to(self, request_id: str) -> Mapping[str, Any] | None:
+        """How the person resolved ``request_id``, read from the current fold."""
+        return self.host.state.resolved.get(request_id)
+
+    def stopped(
+        self,
+        turn_id: str,
+        run_id: str,
+        call: ToolCallData,
+        asked: tuple[str, str] | None,
+        unknown: ToolOutcomeUnknown | None,
+    ) -> bool:
+        """A call that stopped without a result: it asked the person (True: the turn waits),
+        or its outcome is unknown (the run stops; the call stays uncertain)."""
+        w = self.host.writer
+        status = "suspended" if asked is not None else "interrupted"
+        w.add(
+            "action/end",
+            {"call_id": call.call_id, "name": call.name, "status": status},
+            turn_id=turn_id,
+            run_id=run_id,
+        )
+        if asked is not None:
+            request_id, question = asked
+            w.add(
+                "interaction/requested",
+                {
+                    "request_id": request_id,
+                    "kind": "ask_user",
+                    "call_id": call.call_id,
+                    "tool_name": call.name,
+                    "arguments": dict(call.arguments),
+                    "prompt": question,
+                },
+                turn_id=turn_id,
+                run_id=run_id,
+            )
+            return True
+        self.host.stop.request(
+            f"the outcome of {call.name} ({call.call_id}) is unknown: "
+            f"{describe(unknown or ToolOutcomeUnknown(), typed=False)}",
+            "tool_outcome_unknown",
+        )
+        raise StopRun
 
     async def output(self, task: asyncio.Future[str]) -> str:
         """The tool's result; if ``close`` abandons a sync tool that ignores the stop, cancel."""

@@ -62,6 +62,8 @@ STATUS: dict[type[BaseException], int] = {
     errors.LeaseHeld: 409,
     errors.Fenced: 409,
     errors.SessionFull: 409,
+    errors.SubagentLimitExceeded: 409,
+    errors.ToolsetUnavailable: 503,
     errors.Corrupt: 500,
     TimeoutError: 504,
 }
@@ -99,13 +101,19 @@ _DESCRIBED = {
     401: "no valid token or sign-in (Unauthorized)",
     403: "a signed-in page's change without its CSRF header",
     404: "no such session for this user (SessionNotFound), or no such route",
-    409: "a conflict with the session's state (NotRunning, CannotResume, SessionBusy, ...)",
+    409: (
+        "a conflict with the session's state or a bound (NotRunning, CannotResume, "
+        "SessionBusy, SubagentLimitExceeded, ...)"
+    ),
     410: "the session was deleted (SessionDeleted)",
     413: "the request body is too large",
     423: "the session is archived (SessionArchived)",
     429: "a queue is full (QueueFull); retry after Retry-After seconds",
     500: "an unexpected failure (never with a stack trace)",
-    503: "the store refused or could not be reached (StorageError)",
+    503: (
+        "the store refused or could not be reached (StorageError), or a toolset would not "
+        "start (ToolsetUnavailable)"
+    ),
     504: "accepted, but not carried out in time (Timeout)",
 }
 PROBLEM_RESPONSES: dict[int | str, dict[str, Any]] = {
@@ -181,6 +189,10 @@ def problem_of(exc: BaseException, instance: str | None = None) -> tuple[int, di
         extra = {"calls": wire.dump(exc.calls)}
     elif isinstance(exc, errors.AgentChanged):
         extra = {"changes": list(exc.changes)}
+    elif isinstance(exc, errors.SubagentLimitExceeded):
+        extra = {"limit": exc.limit, "value": exc.value}
+    elif isinstance(exc, errors.ToolsetUnavailable):
+        extra = {"toolset": exc.toolset}
     type_ = "Timeout" if isinstance(exc, TimeoutError) else type(exc).__name__
     detail = str(exc) or _title(type_)
     if status >= 500:

@@ -15,6 +15,7 @@ from agentnb.events import Event
 from agentnb.ids import SessionKey
 from agentnb.projections.chat import ChatState
 from agentnb.projections.state import InboxState
+from agentnb.records import Child, Interaction
 
 __all__ = ["ViewedSession"]
 
@@ -56,8 +57,10 @@ class ViewedSession(Protocol):
     view folds on by itself); ``log`` / ``inbox``: reads after a seq and a follow of the
     committed events; ``executing()``: whether some runtime executes it now;
     ``runtime.agent.tool_named``: the agent's tools (whether Resume may re-run a call);
-    ``runtime.check_open()``: raises once the runtime (or the connection) is closed; and the
-    verbs its buttons call.
+    ``runtime.check_open()``: raises once the runtime (or the connection) is closed;
+    ``pending()`` with its sub-agents' requests (their ``path``), ``children(turn_id)`` and
+    ``child(call_id)`` for the sub-agent cards (the nested view opens ``child`` the same
+    way); and the verbs its buttons call.
     """
 
     @property
@@ -75,6 +78,12 @@ class ViewedSession(Protocol):
     def chat_copy(self) -> tuple[ChatState, InboxState]: ...
 
     def executing(self) -> bool: ...
+
+    def pending(self) -> dict[str, Interaction]: ...
+
+    def children(self, turn_id: str | None = ...) -> list[Child]: ...
+
+    def child(self, call_id: str) -> ViewedSession: ...
 
     def submit(self, input: str, key: str | None = ...) -> Any: ...
 

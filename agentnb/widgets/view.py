@@ -51,7 +51,7 @@ from agentnb.projections.chat import (
 )
 from agentnb.projections.decisions import check_resume, effective_status, latest_unfinished
 from agentnb.projections.state import PARKING, InboxState, SessionState
-from agentnb.records import Interaction, Task
+from agentnb.records import Child, Interaction, Task
 from agentnb.widgets.source import ViewedSession
 
 try:
@@ -173,6 +173,67 @@ def tool_html(item: ChatItem) -> str:
     return f'<div class="agentnb-tool-body">{"".join(parts)}</div>'
 
 
+def subagent_title(item: ChatItem) -> str:
+    """A sub-agent card's title (plain text)."""
+    info = item.subagent or {}
+    name = info.get("name") or info.get("agent_id") or item.tool_name or "sub-agent"
+    return f"sub-agent {name} \u00b7 {item.status}"
+
+
+def subagent_html(item: ChatItem, live: Child | None = None) -> str:
+    """A sub-agent card's body: the task, where the child's task stands (``live``: read
+    from the child's own log now), and its answer once it ended."""
+    info = item.subagent or {}
+    status = live.status if live is not None else str(info.get("status", item.status))
+    child = info.get("child") or {}
+    parts = [
+        (
+            f"<div>{_badge(status)} <code>{_esc(info.get('agent_id', ''))}</code> "
+            f'<span style="{_LABEL}">{_esc(child.get("session_id", ""))}</span></div>'
+        ),
+        f'<div style="{_LABEL}">task</div><pre style="{_PRE}">{_esc(info.get("task", ""))}</pre>',
+    ]
+    if live is not None and live.usage is not None:
+        used = live.usage
+        progress = []
+        if used.steps:
+            progress.append(f"{used.steps} step(s)")
+        if used.tool_calls:
+            progress.append(f"{used.tool_calls} tool call(s)")
+        if used.total_tokens:
+            progress.append(f"{used.total_tokens} tokens")
+        if progress:
+            parts.append(f'<div style="{_LABEL}">progress: {_esc(" · ".join(progress))}</div>')
+    output = live.output if live is not None and live.output else info.get("output")
+    error = live.error if live is not None and live.error else info.get("error")
+    if output:
+        parts.append(
+            f'<div style="{_LABEL}">answer</div>'
+            f'<div class="agentnb-subagent-answer" style="{_BOX}{_ROLE_STYLE["assistant"]}'
+            f'white-space:normal;">{markdown_html(str(output))}</div>'
+        )
+    if error:
+        parts.append(f'<div style="color:#c0392b;">{_esc(error)}</div>')
+    return f'<div class="agentnb-subagent-body">{"".join(parts)}</div>'
+
+
+def plan_title(item: ChatItem) -> str:
+    """A ``todo`` card's title (plain text)."""
+    n = len(item.plan)
+    return f"plan \u00b7 {n} step{'' if n == 1 else 's'}"
+
+
+def plan_html(item: ChatItem) -> str:
+    """A ``todo`` card's body: the plan it recorded, one line per step."""
+    marks = {"completed": "\u2611", "in_progress": "\u25b6", "pending": "\u2610"}
+    rows = [
+        f"<div>{marks.get(str(step.get('status')), '')} {_esc(step.get('content', ''))} "
+        f'<span style="{_LABEL}">{_esc(step.get("status", ""))}</span></div>'
+        for step in item.plan
+    ]
+    return f'<div class="agentnb-plan-body">{"".join(rows) or "(empty plan)"}</div>'
+
+
 def request_html(request: Interaction) -> str:
     """The text of a pending-request card."""
     kind = {
@@ -182,9 +243,13 @@ def request_html(request: Interaction) -> str:
     }.get(request.kind, request.kind)
     arguments = _json_text(request.arguments) if request.arguments else ""
     body = f'<pre style="{_PRE}">{_esc(arguments)}</pre>' if arguments else ""
+    path = ""
+    if request.path:  # a sub-agent's request, answered here and routed to it
+        via = " \u203a ".join(request.path)
+        path = f' <span class="agentnb-request-path" style="{_LABEL}">from {_esc(via)}</span>'
     return (
         f'<div style="{_BOX}border-left:3px solid #c77d00;">'
-        f"<b>{_esc(kind)}</b> <code>{_esc(request.tool_name or '')}</code>"
+        f"<b>{_esc(kind)}</b> <code>{_esc(request.tool_name or '')}</code>{path}"
         f"<div>{_esc(request.prompt or '')}</div>{body}</div>"
     )
 
@@ -237,6 +302,13 @@ def waiting_words(state: SessionState, executing: bool) -> tuple[str, str] | Non
     if status not in PARKING:
         return None
     name = task_name(latest.input)
+    if status == "suspended" and not state.pending_of(latest.turn_id):
+        working = [c for c in state.children_of(latest.turn_id) if c.get("status") == "running"]
+        if working:
+            names = ", ".join(dict.fromkeys(str(c.get("name") or c["agent_id"]) for c in working))
+            return f"{name} is waiting for its sub-agent {names}, which waits for you above", (
+                latest.turn_id
+            )
     if status == "suspended":
         kinds = [r.get("kind") for r in state.pending_of(latest.turn_id)]
         wanted = [_WAITS_FOR.get(str(k), "an answer") for k in dict.fromkeys(kinds)]
@@ -324,6 +396,16 @@ def _still_html(view: _View | None, why: str) -> str:
                 f'<details class="agentnb-tool"><summary>{_esc(tool_title(item))}</summary>'
                 f"{tool_html(item)}</details>"
             )
+        elif item.kind == "subagent":
+            items.append(
+                f'<details class="agentnb-subagent"><summary>{_esc(subagent_title(item))}'
+                f"</summary>{subagent_html(item)}</details>"
+            )
+        elif item.kind == "plan":
+            items.append(
+                f'<details class="agentnb-plan" open><summary>{_esc(plan_title(item))}</summary>'
+                f"{plan_html(item)}</details>"
+            )
         elif item.kind == "agent_changed":
             items.append(marker_html(item))
         elif item.kind == "summary":
@@ -348,6 +430,7 @@ class _View:
     """Everything one render needs, computed under the state lock (immutable values)."""
 
     __slots__ = (
+        "children",
         "cursor",
         "items",
         "pending",
@@ -370,7 +453,10 @@ class _View:
         resumable: str | None,
         waiting: tuple[str, str] | None,
         working_on: tuple[str, str] | None,
+        children: dict[str, Child] | None = None,
     ) -> None:
+        self.children = children or {}
+        """call_id -> the live state of a sub-agent call still at work."""
         self.cursor = cursor
         self.items = items
         self.total = total
@@ -433,6 +519,10 @@ class SessionView(w.VBox):  # type: ignore[misc]  # ipywidgets ships no type inf
         self._closed = False
         self._item_widgets: dict[str, tuple[ChatItem, Any]] = {}
         self._request_widgets: dict[str, Any] = {}
+        self._live_children: dict[str, Child] = {}
+        """The sub-agent calls at work at the last drawing (their cards follow the child)."""
+        self.nested: dict[str, SessionView] = {}
+        """call_id -> the child's own chat, opened in its sub-agent card."""
         self._last: _View | None = None
         """What the last drawing showed (a closed view keeps it as static markup)."""
         self.renders = 0
@@ -573,6 +663,22 @@ class SessionView(w.VBox):  # type: ignore[misc]  # ipywidgets ships no type inf
                 self._fold_inbox()
             state = self._state
             pending = interactions_of(state.session)
+            working = {
+                c["turn_id"] for c in state.session.children.values() if c["status"] == "running"
+            }
+        children: dict[str, Child] = {}
+        if working and not offline:  # sub-agents at work: their cards and requests, live
+            for turn_id in working:
+                for child in self.session.children(turn_id):
+                    if child.status not in {"completed", "failed", "cancelled"} or any(
+                        c["call_id"] == child.call_id and c["status"] == "running"
+                        for c in state.session.children.values()
+                    ):
+                        children[child.call_id] = child
+            pending = pending | {
+                rid: r for rid, r in self.session.pending().items() if r.path and rid not in pending
+            }
+        with self._lock:
             active = state.session.active_run if live else None
             running = (state.session.runs[active].turn_id, active) if active else None
             working_on = None
@@ -589,6 +695,7 @@ class SessionView(w.VBox):  # type: ignore[misc]  # ipywidgets ships no type inf
                 resumable=self._resumable(live),
                 waiting=None if running else waiting_words(state.session, live),
                 working_on=working_on,
+                children=children,
             )
 
     def _resumable(self, live: bool) -> str | None:
@@ -612,6 +719,7 @@ class SessionView(w.VBox):  # type: ignore[misc]  # ipywidgets ships no type inf
         with self._draw_lock:
             if self._closed:
                 return
+            self._live_children = view.children
             self._draw_items(view)
             self._draw_requests(view.pending)
             _set(self.tasks, "value", tasks_html(view.tasks))
@@ -640,12 +748,18 @@ class SessionView(w.VBox):  # type: ignore[misc]  # ipywidgets ships no type inf
                 widget = self._item_widget(item)
             else:
                 widget = known[1]
-                if known[0] is not item:
+                if known[0].kind != item.kind:  # a tool card that became a sub-agent or plan
+                    _close_tree(widget)
+                    widget = self._item_widget(item)
+                elif known[0] is not item or item.id in view.children:
                     self._update_item_widget(widget, item)
             new[item.id] = (item, widget)
             children.append(widget)
         for key, (_, widget) in old.items():
             if key not in new:
+                nested = self.nested.pop(key, None)
+                if nested is not None:
+                    nested.close()
                 _close_tree(widget)
         self._item_widgets = new
         if tuple(children) != tuple(self.transcript.children):
@@ -668,18 +782,84 @@ class SessionView(w.VBox):  # type: ignore[misc]  # ipywidgets ships no type inf
             card = w.Accordion(children=[body], titles=(tool_title(item),))
             card.add_class("agentnb-item")
             card.add_class("agentnb-tool")
+            return _apply_hint(card, item)
+        if item.kind == "subagent":
+            return _apply_hint(self._subagent_card(item), item)
+        if item.kind == "plan":
+            body = w.HTML(plan_html(item))
+            card = w.Accordion(children=[body], titles=(plan_title(item),))
+            card.selected_index = 0  # a plan shows open
+            card.add_class("agentnb-item")
+            card.add_class("agentnb-plan")
             return card
         widget = w.HTML(message_html(item))
         widget.add_class("agentnb-item")
         widget.add_class(f"agentnb-{item.role}")
         return widget
 
+    def _subagent_card(self, item: ChatItem) -> Any:
+        """A sub-agent call: its child's task and live progress, and a button that opens the
+        child's own chat (a nested ``SessionView``) inside the card."""
+        call_id = item.id
+        body = w.HTML(subagent_html(item, self._live_children.get(call_id)))
+        toggle = w.Button(description="Open its chat", tooltip="The sub-agent's own chat")
+        toggle.add_class("agentnb-subagent-open")
+        holder = w.VBox()
+        holder.add_class("agentnb-subagent-chat")
+        toggle.on_click(lambda _: self.toggle_child(call_id))
+        card = w.Accordion(
+            children=[w.VBox([body, toggle, holder])], titles=(subagent_title(item),)
+        )
+        card.add_class("agentnb-item")
+        card.add_class("agentnb-subagent")
+        if item.status in {"running", "waiting"}:
+            card.selected_index = 0  # a sub-agent at work shows open
+        return card
+
+    def toggle_child(self, call_id: str) -> SessionView | None:
+        """Open the child's own chat in its sub-agent card (or close it): the nested view."""
+        known = self._item_widgets.get(call_id)
+        if known is None:
+            return None
+        box = known[1].children[0]
+        toggle, holder = box.children[1], box.children[2]
+        nested = self.nested.pop(call_id, None)
+        if nested is not None:
+            nested.close()
+            holder.children = ()
+            toggle.description = "Open its chat"
+            return None
+        child = self._act("Open", lambda: self.session.child(call_id))
+        if child is None:
+            return None
+        nested = SessionView(child, max_items=20, redraw_interval=self.redraw_interval)
+        nested.add_class("agentnb-nested")
+        nested.layout.border_left = "3px solid #8e7cc3"  # the child's chat, one level in
+        nested.layout.padding = "0 0 0 8px"
+        self.nested[call_id] = nested
+        holder.children = (nested,)
+        toggle.description = "Close its chat"
+        return nested
+
     def _update_item_widget(self, widget: Any, item: ChatItem) -> None:
         if item.kind in {"summary", "agent_changed"}:
             return  # a marker never changes
+        if item.kind == "subagent":
+            if not isinstance(widget.children[0], w.VBox):  # a tool card that became one
+                return
+            body = widget.children[0].children[0]
+            _set(body, "value", subagent_html(item, self._live_children.get(item.id)))
+            _set(widget, "titles", (subagent_title(item),))
+            _apply_hint(widget, item)
+            return
+        if item.kind == "plan":
+            _set(widget.children[0], "value", plan_html(item))
+            _set(widget, "titles", (plan_title(item),))
+            return
         if item.kind == "tool":
             _set(widget.children[0], "value", tool_html(item))
             _set(widget, "titles", (tool_title(item),))
+            _apply_hint(widget, item)
         else:
             _set(widget, "value", message_html(item))
 
@@ -890,6 +1070,9 @@ class SessionView(w.VBox):  # type: ignore[misc]  # ipywidgets ships no type inf
                 last = self._last
             still = w.HTML(_still_html(last, why))
             still.add_class("agentnb-closed")
+            for nested in self.nested.values():  # each leaves its own still copy
+                nested.close()
+            self.nested.clear()
             live = self.children
             self.children = (still,)
             for child in live:
@@ -939,7 +1122,8 @@ class SessionView(w.VBox):  # type: ignore[misc]  # ipywidgets ships no type inf
                     moved = self.session.inbox.head() != self._inbox.seq
                 except Exception:  # noqa: BLE001 - a closed store: keep the last drawing
                     moved = False
-                if not (idle or moved):
+                # Sub-agents at work move in their own logs: their cards redraw each check.
+                if not (idle or moved or self._live_children):
                     continue
             if self._stop.is_set():
                 return
@@ -952,6 +1136,15 @@ class SessionView(w.VBox):  # type: ignore[misc]  # ipywidgets ships no type inf
             except Exception as exc:  # noqa: BLE001 - drawing errors show in the view
                 _set(self.error, "value", error_html(f"Redraw failed: {exc}"))
             last = time.monotonic()
+
+
+def _apply_hint(card: Any, item: ChatItem) -> Any:
+    """A card opens or closes as the newest ``presentation/hint`` about it says."""
+    if item.hint == "expand":
+        _set(card, "selected_index", 0)
+    elif item.hint == "collapse":
+        _set(card, "selected_index", None)
+    return card
 
 
 def _set(widget: Any, name: str, value: Any) -> None:

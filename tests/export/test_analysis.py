@@ -206,6 +206,7 @@ class TestFrames:
 EXPECTED_ROWS: dict[str, int | None] = {
     "approvals": 2,
     "context_growth": None,  # one row per model call: counted from the store
+    "cost_per_agent": None,  # one row per session (each its own tree's root): counted
     "failed_turns": 1,
     "interrupted_runs": 2,
     "model_retries": 1,
@@ -213,6 +214,7 @@ EXPECTED_ROWS: dict[str, int | None] = {
     "session_activity": 2,
     "slowest_tools": 4,
     "steering_per_turn": 1,
+    "subagent_work": 0,  # no sub-agents here: tests/test_subagents.py has the tree
     "tokens_per_user_day": None,  # one row per (user, UTC day): counted from the store
     "tool_usage": 6,
     "turn_events": None,  # T5's committed events: counted from the store
@@ -235,9 +237,12 @@ class TestQueries:
         self, name: str, known_session: Known, known_parquet: Path, known_duckdb: Path
     ) -> None:
         """Each query returns the same, expected number of rows from Parquet and DuckDB."""
-        params = {"turn_id": known_session.turns["T5"]} if name == "turn_events" else {}
+        with_turn = name in {"turn_events", "subagent_work"}
+        params = {"turn_id": known_session.turns["T5"]} if with_turn else {}
         expected = EXPECTED_ROWS[name]
-        if name == "turn_events":
+        if name == "cost_per_agent":
+            expected = len(known_session.head)
+        elif name == "turn_events":
             expected = len(_events_of_turn(known_session, known_session.turns["T5"]))
         elif name == "tokens_per_user_day":
             expected = len(known_session.token_days)
@@ -852,6 +857,57 @@ DTYPES = {
         ),
         **dict.fromkeys(["received_at", "applied_at", "discarded_at"], "datetime64[us, UTC]"),
     },
+    "sessions": {
+        **dict.fromkeys(
+            [
+                "namespace",
+                "user_id",
+                "agent_id",
+                "session_id",
+                "session_key",
+                "parent_key",
+                "root_key",
+                "parent_turn_id",
+                "parent_call_id",
+            ],
+            "string",
+        ),
+        "depth": "Int64",
+        **dict.fromkeys(["first_event_at", "last_event_at"], "datetime64[us, UTC]"),
+        **dict.fromkeys(["events", "turns", "input_tokens", "output_tokens"], "Int64"),
+    },
+    "subagent_calls": {
+        **dict.fromkeys(
+            [
+                "namespace",
+                "user_id",
+                "agent_id",
+                "session_id",
+                "session_key",
+                "turn_id",
+                "run_id",
+                "call_id",
+                "tool_name",
+                "child_agent_id",
+                "child_session_id",
+                "child_key",
+                "task",
+                "on_parent_stop",
+            ],
+            "string",
+        ),
+        **dict.fromkeys(["spawned_at", "completed_at"], "datetime64[us, UTC]"),
+        **dict.fromkeys(["status", "output", "error"], "string"),
+        **dict.fromkeys(["duration_ms", "input_tokens", "output_tokens", "model_calls"], "Int64"),
+    },
+    "plan_changes": {
+        **dict.fromkeys(
+            ["namespace", "user_id", "agent_id", "session_id", "turn_id", "run_id"], "string"
+        ),
+        "seq": "Int64",
+        "occurred_at": "datetime64[us, UTC]",
+        **dict.fromkeys(["call_id", "step_id", "content", "status", "previous"], "string"),
+    },
 }
 
 
@@ -878,8 +934,9 @@ class TestDtypes:
         self, known_session: Known, known_duckdb: Path, name: str
     ) -> None:
         """Audit query columns are never numpy object, int64 or bool: sums are Int64 too."""
-        params = {"turn_id": known_session.turns["T5"]} if name == "turn_events" else {}
+        with_turn = name in {"turn_events", "subagent_work"}
+        params = {"turn_id": known_session.turns["T5"]} if with_turn else {}
         df = analysis.query(name, f"duckdb:{known_duckdb}", **params)
-        assert len(df)
+        assert len(df) or name == "subagent_work"  # no sub-agents in this store
         loose = {c: str(t) for c, t in df.dtypes.items() if str(t) in {"object", "int64", "bool"}}
         assert not loose, loose

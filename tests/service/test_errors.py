@@ -30,6 +30,8 @@ DOCUMENTED = {  # the statuses the issue names, by kind
     errors.SessionArchived: 423,
     errors.QueueFull: 429,
     errors.StorageError: 503,
+    errors.SubagentLimitExceeded: 409,
+    errors.ToolsetUnavailable: 503,
 }
 
 
@@ -45,11 +47,25 @@ def example(klass: type[errors.AgentnbError]) -> errors.AgentnbError:
         return klass(message, [call])
     if klass is errors.AgentChanged:
         return klass(message, changes=["instructions changed"])
+    if klass is errors.SubagentLimitExceeded:
+        return klass(message, limit="max_subagent_depth", value=3)
+    if klass is errors.ToolsetUnavailable:
+        return klass(message, toolset="python -m some_mcp_server")
     return klass(message)
 
 
 def data_of(exc: BaseException) -> dict[str, Any]:
-    keys = ("turn_id", "blocking_turn", "blocking_status", "queue", "limit", "calls", "changes")
+    keys = (
+        "turn_id",
+        "blocking_turn",
+        "blocking_status",
+        "queue",
+        "limit",
+        "value",
+        "calls",
+        "changes",
+        "toolset",
+    )
     return {k: getattr(exc, k) for k in keys if hasattr(exc, k)}
 
 

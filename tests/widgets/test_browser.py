@@ -4,7 +4,10 @@ Starts ``jupyter lab`` (and ``jupyter notebook``, Notebook 7) on a free loopback
 random token and a temporary root, opens ``browser/view_demo.ipynb`` (a scripted agent behind
 a ``SessionView``), submits a task, watches the reply stream in, approves the pending order,
 restarts the kernel, re-runs the cell and checks the same conversation is shown. A
-screenshot of the view is saved under ``artifacts/``.
+screenshot of the view is saved under ``artifacts/``. A second notebook,
+``browser/subagent_demo.ipynb``, drives a coordinator whose sub-agent asks for an approval:
+the nested card, the request answered in the parent's view, the child's chat opened inside
+the card (screenshot too).
 
 Never downloads a browser: it uses ``/usr/bin/chromium`` (``.ci/run`` installs Debian's
 package) and skips, saying so, only when that is absent.
@@ -34,7 +37,8 @@ def lab(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, P
     """JupyterLab 4 or Notebook 7 on loopback, serving a temp root with the demo notebook."""
     root = tmp_path / "root"
     root.mkdir()
-    shutil.copy(HERE / "browser" / "view_demo.ipynb", root / "view_demo.ipynb")
+    for demo in ("view_demo.ipynb", "subagent_demo.ipynb"):
+        shutil.copy(HERE / "browser" / demo, root / demo)
     server: Server
     with jupyter_server(request.param, root, tmp_path) as server:
         yield server.url("view_demo.ipynb"), root
@@ -97,3 +101,49 @@ def test_drive_a_session_view_in_a_browser(
         finally:
             browser.close()
     assert (root / "chat.sqlite").exists()
+
+
+@pytest.mark.parametrize("lab", ["jupyterlab"], indirect=True)
+def test_a_subagent_call_is_a_nested_card_in_the_browser(
+    lab: tuple[str, Path], request: pytest.FixtureRequest
+) -> None:
+    """A sub-agent's card, its approval answered in the parent's view, its chat opened inside."""
+    from playwright.sync_api import expect, sync_playwright
+
+    url, root = lab
+    url = url.replace("view_demo.ipynb", "subagent_demo.ipynb")
+    dialogs: list[str] = []
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS, headless=True)
+        try:
+            page = browser.new_page(viewport={"width": 1200, "height": 1400})
+            page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+            page.goto(url)
+            run_all(page)
+            expect(page.locator(".agentnb-view")).to_have_count(1, timeout=STEP)
+            page.locator(".agentnb-input textarea").fill("Get pens for the office")
+            page.locator("button.agentnb-submit").click()
+            card = page.locator(".agentnb-subagent").first
+            expect(card).to_contain_text("sub-agent buyer", timeout=STEP)
+            expect(card).to_contain_text("Order three pens", timeout=STEP)  # its task
+            pending = page.locator(".agentnb-pending")
+            expect(pending).to_contain_text("from buyer", timeout=STEP)  # the child's request
+            page.locator("button.agentnb-approve").click()
+            transcript = page.locator(".agentnb-transcript").first
+            expect(transcript).to_contain_text("The buyer ordered three pens.", timeout=STEP)
+            expect(page.locator(".agentnb-tasks").first).to_contain_text("completed")
+            expect(card).to_contain_text("Three pens are ordered.", timeout=STEP)  # its answer
+            card.locator("button.agentnb-subagent-open").click()
+            nested = card.locator(".agentnb-view")
+            expect(nested).to_have_count(1, timeout=STEP)
+            expect(nested.locator(".agentnb-transcript")).to_contain_text(
+                "Checking the catalogue first.", timeout=STEP
+            )
+            expect(nested).to_contain_text("create_order \u00b7 success")
+            assert dialogs == [], f"page script ran: {dialogs}"
+            screenshot(
+                page.locator(".agentnb-view").first, f"subagent_view-{request.node.callspec.id}"
+            )
+        finally:
+            browser.close()
+    assert (root / "subagents.sqlite").exists()
