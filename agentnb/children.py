@@ -10,7 +10,7 @@ the receipt it returns observes the calling session's turn.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, MutableMapping
 from typing import Any, Protocol
 
 from agentnb.errors import AgentnbError, InvalidAnswer
@@ -51,15 +51,23 @@ def _executing(store: SessionStore, key: SessionKey) -> bool:
     return lease is not None and holder_alive(lease.owner) is not False
 
 
-def children_of(store: SessionStore, calls: Iterable[Mapping[str, Any]]) -> list[Child]:
+def children_of(
+    store: SessionStore,
+    calls: Iterable[Mapping[str, Any]],
+    folds: MutableMapping[SessionKey, Folds] | None = None,
+) -> list[Child]:
     """``Child`` records of sub-agent calls (``SessionState.children`` values), each with its
-    child's task as it stands now."""
+    child's task as it stands now. ``folds``: the children's folds, kept between calls by a
+    reader that asks again and again (each read then folds only what is new)."""
     out: list[Child] = []
     for call in calls:
         key = key_of(call["child"])
         before = _executing(store, key)  # and after: see ``SubagentCalls._look``
         try:
-            state, inbox = Folds(store, key).refresh()
+            if folds is None:
+                state, inbox = Folds(store, key).refresh()
+            else:
+                state, inbox = folds.setdefault(key, Folds(store, key)).refresh()
         except AgentnbError:  # deleted, or unreadable: the parent's record is what is left
             state = None
         if state is None:

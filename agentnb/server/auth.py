@@ -9,6 +9,13 @@ answered; the cookie is ``SameSite=Strict`` as well. Tokens are checked by
 ``agentnb.tokens.verify`` (digests only, constant-time comparison) on every request, so a
 revoked token, or a signed-out page, is refused at once. ``create_app(auth=False)`` makes
 every request act for the user ``default`` (``agentnb serve`` allows that on loopback only).
+
+``open_session`` resolves the session a route names, for the principal's user. A route's
+``{session_id}`` is a session id or, for a sub-agent's child session (whose own id is
+``<parent id>/<call id>``), the parent's followed by ``/children/<call id>``, nested for
+grandchildren: ``/v1/sessions/s1/children/call_a/stream`` is the stream of the child of
+``s1``'s call ``call_a``. The child is found through its parent's ``child(call_id)``, so it
+is scoped as its root is: a child of another user's session is a 404, as that session is.
 """
 
 from __future__ import annotations
@@ -16,23 +23,65 @@ from __future__ import annotations
 import hashlib
 import hmac
 from dataclasses import dataclass
+from typing import Annotated
 
-from fastapi import Request, Security
+from fastapi import Path, Request, Security
 from fastapi.security import APIKeyCookie, HTTPAuthorizationCredentials, HTTPBearer
+from starlette.convertors import Convertor, register_url_convertor
 
 from agentnb import tokens
-from agentnb.errors import InvalidInput, Unauthorized
+from agentnb.errors import InvalidInput, SessionNotFound, Unauthorized
 from agentnb.ids import check_id
 from agentnb.server.problems import Problem
 from agentnb.session import Session
 from agentnb.stores.base import SessionStore, TokenRecord
 
-__all__ = ["COOKIE", "CSRF_HEADER", "Auth", "Principal", "current_user", "open_session"]
+__all__ = [
+    "CHILDREN",
+    "COOKIE",
+    "CSRF_HEADER",
+    "SESSION",
+    "Auth",
+    "Principal",
+    "SessionId",
+    "current_user",
+    "open_session",
+]
 
 COOKIE = "agentnb_session"
 CSRF_HEADER = "X-CSRF-Token"
 _SAFE = frozenset({"GET", "HEAD", "OPTIONS"})
 DEFAULT_USER = "default"
+CHILDREN = "/children/"
+"""What joins a parent's session id and a call id in a child session's address."""
+
+
+class _SessionRef(Convertor[str]):
+    """A route's ``{session_id:session}``: a session id, then ``/children/<call id>`` for
+    each sub-agent level (a grammar without ambiguity: no route name follows a bare
+    ``/children/``)."""
+
+    regex = "[^/]+(?:/children/[^/]+)*"
+
+    def convert(self, value: str) -> str:
+        return value
+
+    def to_string(self, value: str) -> str:
+        return value
+
+
+register_url_convertor("session", _SessionRef())
+SESSION = "/sessions/{session_id:session}"
+"""The path of a session (or a child session) that every per-session route starts with."""
+SessionId = Annotated[
+    str,
+    Path(
+        description=(
+            "a session id; a sub-agent's child session is its parent's followed by "
+            "`/children/<call id>` (nested for grandchildren)"
+        )
+    ),
+]
 
 _bearer = HTTPBearer(
     auto_error=False,
@@ -130,8 +179,22 @@ def check_session_id(session_id: str) -> str:
 
 
 def open_session(request: Request, session_id: str, principal: Principal) -> Session:
-    """The principal's session ``session_id``: ``SessionNotFound`` (404) if it has none of
-    that id, whether nobody has one or another user does; ``SessionDeleted`` (410)."""
+    """The principal's session ``session_id`` (or the child session it addresses, see the
+    module): ``SessionNotFound`` (404) if it has none of that id, whether nobody has one or
+    another user does, or if the parent has no sub-agent call of that id; ``SessionDeleted``
+    (410). Every id is checked before the store is read."""
+    root, *calls = session_id.split(CHILDREN)
+    check_session_id(root)
+    for call_id in calls:
+        check_id(call_id, "call_id")
     runtime = request.app.state.runtime
-    session: Session = runtime.open(check_session_id(session_id), user_id=principal.user_id)
+    session: Session = runtime.open(root, user_id=principal.user_id)
+    for call_id in calls:
+        try:
+            session = session.child(call_id)
+        except InvalidInput:
+            raise SessionNotFound(
+                f"session {session.key.session_id!r} has no sub-agent call {call_id!r}; "
+                "its children are listed at .../children"
+            ) from None
     return session

@@ -8,12 +8,15 @@
   results, requests) goes in as text nodes.
 * ``panel``: the session's state beside the chat: its status, the running run (what
   Interrupt names), the turn Resume would continue, why the queue is parked, the pending
-  requests and the newest tasks.
+  requests (its sub-agents' too, each with its ``path`` of agents: answered here, they are
+  routed), the newest tasks, and ``children``: where each sub-agent call still open stands
+  (a ``Child`` by call id: the child's status and usage so far), for the live cards.
 """
 
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from markdown_it import MarkdownIt
@@ -25,7 +28,7 @@ from agentnb.projections.chat import ChatItem, ChatState, interactions_of, tasks
 from agentnb.projections.decisions import check_resume, effective_status, latest_unfinished
 from agentnb.projections.queue import blocking_turn
 from agentnb.projections.state import PARKING, InboxState
-from agentnb.records import Task
+from agentnb.records import Child, Interaction, Task
 
 __all__ = ["PANEL_TASKS", "item_json", "markdown_html", "panel", "status_of"]
 
@@ -72,8 +75,17 @@ def status_of(tasks: list[Task]) -> str:
     return "queued" if queued else "idle"
 
 
-def panel(chat: ChatState, inbox: InboxState, *, executing: bool, tool: Any) -> dict[str, Any]:
-    """The page's session panel at the fold's position (see the module docstring)."""
+def panel(
+    chat: ChatState,
+    inbox: InboxState,
+    *,
+    executing: bool,
+    tool: Any,
+    descendants: Mapping[str, Interaction] | None = None,
+    children: Sequence[Child] = (),
+) -> dict[str, Any]:
+    """The page's session panel at the fold's position (see the module docstring);
+    ``descendants``: the sub-agents' open requests, ``children``: the open calls' children."""
     state = chat.session
     tasks = tasks_of(state, inbox, executing=executing)
     active = state.active_run if executing else None
@@ -101,6 +113,8 @@ def panel(chat: ChatState, inbox: InboxState, *, executing: bool, tool: Any) -> 
             f"{queued} queued task(s) wait behind turn {turn.turn_id}, which is {why}: "
             f"{todo}, or cancel it."
         )
+    pending = interactions_of(state)
+    pending.update({r: i for r, i in (descendants or {}).items() if r not in pending})
     last = state.latest_turn
     return {
         "seq": chat.seq,
@@ -113,6 +127,7 @@ def panel(chat: ChatState, inbox: InboxState, *, executing: bool, tool: Any) -> 
         ),
         "parked": parked,
         "queued": queued,
-        "pending": {rid: wire.dump(i) for rid, i in interactions_of(state).items()},
+        "pending": {rid: wire.dump(i) for rid, i in pending.items()},
         "tasks": [wire.dump(t) for t in tasks[-PANEL_TASKS:]],
+        "children": {c.call_id: wire.dump(c) for c in children},
     }

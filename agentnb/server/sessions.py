@@ -16,13 +16,20 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from agentnb import wire
 from agentnb.errors import InvalidInput, SessionNotFound
-from agentnb.events import Message
+from agentnb.events import Message, PlanItem
 from agentnb.history import HistoryPage
 from agentnb.ids import new_id
 from agentnb.projections.chat import ChatItem
-from agentnb.records import Inspection, Interaction, Outcome, Receipt, SessionInfo, Task
+from agentnb.records import Child, Inspection, Interaction, Outcome, Receipt, SessionInfo, Task
 from agentnb.runtime.runtime import Runtime, session_info
-from agentnb.server.auth import Principal, check_session_id, current_user, open_session
+from agentnb.server.auth import (
+    SESSION,
+    Principal,
+    SessionId,
+    check_session_id,
+    current_user,
+    open_session,
+)
 from agentnb.server.problems import PROBLEM_RESPONSES
 from agentnb.server.render import item_json, status_of
 from agentnb.server.stream import format_cursor
@@ -47,6 +54,7 @@ HistoryPageModel = wire.model_of(HistoryPage)
 TombstoneModel = wire.model_of(Tombstone)
 OutcomeModel = wire.model_of(Outcome)
 ChatItemModel = wire.model_of(ChatItem)
+ChildModel = wire.model_of(Child)
 WAITS = anyio.CapacityLimiter(64)
 """Threads that may hold ``/wait`` requests at once (apart from the pool other routes use)."""
 
@@ -98,7 +106,7 @@ class SessionPatch(BaseModel):
 class Snapshot(BaseModel):
     """``session.snapshot()`` with the session's status and its record, at one watermark."""
 
-    session_id: str
+    session_id: str = Field(description="the session's own id (a child's: '<parent>/<call>')")
     cursor: str = Field(description="'<session_id>:<seq>': stream after it")
     seq: int = Field(description="the last execution-log seq the snapshot covers")
     status: str
@@ -112,7 +120,7 @@ class Snapshot(BaseModel):
 class Status(BaseModel):
     """What a follower needs to know without reading the log."""
 
-    session_id: str
+    session_id: str = Field(description="the session's own id (a child's: '<parent>/<call>')")
     seq: int
     inbox_seq: int
     executing: bool
@@ -258,10 +266,10 @@ def create_session(
     return _info(runtime, session)
 
 
-@router.get("/sessions/{session_id}", response_model=Snapshot, summary="session.snapshot()")
+@router.get(SESSION, response_model=Snapshot, summary="session.snapshot()")
 def get_session(
     request: Request,
-    session_id: str,
+    session_id: SessionId,
     principal: User,
     messages: bool = True,
     html: bool = False,
@@ -269,9 +277,10 @@ def get_session(
     runtime = _runtime(request)
     session = open_session(request, session_id, principal)
     snap = session.snapshot()
+    own_id = session.key.session_id
     return {
-        "session_id": session_id,
-        "cursor": format_cursor(session_id, snap.cursor),
+        "session_id": own_id,
+        "cursor": format_cursor(own_id, snap.cursor),
         "seq": snap.cursor,
         "status": status_of(list(snap.tasks)),
         "items": [item_json(i, html=html) for i in snap.items],
@@ -282,9 +291,9 @@ def get_session(
     }
 
 
-@router.patch("/sessions/{session_id}", response_model=SessionInfoModel, summary="session.update")
+@router.patch(SESSION, response_model=SessionInfoModel, summary="session.update")
 def patch_session(
-    request: Request, session_id: str, principal: User, body: SessionPatch
+    request: Request, session_id: SessionId, principal: User, body: SessionPatch
 ) -> dict[str, Any]:
     session = open_session(request, session_id, principal)
     title: Any = body.title if "title" in body.model_fields_set else UNSET
@@ -293,11 +302,13 @@ def patch_session(
 
 
 @router.delete(
-    "/sessions/{session_id}", response_model=TombstoneModel, summary="session.delete(force=)"
+    SESSION,
+    response_model=TombstoneModel,
+    summary="session.delete(force=)",
 )
 def delete_session(
     request: Request,
-    session_id: str,
+    session_id: SessionId,
     principal: User,
     force: bool = False,
     reason: str = "",
@@ -307,23 +318,25 @@ def delete_session(
 
 
 @router.post(
-    "/sessions/{session_id}/archive", response_model=SessionInfoModel, summary="session.archive"
+    f"{SESSION}/archive",
+    response_model=SessionInfoModel,
+    summary="session.archive",
 )
-def archive(request: Request, session_id: str, principal: User) -> Any:
+def archive(request: Request, session_id: SessionId, principal: User) -> Any:
     return wire.dump(open_session(request, session_id, principal).archive())
 
 
 @router.post(
-    "/sessions/{session_id}/unarchive",
+    f"{SESSION}/unarchive",
     response_model=SessionInfoModel,
     summary="session.unarchive",
 )
-def unarchive(request: Request, session_id: str, principal: User) -> Any:
+def unarchive(request: Request, session_id: SessionId, principal: User) -> Any:
     return wire.dump(open_session(request, session_id, principal).unarchive())
 
 
-@router.get("/sessions/{session_id}/inspect", response_model=InspectionModel)
-def inspect(request: Request, session_id: str, principal: User) -> Any:
+@router.get(f"{SESSION}/inspect", response_model=InspectionModel)
+def inspect(request: Request, session_id: SessionId, principal: User) -> Any:
     """``session.inspect()``, with ``context_tokens`` counted."""
     found = open_session(request, session_id, principal).inspect()
     data = wire.dump(found)
@@ -331,10 +344,10 @@ def inspect(request: Request, session_id: str, principal: User) -> Any:
     return data
 
 
-@router.get("/sessions/{session_id}/history", response_model=HistoryPageModel)
+@router.get(f"{SESSION}/history", response_model=HistoryPageModel)
 def history(
     request: Request,
-    session_id: str,
+    session_id: SessionId,
     principal: User,
     limit: int = 100,
     after: str | None = None,
@@ -343,10 +356,10 @@ def history(
     return wire.dump(open_session(request, session_id, principal).history(limit, after))
 
 
-@router.get("/sessions/{session_id}/events", response_model=EventPage)
+@router.get(f"{SESSION}/events", response_model=EventPage)
 def events(
     request: Request,
-    session_id: str,
+    session_id: SessionId,
     principal: User,
     after: Annotated[int, Query(ge=0)] = 0,
     limit: Annotated[int, Query(ge=1, le=EVENTS_LIMIT)] = EVENTS_LIMIT,
@@ -358,10 +371,10 @@ def events(
     return {"events": [e.model_dump(mode="json") for e in found], "head": head}
 
 
-@router.get("/sessions/{session_id}/inbox", response_model=EventPage)
+@router.get(f"{SESSION}/inbox", response_model=EventPage)
 def inbox(
     request: Request,
-    session_id: str,
+    session_id: SessionId,
     principal: User,
     after: Annotated[int, Query(ge=0)] = 0,
     limit: Annotated[int, Query(ge=1, le=1000)] = 1000,
@@ -373,22 +386,22 @@ def inbox(
     return {"events": [e.model_dump(mode="json") for e in found], "head": head}
 
 
-@router.get("/sessions/{session_id}/status", response_model=Status)
-def status(request: Request, session_id: str, principal: User) -> dict[str, Any]:
+@router.get(f"{SESSION}/status", response_model=Status)
+def status(request: Request, session_id: SessionId, principal: User) -> dict[str, Any]:
     """Both heads and whether a runtime executes the session now."""
     session = open_session(request, session_id, principal)
     return {
-        "session_id": session_id,
+        "session_id": session.key.session_id,
         "seq": session.log.head(),
         "inbox_seq": session.inbox.head(),
         "executing": session.executing(),
     }
 
 
-@router.get("/sessions/{session_id}/tasks", response_model=list[TaskModel])  # type: ignore[valid-type]
+@router.get(f"{SESSION}/tasks", response_model=list[TaskModel])  # type: ignore[valid-type]
 def tasks(
     request: Request,
-    session_id: str,
+    session_id: SessionId,
     principal: User,
     limit: Annotated[int | None, Query(ge=1)] = None,
     before: str | None = None,
@@ -398,16 +411,39 @@ def tasks(
 
 
 @router.get(
-    "/sessions/{session_id}/pending",
+    f"{SESSION}/pending",
     response_model=dict[str, InteractionModel],  # type: ignore[valid-type]
 )
-def pending(request: Request, session_id: str, principal: User) -> Any:
-    """``session.pending()``."""
+def pending(request: Request, session_id: SessionId, principal: User) -> Any:
+    """``session.pending()``: its own requests and its sub-agents' (each with its ``path``
+    of agents and the ``session`` it lives in; answer them here, they are routed)."""
     return wire.dump(open_session(request, session_id, principal).pending())
 
 
-@router.post("/sessions/{session_id}/wait", response_model=WaitResult)
-async def wait(request: Request, session_id: str, principal: User, body: WaitRequest) -> Any:
+@router.get(
+    f"{SESSION}/children",
+    response_model=list[ChildModel],  # type: ignore[valid-type]
+)
+def children(
+    request: Request,
+    session_id: SessionId,
+    principal: User,
+    turn_id: Annotated[str | None, Query(description="only this turn's calls")] = None,
+) -> Any:
+    """``session.children(turn_id)``: the session's sub-agent calls, oldest first, each with
+    its child session's key and where the child's task stands now. A child is addressed as
+    ``/v1/sessions/{session_id}/children/{call_id}`` (every per-session route works there)."""
+    return wire.dump(open_session(request, session_id, principal).children(turn_id))
+
+
+@router.get(f"{SESSION}/plan", response_model=list[PlanItem])
+def plan(request: Request, session_id: SessionId, principal: User) -> Any:
+    """``session.plan()``: the plan the model keeps with the built-in ``todo`` tool."""
+    return wire.dump(open_session(request, session_id, principal).plan())
+
+
+@router.post(f"{SESSION}/wait", response_model=WaitResult)
+async def wait(request: Request, session_id: SessionId, principal: User, body: WaitRequest) -> Any:
     """``session.wait(receipt, timeout)``, holding the request at most 30 s: null when the
     run has not settled by then (ask again). ``Parked`` (409) when it cannot move."""
     fields = body.model_dump(exclude={"timeout"})

@@ -25,10 +25,18 @@ a catch-up read from the store, that frame carries every item instead, with ``"r
 true``. Events without ``id:`` are not committed and never move the cursor: ``event:
 chunk`` (text and tool-call pieces as the model streams them, each with its ``piece``
 number: the ``model/chunk`` frame that commits it covers ``[index, index + pieces)``),
-``event: state`` (page: the session panel, see ``render.panel``), ``event: status``
+``event: state`` (page: the session panel, see ``render.panel``, with the sub-agents' open
+requests and their children's live status), ``event: status``
 (raw: ``seq``, ``inbox_seq``, ``executing``), and ``event: end`` when the session is
 deleted or the token revoked. A server that shuts down just ends the stream: the browser
 reconnects with ``Last-Event-ID`` and goes on from there.
+
+A page stream's feed also watches the children of the sub-agent calls its session has open
+(one thread each, asleep on the child's commits like the feed on its own): each commit of a
+child sends the panel again, so a card shows the child's progress live and a child's
+approval or question shows in its parent's page at once. A grandchild's request shows when
+its parent (the child) settles. Each child's own chat is a stream of its own
+(``/v1/sessions/{id}/children/{call_id}/stream``).
 
 The start is ``max(after, Last-Event-ID)``; a cursor that is malformed, of another session,
 or ahead of the head is refused with a 400 problem ("reload the snapshot") before any header
@@ -52,14 +60,17 @@ import anyio.to_thread
 from fastapi import APIRouter, Depends, Header, Query, Request
 from fastapi.responses import StreamingResponse
 
-from agentnb.errors import InvalidCursor, SessionNotFound, StorageError
+from agentnb.children import children_of, descendant_requests
+from agentnb.errors import AgentnbError, InvalidCursor, InvalidInput, SessionNotFound, StorageError
 from agentnb.events import Event
+from agentnb.folds import Folds
 from agentnb.ids import SessionKey
 from agentnb.live import LiveEvent
 from agentnb.projections.chat import ChatItem, ChatState
 from agentnb.projections.state import KEEP_TURNS, InboxState
+from agentnb.projections.subagents import key_of
 from agentnb.runtime.runtime import Runtime
-from agentnb.server.auth import Auth, Principal, current_user, open_session
+from agentnb.server.auth import SESSION, Auth, Principal, SessionId, current_user, open_session
 from agentnb.server.problems import PROBLEM_RESPONSES
 from agentnb.server.render import item_json, panel
 from agentnb.session import Session
@@ -127,8 +138,8 @@ def parse_cursor(text: str | None, session_id: str, head: int) -> int:
     sid, sep, seq_text = text.rpartition(":")
     if not sep or not seq_text.isdigit() or len(seq_text) > 18:
         raise InvalidCursor(
-            f"cursor {text[:80]!r} is not '<session_id>:<seq>'; reload the snapshot "
-            f"(GET /v1/sessions/{session_id}) and stream after its cursor"
+            f"cursor {text[:80]!r} is not '<session_id>:<seq>'; reload the snapshot of "
+            f"{session_id} and stream after its cursor"
         )
     if sid != session_id:
         raise InvalidCursor(
@@ -270,6 +281,10 @@ class Feed:
         self._linger: asyncio.TimerHandle | None = None
         self._stop = threading.Event()
         self._poll = max(POLL, session.runtime.store.poll_interval)
+        self._child_folds: dict[SessionKey, Folds] = {}
+        """The open calls' children's folds (the panel reads them again at each commit)."""
+        self._watched: set[SessionKey] = set()
+        """Children a thread watches now (under ``_lock``)."""
         self._unwatch = feeds.runtime.hub.watch(self._on_live, session=self.key)
         self._inbox_thread: threading.Thread | None = None
         threading.Thread(
@@ -309,8 +324,11 @@ class Feed:
         """Stop the threads (they return within a store wake-up)."""
         self._unwatch()
         self._stop.set()
+        with self._lock:
+            keys = [self.key, *self._watched]
         with contextlib.suppress(StorageError):  # a closed store woke its waiters itself
-            self.session.runtime.store.wake_waiters(self.key)
+            for key in keys:
+                self.session.runtime.store.wake_waiters(key)
 
     def end(self, reason: str) -> None:
         """End every stream of the feed (loop thread)."""
@@ -371,6 +389,7 @@ class Feed:
             self._chat, self._inbox = chat, inbox
             self._items = chat.items
             state = self._page_state()
+            self._watch_children()
         self._post(self._folded, chat.seq, self._items, state)
 
     def _page_state(self) -> str:
@@ -378,13 +397,76 @@ class Feed:
         assert self._chat is not None
         assert self._inbox is not None
         runtime = self.session.runtime
+        calls = self._open_calls()
         state = panel(
             self._chat,
             self._inbox,
             executing=self._executing,
             tool=runtime.agent.tool_named,
+            descendants=(
+                descendant_requests(self._chat.session, self._open_child) if calls else None
+            ),
+            children=children_of(runtime.store, calls, self._child_folds) if calls else (),
         )
         return _sse("state", state)
+
+    # -- the children of open sub-agent calls (page streams) ------------------------------
+
+    def _open_calls(self) -> list[Any]:
+        """The fold's sub-agent calls without a result yet, under ``_lock``."""
+        assert self._chat is not None
+        return [c for c in self._chat.session.children.values() if c.get("status") == "running"]
+
+    def _open_child(self, key: SessionKey) -> Session | None:
+        try:
+            return self.session.runtime.session_of(key)
+        except (SessionNotFound, InvalidInput):
+            return None
+
+    def _watch_children(self) -> None:
+        """Start a watcher for each open call's child not watched yet; under ``_lock``."""
+        if self._chat is None:
+            return
+        for call in self._open_calls():
+            key = key_of(call["child"])
+            if key not in self._watched and not self._stop.is_set():
+                self._watched.add(key)
+                threading.Thread(
+                    target=self._follow_child,
+                    args=(key,),
+                    daemon=True,
+                    name=f"agentnb-child-{key.session_id}",
+                ).start()
+
+    def _follow_child(self, key: SessionKey) -> None:
+        """Send the panel again at each commit of the child ``key``, while its call is open."""
+        store = self.session.runtime.store
+        pos = -1
+        try:
+            while not self._stop.is_set():
+                with self._lock:
+                    if self._chat is None or all(
+                        key_of(c["child"]) != key for c in self._open_calls()
+                    ):
+                        return  # the call has its result: the parent's item says the rest
+                if pos >= 0:
+                    head = store.wait_for_head(
+                        key, pos, IDLE_LOOK, stop=self._stop, poll=self._poll
+                    )
+                    if self._stop.is_set() or head <= pos:
+                        continue
+                else:
+                    head = store.heads(key)[0]
+                pos = head
+                with self._lock:
+                    texts = self._states()
+                self._post(self._publish_state, *texts)
+        except AgentnbError as exc:  # gone, or the store is away: the parent's feed goes on
+            log.info("stream of %s: stopped watching child %s: %s", self.key, key, exc)
+        finally:
+            with self._lock:
+                self._watched.discard(key)
+                self._child_folds.pop(key, None)
 
     def _status(self) -> str:
         """The raw streams' status event, under ``_lock`` (or before the threads)."""
@@ -458,6 +540,7 @@ class Feed:
                     if len(self._chat.session.turns) > 2 * KEEP_TURNS:
                         self._chat.retire()  # bounded; the page keeps what it was sent
                     self._items = self._chat.items
+                    self._watch_children()
                 texts = self._states()
                 items = self._items
             self._post(self._publish, frames, items)
@@ -641,7 +724,7 @@ router = APIRouter(tags=["stream"], responses=PROBLEM_RESPONSES)
 
 
 @router.get(
-    "/sessions/{session_id}/stream",
+    f"{SESSION}/stream",
     summary="Follow the session's committed events (Server-Sent Events)",
     response_class=StreamingResponse,
     responses={
@@ -653,7 +736,7 @@ router = APIRouter(tags=["stream"], responses=PROBLEM_RESPONSES)
 )
 async def stream(
     request: Request,
-    session_id: str,
+    session_id: SessionId,
     principal: Annotated[Principal, Depends(current_user)],
     after: Annotated[
         str | None, Query(description="a cursor '<session_id>:<seq>' (the snapshot's)")
@@ -666,7 +749,8 @@ async def stream(
     session = await anyio.to_thread.run_sync(open_session, request, session_id, principal)
     head = await anyio.to_thread.run_sync(session.log.head)
     start = max(
-        parse_cursor(after, session_id, head), parse_cursor(last_event_id, session_id, head)
+        parse_cursor(after, session.key.session_id, head),
+        parse_cursor(last_event_id, session.key.session_id, head),
     )
     feeds: Feeds = request.app.state.feeds
     feed = await feeds.get(session, fold=mode == "page")

@@ -18,7 +18,7 @@ from agentnb import wire
 from agentnb.answers import Answer, ToolOutcome
 from agentnb.errors import InvalidAnswer, InvalidInput
 from agentnb.records import InputReceipt, Receipt, Task
-from agentnb.server.auth import Principal, current_user, open_session
+from agentnb.server.auth import SESSION, Principal, SessionId, current_user, open_session
 from agentnb.server.problems import PROBLEM_RESPONSES
 
 __all__ = ["answer_of", "router"]
@@ -136,14 +136,14 @@ def _outcome(value: OutcomeModel) -> ToolOutcome:
 
 
 @router.post(
-    "/sessions/{session_id}/turns",
+    f"{SESSION}/turns",
     response_model=ReceiptModel,
     status_code=202,
     summary="session.submit(input, key=Idempotency-Key)",
 )
 def submit(
     request: Request,
-    session_id: str,
+    session_id: SessionId,
     principal: User,
     body: NewTurn,
     idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key")] = None,
@@ -153,70 +153,72 @@ def submit(
 
 
 @router.get(
-    "/sessions/{session_id}/turns/{turn_id}", response_model=TaskModel, summary="session.task"
+    SESSION + "/turns/{turn_id}",
+    response_model=TaskModel,
+    summary="session.task",
 )
-def task(request: Request, session_id: str, turn_id: str, principal: User) -> Any:
+def task(request: Request, session_id: SessionId, turn_id: str, principal: User) -> Any:
     return wire.dump(open_session(request, session_id, principal).task(turn_id))
 
 
 @router.post(
-    "/sessions/{session_id}/turns/{turn_id}/resume",
+    SESSION + "/turns/{turn_id}/resume",
     response_model=ReceiptModel,
     status_code=202,
     summary="session.resume(turn_id)",
 )
-def resume(request: Request, session_id: str, turn_id: str, principal: User) -> Any:
+def resume(request: Request, session_id: SessionId, turn_id: str, principal: User) -> Any:
     return wire.dump(open_session(request, session_id, principal).resume(turn_id))
 
 
 @router.post(
-    "/sessions/{session_id}/turns/{turn_id}/cancel",
+    SESSION + "/turns/{turn_id}/cancel",
     status_code=204,
     response_class=Response,
     summary="session.cancel(turn_id)",
 )
-def cancel(request: Request, session_id: str, turn_id: str, principal: User) -> Response:
+def cancel(request: Request, session_id: SessionId, turn_id: str, principal: User) -> Response:
     open_session(request, session_id, principal).cancel(turn_id)
     return Response(status_code=204)
 
 
 @router.post(
-    "/sessions/{session_id}/send",
+    f"{SESSION}/send",
     response_model=ReceiptModel,
     status_code=202,
     summary="session.send(input)",
 )
-def send(request: Request, session_id: str, principal: User, body: Text) -> Any:
+def send(request: Request, session_id: SessionId, principal: User, body: Text) -> Any:
     return wire.dump(open_session(request, session_id, principal).send(body.input))
 
 
 @router.post(
-    "/sessions/{session_id}/steer",
+    f"{SESSION}/steer",
     response_model=InputReceiptModel,
     status_code=202,
     summary="session.steer(input, task=)",
 )
-def steer(request: Request, session_id: str, principal: User, body: Steer) -> Any:
+def steer(request: Request, session_id: SessionId, principal: User, body: Steer) -> Any:
     return wire.dump(open_session(request, session_id, principal).steer(body.input, body.task))
 
 
 @router.post(
-    "/sessions/{session_id}/inject",
+    f"{SESSION}/inject",
     response_model=InputReceiptModel,
     status_code=202,
     summary="session.inject(material)",
 )
-def inject(request: Request, session_id: str, principal: User, body: Material) -> Any:
+def inject(request: Request, session_id: SessionId, principal: User, body: Material) -> Any:
     return wire.dump(open_session(request, session_id, principal).inject(body.material))
 
 
 @router.post(
-    "/sessions/{session_id}/answers",
+    f"{SESSION}/answers",
     response_model=ReceiptModel,
     status_code=202,
     summary="session.respond({request_id: answer})",
 )
-def answers(request: Request, session_id: str, principal: User, body: Answers) -> Any:
+def answers(request: Request, session_id: SessionId, principal: User, body: Answers) -> Any:
     if not body.answers:
         raise InvalidAnswer("answers is empty: answer at least one pending request")
     given = {rid: answer_of(a) for rid, a in body.answers.items()}
@@ -224,24 +226,26 @@ def answers(request: Request, session_id: str, principal: User, body: Answers) -
 
 
 @router.post(
-    "/sessions/{session_id}/interrupt",
+    f"{SESSION}/interrupt",
     response_model=Interrupted,
     summary="session.interrupt(run_id)",
 )
 def interrupt(
-    request: Request, session_id: str, principal: User, body: Interrupt | None = None
+    request: Request, session_id: SessionId, principal: User, body: Interrupt | None = None
 ) -> Any:
     run_id = body.run_id if body is not None else None
     return {"interrupted": open_session(request, session_id, principal).interrupt(run_id)}
 
 
 @router.post(
-    "/sessions/{session_id}/reconcile",
+    f"{SESSION}/reconcile",
     status_code=204,
     response_class=Response,
     summary="session.reconcile(outcomes, reason)",
 )
-def reconcile(request: Request, session_id: str, principal: User, body: Reconcile) -> Response:
+def reconcile(
+    request: Request, session_id: SessionId, principal: User, body: Reconcile
+) -> Response:
     if not body.outcomes:
         raise InvalidInput("outcomes is empty: give one for each uncertain call (see inspect)")
     outcomes = {call_id: _outcome(o) for call_id, o in body.outcomes.items()}
@@ -250,11 +254,11 @@ def reconcile(request: Request, session_id: str, principal: User, body: Reconcil
 
 
 @router.post(
-    "/sessions/{session_id}/compact",
+    f"{SESSION}/compact",
     status_code=204,
     response_class=Response,
     summary="session.compact()",
 )
-def compact(request: Request, session_id: str, principal: User) -> Response:
+def compact(request: Request, session_id: SessionId, principal: User) -> Response:
     open_session(request, session_id, principal).compact()
     return Response(status_code=204)

@@ -11,6 +11,10 @@ A task's first word says what it does:
 - ``nap <s>``: calls ``nap`` (``s`` seconds, idempotent);
 - ``snooze <s>``: calls ``snooze`` (``s`` seconds, async: an interrupt cancels it);
 - ``long <n>``: answers with ``n`` numbered lines of Markdown;
+- ``delegate <task>``: hands ``<task>`` to the sub-agent ``service-helper`` (a child session whose
+  agent follows these same rules, so ``delegate order pen 2`` needs a person's approval in
+  the child);
+- ``plan <a> <b> ...``: writes a plan of those steps with ``nb.todo``;
 - ``fail``: the model fails;
 - anything else: ``You said: <task>``.
 
@@ -97,12 +101,26 @@ def _reply(messages: list[nb.Message]) -> str | nb.ToolCall | nb.Reply:
     if verb == "long":
         n = int(words[1]) if len(words) > 1 else 20
         return "\n".join(f"{i}. line **{i}** of the answer" for i in range(1, n + 1))
+    if verb == "delegate":
+        return nb.ToolCall("service-helper", {"task": " ".join(words[1:]) or "help"})
+    if verb == "plan":
+        return nb.ToolCall("todo", {"steps": [{"content": w} for w in words[1:] or ["think"]]})
     if verb == "fail":
         raise nb.ModelError("the scripted model was told to fail")
     return " + ".join([f"You said: {task.text}", *steers])
 
 
-TOOLS = [create_order, hostile, report, pause, nap, snooze, nb.ask_user]
+CHILD_TOOLS = [create_order, hostile, report, pause, nap, snooze, nb.ask_user]
+
+helper = nb.Agent(
+    name="Helper",
+    agent_id="service-helper",
+    model=nb.ScriptedModel(_reply),
+    tools=CHILD_TOOLS,
+    instructions="You help the service test agent.",
+)
+
+TOOLS = [*CHILD_TOOLS, helper.as_tool(), nb.todo]
 
 agent = nb.Agent(
     name="Service test",

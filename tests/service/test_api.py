@@ -354,6 +354,15 @@ class TestVerbs:
         assert resumed.status_code == 202
         assert wait(alice, sid, resumed.json())["output"] == "done: napped 0.5"
 
+    def test_plan_is_the_todo_tools_steps(self, alice: httpx.Client, sid: str) -> None:
+        """GET /plan is session.plan(): the steps the model wrote with nb.todo."""
+        wait(alice, sid, submit(alice, sid, "plan find write"))
+        steps = alice.get(f"/v1/sessions/{sid}/plan").json()
+        assert [(p["id"], p["content"], p["status"]) for p in steps] == [
+            ("step-1", "find", "pending"),
+            ("step-2", "write", "pending"),
+        ]
+
     def test_health_schema_and_docs(self, service: Service) -> None:
         """/healthz, /readyz, /openapi.json and /docs answer without a token; CORS is off."""
         with service.client(None) as client:
@@ -365,3 +374,93 @@ class TestVerbs:
             page = client.get("/", headers={"Origin": "https://evil.example"})
             assert "access-control-allow-origin" not in page.headers
             assert "script-src 'self'" in page.headers["content-security-policy"]
+
+
+class TestChildren:
+    """A sub-agent's child session: listed by its parent, addressed through it, scoped as
+    its root, and its requests answered through the parent."""
+
+    def delegated(self, client: httpx.Client, sid: str) -> dict[str, Any]:
+        """The child of a suspended ``delegate order pen 2`` turn, as GET /children lists it."""
+        assert wait(client, sid, submit(client, sid, "delegate order pen 2"))["status"] == (
+            "suspended"
+        )
+        (child,) = client.get(f"/v1/sessions/{sid}/children").json()
+        return dict(child)
+
+    def test_children_list_and_the_childs_own_routes(self, alice: httpx.Client, sid: str) -> None:
+        """GET /children lists the call with its child's key and status; the child's own
+        snapshot, tasks and pending are at /children/{call_id}/..."""
+        child = self.delegated(alice, sid)
+        call = child["call_id"]
+        assert child["key"]["session_id"] == f"{sid}/{call}"
+        assert (child["agent_id"], child["task"], child["status"]) == (
+            "service-helper",
+            "order pen 2",
+            "suspended",
+        )
+        base = f"/v1/sessions/{sid}/children/{call}"
+        snap = alice.get(base).json()
+        assert snap["session_id"] == f"{sid}/{call}"
+        assert snap["cursor"] == f"{sid}/{call}:{snap['seq']}"
+        assert [t["input"] for t in snap["tasks"]] == ["order pen 2"]
+        assert list(alice.get(f"{base}/pending").json()) == list(snap["pending"])
+        turn = alice.get(f"/v1/sessions/{sid}/children", params={"turn_id": child["turn_id"]})
+        assert [c["call_id"] for c in turn.json()] == [call]
+
+    def test_a_childs_request_is_answered_through_the_parent(
+        self, alice: httpx.Client, sid: str
+    ) -> None:
+        """The parent's /pending holds the child's approval with its path; answering it
+        there continues both turns."""
+        child = self.delegated(alice, sid)
+        ((rid, request),) = alice.get(f"/v1/sessions/{sid}/pending").json().items()
+        assert (request["tool_name"], request["path"]) == ("create_order", ["service-helper"])
+        assert request["session"] == child["key"]
+        receipt = alice.post(f"/v1/sessions/{sid}/answers", json={"answers": {rid: True}})
+        assert receipt.status_code == 202, receipt.text
+        assert wait(alice, sid, receipt.json())["output"] == "done: done: ordered 2 pen"
+        (done,) = alice.get(f"/v1/sessions/{sid}/children").json()
+        assert (done["status"], done["output"]) == ("completed", "done: ordered 2 pen")
+
+    def test_the_childs_stream_starts_after_its_snapshots_cursor(
+        self, alice: httpx.Client, sid: str
+    ) -> None:
+        """The child's stream takes its own cursor and refuses its parent's."""
+        call = self.delegated(alice, sid)["call_id"]
+        base = f"/v1/sessions/{sid}/children/{call}"
+        snap = alice.get(base).json()
+        parent = alice.get(f"/v1/sessions/{sid}").json()
+        problem(
+            alice.get(f"{base}/stream", params={"after": parent["cursor"]}), 400, "InvalidCursor"
+        )
+        rid = next(iter(snap["pending"]))
+        alice.post(f"/v1/sessions/{sid}/answers", json={"answers": {rid: True}})
+        with alice.stream("GET", f"{base}/stream", params={"after": snap["cursor"]}) as response:
+            assert response.status_code == 200
+            for kind, id_, data in sse(response):
+                if kind == "committed":
+                    assert id_ == f"{sid}/{call}:{snap['seq'] + 1}"
+                    assert data["seq"] == snap["seq"] + 1
+                    break
+
+    def test_another_users_child_is_404(
+        self, service: Service, alice: httpx.Client, bob: httpx.Client, sid: str
+    ) -> None:
+        """Bob reaches neither alice's children nor a child of hers by its address."""
+        call = self.delegated(alice, sid)["call_id"]
+        base = f"/v1/sessions/{sid}/children/{call}"
+        problem(bob.get(f"/v1/sessions/{sid}/children"), 404, "SessionNotFound")
+        problem(bob.get(base), 404, "SessionNotFound")
+        problem(bob.get(f"{base}/stream"), 404, "SessionNotFound")
+        problem(bob.post(f"{base}/answers", json={"answers": {"x": True}}), 404, "SessionNotFound")
+
+    def test_unknown_or_bad_call_ids(self, alice: httpx.Client, sid: str) -> None:
+        """A call the session never made is a 404; a malformed call id a 400."""
+        problem(alice.get(f"/v1/sessions/{sid}/children/call_nope"), 404, "SessionNotFound")
+        problem(alice.get(f"/v1/sessions/{sid}/children/bad%01call"), 400, "InvalidInput")
+        problem(
+            alice.get(f"/v1/sessions/{sid}/children", params={"turn_id": "x\x01"}),
+            400,
+            "InvalidInput",
+        )

@@ -5,6 +5,7 @@ server and a restart."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -370,3 +371,68 @@ class TestServerRestart:
             store.close()
         assert "run/end" in types
         assert types[-1] in {"turn/interrupted", "run/end"}
+
+
+class TestSubagentPanel:
+    def test_a_childs_request_reaches_the_parents_page_while_a_sibling_works(self) -> None:
+        """A page stream's panel carries a child's approval (with its path) and its
+        sibling's live status as they commit, while the parent still waits for both."""
+        release = threading.Event()
+
+        @nb.tool(confirm=True)
+        def buy(x: str) -> str:
+            """Buy (a person approves)."""
+            return "bought"
+
+        @nb.tool
+        async def hold(x: str) -> str:
+            """Work until released."""
+            await asyncio.to_thread(release.wait, WAIT)
+            return "held"
+
+        def child(agent_id: str, tool: nb.Tool) -> nb.Agent:
+            def script(messages: list[nb.Message]) -> Any:
+                if any(m.role == "tool" for m in messages):
+                    return f"{agent_id} done"
+                return nb.ToolCall(tool.name, {"x": agent_id})
+
+            return nb.Agent(
+                name=agent_id, agent_id=agent_id, model=nb.ScriptedModel(script), tools=[tool]
+            )
+
+        boss = nb.Agent(
+            name="Boss",
+            agent_id="boss",
+            model=nb.ScriptedModel(
+                [
+                    [nb.ToolCall("buyer", {"task": "buy"}), nb.ToolCall("holder", {"task": "x"})],
+                    "all done",
+                ]
+            ),
+            tools=[child("buyer", buy).as_tool(), child("holder", hold).as_tool()],
+        )
+        with (
+            nb.Runtime(boss, store="memory://") as runtime,
+            ServerThread(runtime, auth=False) as server,
+            httpx.Client(base_url=server.url, timeout=WAIT) as client,
+        ):
+            session = runtime.session("s")
+            receipt = session.submit("go")
+            seen = None
+            with client.stream("GET", "/v1/sessions/s/stream", params={"mode": "page"}) as r:
+                for kind, _, data in sse(r):
+                    if kind == "state" and any(
+                        p["path"] == ["buyer"] for p in data["pending"].values()
+                    ):
+                        seen = data
+                        break
+            assert seen is not None
+            by_agent = {c["agent_id"]: c for c in seen["children"].values()}
+            assert by_agent["holder"]["status"] == "running"
+            assert by_agent["buyer"]["status"] == "suspended"
+            assert by_agent["buyer"]["usage"]["steps"] >= 1
+            assert session.tasks()[-1].status == "running"  # the parent waits on its sibling
+            release.set()
+            (rid,) = seen["pending"]
+            client.post("/v1/sessions/s/answers", json={"answers": {rid: True}})
+            assert session.wait(receipt, WAIT).output == "all done"
