@@ -7,8 +7,11 @@ the server is a ``QueueFull`` here, with its ``queue`` and ``limit``). ``receipt
 (and ``await receipt``) asks the service to wait, 30 s at a time. ``session.log.follow()``
 reads the stream of committed events, reconnecting with ``Last-Event-ID`` after a dropped
 connection or a server restart, so it yields every event once, in order. A ``SessionView``
-works on a ``RemoteSession`` as on a local one. A service that cannot be reached raises
-``StorageError`` saying so; a refused token ``Unauthorized``.
+works on a ``RemoteSession`` as on a local one. Sub-agents too: ``children()``, ``child(call_id)``
+(a ``RemoteSession`` of the child), ``plan()``; ``pending()`` holds the children's requests
+with their ``path`` and ``session``, and ``respond`` through the parent routes them as the
+local ``Session`` does (the service calls the same verbs). A service that cannot be reached
+raises ``StorageError`` saying so; a refused token ``Unauthorized``.
 
 Needs httpx (the ``openai`` or ``server`` extra): ``pip install "agentnb[server]"``.
 """
@@ -35,13 +38,14 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 from agentnb import errors, wire
 from agentnb.answers import Answer, ToolOutcome
 from agentnb.errors import AgentnbError, InvalidInput, StorageError
-from agentnb.events import Event
+from agentnb.events import Event, PlanItem
 from agentnb.history import HistoryPage
 from agentnb.ids import SessionKey, check_id
 from agentnb.live import LiveEvent, LiveHub, Subscription
 from agentnb.projections.chat import ChatSnapshot, ChatState
 from agentnb.projections.state import InboxState
 from agentnb.records import (
+    Child,
     InputReceipt,
     Inspection,
     Interaction,
@@ -273,10 +277,10 @@ class RemoteRuntime:
         data = self.http.call("GET", f"/v1/sessions/{_seg(session_id)}", params={"messages": 0})
         return self._handle(wire.load(SessionInfo, data["info"]).key)
 
-    def _handle(self, key: SessionKey) -> RemoteSession:
+    def _handle(self, key: SessionKey, path: str | None = None) -> RemoteSession:
         session = self._sessions.get(key.session_id)
         if session is None:
-            session = self._sessions[key.session_id] = RemoteSession(self, key)
+            session = self._sessions[key.session_id] = RemoteSession(self, key, path)
         return session
 
     def sessions(
@@ -451,6 +455,17 @@ class RemoteInbox:
             "GET", "/inbox", params={"after": seq, "limit": min(max(limit, 1), 1000)}
         )
         return [_event_of(e) for e in data["events"]]
+
+    def scan(self, after: int = 0, through: int | None = None) -> Iterator[Event]:
+        """Inbox records in ``(after, through]`` (through: the head now)."""
+        end = self.head() if through is None else through
+        pos = after
+        while pos < end:
+            batch = self.read_after(pos, 1000)
+            if not batch:
+                return
+            yield from (e for e in batch if e.seq <= end)
+            pos = batch[-1].seq
 
 
 class RemoteFollow:
@@ -656,12 +671,16 @@ def _sse_events(response: httpx.Response) -> Iterator[tuple[str, Any, str | None
 
 
 class RemoteSession:
-    """A session of an agentnb service, with ``Session``'s verbs, reads and records."""
+    """A session of an agentnb service, with ``Session``'s verbs, reads and records.
 
-    def __init__(self, runtime: RemoteRuntime, key: SessionKey) -> None:
+    A sub-agent's child session (``session.child(call_id)``) is a ``RemoteSession`` too,
+    addressed through its parent (``/v1/sessions/<id>/children/<call id>``).
+    """
+
+    def __init__(self, runtime: RemoteRuntime, key: SessionKey, path: str | None = None) -> None:
         self.runtime = runtime
         self.key = key
-        self._path = f"/v1/sessions/{_seg(key.session_id)}"
+        self._path = path or f"/v1/sessions/{_seg(key.session_id)}"
         self.log = RemoteLog(self)
         self.inbox = RemoteInbox(self)
         self._state = _Status()
@@ -737,8 +756,32 @@ class RemoteSession:
         return wire.load(Task, self._call("GET", f"/turns/{_seg(command_id)}"))
 
     def pending(self) -> dict[str, Interaction]:
+        """Open requests, its sub-agents' too (each with its ``path`` and ``session``):
+        ``respond`` here routes them (``Session.pending``)."""
         data = self._call("GET", "/pending")
         return {rid: wire.load(Interaction, i) for rid, i in data.items()}
+
+    def children(self, turn_id: str | None = None) -> list[Child]:
+        """The sub-agent calls of this session (of turn ``turn_id`` if given), oldest first,
+        with where each child's task stands now (``Session.children``)."""
+        if turn_id is not None:
+            check_id(turn_id, "turn_id")
+        data = self._call("GET", "/children", params={"turn_id": turn_id})
+        return [wire.load(Child, c) for c in data]
+
+    def child(self, call_id: str) -> RemoteSession:
+        """The child session of the sub-agent call ``call_id`` (``Session.child``)."""
+        check_id(call_id, "call_id")
+        found = next((c for c in self.children() if c.call_id == call_id), None)
+        if found is None:
+            raise InvalidInput(
+                f"no sub-agent call {call_id!r} in session {self.key}; see session.children()"
+            )
+        return self.runtime._handle(found.key, f"{self._path}/children/{_seg(call_id)}")
+
+    def plan(self) -> list[PlanItem]:
+        """The plan the model keeps with the built-in ``nb.todo`` tool (``Session.plan``)."""
+        return [PlanItem.model_validate(p) for p in self._call("GET", "/plan")]
 
     def inspect(self) -> Inspection:
         data = self._call("GET", "/inspect")
