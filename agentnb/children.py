@@ -62,22 +62,21 @@ def children_of(
     out: list[Child] = []
     for call in calls:
         key = key_of(call["child"])
-        before = _executing(store, key)  # and after: see ``SubagentCalls._look``
         try:
+            before = _executing(store, key)  # and after: see ``SubagentCalls._look``
             if folds is None:
                 state, inbox = Folds(store, key).refresh()
             else:
                 state, inbox = folds.setdefault(key, Folds(store, key)).refresh()
-        except AgentnbError:  # deleted, or unreadable: the parent's record is what is left
-            state = None
+            executing = before or _executing(store, key)
+        except AgentnbError:  # not made yet (the call was just spawned), deleted, or
+            state = None  # unreadable: the parent's record is what is known
         if state is None:
             status = call.get("status", "running")
             turn = None
             output, error, usage = call.get("output"), call.get("error"), None
         else:
-            progress = child_progress(
-                state, inbox, call["call_id"], executing=before or _executing(store, key)
-            )
+            progress = child_progress(state, inbox, call["call_id"], executing=executing)
             status, turn = progress.status, progress.turn_id
             output, error = progress.output, progress.error
             usage = UsageTotals.of(progress.usage)

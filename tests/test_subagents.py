@@ -157,6 +157,33 @@ class TestDelegation:
             assert done.payload["output"] == child.transcript().messages[-1].text
             assert done.payload["usage"]["input_tokens"] == task[0].usage.input_tokens  # type: ignore[union-attr]
 
+    def test_a_call_whose_child_is_not_made_yet_is_listed_as_the_parent_recorded_it(
+        self,
+    ) -> None:
+        """Between ``subagent/spawned`` and the child's creation, children() lists the call
+        with the parent's record (a reader then, a page's panel, must not fail)."""
+        from agentnb.children import children_of
+        from agentnb.projections.subagents import key_ref
+
+        store = nb.MemoryStore()
+        key = nb.SessionKey("default", "u", "helper", "s/call_1")
+        call = {
+            "call_id": "call_1",
+            "turn_id": "turn_1",
+            "child": key_ref(key),
+            "agent_id": "helper",
+            "name": "helper",
+            "task": "help",
+            "status": "running",
+        }
+        (child,) = children_of(store, [call], {})
+        assert (child.key, child.status, child.usage, child.child_turn_id) == (
+            key,
+            "running",
+            None,
+            None,
+        )
+
     @pytest.mark.parametrize("door", DOORS, indirect=True)
     def test_the_child_key_derives_from_the_parent_and_the_call(
         self, runtimes: Callable[..., nb.Runtime]

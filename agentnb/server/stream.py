@@ -69,6 +69,7 @@ from agentnb.live import LiveEvent
 from agentnb.projections.chat import ChatItem, ChatState
 from agentnb.projections.state import KEEP_TURNS, InboxState
 from agentnb.projections.subagents import key_of
+from agentnb.records import Child, Interaction
 from agentnb.runtime.runtime import Runtime
 from agentnb.server.auth import SESSION, Auth, Principal, SessionId, current_user, open_session
 from agentnb.server.problems import PROBLEM_RESPONSES
@@ -398,15 +399,21 @@ class Feed:
         assert self._inbox is not None
         runtime = self.session.runtime
         calls = self._open_calls()
+        asks: dict[str, Interaction] = {}
+        children: list[Child] = []
+        if calls:
+            try:
+                asks = descendant_requests(self._chat.session, self._open_child)
+                children = children_of(runtime.store, calls, self._child_folds)
+            except AgentnbError as exc:  # a child's trouble never ends its parent's stream
+                log.info("stream of %s: its children are not readable now: %s", self.key, exc)
         state = panel(
             self._chat,
             self._inbox,
             executing=self._executing,
             tool=runtime.agent.tool_named,
-            descendants=(
-                descendant_requests(self._chat.session, self._open_child) if calls else None
-            ),
-            children=children_of(runtime.store, calls, self._child_folds) if calls else (),
+            descendants=asks,
+            children=children,
         )
         return _sse("state", state)
 
