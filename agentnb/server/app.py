@@ -15,6 +15,7 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
 from fastapi.responses import FileResponse, JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.cors import CORSMiddleware
@@ -52,6 +53,58 @@ _PAGE_HEADERS = {
     "Cache-Control": "no-cache",
 }
 _STATIC = {"app.js": "text/javascript", "app.css": "text/css", "index.html": "text/html"}
+_DOCS_ASSETS = {
+    "swagger-ui-bundle.js": "text/javascript",
+    "swagger-ui.css": "text/css",
+    "redoc.standalone.js": "text/javascript",
+    "favicon.png": "image/png",
+}
+"""The API docs' assets, served from the ``fastapi-offline`` package (Swagger UI, ReDoc)."""
+
+
+def _docs_assets() -> Any:
+    """The folder holding ``_DOCS_ASSETS`` (None without the package: FastAPI's docs pages,
+    which load them from a CDN, are served instead)."""
+    try:
+        folder = resources.files("fastapi_offline") / "static"
+    except ModuleNotFoundError:
+        return None
+    return folder if all((folder / name).is_file() for name in _DOCS_ASSETS) else None
+
+
+def _serve_docs(app: FastAPI, assets: Any) -> None:
+    """``/docs`` (Swagger UI) and ``/redoc`` with their scripts and styles served here, so
+    the docs work offline (as the chat page does)."""
+
+    @app.get("/docs", include_in_schema=False)
+    def swagger() -> Response:
+        return get_swagger_ui_html(
+            openapi_url="/openapi.json",
+            title="agentnb API",
+            swagger_js_url="/docs/assets/swagger-ui-bundle.js",
+            swagger_css_url="/docs/assets/swagger-ui.css",
+            swagger_favicon_url="/docs/assets/favicon.png",
+        )
+
+    @app.get("/redoc", include_in_schema=False)
+    def redoc() -> Response:
+        return get_redoc_html(
+            openapi_url="/openapi.json",
+            title="agentnb API",
+            redoc_js_url="/docs/assets/redoc.standalone.js",
+            redoc_favicon_url="/docs/assets/favicon.png",
+            with_google_fonts=False,
+        )
+
+    @app.get("/docs/assets/{name}", include_in_schema=False)
+    def docs_asset(name: str) -> Response:
+        if name not in _DOCS_ASSETS:
+            raise StarletteHTTPException(404)
+        return FileResponse(
+            str(assets / name),
+            media_type=_DOCS_ASSETS[name],
+            headers={"Cache-Control": "public, max-age=86400"},
+        )
 
 
 def _problem_response(status: int, body: dict[str, Any]) -> JSONResponse:
@@ -111,7 +164,8 @@ def create_app(
     max_body: int = 1 << 20,
 ) -> FastAPI:
     """The service of ``runtime`` as an ASGI app: the ``/v1`` API, the chat page at ``/``,
-    ``/healthz``, ``/readyz``, the OpenAPI schema at ``/openapi.json`` and docs at ``/docs``.
+    ``/healthz``, ``/readyz``, the OpenAPI schema at ``/openapi.json`` and docs at ``/docs``
+    (Swagger UI) and ``/redoc``, whose assets it serves itself (offline, like the page).
 
     ``auth``: every request needs a bearer token or the page's sign-in (``agentnb token
     add``); False lets every request act for the user ``default`` (keep such an app on
@@ -134,9 +188,13 @@ def create_app(
         finally:
             feeds.close()
 
+    docs_assets = _docs_assets()
+    offline_docs = docs_assets is not None
     app = FastAPI(
         title="agentnb",
         version=__version__,
+        docs_url=None if offline_docs else "/docs",
+        redoc_url=None if offline_docs else "/redoc",
         description=(
             "Durable, steerable agent sessions over HTTP. Every route acts for the user of "
             "its token; errors are RFC 9457 problems whose `type` is agentnb's error name."
@@ -192,6 +250,9 @@ def create_app(
             body = problem_body(503, "StorageError", str(exc), "/readyz")
             return _problem_response(503, body)
         return JSONResponse({"status": "ready", "store": runtime.store.url.split("?")[0]})
+
+    if docs_assets is not None:
+        _serve_docs(app, docs_assets)
 
     static = resources.files("agentnb.server") / "static"
 

@@ -364,13 +364,21 @@ class TestVerbs:
         ]
 
     def test_health_schema_and_docs(self, service: Service) -> None:
-        """/healthz, /readyz, /openapi.json and /docs answer without a token; CORS is off."""
+        """/healthz, /readyz, /openapi.json and /docs answer without a token (the docs with
+        their assets served here, none from a CDN); CORS is off."""
         with service.client(None) as client:
             assert client.get("/healthz").json() == {"status": "ok"}
             assert client.get("/readyz").json()["status"] == "ready"
             schema = client.get("/openapi.json").json()
             assert "/v1/sessions/{session_id}/stream" in schema["paths"]
-            assert client.get("/docs").status_code == 200
+            docs = client.get("/docs")
+            assert docs.status_code == 200
+            assert "/docs/assets/swagger-ui-bundle.js" in docs.text
+            assert "https://" not in docs.text  # nothing from a CDN: it works offline
+            assert "https://" not in client.get("/redoc").text
+            script = client.get("/docs/assets/swagger-ui-bundle.js")
+            assert script.headers["content-type"].startswith("text/javascript")
+            assert client.get("/docs/assets/other.js").status_code == 404
             page = client.get("/", headers={"Origin": "https://evil.example"})
             assert "access-control-allow-origin" not in page.headers
             assert "script-src 'self'" in page.headers["content-security-policy"]

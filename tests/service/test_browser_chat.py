@@ -233,6 +233,19 @@ def test_sub_agent_card_approval_child_chat_plan_and_an_mcp_question(
             expect(plan.locator(".plan-step .badge").first).to_have_text("pending")
             shot(page, "9-plan")
             assert dialogs == []
+
+            # The API docs render from this server alone (no CDN): Swagger UI, its routes.
+            asked: list[str] = []
+            page.on("request", lambda r: asked.append(r.url))
+            page.goto(server.url + "/docs")
+            expect(page.locator(".swagger-ui .info .title")).to_contain_text(
+                "agentnb", timeout=STEP
+            )
+            expect(page.locator(".opblock-summary-path").first).to_be_visible()
+            paths = page.locator(".opblock-summary-path").all_inner_texts()
+            assert any(p.replace("\u200b", "").endswith("/children") for p in paths), paths
+            shot(page, "11-docs")
+            assert all(u.startswith(server.url) for u in asked), asked
         finally:
             browser.close()
 
