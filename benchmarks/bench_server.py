@@ -17,7 +17,7 @@ reconnect cost.
    until the head's frame arrives, on a session of 10,000 events vs one of 100 (both
    built by the runtime); target <= 1.5 (a cursor read, not a replay).
 
-    python benchmarks/bench_server.py [--quick]
+    python benchmarks/bench_server.py [--quick] [--only latency|turns|reconnect]
 
 Prints one JSON line per metric (``metric``, ``value``, ``baseline``, ``ratio`` and
 details), then a table. On a small machine the follower process and the server share the
@@ -428,6 +428,9 @@ def _record(metric: str, value: float, baseline: float, **details: Any) -> dict[
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer followers, turns, events")
+    parser.add_argument(
+        "--only", choices=["latency", "turns", "reconnect"], help="measure one part (1-2, 3 or 4)"
+    )
     parser.add_argument("--role", choices=["main", "server", "followers"], default="main")
     parser.add_argument("--store")
     parser.add_argument("--port", type=int)
@@ -452,21 +455,60 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-server-") as tmp:
         workdir = Path(tmp)
         store = f"sqlite:///{workdir / 'served.sqlite'}"
-        short_head = build_history(store, "h100", 100)
-        long_head = build_history(store, "hlong", long_events)
+        short_head = long_head = 0
+        if args.only in (None, "reconnect"):
+            short_head = build_history(store, "h100", 100)
+            long_head = build_history(store, "hlong", long_events)
         store_obj = nb.open_store(store)
         token, _ = tokens.issue(store_obj, "bench")
         store_obj.close()
         server = Server(store)
+        part = args.only
         try:
-            latency = {n: frame_latency(server, token, n, rounds) for n in counts}
-            http, local, turn_cpu = turns_compared(workdir, server, token, turns)
-            rounds_ = 10 if args.quick else 40
-            heads = {"h100": short_head, "hlong": long_head}
-            reconnect = reconnects(server, token, heads, rounds_)
-            short, long = reconnect["h100"], reconnect["hlong"]
+            if part in (None, "latency"):
+                latency = {n: frame_latency(server, token, n, rounds) for n in counts}
+            if part in (None, "turns"):
+                http, local, turn_cpu = turns_compared(workdir, server, token, turns)
+            if part in (None, "reconnect"):
+                rounds_ = 10 if args.quick else 40
+                heads = {"h100": short_head, "hlong": long_head}
+                reconnect = reconnects(server, token, heads, rounds_)
+                short, long = reconnect["h100"], reconnect["hlong"]
         finally:
             server.close()
+    if part in (None, "latency"):
+        records += _latency_records(latency, counts)
+    if part in (None, "turns"):
+        records.append(
+            _record(
+                "http_turns_per_s_vs_inprocess",
+                http,
+                local,
+                turns=turns,
+                target=0.7,
+                cpus=os.cpu_count(),
+                **turn_cpu,
+            )
+        )
+    if part in (None, "reconnect"):
+        records.append(
+            _record(
+                f"reconnect_{long_events // 1000}k_vs_100",
+                long,
+                short,
+                events=[short_head, long_head],
+                target=1.5,
+                unit="ms",
+            )
+        )
+    print()
+    print(f"{'metric':36} {'value':>10} {'baseline':>10} {'ratio':>8}")
+    for r in records:
+        print(f"{r['metric']:36} {r['value']:>10} {r['baseline']:>10} {r['ratio']:>8}")
+
+
+def _latency_records(latency: dict[int, dict[str, Any]], counts: list[int]) -> list[Any]:
+    records = []
     base = latency[1]["p95_ms"]
     for n in counts:
         records.append(
@@ -489,31 +531,7 @@ def main() -> None:
             baseline_is="the target",
         )
     )
-    records.append(
-        _record(
-            "http_turns_per_s_vs_inprocess",
-            http,
-            local,
-            turns=turns,
-            target=0.7,
-            cpus=os.cpu_count(),
-            **turn_cpu,
-        )
-    )
-    records.append(
-        _record(
-            f"reconnect_{long_events // 1000}k_vs_100",
-            long,
-            short,
-            events=[short_head, long_head],
-            target=1.5,
-            unit="ms",
-        )
-    )
-    print()
-    print(f"{'metric':36} {'value':>10} {'baseline':>10} {'ratio':>8}")
-    for r in records:
-        print(f"{r['metric']:36} {r['value']:>10} {r['baseline']:>10} {r['ratio']:>8}")
+    return records
 
 
 if __name__ == "__main__":

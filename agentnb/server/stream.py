@@ -343,11 +343,17 @@ class Feed:
                 sub.state_due = True
             sub.wake.set()
 
-    def _publish(self, frames: list[Frame], items: tuple[ChatItem, ...]) -> None:
+    def _publish(
+        self, frames: list[Frame], items: tuple[ChatItem, ...], state_text: str, status_text: str
+    ) -> None:
+        """A batch's frames and the panel/status after it, handed over together: the
+        streams wake once and send both in one write."""
         self.ring.extend(frames)
         self.head = frames[-1].seq
         self.items = items
-        self._wake()
+        state = state_text != self.state_text or status_text != self.status_text
+        self.state_text, self.status_text = state_text, status_text
+        self._wake(state=state)
 
     def _publish_state(self, state_text: str, status_text: str) -> None:
         changed = state_text != self.state_text or status_text != self.status_text
@@ -550,8 +556,7 @@ class Feed:
                     self._watch_children()
                 texts = self._states()
                 items = self._items
-            self._post(self._publish, frames, items)
-            self._post(self._publish_state, *texts)
+            self._post(self._publish, frames, items, *texts)
             if len(events) < READ:
                 return
 
