@@ -3,11 +3,15 @@
 ``create_app(runtime, *, auth=True, cors_origins=(), max_body=1 << 20)`` is the ASGI app
 (FastAPI) for embedding; ``agentnb serve`` runs it with uvicorn (``serve`` below). The parts:
 
-- ``auth``: who a request acts for (bearer tokens, the page's sign-in cookie and CSRF);
+- ``auth``: who a request acts for (bearer tokens, the page's sign-in cookie and CSRF), and
+  which session a route names (a sub-agent's child through its parent:
+  ``/v1/sessions/<id>/children/<call id>``);
 - ``problems``: the one mapping of agentnb errors to HTTP statuses and RFC 9457 bodies;
 - ``sessions``, ``turns``, ``stream``, ``tokens``: the routers, by resource;
 - ``render``: what the chat page shows (items with server-rendered Markdown, the panel);
-- ``static/``: the chat page itself (HTML, CSS and JavaScript; no build step, no CDN).
+- ``static/``: the chat page itself (HTML, CSS and JavaScript; no build step, no CDN); the
+  API docs' assets come from the ``fastapi-offline`` package, so ``/docs`` needs no CDN
+  either.
 
 Needs the ``server`` extra: ``pip install "agentnb[server]"``.
 """
