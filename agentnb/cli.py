@@ -1312,9 +1312,9 @@ def _parser() -> argparse.ArgumentParser:
         "worker",
         _worker,
         "execute queued work of an agent's sessions (headless runtime)",
-        "Run a worker; crashed turns with nothing uncertain are resumed. On PostgreSQL it "
-        "claims sessions with queued work, so many workers (processes, machines) share a "
-        "store; on SQLite it scans the sessions (one machine). SIGTERM stops it cleanly. "
+        "Run a worker; crashed turns with nothing uncertain are resumed. It claims sessions "
+        "with queued work, so many workers share a store: processes of one machine on an "
+        "SQLite file, processes and machines on PostgreSQL. SIGTERM stops it cleanly. "
         "--agent is imported with the current directory first on the import path (as "
         "uvicorn does), so a module in the folder you start it from is found. It prints a "
         "line when a task's run starts and when it ends (--quiet: none). "
@@ -1331,7 +1331,8 @@ def _parser() -> argparse.ArgumentParser:
         "--poll",
         type=float,
         default=1.0,
-        help="seconds between scans (SQLite) or fallback claims (PostgreSQL, woken by NOTIFY)",
+        help="seconds between fallback claims (woken by NOTIFY on PostgreSQL, by a watcher "
+        "of the file on SQLite)",
     )
     worker.add_argument("--lease", type=float, default=10.0, help="lease seconds")
     worker.add_argument(

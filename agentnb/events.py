@@ -27,9 +27,10 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Literal, NoReturn
+from typing import Any, Literal, NoReturn, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+import orjson
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
 from agentnb.errors import InvalidInput, UnknownRequiredEvent
 from agentnb.ids import check_id, new_id
@@ -48,6 +49,8 @@ __all__ = [
     "canonical_json",
     "check_readable",
     "check_writable",
+    "decode_json",
+    "decode_payload",
     "event_digest",
     "freeze_json",
     "made_once",
@@ -94,7 +97,7 @@ class FrozenDict(dict[str, Any]):
         try:
             return self._json
         except AttributeError:
-            self._json = _ENCODER.encode(self)
+            self._json = _encode(self)
             return self._json
 
     def __reduce__(self) -> tuple[Any, ...]:
@@ -246,16 +249,100 @@ def _freeze_dump_list(value: list[Any], depth: int) -> tuple[Any, ...]:
     return tuple(out)
 
 
+# The log's one codec. orjson writes what the standard library's sorted, compact encoder
+# writes (its floats are the same shortest digits; below 1e-4 it spells the exponent
+# without padding: 1e-7, not 1e-07), about ten times faster. Integers past 64 bits, which
+# orjson does not take, are written by the standard library; on reading, its decoder takes
+# any text with a run of 19 digits or more, which may hold one (orjson would make it a float).
 _ENCODER = json.JSONEncoder(
     sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
 )
+_SORTED = orjson.OPT_SORT_KEYS
+_LONG_DIGITS = re.compile(r"[0-9]{19}")
+
+
+def _encode(value: Any) -> str:
+    """Compact, key-sorted JSON of checked JSON values (dicts, tuples, finite floats)."""
+    try:
+        return orjson.dumps(value, option=_SORTED).decode()
+    except TypeError:  # an int past 64 bits (or no JSON at all: the fallback says so)
+        return _ENCODER.encode(value)
 
 
 def canonical_json(value: Any) -> str:
-    """Compact, key-sorted JSON: the same value always encodes to the same text."""
+    """Compact, key-sorted JSON: the same value always encodes to the same text.
+
+    Values that are not JSON raise ``TypeError`` (or ``ValueError``). A NaN or infinity,
+    which only unchecked values can hold (``freeze_json`` refuses them), is written as null,
+    as pydantic's JSON dump of a model writes it; check values from outside with
+    ``freeze_json`` first.
+    """
     if type(value) is FrozenDict:
         return value._canonical()
-    return _ENCODER.encode(value)
+    return _encode(value)
+
+
+def decode_json(text: str | bytes) -> Any:
+    """Plain JSON ``text`` as Python values (dicts and lists, not frozen), by the log's
+    codec; ``ValueError`` if it is not JSON."""
+    if _LONG_DIGITS.search(text if isinstance(text, str) else text.decode()) is not None:
+        return json.loads(text)
+    return orjson.loads(text)
+
+
+def decode_payload(text: str) -> FrozenDict:
+    """The frozen payload ``text`` (a JSON object) encodes; ``ValueError`` if it is not one.
+
+    The reading side of ``canonical_json``: objects become ``FrozenDict`` and arrays tuples,
+    and NaN, infinities and duplicate-free trickery are refused as not JSON.
+    """
+    if _LONG_DIGITS.search(text) is not None:
+        value = _STRICT_DECODER.decode(text)
+    else:
+        value = _frozen_decoded(orjson.loads(text))
+    if type(value) is not FrozenDict:
+        raise ValueError("payload is not a JSON object")
+    return value
+
+
+def _frozen_decoded(value: Any) -> Any:
+    """What a JSON decoder returned, frozen (only dicts, lists and scalars can be there)."""
+    kind = type(value)
+    if kind is dict:
+        out = {}
+        for k, v in value.items():
+            vk = type(v)
+            out[k] = _frozen_decoded(v) if vk is dict or vk is list else v
+        return FrozenDict(out)
+    if kind is list:
+        return tuple([_frozen_decoded(v) if type(v) in (dict, list) else v for v in value])
+    return value
+
+
+def _tuples(items: list[Any]) -> tuple[Any, ...]:
+    return tuple([_tuples(v) if type(v) is list else v for v in items])
+
+
+def _frozen_object(obj: dict[str, Any]) -> FrozenDict:
+    # Called innermost first, so nested objects are frozen already; only arrays are left.
+    return FrozenDict({k: _tuples(v) if type(v) is list else v for k, v in obj.items()})
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"number {text} is out of range")
+    return value
+
+
+def _no_constant(name: str) -> float:
+    raise ValueError(f"{name} is not JSON")
+
+
+# Freezes while parsing: the decoder of texts that may hold integers past 64 bits.
+_STRICT_DECODER = json.JSONDecoder(
+    object_hook=_frozen_object, parse_float=_finite, parse_constant=_no_constant
+)
 
 
 # --------------------------------------------------------------------------------------------
@@ -1088,6 +1175,61 @@ def _prepare_payload(type_: str, payload: Any, required: bool | None) -> tuple[A
 
 
 # --------------------------------------------------------------------------------------------
+# Payloads the runtime builds
+
+CHECK_BUILT = False
+"""When True, every payload ``Event.built`` makes is also checked by its model and must come
+out the same (the test suite turns it on: the trusted path is proven by every test)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """What a built-in payload model adds to a payload the runtime built: its defaults, and
+    floats for the ints given to its float fields."""
+
+    defaults: dict[str, Any]
+    floats: frozenset[str]
+
+
+_PLANS: dict[str, _Plan] = {}
+
+
+def _plan(type_: str, model: type[Payload]) -> _Plan:
+    defaults: dict[str, Any] = {}
+    floats: set[str] = set()
+    for name, info in model.model_fields.items():
+        if float in (info.annotation, *get_args(info.annotation)):
+            floats.add(name)
+        if not info.is_required():
+            default = info.get_default(call_default_factory=True)
+            annotation = Any if info.annotation is None else info.annotation
+            defaults[name] = TypeAdapter(annotation).dump_python(default, mode="json")
+    plan = _PLANS[type_] = _Plan(freeze_json(defaults), frozenset(floats))
+    return plan
+
+
+def _built_payload(type_: str, payload: Mapping[str, Any]) -> FrozenDict:
+    """``payload`` of a built-in type as its model would store it, without validating it:
+    the fields it leaves out take their defaults, and ints given to float fields become
+    floats. It is still checked to be JSON (and its text cleaned) as it is frozen."""
+    model = PAYLOADS[type_]
+    plan = _PLANS.get(type_) or _plan(type_, model)
+    data = dict(plan.defaults)
+    floats = plan.floats
+    for name, value in payload.items():
+        data[name] = float(value) if name in floats and type(value) is int else value
+    frozen: FrozenDict = _freeze(data, "payload", 0, False)
+    if CHECK_BUILT:
+        checked, _ = _prepare_payload(type_, payload, None)
+        if frozen != checked or canonical_json(frozen) != canonical_json(checked):
+            raise AssertionError(
+                f"{type_} built as {canonical_json(frozen)}, but its model stores "
+                f"{canonical_json(checked)}"
+            )
+    return frozen
+
+
+# --------------------------------------------------------------------------------------------
 # The envelope
 
 
@@ -1163,6 +1305,43 @@ class Event(BaseModel):
                 "run_id": run_id,
                 "required": req,
                 "payload": data,
+            },
+        )
+        object.__setattr__(event, "__pydantic_fields_set__", set(_ALL_FIELDS))
+        object.__setattr__(event, "__pydantic_extra__", None)
+        object.__setattr__(event, "__pydantic_private__", None)
+        return event
+
+    @classmethod
+    def built(
+        cls,
+        type: str,
+        payload: Mapping[str, Any],
+        *,
+        turn_id: str | None = None,
+        run_id: str | None = None,
+        required: bool | None = None,
+    ) -> Event:
+        """A new event of a built-in type whose payload the runtime built (its own code, from
+        values it checked): stored as ``create`` would store it, without validating it again
+        (``CHECK_BUILT`` makes it check). Other types, and payloads that are not plain
+        mappings, go through ``create``."""
+        if type not in PAYLOADS or not isinstance(payload, dict):
+            return cls.create(type, payload, turn_id=turn_id, run_id=run_id, required=required)
+        event = object.__new__(cls)
+        object.__setattr__(
+            event,
+            "__dict__",
+            {
+                "schema_version": SCHEMA_VERSION,
+                "event_id": new_id("evt"),
+                "seq": 0,
+                "occurred_at": datetime.now(UTC),
+                "type": type,
+                "turn_id": turn_id,
+                "run_id": run_id,
+                "required": type not in _OPTIONAL_BUILTINS if required is None else required,
+                "payload": _built_payload(type, payload),
             },
         )
         object.__setattr__(event, "__pydantic_fields_set__", set(_ALL_FIELDS))

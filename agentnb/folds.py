@@ -23,8 +23,10 @@ import zlib
 from collections.abc import Sequence
 from typing import Any
 
+import orjson
+
 from agentnb.errors import AgentnbError, Corrupt, RecoveryLimitExceeded
-from agentnb.events import Event, Message, canonical_json
+from agentnb.events import Event, Message, canonical_json, decode_json
 from agentnb.ids import SessionKey
 from agentnb.limits import Limits, check_replay
 from agentnb.projections.state import (
@@ -52,11 +54,15 @@ _FOLDS = "session-folds"
 
 
 def _encode(data: dict[str, Any]) -> bytes:
-    return zlib.compress(json.dumps(data, separators=(",", ":")).encode(), 1)
+    try:
+        text = orjson.dumps(data, option=orjson.OPT_NON_STR_KEYS)
+    except TypeError:  # an int past 64 bits
+        text = json.dumps(data, separators=(",", ":")).encode()
+    return zlib.compress(text, 1)
 
 
 def _decode(blob: bytes) -> dict[str, Any]:
-    value = json.loads(zlib.decompress(blob))
+    value = decode_json(zlib.decompress(blob))
     if not isinstance(value, dict):
         raise ValueError("snapshot is not a JSON object")
     return value

@@ -33,7 +33,9 @@ def _pid_namespace() -> str | None:
 
 
 def _start_time(pid: int) -> str | None:
-    """The process's start time in clock ticks since boot (``/proc/PID/stat`` field 22)."""
+    """The process's start time in clock ticks since boot (``/proc/PID/stat`` field 22);
+    None when there is no such process, or only its exit status is left (a zombie, killed
+    and not yet reaped by its parent: it executes nothing any more)."""
     try:
         with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
             stat = f.read()
@@ -41,6 +43,8 @@ def _start_time(pid: int) -> str | None:
         return None
     # The command name (field 2) is in parentheses and may hold spaces: split after it.
     fields = stat.rsplit(")", 1)[-1].split()
+    if fields and fields[0] in ("Z", "X"):  # field 3: the state
+        return None
     return fields[19] if len(fields) > 19 else None
 
 

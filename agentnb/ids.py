@@ -111,6 +111,17 @@ _uuid7_lock = threading.Lock()
 _uuid7_last = (0, 0)
 
 
+def _forked() -> None:
+    # A forked child draws fresh random bits (its parent goes on counting from the same
+    # ones), and the lock another thread held at the fork is nobody's.
+    global _uuid7_lock, _uuid7_last
+    _uuid7_lock = threading.Lock()
+    _uuid7_last = (0, 0)
+
+
+os.register_at_fork(after_in_child=_forked)
+
+
 def _uuid7_hex() -> str:
     """A UUIDv7 as 32 hex digits: 48-bit ms timestamp, then a counter-backed random tail.
 

@@ -47,9 +47,12 @@ Metrics:
     different order each round. Target for 4 workers: >= 2.5. Each line also says where the
     CPU went (the workers', the server's processes' and the client's, from /proc and
     getrusage), how busy the workers and the whole machine were, and what the database paid
-    per turn (transactions, WAL). ``cpu_bound_ratio``: CPUs / CPU time per turn of the
-    1-worker run, the most any number of workers can reach on this machine; where it is
-    below 2.5, 4 workers cannot show the target here, however well they scale.
+    per turn (transactions, WAL, and ``statements_per_turn``: every statement the server ran
+    for the run, BEGIN and COMMIT included, counted by ``pg_stat_statements``, which the
+    throwaway server preloads; -1 on a server given by ``--url`` without it).
+    ``cpu_bound_ratio``: CPUs / CPU time per turn of the 1-worker run, the most any number of
+    workers can reach on this machine; where it is below 2.5, 4 workers cannot show the
+    target here, however well they scale.
 
 Both sides of a commit comparison run the same loop shape over pre-built inputs, after a
 warm-up, in interleaved rounds so that disk and CPU drift hit both alike; a ratio is the
@@ -507,6 +510,8 @@ class PoolRun:
     client_cpu: float
     transactions: int
     wal_bytes: int
+    statements: int | None = None
+    """Statements the server ran (``pg_stat_statements``), None when it cannot count."""
 
     @property
     def turns_per_s(self) -> float:
@@ -517,6 +522,23 @@ class PoolRun:
         """Worker, server and client CPU per turn: what a turn costs wherever it runs."""
         total = sum(self.worker_cpu) + (self.server_cpu or 0.0) + self.client_cpu
         return total / self.turns * 1000
+
+
+def _statements(url: str) -> int | None:
+    """Statements the server ran in this database so far (``pg_stat_statements``: utility
+    statements such as BEGIN and COMMIT too), None without the extension. The counts of
+    these reads are left out."""
+    try:
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+            row = conn.execute(
+                "SELECT coalesce(sum(calls), 0) FROM pg_stat_statements WHERE dbid = "
+                "(SELECT oid FROM pg_database WHERE datname = current_database()) "
+                "AND query NOT LIKE '%pg_stat_statements%'"
+            ).fetchone()
+    except psycopg.Error:
+        return None
+    return int(row[0]) if row else None
 
 
 def _db_counters(url: str) -> tuple[int, int]:
@@ -593,6 +615,7 @@ def run_pool(
         server0 = _server_cpu(data) if data is not None else 0.0
         client0 = resource.getrusage(resource.RUSAGE_SELF)
         xacts0, wal0 = _db_counters(url)
+        statements0 = _statements(url)
         for proc in procs:
             proc.signal(signal.SIGCONT)
         for receipt in last:  # a session runs its tasks in order: its last one ends last
@@ -621,6 +644,8 @@ def run_pool(
                 print(f"a worker failed: {failed}", file=sys.stderr)
         client.close()
     xacts1 = _db_counters(url)[0]  # the backends are gone: their counts are in
+    statements1 = _statements(url)
+    statements = None if statements0 is None or statements1 is None else statements1 - statements0
     return PoolRun(
         workers,
         len(ends),
@@ -630,6 +655,7 @@ def run_pool(
         (client1.ru_utime + client1.ru_stime) - (client0.ru_utime + client0.ru_stime),
         xacts1 - xacts0,
         wal1 - wal0,
+        statements,
     )
 
 
@@ -679,6 +705,7 @@ def worker_scaling(database: Any, sizes: Sizes, data: Path | None) -> list[Resul
                     "cpu_ms_per_turn": r.cpu_ms_per_turn,
                     "cpu_bound_ratio": ceiling,
                     "transactions_per_turn": r.transactions / r.turns,
+                    "statements_per_turn": -1.0 if r.statements is None else r.statements / r.turns,
                     "wal_kb_per_turn": r.wal_bytes / r.turns / 1024,
                     "runs": float(len(runs[n])),
                 },
@@ -698,6 +725,7 @@ def worker_table(results: Sequence[Result]) -> str:
         "CPU ms/turn",
         "of which server",
         "xacts/turn",
+        "stmts/turn",
         "WAL KB/turn",
     )
     rows = [header]
@@ -714,6 +742,7 @@ def worker_table(results: Sequence[Result]) -> str:
                 f"{e['cpu_ms_per_turn']:.1f}",
                 "?" if server is None else f"{server:.1f}",
                 f"{e['transactions_per_turn']:.1f}",
+                "?" if e["statements_per_turn"] < 0 else f"{e['statements_per_turn']:.1f}",
                 f"{e['wal_kb_per_turn']:.1f}",
             )
         )
@@ -749,6 +778,9 @@ def run(sizes: Sizes, url: str | None, groups: Sequence[str] = GROUPS) -> list[R
     if url is None:
         cluster = Cluster(Path(tempfile.mkdtemp(prefix="agentnb-bench-pg-")), fsync=True)
         cluster.start()
+        # pg_stat_statements counts every statement the workers and the client send.
+        cluster.sql("ALTER SYSTEM SET shared_preload_libraries = 'pg_stat_statements'")
+        cluster.restart()
 
         def database() -> str:
             return cluster.database()

@@ -9,6 +9,11 @@ from typing import Any
 import pytest
 
 import agentnb as nb
+from agentnb import events
+
+# Every payload the runtime builds without validation is validated here as well, and must
+# come out as its model would store it (``Event.built``).
+events.CHECK_BUILT = True
 
 
 @pytest.fixture(params=["memory", "sqlite", "postgres"])

@@ -72,7 +72,7 @@ def test_widgets_quick_run_prints_one_json_line_per_metric() -> None:
 def test_postgres_quick_run_prints_one_json_line_per_metric() -> None:
     """`bench_postgres.py --quick` (its own throwaway server) prints JSON with value,
     baseline, ratio; the commit lines add the bare statement's rate, the wake-up latency line
-    its p95, the worker lines their CPU."""
+    its p95, the worker lines their CPU and the statements the server ran per turn."""
     from tests.pg import require_server
 
     require_server()
@@ -97,6 +97,7 @@ def test_postgres_quick_run_prints_one_json_line_per_metric() -> None:
         assert workers["turns"] == 16
         assert workers["worker_cpu_s"] > 0
         assert workers["server_cpu_s"] > 0
+        assert workers["statements_per_turn"] >= 6  # a turn's six commits at least
 
 
 def test_scale_quick_run_prints_one_json_line_per_metric() -> None:
@@ -109,13 +110,16 @@ def test_scale_quick_run_prints_one_json_line_per_metric() -> None:
 
 
 def test_sessions_quick_run_prints_one_json_line_per_metric() -> None:
-    """`bench_sessions.py --quick` prints concurrent vs sequential turns/s, and what each
-    side's turns cost in CPU."""
-    (record,) = _records("bench_sessions.py", "--quick")
-    assert record["bench"] == "sessions"
-    for side in ("", "baseline_"):
-        assert record[f"{side}user_ms_per_turn"] > 0
-        assert 0 < record[f"{side}user_busy"] <= (os.cpu_count() or 1)  # CPU s per s
+    """`bench_sessions.py --quick` prints concurrent (in one process, and in two worker
+    processes) vs sequential turns/s, and what each side's turns cost in CPU."""
+    one_process, two_processes = _records("bench_sessions.py", "--quick")
+    assert [r["target"] for r in (one_process, two_processes)] == [">= 2 (goal 3)", ">= 1.6"]
+    assert two_processes["processes"] == 2
+    for record in (one_process, two_processes):
+        assert record["bench"] == "sessions"
+        for side in ("", "baseline_"):
+            assert record[f"{side}user_ms_per_turn"] > 0
+            assert 0 < record[f"{side}user_busy"] <= (os.cpu_count() or 1)  # CPU s per s
 
 
 def test_recovery_small_run_prints_one_json_line_per_metric() -> None:

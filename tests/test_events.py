@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel, ValidationError
 
+from agentnb import events
 from agentnb.errors import InvalidInput, UnknownRequiredEvent
 from agentnb.events import (
     BUILTIN_TYPES,
@@ -18,10 +19,13 @@ from agentnb.events import (
     Event,
     FrozenDict,
     Message,
+    RunStart,
     StepStart,
     ToolCallData,
     canonical_json,
     check_readable,
+    decode_json,
+    decode_payload,
     event_digest,
     freeze_json,
     register_event_type,
@@ -219,6 +223,102 @@ class TestDigest:
         """canonical_json sorts keys, has no spaces and keeps non-ASCII text."""
         assert canonical_json({"b": 1, "a": "é"}) == '{"a":"é","b":1}'
         assert canonical_json(freeze_json({"b": [1, 2], "a": None})) == '{"a":null,"b":[1,2]}'
+
+
+class TestCodec:
+    @pytest.mark.parametrize(
+        "payload",
+        [
+            {"big": 2**70, "small": -(2**70), "list": [2**64, 1]},
+            {"tiny": 1e-7, "less": 3.3e-5, "huge": 1.5e300, "half": 0.5, "zero": -0.0},
+            {"text": 'é\u2028\x00\x1f"\\', "nested": {"b": [{"a": None}], "a": True}},
+            {"digits": "12345678901234567890", "n": 9223372036854775807},
+        ],
+    )
+    def test_payloads_round_trip_through_the_log_codec(self, payload: dict[str, Any]) -> None:
+        """What canonical_json writes, decode_payload reads back as the same frozen value:
+        integers past 64 bits stay integers, floats keep their value, text its characters."""
+        frozen = freeze_json(payload)
+        text = canonical_json(frozen)
+        back = decode_payload(text)
+        assert back == frozen
+        assert isinstance(back, FrozenDict)
+        assert canonical_json(back) == text
+        assert {k: type(v) for k, v in back.items()} == {k: type(v) for k, v in frozen.items()}
+        assert decode_json(text) == payload
+
+    def test_the_codec_writes_what_the_standard_encoder_writes(self) -> None:
+        """Sorted keys, no spaces, text as it is, the shortest float digits (only the
+        exponent of a float below 1e-4 is written unpadded)."""
+        value = freeze_json({"b": [1, 2.5, 1e16], "a": "é", "c": {"z": None, "y": 1e-7}})
+        assert canonical_json(value) == '{"a":"é","b":[1,2.5,1e+16],"c":{"y":1e-7,"z":null}}'
+
+    @pytest.mark.parametrize(
+        "text", ["NaN", '{"n": NaN}', '{"n": 1e400}', "[1, 2]", '"text"', "{", '{"s":"\\ud800"}']
+    )
+    def test_decoding_refuses_what_is_not_a_json_object(self, text: str) -> None:
+        """Text that is not a JSON object the codec wrote raises ValueError."""
+        with pytest.raises(ValueError):
+            decode_payload(text)
+
+
+class TestBuiltPayloads:
+    @pytest.mark.parametrize(
+        ("type_", "payload"),
+        [
+            ("run/start", {}),
+            ("step/start", {"step_id": "step_1", "iteration": 2}),
+            (
+                "model/end",
+                {"model_call_id": "mc_1", "status": "completed", "model": "m", "latency_ms": 5},
+            ),
+            (
+                "message/assistant",
+                {
+                    "message": Message(
+                        id="msg_1",
+                        role="assistant",
+                        text="x\ud83d",
+                        tool_calls=(ToolCallData(call_id="c1", name="t", arguments={"n": 1}),),
+                    )
+                },
+            ),
+            ("tool/result", {"call_id": "c1", "name": "t", "status": "success", "output": "ok"}),
+            ("model/chunk", {"model_call_id": "mc_1", "index": 0, "text": "hi", "pieces": 3}),
+        ],
+    )
+    def test_a_built_event_is_stored_as_a_created_one(
+        self, type_: str, payload: dict[str, Any]
+    ) -> None:
+        """A payload the runtime builds (Event.built, no validation) is what Event.create
+        stores: defaults filled in, ints of float fields as floats, messages dumped, text
+        cleaned, the same required flag."""
+        built = Event.built(type_, payload, turn_id="turn_1", run_id="run_1")
+        created = Event.create(type_, payload, turn_id="turn_1", run_id="run_1")
+        assert built.payload == created.payload
+        assert canonical_json(built.payload) == canonical_json(created.payload)
+        assert (built.type, built.required, built.turn_id) == (
+            created.type,
+            created.required,
+            created.turn_id,
+        )
+
+    def test_the_check_mode_refuses_a_payload_its_model_would_not_store(self) -> None:
+        """With CHECK_BUILT (on in this suite) a built payload that its model would refuse
+        or store differently fails loudly instead of reaching a log."""
+        assert events.CHECK_BUILT
+        with pytest.raises(InvalidInput):
+            Event.built("step/start", {"step_id": "step_1"})  # iteration is required
+        with pytest.raises(InvalidInput):
+            Event.built("step/start", {"step_id": "step_1", "iteration": 1, "extra": 1})
+
+    def test_other_types_and_payloads_go_through_the_validating_door(self) -> None:
+        """Application types and payloads that are not dicts are validated as by create."""
+        with pytest.raises(InvalidInput):
+            Event.built("acme/x", {"n": math.nan})
+        with pytest.raises(InvalidInput):
+            Event.built("run/start", RunStart(reason="resume"), turn_id=5)  # type: ignore[arg-type]
+        assert Event.built("run/start", None).payload == Event.create("run/start").payload
 
 
 class TestFreezing:

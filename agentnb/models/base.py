@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import random
 import threading
 import weakref
@@ -265,6 +266,16 @@ def estimate_text_tokens(text: str) -> int:
 _MEMO: dict[tuple[int, int], tuple[Callable[[str], int], _Held, int]] = {}
 _MEMO_MAX = 200_000
 _memo_lock = threading.Lock()
+
+
+def _forked() -> None:
+    # A forked child (a worker process of Runtime(processes=N)) has only the forking
+    # thread: the lock another thread held at the fork is nobody's.
+    global _memo_lock
+    _memo_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forked)
 
 
 class _Held(weakref.ref[Message]):

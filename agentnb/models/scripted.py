@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import json
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -44,7 +45,9 @@ class ToolCall:
             )
         arguments = dict(self.arguments)
         try:
-            canonical_json(arguments)
+            # Plain JSON, NaN refused (the log's codec writes it as null); how deep it goes
+            # is the run's to refuse, as for a real model's reply.
+            json.dumps(arguments, allow_nan=False)
         except (TypeError, ValueError) as exc:
             raise InvalidInput(
                 f"ToolCall({self.name!r}) arguments must be plain JSON: {exc}"

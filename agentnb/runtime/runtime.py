@@ -16,6 +16,7 @@ import concurrent.futures
 import contextlib
 import functools
 import logging
+import os
 import threading
 import time
 import weakref
@@ -26,6 +27,7 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from agentnb.agent import Agent, agents_of
 from agentnb.errors import (
+    Fenced,
     InboxChanged,
     InvalidInput,
     LeaseHeld,
@@ -36,7 +38,7 @@ from agentnb.errors import (
 )
 from agentnb.events import Event
 from agentnb.folds import ChatFolds, Folds
-from agentnb.holders import new_owner
+from agentnb.holders import holder_alive, new_owner
 from agentnb.ids import SessionKey, check_id
 from agentnb.limits import Limits
 from agentnb.live import LiveEvent, LiveHub, Subscription
@@ -50,6 +52,7 @@ from agentnb.projections.state import (
 )
 from agentnb.records import PruneReport, SessionCounts, SessionInfo, UsageTotals
 from agentnb.runtime.engine import SessionDriver
+from agentnb.runtime.processes import STOP_TIMEOUT, WorkerProcess, start_workers, stop_workers
 from agentnb.runtime.subagents import AgentHost, session_lineage
 from agentnb.session import Session
 from agentnb.stores import SessionStore, open_store
@@ -65,6 +68,18 @@ log = logging.getLogger("agentnb.runtime")
 _open_runtimes: weakref.WeakSet[Runtime] = weakref.WeakSet()
 _exit_hook_lock = threading.Lock()
 _exit_hook_installed = False
+
+
+def _forked() -> None:
+    # A worker process of Runtime(processes=N) makes a runtime of its own: the lock another
+    # thread of its parent held at the fork is nobody's, and the parent's runtimes are not
+    # the child's to close.
+    global _exit_hook_lock, _open_runtimes
+    _exit_hook_lock = threading.Lock()
+    _open_runtimes = weakref.WeakSet()
+
+
+os.register_at_fork(after_in_child=_forked)
 
 EXIT_CLOSE_TIMEOUT = 5.0
 """Seconds a runtime still open at interpreter exit gets to stop its runs and release."""
@@ -96,6 +111,11 @@ class PendingWork(Protocol):
     def settle_pending(self, lease: Lease, inbox_seen: int, *, release: bool = ...) -> bool:
         """Clear the leased session's mark if its inbox is still at ``inbox_seen`` (and
         with ``release``, release the lease at once)."""
+
+    def held_pending(
+        self, *, limit: int = ..., agent_id: str | None = ..., namespace: str | None = ...
+    ) -> list[Lease]:
+        """The live leases of sessions with queued work (a dead holder's among them)."""
 
     def watch_pending(self, callback: Callable[[SessionKey | None], None]) -> Callable[[], None]:
         """Call ``callback`` when work may have been accepted (with the session's key when
@@ -336,6 +356,21 @@ def _seconds(value: datetime | float | None, name: str) -> float | None:
     return float(value)
 
 
+def _start_loop(agent_id: str) -> tuple[asyncio.AbstractEventLoop, threading.Thread]:
+    """A runtime's event loop, running on its own daemon thread."""
+    loop = asyncio.new_event_loop()
+    # Store calls run in worker threads; each running session also keeps one waiting for
+    # interrupts, so the default pool of min(32, cpus + 4) threads is too small.
+    loop.set_default_executor(
+        concurrent.futures.ThreadPoolExecutor(max_workers=64, thread_name_prefix="agentnb")
+    )
+    thread = threading.Thread(
+        target=loop.run_forever, daemon=True, name=f"agentnb-runtime-{agent_id}"
+    )
+    thread.start()
+    return loop, thread
+
+
 def _close_at_exit() -> None:
     for runtime in list(_open_runtimes):
         try:
@@ -416,6 +451,14 @@ class Runtime:
     ``limits`` (an ``nb.Limits``) bounds the sessions' queues, what opening one may replay,
     and (optionally) how much one may hold; the defaults are the seeds' bounds.
 
+    ``processes=N`` (N > 1) executes on N cores: the runtime forks N worker processes, each
+    serving this agent on the same store (an SQLite file or PostgreSQL, not ``memory://``)
+    and claiming sessions with queued work as ``agentnb worker`` processes do, and stays
+    the client itself: it accepts commands and observes, like ``execute=False``. Closing it
+    stops the workers cooperatively (their runs end interrupted, as ``close`` ends this
+    process's runs). A killed worker's sessions are claimed by the others as soon as they
+    see it dead. The default, 1, executes in this process.
+
     A session is bound to the agent of its first turn (its fingerprint: id, instructions,
     tools with their schemas, model name). Reading it always works, from any runtime; new
     work (``submit``, ``send``, ``steer``, ``inject``, ``resume``, ``respond``, ``compact``)
@@ -442,6 +485,7 @@ class Runtime:
         execute: bool = True,
         limits: Limits | None = None,
         accept_agent_change: bool = False,
+        processes: int = 1,
     ) -> None:
         if not isinstance(agent, Agent):
             raise InvalidInput(f"agent must be an nb.Agent, got {type(agent).__name__}")
@@ -458,6 +502,7 @@ class Runtime:
             )
         if not isinstance(lease_ttl, int | float) or not 0.2 <= lease_ttl <= 3600:
             raise InvalidInput(f"lease_ttl must be seconds in [0.2, 3600], got {lease_ttl!r}")
+        check_processes(processes, execute)
         self.agent = agent
         self.agents = agents_of(agent)
         """Every agent this runtime executes sessions of: its own and its sub-agents'."""
@@ -471,6 +516,10 @@ class Runtime:
         self.execute = execute
         self.limits = limits or Limits()
         self.accept_agent_change = accept_agent_change
+        self.processes = processes
+        self._workers: list[WorkerProcess] = []
+        if processes > 1:  # forked before this runtime starts a thread of its own
+            self._start_workers(processes)
         self._work_folds: OrderedDict[SessionKey, Folds] = OrderedDict()
         self._work_folds_lock = threading.Lock()
         self.hub = LiveHub()
@@ -484,16 +533,7 @@ class Runtime:
         self._chat_lock = threading.Lock()
         self._lock = threading.Lock()
         self._closed = False
-        self._loop = asyncio.new_event_loop()
-        # Store calls run in worker threads; each running session also keeps one waiting for
-        # interrupts, so the default pool of min(32, cpus + 4) threads is too small.
-        self._loop.set_default_executor(
-            concurrent.futures.ThreadPoolExecutor(max_workers=64, thread_name_prefix="agentnb")
-        )
-        self._thread = threading.Thread(
-            target=self._loop.run_forever, daemon=True, name=f"agentnb-runtime-{agent.agent_id}"
-        )
-        self._thread.start()
+        self._loop, self._thread = _start_loop(agent.agent_id)
         self._toolsets: list[OpenToolset] = []
         if any(a.toolsets for a in self.agents.values()):
             self.agents = self._start_toolsets(self.agents)
@@ -504,6 +544,32 @@ class Runtime:
         self.exporter = LiveExporter.started(self.store, self.export_to, self.session_keys)
         _open_runtimes.add(self)
         _install_exit_hook()
+
+    @property
+    def worker_pids(self) -> tuple[int, ...]:
+        """The process ids of the worker processes of ``processes=N`` (empty when this
+        runtime executes in its own process)."""
+        return tuple(worker.pid for worker in self._workers)
+
+    def _start_workers(self, processes: int) -> None:
+        """Fork the worker processes of ``processes=N``; this runtime becomes their client."""
+        url = shared_url(self.store)
+        options = {
+            "lease_ttl": self.lease_ttl,
+            "auto_resume": self.auto_resume,
+            "namespace": self.namespace,
+            "limits": self.limits,
+            "accept_agent_change": self.accept_agent_change,
+        }
+        try:
+            self._workers = start_workers(
+                processes, functools.partial(_serve_forked, self.agent, url, options)
+            )
+        except BaseException:
+            if self._owns_store:
+                self.store.close()
+            raise
+        self.execute = False
 
     def _start_toolsets(self, agents: dict[str, Agent]) -> dict[str, Agent]:
         """Open the toolsets of every agent of the tree on the loop; if one fails, undo the
@@ -953,6 +1019,11 @@ class Runtime:
             or not 1 <= concurrency <= 1000
         ):
             raise InvalidInput(f"concurrency must be an int in 1..1000, got {concurrency!r}")
+        if self._workers:
+            raise InvalidInput(
+                f"this runtime's {len(self._workers)} worker processes execute (processes="
+                f"{self.processes}); serve() needs a runtime made with processes=1"
+            )
         if not self.execute:
             raise InvalidInput(
                 "this runtime was made with execute=False (it only submits and observes); "
@@ -991,6 +1062,8 @@ class Runtime:
                     if claims is None and owed and not scan:
                         scan = self._all_sessions()
                     owed = False
+                    if claims is not None and wake_keys is None:  # a poll pass
+                        self._release_dead_holders(claims)
                     for key, lease in self._next_sessions(claims, free, working, scan):
                         future = asyncio.run_coroutine_threadsafe(
                             self._work_on(key, lease, halt, claims), self._loop
@@ -1052,6 +1125,24 @@ class Runtime:
         except StorageError as exc:  # the store is away: the next pass tries again
             log.warning("worker: could not look for work: %s", describe(exc))
         return [(lease.key, lease) for lease in leases]
+
+    def _release_dead_holders(self, claims: PendingWork) -> None:
+        """Release the leases of sessions with queued work whose holder is known dead (a
+        process of this host that is gone, ``kill -9``), each at its exact epoch: they are
+        claimed now instead of once their leases expire."""
+        try:
+            held = [
+                lease
+                for agent_id in self.agents  # its own sessions and its sub-agents' children
+                for lease in claims.held_pending(agent_id=agent_id, namespace=self.namespace)
+            ]
+            for lease in held:
+                if holder_alive(lease.owner) is False:
+                    log.info("worker: session %s: its holder %s is dead", lease.key, lease.owner)
+                    with contextlib.suppress(Fenced):
+                        self.store.release_lease(lease)
+        except StorageError as exc:  # the store is away: the next pass tries again
+            log.warning("worker: could not look for dead holders: %s", describe(exc))
 
     def _waits_for_children(self, key: SessionKey) -> bool:
         driver = self._drivers.get(key)
@@ -1200,6 +1291,8 @@ class Runtime:
             return
         self._closed = True
         _open_runtimes.discard(self)
+        if self._workers:
+            stop_workers(self._workers, timeout=max(timeout, STOP_TIMEOUT))
         abandoned: list[str] = []
 
         async def stop_all() -> None:
@@ -1265,3 +1358,41 @@ class Runtime:
 
     def __repr__(self) -> str:
         return f"Runtime(agent={self.agent.agent_id!r}, store={self.store.url!r})"
+
+
+def check_processes(processes: object, execute: bool) -> None:
+    """``InvalidInput`` unless ``processes`` is a count of worker processes this runtime can
+    fork."""
+    if not isinstance(processes, int) or isinstance(processes, bool) or not 1 <= processes <= 64:
+        raise InvalidInput(f"processes must be an int in 1..64, got {processes!r}")
+    if processes > 1 and not execute:
+        raise InvalidInput(
+            "processes > 1 starts worker processes that execute; a runtime made with "
+            "execute=False has none (leave processes at 1)"
+        )
+    if processes > 1 and not hasattr(os, "fork"):
+        raise InvalidInput(
+            "processes > 1 needs fork(), which this platform lacks; run `agentnb worker` "
+            "processes instead"
+        )
+
+
+def shared_url(store: SessionStore) -> str:
+    """The URL worker processes open ``store`` by; ``InvalidInput`` for a store only this
+    process can see."""
+    url = store.url
+    if not url or url.startswith("memory:"):
+        raise InvalidInput(
+            "processes > 1 needs a store that processes share: an SQLite file "
+            "(sqlite:///path.db) or PostgreSQL, not memory://"
+        )
+    return url
+
+
+def _serve_forked(agent: Agent, url: str, options: dict[str, Any], stop: threading.Event) -> None:
+    """In a worker process of ``Runtime(processes=N)``: serve the agent until ``stop``."""
+    runtime = Runtime(agent, store=url, **options)
+    try:
+        runtime.serve(stop=stop)
+    finally:
+        runtime.close()

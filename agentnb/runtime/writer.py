@@ -79,8 +79,9 @@ class LogWriter:
         run_id: str | None = None,
         required: bool | None = None,
     ) -> Event:
+        """Add an event whose payload the runtime built (trusted: ``Event.built``)."""
         return self.add_event(
-            Event.create(type_, payload, turn_id=turn_id, run_id=run_id, required=required)
+            Event.built(type_, payload, turn_id=turn_id, run_id=run_id, required=required)
         )
 
     def add_event(self, event: Event) -> Event:

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import json
-import math
 import zlib
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -15,10 +13,9 @@ from agentnb.errors import Corrupt
 from agentnb.events import (
     BLOB_THRESHOLD,
     Event,
-    FrozenDict,
     canonical_json,
     check_readable,
-    freeze_json,
+    decode_payload,
 )
 from agentnb.ids import SessionKey
 
@@ -61,7 +58,7 @@ class RawEvent(NamedTuple):
 
     @property
     def payload(self) -> Any:
-        return freeze_json(json.loads(self.payload_json))
+        return decode_payload(self.payload_json)
 
     def to_event(self) -> Event:
         """The decoded ``Event``."""
@@ -167,41 +164,13 @@ def encode(event: Event, seq: int, put_blob: Callable[[bytes], str], digest: Any
     )
 
 
-def _tuples(items: list[Any]) -> tuple[Any, ...]:
-    return tuple([_tuples(v) if type(v) is list else v for v in items])
-
-
-def _frozen_object(obj: dict[str, Any]) -> FrozenDict:
-    # Called innermost first, so nested objects are frozen already; only arrays are left.
-    return FrozenDict({k: _tuples(v) if type(v) is list else v for k, v in obj.items()})
-
-
-def _finite(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value):
-        raise ValueError(f"number {text} is out of range")
-    return value
-
-
-def _no_constant(name: str) -> float:
-    raise ValueError(f"{name} is not JSON")
-
-
-# Freezes while parsing (what ``freeze_json(json.loads(...))`` does, in one pass).
-_DECODER = json.JSONDecoder(
-    object_hook=_frozen_object, parse_float=_finite, parse_constant=_no_constant
-)
-
-
 def decode(key: SessionKey, row: tuple[Any, ...], get_blob: Callable[[str], bytes]) -> Event:
     """The event stored in ``row``; ``Corrupt`` (naming session and seq) if it is damaged."""
     seq, event_id, type_, turn_id, run_id, required, occurred_us, version, body = decode_raw(
         key, row, get_blob
     )
     try:
-        payload = _DECODER.decode(body)
-        if not isinstance(payload, dict):
-            raise ValueError("payload is not a JSON object")
+        payload = decode_payload(body)
     except Exception as exc:  # noqa: BLE001 - any decode failure means the row is damaged
         raise _damaged(key, seq, exc) from None
     return Event.model_construct(

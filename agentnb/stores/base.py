@@ -318,7 +318,9 @@ class SessionQuery:
     """Lower-cased."""
     limit: int
     after: tuple[float, int] | None
-    """(last_activity, row) of the last record of the previous page."""
+    """(listing key, row) of the last record of the previous page, decoded from its
+    cursor. The key is ``last_activity``, or a backend's own key that orders the same way
+    (SQLite's ``list_key``)."""
     archived: bool | None = False
     """False: live sessions only; True: archived ones only; None: both."""
 

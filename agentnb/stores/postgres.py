@@ -354,6 +354,14 @@ _CLAIM = (
     "RETURNING s.namespace, s.user_id, s.agent_id, s.session_id, s.lease_epoch, "
     "s.lease_expires, s.id, s.deleted_at"
 )
+_HELD = (
+    "SELECT namespace, user_id, agent_id, session_id, lease_owner, lease_epoch, lease_expires "
+    "FROM agentnb.sessions WHERE pending_since IS NOT NULL AND lease_owner IS NOT NULL "
+    "AND lease_expires > " + _NOW + " "
+    "AND (%(agent_id)s::text IS NULL OR agent_id = %(agent_id)s) "
+    "AND (%(namespace)s::text IS NULL OR namespace = %(namespace)s) "
+    "ORDER BY pending_since, id LIMIT %(limit)s"
+)
 _SETTLE = (
     "UPDATE agentnb.sessions SET pending_since = NULL{release} WHERE id = %(sid)s "
     "AND inbox_head = %(seen)s AND lease_owner = %(owner)s AND lease_epoch = %(epoch)s "
@@ -542,7 +550,9 @@ class PostgresStore(SessionStore):
             self._migrate(conn, create)
         self._pool = ConnectionPool(
             self._conninfo,
-            kwargs={"autocommit": True},
+            # Every statement is prepared on a connection's first use of it, not its fifth:
+            # the pool's connections each parse the hot statements once.
+            kwargs={"autocommit": True, "prepare_threshold": 0},
             min_size=1,
             max_size=pool_size,
             open=False,
@@ -1662,6 +1672,31 @@ class PostgresStore(SessionStore):
                 callback(key)
             except Exception:  # a watcher's bug must not deafen the listener
                 log.exception("pending-work watcher failed")
+
+    def held_pending(
+        self, *, limit: int = 100, agent_id: str | None = None, namespace: str | None = None
+    ) -> list[Lease]:
+        """The live leases of up to ``limit`` sessions that have queued work: their holders
+        execute them, or died holding them (a claimer releases the leases of holders it
+        knows dead, so it need not wait for their expiry)."""
+        if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= 1000:
+            raise InvalidInput(f"limit must be an int in 1..1000, got {limit!r}")
+        with self._operation():
+            rows = self._query(
+                lambda c: c.execute(
+                    _HELD,
+                    {
+                        "limit": limit,
+                        "agent_id": agent_id,
+                        "namespace": namespace,
+                        "now": self._now(self.clock.now()),
+                    },
+                ).fetchall()
+            )
+        return [
+            Lease(SessionKey(ns, user, agent, session), owner, int(epoch), float(expires))
+            for ns, user, agent, session, owner, epoch, expires in rows
+        ]
 
     def settle_pending(self, lease: Lease, inbox_seen: int, *, release: bool = False) -> bool:
         """Clear the pending-work mark of the leased session if the holder has seen its inbox

@@ -33,6 +33,8 @@ connection discipline that splitting would spread across modules.
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import functools
 import hashlib
 import json
 import logging
@@ -43,13 +45,13 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
 from agentnb.errors import Corrupt, IdempotencyConflict, InvalidInput, SessionNotFound, StorageError
 from agentnb.events import Event
-from agentnb.ids import Clock, SessionKey
+from agentnb.ids import Clock, SessionKey, check_id
 from agentnb.stores import _rows
 from agentnb.stores.base import (
     Lease,
@@ -65,6 +67,7 @@ from agentnb.stores.base import (
     check_fence,
     check_inbox,
     check_tombstone,
+    check_ttl,
     decide_acquire,
     decide_append,
     decide_catalogue,
@@ -78,10 +81,11 @@ from agentnb.stores.base import (
     submit_text,
 )
 
-FORMAT = "agentnb-sqlite/4"
-_MIGRATABLE = ("agentnb-sqlite/2", "agentnb-sqlite/3")
+FORMAT = "agentnb-sqlite/5"
+_MIGRATABLE = ("agentnb-sqlite/2", "agentnb-sqlite/3", "agentnb-sqlite/4")
 """Formats this agentnb migrates in place: 2 gains the lifecycle columns (its logs are
-counted), 2 and 3 the archive flag, the order of deletions and the tombstone watermarks."""
+counted), 2 and 3 the archive flag, the order of deletions and the tombstone watermarks,
+and all of them the listing key and the pending-work mark (format 5)."""
 SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
 CATALOGUE = "-catalogue"
 """Suffix of the file beside the store that records the highest session id committed."""
@@ -134,8 +138,8 @@ CREATE TABLE IF NOT EXISTS snapshots (
 );
 -- Format 4: how far each export sink has applied the tombstones (sessions.deleted_seq).
 CREATE TABLE IF NOT EXISTS tombstone_marks (sink TEXT PRIMARY KEY, seq INTEGER NOT NULL);
--- The service's bearer tokens (digests only). Created on open, so a format-4 store gains it
--- without a migration (an older agentnb ignores the table).
+-- The service's bearer tokens (digests only). Created on open, so a store written before the
+-- service existed gains it without a migration (an older agentnb ignores the table).
 CREATE TABLE IF NOT EXISTS tokens (
     token_id TEXT PRIMARY KEY, user_id TEXT NOT NULL, label TEXT NOT NULL,
     digest TEXT NOT NULL, created_at REAL NOT NULL, last_used_at REAL, revoked_at REAL,
@@ -145,6 +149,9 @@ CREATE INDEX IF NOT EXISTS tokens_parent ON tokens (parent) WHERE parent IS NOT 
 """
 _FORMAT_4_COLUMNS = ("archived_at REAL", "deleted_seq INTEGER")
 """The columns format 4 adds (the archive flag and the order of deletions)."""
+_FORMAT_5_COLUMNS = ("list_key REAL NOT NULL DEFAULT 0", "pending_since REAL")
+"""The columns format 5 adds: the listing key (see ``_LIFECYCLE_INDEXES``) and the
+pending-work mark (see ``claim_pending``)."""
 _LIFECYCLE_COLUMNS = (
     "updated_at REAL NOT NULL DEFAULT 0",
     "last_activity REAL NOT NULL DEFAULT 0",
@@ -160,20 +167,62 @@ _LIFECYCLE_COLUMNS = (
     "deleted_by TEXT",
     "deleted_reason TEXT",
     *_FORMAT_4_COLUMNS,
+    *_FORMAT_5_COLUMNS,
 )
 # Listing reads an index range: newest activity first, for one user or for everyone. Only
 # live sessions are indexed. A blob is freed on delete unless another session references
 # it: the partial indexes make that check a lookup.
-_LIFECYCLE_INDEXES = """
-CREATE INDEX IF NOT EXISTS sessions_recent ON sessions (last_activity, id)
-    WHERE deleted_at IS NULL;
-CREATE INDEX IF NOT EXISTS sessions_user_recent
-    ON sessions (namespace, user_id, agent_id, last_activity, id) WHERE deleted_at IS NULL;
-CREATE INDEX IF NOT EXISTS events_blob ON events (blob) WHERE blob IS NOT NULL;
-CREATE INDEX IF NOT EXISTS inbox_blob ON inbox (blob) WHERE blob IS NOT NULL;
-CREATE UNIQUE INDEX IF NOT EXISTS sessions_deleted ON sessions (deleted_seq)
-    WHERE deleted_seq IS NOT NULL;
-"""
+#
+# The listing key (format 5). The listing is ordered by ``list_key``, not by
+# ``last_activity`` itself, so that an append of the session listed first moves no index
+# entry (the commit then dirties no index page of the catalogue). The triggers keep one
+# rule: every live session but the first in the order has ``list_key = last_activity``;
+# the first one's key may trail its activity (it is first either way). So the order by
+# (list_key, id) is the order by (last_activity, id), and filters on the activity read
+# ``last_activity`` itself. When another session becomes active (or is created), the first
+# one's key is brought up to its activity before that session's key moves.
+_TOP_LISTED = (
+    "SELECT id FROM sessions WHERE deleted_at IS NULL{} ORDER BY list_key DESC, id DESC LIMIT 1"
+)
+_LIFECYCLE_INDEXES = (
+    (
+        "CREATE INDEX IF NOT EXISTS sessions_listed ON sessions (list_key, id) "
+        "WHERE deleted_at IS NULL"
+    ),
+    (
+        "CREATE INDEX IF NOT EXISTS sessions_user_listed "
+        "ON sessions (namespace, user_id, agent_id, list_key, id) WHERE deleted_at IS NULL"
+    ),
+    "CREATE INDEX IF NOT EXISTS events_blob ON events (blob) WHERE blob IS NOT NULL",
+    "CREATE INDEX IF NOT EXISTS inbox_blob ON inbox (blob) WHERE blob IS NOT NULL",
+    (
+        "CREATE UNIQUE INDEX IF NOT EXISTS sessions_deleted ON sessions (deleted_seq) "
+        "WHERE deleted_seq IS NOT NULL"
+    ),
+    (
+        "CREATE INDEX IF NOT EXISTS sessions_pending ON sessions (pending_since) "
+        "WHERE pending_since IS NOT NULL"
+    ),
+    # A session became active: unless it is (still) first, bring the first one's key up to
+    # its activity, then its own key.
+    (
+        "CREATE TRIGGER IF NOT EXISTS sessions_active AFTER UPDATE OF last_activity ON sessions "
+        "WHEN NEW.deleted_at IS NULL AND NOT (NEW.last_activity >= NEW.list_key "
+        f"AND NEW.id IS ({_TOP_LISTED.format('')})) BEGIN "
+        f"UPDATE sessions SET list_key = last_activity WHERE id = ({_TOP_LISTED.format('')}) "
+        "AND list_key <> last_activity; "
+        "UPDATE sessions SET list_key = NEW.last_activity WHERE id = NEW.id; END"
+    ),
+    # A session was created: the same, the first one being another session.
+    (
+        "CREATE TRIGGER IF NOT EXISTS sessions_created AFTER INSERT ON sessions BEGIN "
+        "UPDATE sessions SET list_key = last_activity WHERE id = "
+        f"({_TOP_LISTED.format(' AND id <> NEW.id')}) AND list_key <> last_activity; "
+        "UPDATE sessions SET list_key = NEW.last_activity WHERE id = NEW.id; END"
+    ),
+)
+_OLD_INDEXES = ("sessions_recent", "sessions_user_recent")
+"""The listing indexes of formats 3 and 4 (on ``last_activity``), dropped by the migration."""
 # Numbering the deletions a format-2 or -3 store holds (once, at the migration), by time.
 _NUMBER_DELETIONS = """
 UPDATE sessions SET deleted_seq = (SELECT count(*) FROM sessions AS o
@@ -225,7 +274,7 @@ UPDATE sessions SET
 _RECORD_COLUMNS = (
     "id, namespace, user_id, agent_id, session_id, created_at, updated_at, last_activity, "
     "title, labels, first_task, events, turns, bytes, submits, turn_status, lease_owner, "
-    "lease_expires, archived_at"
+    "lease_expires, archived_at, list_key"
 )
 _CATALOGUE_AFTER_APPEND = (
     "UPDATE sessions SET events = events + ?, turns = turns + ?, bytes = bytes + ?, "
@@ -253,6 +302,30 @@ _APPEND_STATE = (
     "FROM sessions AS s LEFT JOIN events AS b ON b.session=s.id AND b.batch_id=?2 "
     "WHERE s.id=?1"
 )
+# Sessions with accepted work and no live lease, oldest waiting first (the claim's read).
+_CLAIMABLE = (
+    "SELECT id, namespace, user_id, agent_id, session_id, lease_epoch FROM sessions "
+    "WHERE pending_since IS NOT NULL AND deleted_at IS NULL "
+    "AND (lease_owner IS NULL OR lease_expires <= ?1) "
+    "AND (?2 IS NULL OR agent_id = ?2) AND (?3 IS NULL OR namespace = ?3) "
+    "ORDER BY pending_since, id LIMIT ?4"
+)
+_HELD = (
+    "SELECT namespace, user_id, agent_id, session_id, lease_owner, lease_epoch, lease_expires "
+    "FROM sessions WHERE pending_since IS NOT NULL AND deleted_at IS NULL "
+    "AND lease_owner IS NOT NULL AND lease_expires > ?1 "
+    "AND (?2 IS NULL OR agent_id = ?2) AND (?3 IS NULL OR namespace = ?3) "
+    "ORDER BY pending_since, id LIMIT ?4"
+)
+_SETTLE = (
+    "UPDATE sessions SET pending_since = NULL{release} WHERE id = ?1 "
+    "AND (SELECT coalesce(max(seq), 0) FROM inbox WHERE session = ?1) = ?2 "
+    "AND lease_owner = ?3 AND lease_epoch = ?4 AND lease_expires > ?5"
+)
+_SETTLES = {
+    False: _SETTLE.format(release=""),
+    True: _SETTLE.format(release=", lease_owner = NULL, lease_expires = 0"),
+}
 _INSERT_INBOX = (
     f"INSERT INTO inbox (session, {_rows.COLUMNS}, dedupe_key, digest) "
     "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
@@ -296,6 +369,9 @@ class SQLiteStore(SessionStore):
         self._group = _GroupCommit()
         self._create = create
         self._catalogue = Path(f"{self.path}{CATALOGUE}")
+        self._pending_watchers: list[Callable[[SessionKey | None], None]] = []
+        self._pending_lock = threading.Lock()
+        self._pending_thread: threading.Thread | None = None
         self._prepare_file()
         self._writers = _writers_of(self.path)
         try:
@@ -330,8 +406,8 @@ class SQLiteStore(SessionStore):
         for suffix in _SIDE_FILES:
             _prepare_side_file(Path(f"{self.path}{suffix}"), make=bool(loose))
 
-    def _conn(self) -> sqlite3.Connection:
-        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+    def _conn(self) -> _Connection:
+        conn: _Connection | None = getattr(self._local, "conn", None)
         if conn is None:
             if self._closed:
                 raise StorageError(f"store {self.url} is closed")
@@ -370,38 +446,50 @@ class SQLiteStore(SessionStore):
         return conn
 
     @contextlib.contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
+    def _write(self) -> Iterator[_Connection]:
         """One write transaction. The writers of this process take turns on a lock of their
         own first: SQLite's busy handler, which only another process's writer now meets,
         sleeps at least a millisecond each time it finds the file locked."""
         conn = self._conn()
-        turn = self._writers.lock
+        writers = self._writers
+        turn = writers.lock
         if not turn.acquire(timeout=_TURN_TIMEOUT):
             raise StorageError(
                 f"{self.path} stayed locked by another writer of this process for "
                 f"{_TURN_TIMEOUT:g}s; retry later"
             )
+        bare = conn.bare
+        try:
+            writers.take(self._busy_ms / 1000)
+        except BaseException:
+            turn.release()
+            raise
         try:
             try:
-                conn.execute("BEGIN IMMEDIATE")
+                bare.execute("BEGIN IMMEDIATE")
             except sqlite3.Error as exc:
                 raise _translate(exc, self.path) from None
             try:
                 yield conn
             except sqlite3.Error as exc:
                 with contextlib.suppress(sqlite3.Error):
-                    conn.execute("ROLLBACK")
+                    bare.execute("ROLLBACK")
+                if isinstance(exc, sqlite3.DatabaseError):
+                    _check_damage(exc, conn)
                 raise _translate(exc, self.path) from None
             except BaseException:
-                conn.execute("ROLLBACK")
+                bare.execute("ROLLBACK")
                 raise
             try:
-                conn.execute("COMMIT")
+                bare.execute("COMMIT")
             except sqlite3.Error as exc:
                 with contextlib.suppress(sqlite3.Error):
-                    conn.execute("ROLLBACK")
+                    bare.execute("ROLLBACK")
+                if isinstance(exc, sqlite3.DatabaseError):
+                    _check_damage(exc, conn)
                 raise _translate(exc, self.path) from None
         finally:
+            writers.give()
             turn.release()
 
     def _init_schema(self) -> None:
@@ -441,23 +529,32 @@ class SQLiteStore(SessionStore):
         self._check_format(fmt)
 
     def _add_lifecycle(self, c: sqlite3.Connection) -> None:
-        """Formats 3 and 4: the lifecycle columns and indexes; a format-2 or -3 store is
-        migrated in place (in the schema transaction: counting what the logs of a format-2
-        store hold, numbering the deletions of a format-3 one)."""
+        """Formats 3 to 5: the lifecycle columns, indexes and triggers; a format-2, -3 or -4
+        store is migrated in place (in the schema transaction: counting what the logs of a
+        format-2 store hold, numbering the deletions of a format-2 or -3 one, keying the
+        listing of every one)."""
         fmt = c.execute("SELECT value FROM agentnb_meta WHERE key='format'").fetchone()
         columns = {r[1] for r in c.execute("PRAGMA table_info(sessions)")}
         for column in _LIFECYCLE_COLUMNS:
             if column.split()[0] not in columns:
                 c.execute(f"ALTER TABLE sessions ADD COLUMN {column}")
-        for statement in _LIFECYCLE_INDEXES.split(";"):
-            if statement.strip():
-                c.execute(statement)
         if fmt is not None and fmt[0] in _MIGRATABLE:
             if fmt[0] == "agentnb-sqlite/2":
                 c.execute(_BACKFILL)
-            c.execute(_NUMBER_DELETIONS)
+            if fmt[0] != "agentnb-sqlite/4":
+                c.execute(_NUMBER_DELETIONS)
+            for index in _OLD_INDEXES:
+                c.execute(f"DROP INDEX IF EXISTS {index}")
+            c.execute("UPDATE sessions SET list_key = last_activity")
+            # A worker looks once at every session with commands, and settles the idle ones.
+            c.execute(
+                "UPDATE sessions SET pending_since = last_activity WHERE deleted_at IS NULL "
+                "AND EXISTS (SELECT 1 FROM inbox WHERE session = sessions.id)"
+            )
             c.execute("UPDATE agentnb_meta SET value=? WHERE key='format'", (FORMAT,))
             log.info("%s migrated from %s to %s", self.path, fmt[0], FORMAT)
+        for statement in _LIFECYCLE_INDEXES:
+            c.execute(statement)
 
     # -- the -catalogue record (see the module docstring) -------------------------------------
 
@@ -572,7 +669,7 @@ class SQLiteStore(SessionStore):
     @staticmethod
     def _record(row: tuple[Any, ...]) -> SessionRecord:
         (row_id, ns, user, agent, sid, created, updated, activity, title, labels, first) = row[:11]
-        events, turns, nbytes, submits, status, owner, expires, archived = row[11:]
+        events, turns, nbytes, submits, status, owner, expires, archived, list_key = row[11:]
         return SessionRecord(
             SessionKey(ns, user, agent, sid),
             float(created),
@@ -588,7 +685,7 @@ class SQLiteStore(SessionStore):
             status,
             owner,
             float(expires),
-            encode_cursor(float(activity), int(row_id)),
+            encode_cursor(float(list_key), int(row_id)),
             None if archived is None else float(archived),
         )
 
@@ -609,12 +706,18 @@ class SQLiteStore(SessionStore):
         for name, value in (query.labels or {}).items():
             where.append("EXISTS (SELECT 1 FROM json_each(labels) WHERE key = ? AND value = ?)")
             params.extend((name, value))
+        # The bounds are on the activity; the index range is on the key, which is the
+        # activity for every session but the first listed (its key may trail): the range
+        # starts low enough to hold that one too.
         if query.since is not None:
-            where.append("last_activity >= ?")
-            params.append(query.since)
+            where.append(
+                "list_key >= min(?, (SELECT max(list_key) FROM sessions "
+                "WHERE deleted_at IS NULL)) AND last_activity >= ?"
+            )
+            params.extend((query.since, query.since))
         if query.until is not None:
-            where.append("last_activity < ?")
-            params.append(query.until)
+            where.append("list_key < ? AND last_activity < ?")
+            params.extend((query.until, query.until))
         if query.search is not None:
             where.append(
                 "(instr(lower(coalesce(title, '')), ?) "
@@ -622,13 +725,13 @@ class SQLiteStore(SessionStore):
             )
             params.extend((query.search, query.search))
         if query.after is not None:
-            where.append("(last_activity, id) < (?, ?)")
+            where.append("(list_key, id) < (?, ?)")
             params.extend(query.after)
         rows = (
             self._conn()
             .execute(
                 f"SELECT {_RECORD_COLUMNS} FROM sessions WHERE {' AND '.join(where)} "
-                "ORDER BY last_activity DESC, id DESC LIMIT ?",
+                "ORDER BY list_key DESC, id DESC LIMIT ?",
                 (*params, query.limit),
             )
             .fetchall()
@@ -698,6 +801,7 @@ class SQLiteStore(SessionStore):
             c.execute(
                 "UPDATE sessions SET deleted_at=?, deleted_by=?, deleted_reason=?, title=NULL, "
                 "labels=NULL, first_task=NULL, lease_owner=NULL, lease_expires=0, "
+                "pending_since=NULL, "
                 f"bytes=0, turns=0, submits=0, turn_status=NULL, deleted_seq=({_TOP_DELETION}) "
                 "+ 1 WHERE id=?",
                 (now, by, reason, sid),
@@ -903,11 +1007,12 @@ class SQLiteStore(SessionStore):
         digest = hasher.hexdigest()
         params = (sid, *first, batch_id, digest, expected_seq, owner, epoch, now)
 
-        def write(c: sqlite3.Connection) -> None:
+        def write(c: _Connection) -> None:
+            bare = c.bare
             for blob in blobs:
-                c.execute("INSERT OR IGNORE INTO blobs VALUES (?, ?)", blob)
+                bare.execute("INSERT OR IGNORE INTO blobs VALUES (?, ?)", blob)
             try:
-                inserted = c.execute(_INSERT_FIRST, params).rowcount
+                inserted = bare.execute(_INSERT_FIRST, params).rowcount
             except sqlite3.IntegrityError:
                 inserted = 0  # the batch id was used before: a replay, or a reuse
             if not inserted:
@@ -924,9 +1029,9 @@ class SQLiteStore(SessionStore):
             if expected_inbox is not None:
                 check_inbox(key, self._max_seq(c, "inbox", sid), expected_inbox)
             if rest:
-                c.executemany(_INSERT_EVENT, [(sid, *row) for row in rest])
+                bare.executemany(_INSERT_EVENT, [(sid, *row) for row in rest])
             delta = decide_catalogue(batch, nbytes)
-            c.execute(
+            bare.execute(
                 _CATALOGUE_AFTER_APPEND,
                 (delta.events, delta.turns, delta.bytes, delta.turn_status, now, now, sid),
             )
@@ -936,8 +1041,12 @@ class SQLiteStore(SessionStore):
     def _commit_group(self, writes: list[_Write]) -> None:
         """Commit the appends of several sessions that are ready together in one transaction
         (one fsync). Each runs in its own savepoint with its own checks, so one append's
-        refusal (a conflict, a fence, a deleted session) rolls back only that append."""
+        refusal (a conflict, a fence, a deleted session) rolls back only that append. A lone
+        append needs no savepoint: its refusal rolls back the transaction."""
         with self._write() as c:
+            if len(writes) == 1:
+                writes[0].write(c)
+                return
             for pending in writes:
                 c.execute("SAVEPOINT append")
                 try:
@@ -1028,11 +1137,15 @@ class SQLiteStore(SessionStore):
                         )
                     return _rows.decode(key, old[:-1], self.get_blob), False
             task = submit_text(event)
+            update = meta_update(event)
+            # An update is carried out here, by the store: no worker has anything to do.
+            pending = event.type == "inbox/accepted" and update is None
             if not c.execute(
                 "UPDATE sessions SET last_activity=?, submits=max(submits+?, turns), "
-                "first_task=coalesce(first_task, ?) WHERE id=? AND deleted_at IS NULL "
-                "AND (archived_at IS NULL OR NOT ?)",
-                (now, submit_delta(event), task, sid, does_work(event)),
+                "first_task=coalesce(first_task, ?), pending_since=CASE WHEN ? THEN "
+                "coalesce(pending_since, ?) ELSE pending_since END WHERE id=? "
+                "AND deleted_at IS NULL AND (archived_at IS NULL OR NOT ?)",
+                (now, submit_delta(event), task, pending, now, sid, does_work(event)),
             ).rowcount:
                 self._check_live(c, key, sid)
                 row = c.execute("SELECT archived_at FROM sessions WHERE id=?", (sid,)).fetchone()
@@ -1048,9 +1161,10 @@ class SQLiteStore(SessionStore):
                     digest,
                 ),
             )
-            update = meta_update(event)
             if update is not None:
                 self._set_meta(c, key, sid, *update, now)
+        if pending:
+            self._wake_pending(key)
         return event.with_seq(seq), True
 
     def _inbox_head(self, key: SessionKey) -> int:
@@ -1228,6 +1342,168 @@ class SQLiteStore(SessionStore):
             raise InvalidInput(f"there is no token {token_id!r}; see agentnb token list")
         return _token_row(row)
 
+    # -- worker processes: the pending-work index ------------------------------------------
+
+    def claim_pending(
+        self,
+        owner: str,
+        *,
+        ttl: float = 10.0,
+        limit: int = 1,
+        agent_id: str | None = None,
+        namespace: str | None = None,
+    ) -> list[Lease]:
+        """Lease up to ``limit`` sessions that have accepted commands and no live lease.
+
+        An accepted command marks its session (``pending_since``, a partial index), so the
+        worker processes sharing this file claim sessions with work without scanning every
+        session: oldest waiting first, in one write transaction (claimers of other processes
+        get disjoint sessions). A session whose holder crashed is claimable again once its
+        lease expires, with the next epoch, so a stale holder is fenced.
+        """
+        check_id(owner, "owner")
+        ttl = check_ttl(ttl)
+        if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= 1000:
+            raise InvalidInput(f"limit must be an int in 1..1000, got {limit!r}")
+        for value, name in ((agent_id, "agent_id"), (namespace, "namespace")):
+            if value is not None:
+                check_id(value, name)
+        with self._operation():
+            now = self.clock.now()
+            params = (now, agent_id, namespace, limit)
+            # A read first: the write lock, which every commit needs, is taken only when
+            # there is something to claim.
+            if not self._conn().execute(_CLAIMABLE, params).fetchall():
+                return []
+            leases = []
+            with self._write() as c:
+                for sid, ns, user, agent, session, epoch in c.execute(
+                    _CLAIMABLE, params
+                ).fetchall():
+                    lease = Lease(SessionKey(ns, user, agent, session), owner, epoch + 1, now + ttl)
+                    self._set_lease(c, sid, owner, lease.epoch, lease.expires_at)
+                    leases.append(lease)
+            for lease in leases:  # resolved here: the claimer's first look needs no lookup
+                self._ids[lease.key] = self._ids.get(lease.key) or self._sid(lease.key)
+            return leases
+
+    def held_pending(
+        self, *, limit: int = 100, agent_id: str | None = None, namespace: str | None = None
+    ) -> list[Lease]:
+        """The live leases of up to ``limit`` sessions that have queued work: their holders
+        execute them, or died holding them (a claimer releases the leases of holders it
+        knows dead, so it need not wait for their expiry)."""
+        if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= 1000:
+            raise InvalidInput(f"limit must be an int in 1..1000, got {limit!r}")
+        with self._operation():
+            rows = (
+                self._conn()
+                .execute(_HELD, (self.clock.now(), agent_id, namespace, limit))
+                .fetchall()
+            )
+        return [
+            Lease(SessionKey(ns, user, agent, session), owner, int(epoch), float(expires))
+            for ns, user, agent, session, owner, epoch, expires in rows
+        ]
+
+    def settle_pending(self, lease: Lease, inbox_seen: int, *, release: bool = False) -> bool:
+        """Clear the pending-work mark of the leased session if the holder has seen its inbox
+        through ``inbox_seen`` and nothing arrived since; True if cleared. ``release``: the
+        lease is released in the same statement when the mark is cleared (and kept when it
+        is not, so the holder can look again under it).
+
+        A command accepted later marks the session again, so no work is left unclaimed.
+        """
+        if not isinstance(lease, Lease):
+            raise InvalidInput(f"expected a Lease, got {type(lease).__name__}")
+        with self._operation():
+            sid = self._sid(lease.key)
+            with self._write() as c:
+                return (
+                    c.execute(
+                        _SETTLES[bool(release)],
+                        (sid, inbox_seen, lease.owner, lease.epoch, self.clock.now()),
+                    ).rowcount
+                    == 1
+                )
+
+    def watch_pending(self, callback: Callable[[SessionKey | None], None]) -> Callable[[], None]:
+        """Call ``callback`` (from a watcher thread; it must not block) when a command may
+        have been accepted: at once with the session's key for a command accepted through
+        this store object, and with None when another process committed to the file and a
+        session is claimable (the watcher looks every ``PENDING_POLL`` seconds, reading
+        SQLite's ``data_version``, a counter in shared memory, and only when it moved the
+        index); returns the function that stops it.
+
+        A hint to run ``claim_pending`` again, nothing more: a claimer still claims now and
+        then without one, for sessions whose holder crashed or let go.
+        """
+        if not callable(callback):
+            raise InvalidInput(f"callback must be callable, got {type(callback).__name__}")
+        with self._pending_lock:
+            self._pending_watchers.append(callback)
+            if self._pending_thread is None or not self._pending_thread.is_alive():
+                self._pending_thread = threading.Thread(
+                    target=_watch_pending,
+                    args=(weakref.ref(self),),
+                    daemon=True,
+                    name="agentnb-sqlite-pending",
+                )
+                self._pending_thread.start()
+
+        def unwatch() -> None:
+            with self._pending_lock, contextlib.suppress(ValueError):
+                self._pending_watchers.remove(callback)
+
+        return unwatch
+
+    def _wake_pending(self, key: SessionKey | None) -> None:
+        for callback in list(self._pending_watchers):
+            try:
+                callback(key)
+            except Exception:  # a watcher's bug must not deafen the others
+                log.exception("pending-work watcher failed")
+
+    def _claimable(self, conn: sqlite3.Connection, version: int) -> tuple[int, bool]:
+        """(data_version now, whether it moved and a session is claimable)."""
+        now = int(conn.execute("PRAGMA data_version").fetchone()[0])
+        if now == version:
+            return now, False
+        found = conn.execute(_CLAIMABLE, (self.clock.now(), None, None, 1)).fetchall()
+        return now, bool(found)
+
+
+PENDING_POLL = 0.02
+"""Seconds between two looks of ``SQLiteStore.watch_pending``'s watcher at the file."""
+
+
+def _watch_pending(ref: weakref.ref[SQLiteStore]) -> None:
+    """The watcher thread of ``SQLiteStore.watch_pending``: ends with its store, or when
+    nobody watches."""
+    conn: sqlite3.Connection | None = None
+    version = -1
+    try:
+        while True:
+            store = ref()
+            if store is None or store._closed or not store._pending_watchers:
+                return
+            try:
+                if conn is None:
+                    conn = sqlite3.connect(
+                        store.path, isolation_level=None, check_same_thread=False
+                    )
+                    conn.execute(f"PRAGMA busy_timeout={store._busy_ms}")
+                version, wake = store._claimable(conn, version)
+                if wake:
+                    store._wake_pending(None)
+            except sqlite3.Error as exc:  # the file is busy or away: look again later
+                log.debug("pending-work watcher: %s", exc)
+            del store
+            time.sleep(PENDING_POLL)
+    finally:
+        if conn is not None:
+            conn.close()
+
 
 _TURN_TIMEOUT = 60.0
 """Seconds a write waits for the other writers of this process (a write takes milliseconds:
@@ -1235,12 +1511,78 @@ this only bounds a wait on a writer that hangs)."""
 
 
 class _Writers:
-    """The turns the write transactions of this process take on one store file, whichever
-    store object opened it. Re-entrant: a nested write meets SQLite's own refusal, as it
-    would without it."""
+    """The turns the write transactions on one store file take, whichever store object opened
+    it: the threads of this process on a lock of their own, then the processes on an
+    ``flock`` of the file (a lock SQLite does not use). Re-entrant: a nested write meets
+    SQLite's own refusal, as it would without it.
 
-    def __init__(self) -> None:
+    Why the ``flock``: a writer that finds the file locked by another process meets SQLite's
+    busy handler, which sleeps a millisecond or more each time (worker processes sharing a
+    file would spend more time asleep than writing); a writer waiting here tries again after
+    tens of microseconds at first. A process that dies holding it lets go with its last file
+    descriptor. Writers of older agentnb versions, which do not take it, still meet the busy
+    handler, as before.
+    """
+
+    def __init__(self, path: str) -> None:
+        self.path = path
         self.lock = threading.RLock()
+        self.depth = 0
+        self.fd: int | None = None
+
+    def take(self, timeout: float) -> None:
+        """Take the file's turn (the thread's turn is held); ``StorageError`` after
+        ``timeout`` seconds."""
+        self.depth += 1
+        if self.depth > 1:
+            return
+        try:
+            if self.fd is None:
+                self.fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            fd = self.fd
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return
+            except BlockingIOError:
+                pass
+            deadline = time.monotonic() + timeout
+            pause = 20e-6
+            while True:
+                time.sleep(pause)
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    return
+                except BlockingIOError:
+                    if time.monotonic() >= deadline:
+                        raise StorageError(
+                            f"{self.path} stayed locked by a writer of another process for "
+                            f"{timeout:g}s; retry later"
+                        ) from None
+                pause = min(pause * 2, 500e-6)
+        except BaseException:
+            self.depth -= 1
+            raise
+
+    def give(self) -> None:
+        """Give the file's turn back (before the thread's)."""
+        self.depth -= 1
+        if self.depth == 0 and self.fd is not None:
+            fcntl.flock(self.fd, fcntl.LOCK_UN)
+
+    def forked(self) -> None:
+        """In a forked child: the lock of another thread is nobody's, and the file's turn is
+        taken on a descriptor of the child's own (the one inherited shares the parent's)."""
+        self.lock = threading.RLock()
+        self.depth = 0
+        if self.fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self.fd)
+            self.fd = None
+
+    def __del__(self) -> None:
+        if self.fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self.fd)
 
 
 _WRITERS: weakref.WeakValueDictionary[str, _Writers] = weakref.WeakValueDictionary()
@@ -1252,7 +1594,7 @@ def _writers_of(path: Path) -> _Writers:
     with _WRITERS_LOCK:
         writers = _WRITERS.get(name)
         if writers is None:
-            writers = _WRITERS[name] = _Writers()
+            writers = _WRITERS[name] = _Writers(name)
         return writers
 
 
@@ -1261,7 +1603,7 @@ def _forked() -> None:
     global _WRITERS_LOCK
     _WRITERS_LOCK = threading.Lock()
     for writers in list(_WRITERS.values()):
-        writers.lock = threading.RLock()
+        writers.forked()
 
 
 os.register_at_fork(after_in_child=_forked)
@@ -1410,6 +1752,12 @@ class _Cursor(sqlite3.Cursor):
 class _Connection(sqlite3.Connection):
     path: Path = Path()
 
+    @functools.cached_property
+    def bare(self) -> sqlite3.Cursor:
+        """A plain cursor, for the statements of a write transaction: ``_write`` translates
+        what they raise (damage included) for the whole transaction, at once."""
+        return sqlite3.Cursor(self)
+
     def cursor(self, factory: Any = _Cursor) -> Any:
         return super().cursor(factory)
 
@@ -1460,8 +1808,9 @@ def _enable_wal(conn: sqlite3.Connection, timeout: float) -> tuple[object, ...] 
 class _Write:
     """One append waiting for a group commit, and how it ended."""
 
-    write: Callable[[sqlite3.Connection], None]
-    done: threading.Event = field(default_factory=threading.Event)
+    write: Callable[[_Connection], None]
+    done: threading.Event | None = None
+    """Made only for an append that waits for another thread's commit."""
     error: BaseException | None = None
     lead: bool = False
     """Set when this append's thread is to commit the next group."""
@@ -1482,7 +1831,7 @@ class _GroupCommit:
 
     def run(
         self,
-        write: Callable[[sqlite3.Connection], None],
+        write: Callable[[_Connection], None],
         commit: Callable[[list[_Write]], None],
     ) -> None:
         mine = _Write(write)
@@ -1490,8 +1839,10 @@ class _GroupCommit:
             self.queue.append(mine)
             lead = not self.busy
             self.busy = True
+            if not lead:
+                done = mine.done = threading.Event()
         if not lead:
-            mine.done.wait()
+            done.wait()
             if not mine.lead:
                 if mine.error is not None:
                     raise mine.error
@@ -1511,9 +1862,11 @@ class _GroupCommit:
                 self.busy = following is not None
             for pending in group:
                 if pending is not mine:
+                    assert pending.done is not None
                     pending.done.set()
             if following is not None:  # it commits the appends that came meanwhile
                 following.lead = True
+                assert following.done is not None
                 following.done.set()
         if mine.error is not None:
             raise mine.error

@@ -747,58 +747,8 @@ class TestErrors:
 
 
 class TestPendingWork:
-    def test_claimers_take_disjoint_sessions_with_accepted_work(self, store: PostgresStore) -> None:
-        """Only sessions with accepted commands are claimed; two claimers never share one."""
-        keys = [child_key(f"s{i}") for i in range(6)]
-        for k in keys:
-            store.create_session(k)
-        for k in keys[:4]:
-            store.inbox_append(k, command("go"))
-        first = store.claim_pending("w1", limit=3)
-        second = store.claim_pending("w2", limit=3)
-        claimed = [lease.key for lease in first + second]
-        assert sorted(claimed, key=str) == sorted(keys[:4], key=str)
-        assert all(lease.epoch == 1 for lease in first + second)
-        assert store.claim_pending("w3", limit=3) == []
-        for lease in first:
-            assert store.current_lease(lease.key) == lease
-
-    def test_settle_keeps_work_that_arrived_meanwhile(self, store: PostgresStore) -> None:
-        """settle_pending clears the mark only if no command arrived since the holder read
-        the inbox; a crashed holder's session is claimable again after its lease expires."""
-        key = child_key("s1")
-        store.create_session(key)
-        store.inbox_append(key, command("a"))
-        (lease,) = store.claim_pending("w1", ttl=0.5)
-        store.inbox_append(key, command("b"))
-        assert store.settle_pending(lease, inbox_seen=1) is False
-        assert store.settle_pending(lease, inbox_seen=2) is True
-        assert store.claim_pending("w2") == []
-        store.inbox_append(key, command("c"))
-        wait_until(lambda: store.current_lease(key) is None, "the lease expires")
-        (again,) = store.claim_pending("w2")
-        assert again.epoch == lease.epoch + 1
-        with pytest.raises(Fenced):
-            store.append(key, [step()], expected_seq=0, batch_id="b", fence=lease)
-
-    def test_settle_can_release_the_lease_in_the_same_statement(self, store: PostgresStore) -> None:
-        """With ``release``, a settled session's lease is released with its mark; a session
-        that got a command meanwhile keeps both, so its holder looks again under it."""
-        key = child_key("s1")
-        store.create_session(key)
-        store.inbox_append(key, command("a"))
-        (lease,) = store.claim_pending("w1")
-        store.inbox_append(key, command("b"))
-        assert store.settle_pending(lease, inbox_seen=1, release=True) is False
-        assert store.current_lease(key) == lease
-        assert store.claim_pending("w2") == []
-        assert store.settle_pending(lease, inbox_seen=2, release=True) is True
-        assert store.current_lease(key) is None
-        store.release_lease(lease)  # releasing again is harmless
-        store.inbox_append(key, command("c"))
-        (again,) = store.claim_pending("w2")
-        assert again.epoch == lease.epoch + 1
-
+    # Claims and settles are in the store contract (StoreContract); what is special here is
+    # how a claimer hears of work: LISTEN/NOTIFY.
     def test_watchers_hear_which_known_session_got_a_command(
         self, store: PostgresStore, pg_url: str
     ) -> None:

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import os
+import queue
 import sqlite3
 import stat
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,7 +19,12 @@ from agentnb.ids import Clock, FakeClock, SessionKey
 from agentnb.log import SessionLog
 from agentnb.stores import SessionStore, open_store
 from agentnb.stores._rows import COLUMNS, encode
-from agentnb.stores.sqlite import _FORMAT_4_COLUMNS, _LIFECYCLE_COLUMNS, SQLiteStore
+from agentnb.stores.sqlite import (
+    _FORMAT_4_COLUMNS,
+    _FORMAT_5_COLUMNS,
+    _LIFECYCLE_COLUMNS,
+    SQLiteStore,
+)
 from agentnb.testing.store_contract import StoreContract, command, session_key, step
 
 
@@ -67,9 +75,114 @@ def _raw(path: Path) -> sqlite3.Connection:
     return sqlite3.connect(path, isolation_level=None)
 
 
+# Another process: takes the file's turn, says so, keeps it a moment, then notes (in the file
+# named by its second argument) that it lets go, and exits.
+_HOLD_THE_TURN = """
+import fcntl, os, pathlib, sys, time
+fd = os.open(sys.argv[1], os.O_RDONLY)
+fcntl.flock(fd, fcntl.LOCK_EX)
+print("held", flush=True)
+time.sleep(0.5)
+pathlib.Path(sys.argv[2]).touch()
+"""
+
+
+def _as_format_4(conn: sqlite3.Connection) -> None:
+    """Turn a store file back into format 4: the listing indexed by ``last_activity``, no
+    listing key and no triggers keeping it, no pending-work mark."""
+    conn.execute("DROP TRIGGER sessions_active")
+    conn.execute("DROP TRIGGER sessions_created")
+    conn.execute("DROP INDEX sessions_listed")
+    conn.execute("DROP INDEX sessions_user_listed")
+    conn.execute("DROP INDEX sessions_pending")
+    for column in _FORMAT_5_COLUMNS:
+        conn.execute(f"ALTER TABLE sessions DROP COLUMN {column.split()[0]}")
+    conn.execute(
+        "CREATE INDEX sessions_recent ON sessions (last_activity, id) WHERE deleted_at IS NULL"
+    )
+    conn.execute(
+        "CREATE INDEX sessions_user_recent ON sessions (namespace, user_id, agent_id, "
+        "last_activity, id) WHERE deleted_at IS NULL"
+    )
+    conn.execute("UPDATE agentnb_meta SET value='agentnb-sqlite/4' WHERE key='format'")
+
+
 def _sid(conn: sqlite3.Connection, key: SessionKey) -> int:
     row = conn.execute("SELECT id FROM sessions WHERE session_id=?", (key.session_id,)).fetchone()
     return int(row[0])
+
+
+class TestListingKey:
+    def test_commits_of_the_session_listed_first_move_no_listing_key(self, path: Path) -> None:
+        """Appends and commands of the session listed first leave its listing key (the
+        indexed column) as it was, so they move no index entry; another session's commit
+        moves that session's key and brings the first one's up to its activity."""
+        clock = FakeClock()
+        store = SQLiteStore(path, clock=clock)
+        first, second = session_key("first"), session_key("second")
+        store.create_session(second)
+        clock.advance(1)
+        store.create_session(first)
+        created = clock.now()
+        for seq in range(3):
+            clock.advance(1)
+            store.append(first, [step()], expected_seq=seq, batch_id=f"b{seq}")
+        clock.advance(1)
+        store.inbox_append(first, command("more"))
+        conn = _raw(path)
+        keys = dict(conn.execute("SELECT session_id, list_key FROM sessions").fetchall())
+        assert keys == {"first": created, "second": created - 1}
+        clock.advance(1)
+        store.append(second, [step()], expected_seq=0, batch_id="b")
+        keys = dict(conn.execute("SELECT session_id, list_key FROM sessions").fetchall())
+        assert keys == {"first": clock.now() - 1, "second": clock.now()}
+        conn.close()
+        store.close()
+
+
+class TestPendingWork:
+    def test_watchers_hear_commands_accepted_here_and_elsewhere(self, path: Path) -> None:
+        """watch_pending's callback gets the key of a command accepted through this store
+        object at once, and None once another store object (another process, say) commits
+        one to the file and a session is claimable; an unwatched store hears nothing."""
+        store = SQLiteStore(path)
+        here, there = session_key("here"), session_key("there")
+        store.create_session(here)
+        heard: queue.Queue[SessionKey | None] = queue.Queue()
+        unwatch = store.watch_pending(heard.put)
+        try:
+            store.inbox_append(here, command("a"))
+            assert heard.get(timeout=10) == here
+            with SQLiteStore(path) as elsewhere:
+                elsewhere.create_session(there)
+                elsewhere.inbox_append(there, command("b"))
+            assert heard.get(timeout=10) is None
+        finally:
+            unwatch()
+            store.close()
+
+    def test_writers_of_two_processes_take_turns_on_the_file(self, path: Path) -> None:
+        """While another process holds the file's turn (an flock), a write of this one waits
+        for it, then commits; it never meets a locked file."""
+        store = SQLiteStore(path, busy_timeout=30)
+        key = session_key()
+        store.create_session(key)
+        released = path.parent / "released"
+        holder = subprocess.Popen(
+            [sys.executable, "-c", _HOLD_THE_TURN, str(path), str(released)],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert holder.stdout is not None
+            assert holder.stdout.readline().strip() == "held"
+            store.append(key, [step()], expected_seq=0, batch_id="b")  # waits, then commits
+            assert released.exists()  # the other process let go before this write went on
+            assert store.head(key) == 1
+        finally:
+            holder.kill()
+            holder.communicate()
+            store.close()
 
 
 class TestReopen:
@@ -162,13 +275,13 @@ class TestFiles:
         conn.execute("ALTER TABLE events DROP COLUMN batch_id")
         conn.close()
         before = path.read_bytes()
-        with pytest.raises(Corrupt, match=r"'agentnb-sqlite/1'.*reads 'agentnb-sqlite/4'"):
+        with pytest.raises(Corrupt, match=r"'agentnb-sqlite/1'.*reads 'agentnb-sqlite/5'"):
             SQLiteStore(path)
         assert path.read_bytes() == before
 
     def test_format_2_store_is_migrated_in_place(self, path: Path) -> None:
         """A format-2 store gains the lifecycle columns, with counts, latest turn status and
-        first task computed from its logs, and is then format 4."""
+        first task computed from its logs, and is then format 5."""
         store = SQLiteStore(path)
         key = session_key()
         store.create_session(key)
@@ -178,6 +291,7 @@ class TestFiles:
         store.append(key, [turn, step(2), done], expected_seq=0, batch_id="b")
         store.close()
         conn = _raw(path)
+        _as_format_4(conn)
         for index in (
             "sessions_recent",
             "sessions_user_recent",
@@ -188,7 +302,8 @@ class TestFiles:
             conn.execute(f"DROP INDEX {index}")
         conn.execute("DROP TABLE tombstone_marks")
         for column in _LIFECYCLE_COLUMNS:
-            conn.execute(f"ALTER TABLE sessions DROP COLUMN {column.split()[0]}")
+            if column not in _FORMAT_5_COLUMNS:
+                conn.execute(f"ALTER TABLE sessions DROP COLUMN {column.split()[0]}")
         conn.execute("UPDATE agentnb_meta SET value='agentnb-sqlite/2' WHERE key='format'")
         conn.close()
         store = SQLiteStore(path)
@@ -202,7 +317,7 @@ class TestFiles:
             store.close()
         conn = _raw(path)
         assert conn.execute("SELECT value FROM agentnb_meta WHERE key='format'").fetchone() == (
-            "agentnb-sqlite/4",
+            "agentnb-sqlite/5",
         )
         conn.close()
 
@@ -220,6 +335,7 @@ class TestFiles:
             store.delete_session(k, by="ops")
         store.close()
         conn = _raw(path)
+        _as_format_4(conn)
         conn.execute("DROP INDEX sessions_deleted")
         conn.execute("DROP TABLE tombstone_marks")
         for column in _FORMAT_4_COLUMNS:
@@ -238,13 +354,13 @@ class TestFiles:
             store.close()
         conn = _raw(path)
         assert conn.execute("SELECT value FROM agentnb_meta WHERE key='format'").fetchone() == (
-            "agentnb-sqlite/4",
+            "agentnb-sqlite/5",
         )
         conn.close()
 
     def test_store_without_token_table_gains_it(self, path: Path) -> None:
-        """A format-4 store written before the service existed gains the token table at
-        open, keeping its format and its sessions."""
+        """A store written before the service existed gains the token table at open,
+        keeping its format and its sessions."""
         store = SQLiteStore(path)
         key = session_key("s1")
         store.create_session(key)
@@ -259,6 +375,54 @@ class TestFiles:
             assert [t.token_id for t in store.list_tokens()] == ["tok_a"]
         finally:
             store.close()
+
+    def test_format_4_store_is_migrated_in_place(self, path: Path) -> None:
+        """A format-4 store gets the listing key: the listing keeps its order, its old
+        indexes are gone, and it is then format 5, where the listing goes on."""
+        clock = FakeClock()
+        store = SQLiteStore(path, clock=clock)
+        keys = [session_key(f"s{i}") for i in range(3)]
+        for k in keys:
+            clock.advance(1)
+            store.create_session(k)
+        clock.advance(1)
+        store.append(keys[0], [step(1)], expected_seq=0, batch_id="b")
+        store.close()
+        conn = _raw(path)
+        _as_format_4(conn)
+        conn.close()
+        store = SQLiteStore(path, clock=clock)
+        try:
+            assert [r.key for r in store.find_sessions()] == [keys[0], keys[2], keys[1]]
+            clock.advance(1)
+            store.append(keys[1], [step(1)], expected_seq=0, batch_id="b")
+            assert [r.key for r in store.find_sessions()] == [keys[1], keys[0], keys[2]]
+        finally:
+            store.close()
+        conn = _raw(path)
+        indexes = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='index'")}
+        assert not indexes & {"sessions_recent", "sessions_user_recent"}
+        assert conn.execute("SELECT value FROM agentnb_meta WHERE key='format'").fetchone() == (
+            "agentnb-sqlite/5",
+        )
+        conn.close()
+
+    def test_a_migrated_store_marks_the_sessions_with_commands_for_workers(
+        self, path: Path
+    ) -> None:
+        """Sessions of a format-4 store that hold commands are marked pending by the
+        migration (a worker looks once at each), the others are not."""
+        store = SQLiteStore(path)
+        idle, busy = session_key("idle"), session_key("busy")
+        store.create_session(idle)
+        store.create_session(busy)
+        store.inbox_append(busy, command("queued before the upgrade"))
+        store.close()
+        conn = _raw(path)
+        _as_format_4(conn)
+        conn.close()
+        with SQLiteStore(path) as store:
+            assert [lease.key for lease in store.claim_pending("w", limit=5)] == [busy]
 
     def test_random_bytes_file_is_corrupt(self, path: Path) -> None:
         """A file that is not an SQLite database raises Corrupt."""
