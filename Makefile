@@ -59,6 +59,7 @@ bench: $(BENCH_STAMP)
 	$(BIN)/python benchmarks/bench_scale.py
 	$(BIN)/python benchmarks/bench_sessions.py
 	$(BIN)/python benchmarks/bench_subagents.py
+	$(BIN)/python benchmarks/bench_stops.py
 	$(BIN)/python benchmarks/bench_postgres.py
 	$(BIN)/python benchmarks/bench_server.py
 	$(BIN)/python benchmarks/bench_mcp.py

@@ -932,6 +932,8 @@ def timeline_chart(
         ["session", "turn", "kind", "what", "band", "label", "status", "start_s", "shown_end_s",
          "duration_s", "started_at", "ended_at", "run_id", "call_id", "detail"]
     ].astype(object).where(shown.notna(), None)  # fmt: skip
+    for column in plain.columns:  # the spec is embedded in a <script> by to_html()
+        plain[column] = [_inert(v) for v in plain[column]]
     present = list(dict.fromkeys(plain["what"]))
     palette = {
         **STATUS_COLORS,
@@ -989,6 +991,13 @@ def _two_lines(text: str, width: int) -> str:
     if len(lines) <= 2:
         return "\n".join(lines)
     return lines[0] + "\n" + _short(" ".join(lines[1:]), width)
+
+
+def _inert(value: Any) -> Any:
+    """Text that cannot end or open an HTML element where it is embedded: a zero-width space
+    after each ``<`` (shown the same; ``</script>`` in a task's text no longer closes the
+    chart's script element)."""
+    return value.replace("<", "<\u200b") if isinstance(value, str) else value
 
 
 def _short(text: str, width: int) -> str:

@@ -11,6 +11,7 @@ import dataclasses
 import json
 import math
 import os
+import re
 import signal
 import sys
 import threading
@@ -18,7 +19,6 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
-from urllib.parse import urlsplit
 
 import agentnb as nb
 from agentnb.errors import (
@@ -43,7 +43,7 @@ from agentnb.runtime.runtime import (
     session_info,
     unarchive_session,
 )
-from agentnb.stores import default_store_url
+from agentnb.stores import default_store_url, split_url
 
 __all__ = [
     "EXIT_DATA",
@@ -96,10 +96,22 @@ def exit_code(exc: AgentnbError) -> int:
 # -- output helpers ----------------------------------------------------------------------------
 
 
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+"""Characters a terminal acts on instead of showing (C0 and C1 controls: escape sequences
+that set window titles, clear the screen, colour text; bidirectional overrides)."""
+
+
+def _visible(text: str) -> str:
+    """``text`` with every character a terminal would act on shown escaped (``\x1b``)."""
+    return _UNSAFE.sub(lambda m: repr(m.group())[1:-1], text)
+
+
 def _fit(text: str, width: int) -> tuple[str, bool]:
-    """``text`` on one line, at most ``width`` characters (0: no limit), ending in … if cut;
-    and whether it was cut."""
+    """``text`` on one line, its control characters escaped (untrusted text never reaches
+    the terminal raw), at most ``width`` characters (0: no limit), ending in … if cut; and
+    whether it was cut."""
     text = " ".join(text.split()) if "\n" in text or "\r" in text else text
+    text = _visible(text)
     if width <= 0 or len(text) <= width:
         return text, False
     return text[: width - 1] + _CUT, True
@@ -203,13 +215,24 @@ def _count(text: str) -> int:
     return value
 
 
+def _seconds(text: str) -> float:
+    """argparse type: seconds >= 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
+    if not 0 <= value < math.inf:
+        raise argparse.ArgumentTypeError(f"expected 0 or more seconds, got {text!r}")
+    return value
+
+
 def _local_path(target: str) -> str | None:
     """The local file or folder a store URL or a query source names; None when remote."""
     for prefix in ("parquet:", "duckdb:"):
         if target.startswith(prefix) and not target.startswith(f"{prefix}//"):
             return os.path.expanduser(target[len(prefix) :])
     if target.startswith("sqlite:"):
-        path = urlsplit(target).path
+        path = split_url(target).path
         return os.path.expanduser(path[1:] if path.startswith("/") else path) or None
     if "://" in target or target.startswith(("memory:", "postgres")):
         return None
@@ -712,11 +735,112 @@ def _tail(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _resume(args: argparse.Namespace) -> int:
+    """Accept a resume of a session's interrupted turn; a worker carries it out."""
+    from types import SimpleNamespace
+
+    from agentnb.projections.decisions import check_resume, latest_unfinished
+
+    store = _open_existing_store(args.store)
+    try:
+        key = _keys(store, args.session, args.user, args.agent)
+        state, _ = Folds(store, key).refresh()
+        turn_id = args.turn
+        if turn_id is None:
+            latest = latest_unfinished(state)
+            if latest is None:
+                raise nb.CannotResume(
+                    f"session {key} has no unfinished turn to resume; see agentnb show"
+                )
+            turn_id = latest.turn_id
+
+        def recorded(name: str) -> Any:
+            # No agent here: what its dispatch recorded says whether a call may run again
+            # (the runtime that carries the resume out checks with its own tools).
+            calls = [c for c in state.uncertain_calls(turn_id) if c.name == name]
+            return SimpleNamespace(idempotent=bool(calls) and all(c.idempotent for c in calls))
+
+        check_resume(state, turn_id, executing=_executing(store, key), tool=recorded)
+        event, _ = nb.Inbox(store, key).accept("resume", turn_id=turn_id)
+        result = _carried_out(store, key, event, args.wait)
+    finally:
+        store.close()
+    return _report("resume", key, turn_id, event, result, args, store.url)
+
+
+def _cancel(args: argparse.Namespace) -> int:
+    """Cancel a session's queued, parked or running turn (a running one is interrupted)."""
+    from agentnb.projections.decisions import check_cancel
+    from agentnb.session import accept_cancel
+
+    store = _open_existing_store(args.store)
+    try:
+        key = _keys(store, args.session, args.user, args.agent)
+        state, inbox = Folds(store, key).refresh()
+        how = check_cancel(state, inbox, args.turn, executing=_executing(store, key))
+        event = accept_cancel(nb.Inbox(store, key), state, inbox, args.turn, how)
+        result = "done" if event is None else _carried_out(store, key, event, args.wait)
+    finally:
+        store.close()
+    return _report("cancel", key, args.turn, event, result, args, store.url)
+
+
+def _carried_out(store: nb.SessionStore, key: nb.SessionKey, event: Any, wait: float) -> str:
+    """Wait up to ``wait`` seconds for a runtime to carry the accepted command out: "done",
+    "rejected: <why>", or "waiting" (nobody took it up yet)."""
+    import time
+
+    command_id = event.payload["command_id"]
+    folds = Folds(store, key)
+    deadline = time.monotonic() + wait
+    while True:
+        state, inbox = folds.refresh()
+        if command_id in inbox.rejected:
+            return f"rejected: {inbox.rejected[command_id]}"
+        if command_id in state.handled or command_id in state.run_of_command:
+            return "done"
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return "waiting"
+        store.wait_for_head(key, state.seq, min(0.5, left))
+
+
+def _report(
+    verb: str,
+    key: nb.SessionKey,
+    turn_id: str,
+    event: Any,
+    result: str,
+    args: argparse.Namespace,
+    url: str,
+) -> int:
+    """Print what became of a command a door accepted; a refusal exits 1."""
+    command_id = None if event is None else event.payload["command_id"]
+    if args.json:
+        _print_json(
+            {"session": key, "turn_id": turn_id, "command_id": command_id, "result": result}
+        )
+    elif result == "done":
+        print(f"{verb}: turn {turn_id} of session {key}: done")
+    elif result == "waiting":
+        print(
+            f"{verb} of turn {turn_id} accepted (command {command_id}); no worker has carried "
+            f"it out yet. Start one on this store: agentnb worker --store {url} --agent "
+            "module:attribute"
+        )
+    else:
+        print(f"{verb} of turn {turn_id}: {_visible(result)}", file=sys.stderr)
+        return EXIT_FAILED
+    return EXIT_OK
+
+
 def _worker(args: argparse.Namespace) -> int:
     """Run a headless runtime that executes queued work of the agent's sessions.
 
     SIGTERM and SIGINT stop it cooperatively: the runs it executes are interrupted at their
-    next boundary, their ends committed and their leases released; then it exits 0.
+    next boundary, their ends committed and their leases released (a turn stopped so, with
+    nothing uncertain, is resumed by the next worker that claims its session); then it
+    exits 0. A second signal exits at once.
     """
     agent = _load_agent(args.agent)
     limits = _worker_limits(args)
@@ -735,9 +859,16 @@ def _worker(args: argparse.Namespace) -> int:
             store.close()
         raise
     stop = threading.Event()
+
+    def on_signal(*_: object) -> None:
+        if stop.is_set():  # a second signal: leave now; the runs are recovered later
+            print("worker: stopping at once (second signal)", file=sys.stderr, flush=True)
+            os._exit(130)
+        stop.set()
+
     if threading.current_thread() is threading.main_thread():
         for signum in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(signum, lambda *_: stop.set())
+            signal.signal(signum, on_signal)
     print(f"worker for {agent.agent_id!r} on {runtime.store.url}; Ctrl-C to stop", flush=True)
     report = None if args.quiet else _TaskLines(runtime)
     try:
@@ -784,6 +915,9 @@ _LIMIT_FLAGS = {
     "max_recovery_bytes": "max_recovery_bytes",
     "max_session_events": "max_session_events",
     "max_session_bytes": "max_session_bytes",
+    "max_reply_chars": "max_reply_chars",
+    "max_tool_calls": "max_tool_calls_per_reply",
+    "max_tool_result_chars": "max_tool_result_chars",
 }
 """``agentnb worker`` flag (``--max-queued``...) -> the ``nb.Limits`` field it sets."""
 
@@ -865,7 +999,7 @@ def _worker_store(url: str | None, concurrency: int) -> str | nb.SessionStore | 
     """The worker's store: on PostgreSQL, a pool with a connection for each session it
     executes at once, plus two (lease renewals, claims), so that sessions do not queue for
     a connection between their commits; any other URL as given."""
-    if url is None or urlsplit(url).scheme.lower() not in ("postgresql", "postgres"):
+    if url is None or split_url(url).scheme.lower() not in ("postgresql", "postgres"):
         return url
     from agentnb.stores.postgres import PostgresStore  # the postgres extra
 
@@ -1189,6 +1323,41 @@ def _lifecycle_commands(
     prune.add_argument("--reason", default="retention", help="why, kept in the tombstones")
 
 
+def _turn_commands(
+    command: Callable[[str, Callable[[argparse.Namespace], int], str, str], Any],
+) -> None:
+    """The ``resume`` and ``cancel`` commands: a turn's commands, for a worker to carry out."""
+    resume = command(
+        "resume",
+        _resume,
+        "resume a session's interrupted turn (a worker carries it out)",
+        "Accept a resume of the session's latest unfinished turn (or TURN) in its inbox, "
+        "checked as session.resume() checks it: refused while requests wait for answers "
+        "or tool calls are uncertain. A worker of the session's agent carries it out; this "
+        "waits --wait seconds to say what became of it. "
+        "Example: agentnb resume conversation-001 --user alice",
+    )
+    _common(resume)
+    resume.add_argument("turn", nargs="?", help="the turn id (default: the latest unfinished)")
+    resume.add_argument(
+        "--wait", type=_seconds, default=10.0, help="seconds to wait for a worker (default 10)"
+    )
+
+    cancel = command(
+        "cancel",
+        _cancel,
+        "cancel a session's queued, parked or running turn",
+        "Cancel a turn as session.cancel() does: a queued task is dropped at once; a turn "
+        "waiting for a person, or interrupted, is closed by a worker; a running one is "
+        "interrupted first. Example: agentnb cancel conversation-001 turn_01... --user alice",
+    )
+    _common(cancel)
+    cancel.add_argument("turn", help="the turn id (see agentnb show)")
+    cancel.add_argument(
+        "--wait", type=_seconds, default=10.0, help="seconds to wait for a worker (default 10)"
+    )
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="agentnb",
@@ -1308,11 +1477,14 @@ def _parser() -> argparse.ArgumentParser:
     tail.add_argument("-n", "--lines", type=_count, default=20, help="events to show first")
     tail.add_argument("-f", "--follow", action="store_true", help="keep printing new events")
 
+    _turn_commands(command)
+
     worker = command(
         "worker",
         _worker,
         "execute queued work of an agent's sessions (headless runtime)",
-        "Run a worker; crashed turns with nothing uncertain are resumed. It claims sessions "
+        "Run a worker; crashed turns with nothing uncertain are resumed, and so are turns "
+        "a worker's SIGTERM stopped (by the next worker). It claims sessions "
         "with queued work, so many workers share a store: processes of one machine on an "
         "SQLite file, processes and machines on PostgreSQL. SIGTERM stops it cleanly. "
         "--agent is imported with the current directory first on the import path (as "
@@ -1360,6 +1532,9 @@ def _parser() -> argparse.ArgumentParser:
         ("--max-recovery-bytes", "max_recovery_bytes", "bytes replayed to open a session"),
         ("--max-session-events", "max_session_events", "events one session may hold"),
         ("--max-session-bytes", "max_session_bytes", "bytes one session may hold"),
+        ("--max-reply-chars", "max_reply_chars", "characters of one model reply"),
+        ("--max-tool-calls", "max_tool_calls_per_reply", "tool calls in one model reply"),
+        ("--max-tool-result-chars", "max_tool_result_chars", "characters of one tool result"),
     ):
         default = getattr(nb.Limits(), field)
         shown = "none" if default is None else f"{default:_}"
@@ -1386,10 +1561,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.close(devnull)
         return EXIT_OK
     except AgentnbError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {_visible(str(exc))}", file=sys.stderr)
         return exit_code(exc)
     except OSError as exc:  # a file the command needed could not be read or written
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {_visible(str(exc))}", file=sys.stderr)
         return EXIT_FAILED
     except KeyboardInterrupt:
         return 130

@@ -7,6 +7,11 @@ of every kind (``ask_user`` and external-execution outputs, rejection reasons, e
 arguments) and reconcile outcomes and their reason. So a 50 MB answer is refused exactly as a
 50 MB task is.
 
+One rule for the characters of every such text, on every backend (``check_chars``): a
+lone surrogate (not valid Unicode, so no store can encode it) or a NUL character (which
+PostgreSQL cannot hold) is refused with ``InvalidInput`` naming where it is. The same rule
+guards a session's title, labels, search text and a deletion's reason (``stores/base.py``).
+
 **Queues, recovery, size** (``Limits``, set on ``Runtime(limits=...)``; the defaults are the
 seeds' bounds):
 
@@ -24,6 +29,13 @@ seeds' bounds):
 - ``max_recovery_events`` (1,000,000) and ``max_recovery_bytes`` (128 MiB): what opening a
   session may replay (events after its newest usable snapshot, of both logs, and their payload
   bytes); past them ``RecoveryLimitExceeded``.
+- ``max_reply_chars`` (2,000,000) and ``max_tool_calls_per_reply`` (128): one model reply's
+  text and tool-call arguments, and how many tool calls it makes. The reply is read until it
+  passes one; then the call is stopped and the run ends ``failed`` with ``stop_reason``
+  ``reply_too_large`` or ``too_many_tool_calls`` (what streamed so far stays in the log).
+- ``max_tool_result_chars`` (1,000,000): one tool call's result. A longer one is not
+  recorded: the call's result is an error saying so, which the model sees (it can ask for
+  less), and the run goes on.
 - ``max_session_events`` and ``max_session_bytes`` (None: no cap): what one session's log may
   hold. A commit that would pass a cap is refused with ``SessionFull``; ``END_RESERVE_EVENTS``
   and ``END_RESERVE_BYTES`` of it are kept for the commits that end runs, so a run refused in
@@ -43,6 +55,7 @@ nothing above ``errors.py``.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Literal
 
@@ -60,6 +73,8 @@ __all__ = [
     "END_RESERVE_EVENTS",
     "MAX_INPUT_CHARS",
     "Limits",
+    "check_chars",
+    "check_json_chars",
     "check_json_size",
     "check_queue",
     "check_replay",
@@ -75,6 +90,40 @@ MAX_INPUT_CHARS = 1_000_000
 _HINT = "split large material into parts and inject() them"
 
 
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+
+
+def check_chars(text: str, what: str, *, error: type[AgentnbError] = InvalidInput) -> str:
+    """``text`` unless it holds a lone surrogate or a NUL character; else ``error`` naming
+    the first one and where it is (nothing is written)."""
+    bad = _UNSTORABLE.search(text)
+    if bad is not None:
+        if bad.group() == "\x00":
+            kind, fix = "a NUL character", "remove it"
+        else:
+            kind = "a lone surrogate (not valid Unicode)"
+            fix = "decode the text properly (bytes read with errors='surrogateescape' leave them)"
+        raise error(
+            f"{what} has {kind} ({bad.group()!r}) at position {bad.start()}; no store can keep "
+            f"it: {fix}"
+        )
+    return text
+
+
+def check_json_chars(value: object, what: str, *, error: type[AgentnbError] = InvalidInput) -> None:
+    """``check_chars`` on every string (keys too) of a structured value."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            check_chars(item, what, error=error)
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend(item)
+
+
 def check_text(
     value: object,
     what: str,
@@ -85,10 +134,12 @@ def check_text(
     """``value`` if it is a string within ``MAX_INPUT_CHARS``; else ``error`` saying why.
 
     ``what`` names the text in the message ("input", "the answer to req_..."). Blank text is
-    refused too unless ``allow_empty`` (a tool's output may legitimately be empty).
+    refused too unless ``allow_empty`` (a tool's output may legitimately be empty), and so
+    is text ``check_chars`` refuses.
     """
     if not isinstance(value, str):
         raise error(f"{what} must be a string, got {type(value).__name__}")
+    check_chars(value, what, error=error)
     if not allow_empty and not value.strip():
         raise error(f"{what} is empty; give the agent something to work on")
     if len(value) > MAX_INPUT_CHARS:
@@ -99,7 +150,8 @@ def check_text(
 
 
 def check_json_size(value: object, what: str, *, error: type[AgentnbError] = InvalidInput) -> None:
-    """Refuse a structured value whose JSON text is longer than ``MAX_INPUT_CHARS``.
+    """Refuse a structured value whose JSON text is longer than ``MAX_INPUT_CHARS``, or with
+    a string ``check_chars`` refuses.
 
     Values JSON cannot encode are left to the caller's own validation.
     """
@@ -113,6 +165,7 @@ def check_json_size(value: object, what: str, *, error: type[AgentnbError] = Inv
         raise error(
             f"{what} has {size:,} characters as JSON; the limit is {MAX_INPUT_CHARS:,} ({_HINT})"
         )
+    check_json_chars(value, what, error=error)
 
 
 END_RESERVE_EVENTS = 32
@@ -138,6 +191,9 @@ class Limits:
     max_session_bytes: int | None = None
     max_subagent_depth: int = 3
     max_children_per_turn: int = 16
+    max_reply_chars: int = 2_000_000
+    max_tool_calls_per_reply: int = 128
+    max_tool_result_chars: int = 1_000_000
 
     def __post_init__(self) -> None:
         for name in (
@@ -145,6 +201,9 @@ class Limits:
             "max_queued_commands",
             "max_subagent_depth",
             "max_children_per_turn",
+            "max_reply_chars",
+            "max_tool_calls_per_reply",
+            "max_tool_result_chars",
         ):
             _check_count(name, getattr(self, name), optional=False)
         for name in ("max_recovery_events", "max_recovery_bytes"):

@@ -14,9 +14,13 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from agentnb.errors import InvalidInput
 from agentnb.ids import SessionKey
 
-__all__ = ["Lagged", "LiveEvent", "LiveHub", "Subscription"]
+__all__ = ["MAX_BUFFER", "Lagged", "LiveEvent", "LiveHub", "Subscription"]
+
+MAX_BUFFER = 1_000_000
+"""The most notifications one subscriber may buffer."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,7 +96,21 @@ class LiveHub:
         self._lock = threading.Lock()
 
     def subscribe(self, maxsize: int = 1000, *, session: SessionKey | None = None) -> Subscription:
-        """A new subscriber: to ``session``'s notifications, or to every session's (None)."""
+        """A new subscriber: to ``session``'s notifications, or to every session's (None).
+
+        ``maxsize`` (an int in 1..``MAX_BUFFER``) is how many notifications it buffers
+        before it lags; anything else is ``InvalidInput`` (a queue of size 0 or less would
+        be unbounded).
+        """
+        if (
+            isinstance(maxsize, bool)
+            or not isinstance(maxsize, int)
+            or not 1 <= maxsize <= MAX_BUFFER
+        ):
+            raise InvalidInput(
+                f"maxsize must be an int in 1..{MAX_BUFFER:,} (the notifications buffered "
+                f"before a slow reader gets a Lagged marker), got {maxsize!r}"
+            )
         sub = Subscription(self, maxsize, session)
         with self._lock:
             self._subs.append(sub)

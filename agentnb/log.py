@@ -16,6 +16,7 @@ from typing import Any
 from agentnb.errors import InvalidInput
 from agentnb.events import Event, canonical_json
 from agentnb.ids import SessionKey, check_id, new_id
+from agentnb.limits import check_json_chars
 from agentnb.stores.base import Lease, SessionStore
 
 __all__ = ["Follow", "Inbox", "SessionLog"]
@@ -202,6 +203,8 @@ class Inbox:
         """
         if key is not None:
             check_id(key, "key")
+        # The one character rule for text entering a session, whichever door it came by.
+        check_json_chars([input, data], f"the {kind} command's text")
         command_id = command_id or new_id("cmd")
         payload = {
             "command_id": command_id,

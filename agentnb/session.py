@@ -77,7 +77,7 @@ from agentnb.records import (
     Transcript,
     UsageTotals,
 )
-from agentnb.stores.base import UNSET, Unset
+from agentnb.stores.base import UNSET, Unset, check_labels, check_title
 
 if TYPE_CHECKING:
     from agentnb.agent import Agent
@@ -97,9 +97,73 @@ def _answers_key(checked: Mapping[str, Any]) -> str:
     return "respond:" + hashlib.sha256(canonical_json(checked).encode()).hexdigest()[:40]
 
 
+def _check_wait(timeout: object) -> float | None:
+    """A waiting call's ``timeout``: None (no limit) or seconds >= 0, else ``InvalidInput``."""
+    if timeout is None:
+        return None
+    if (
+        isinstance(timeout, bool)
+        or not isinstance(timeout, int | float)
+        or not 0 <= timeout < float("inf")
+    ):
+        raise InvalidInput(f"timeout must be seconds >= 0 or None, got {timeout!r}")
+    return float(timeout)
+
+
+def _still_running(receipt: Receipt) -> KeyboardInterrupt:
+    """What a wait cut short by Ctrl-C raises: one line saying the task goes on."""
+    return KeyboardInterrupt(
+        f"stopped waiting; task {receipt.turn_id} goes on in the background while its "
+        "runtime is open (session.interrupt() stops it)"
+    )
+
+
 def _check_text(value: object, what: str) -> str:
     # The one limit every entering text shares (answers and reconcile use it too).
     return check_text(value, what)
+
+
+def accept_cancel(
+    log: Inbox,
+    state: SessionState,
+    inbox: InboxState,
+    turn_id: str,
+    how: str,
+    refresh: Callable[[], tuple[SessionState, InboxState]] | None = None,
+) -> Event | None:
+    """The inbox writes of a cancel decided as ``how`` (``check_cancel``), for every door
+    (``Session.cancel``, the command line): a queued task's submit is rejected at once
+    (``NotRunning`` if a runtime started it meanwhile); a running turn gets an interrupt
+    (unless one waits) and the cancel command; a parked one the cancel command. Returns
+    the cancel command for a runtime to carry out, or None when it is already done.
+    ``refresh`` folds the log again (default: fresh folds of the store)."""
+    if how == "done":
+        return None
+    if how == "queued":
+        submit = next(
+            c for c in inbox.commands.values() if c.kind == "submit" and c.turn_id == turn_id
+        )
+        log.record(
+            "inbox/rejected",
+            {"command_id": submit.command_id, "reason": "cancelled by the user", "kind": "submit"},
+            turn_id=turn_id,
+        )
+        # A runtime that picked the turn before this commits its start only if the inbox
+        # did not move; if it did start first, say so.
+        again = refresh or Folds(log.store, log.key).refresh
+        if turn_id in again()[0].turns:
+            raise NotRunning(
+                f"turn {turn_id} started before the cancel arrived; interrupt() it, then cancel it"
+            )
+        return None
+    run_id = state.active_run
+    interrupting = any(
+        c.kind == "interrupt" and c.run_id == run_id for c in inbox.commands.values()
+    )
+    if how == "running" and run_id and not interrupting:
+        log.accept("interrupt", turn_id=turn_id, run_id=run_id)
+    event, _ = log.accept("cancel", turn_id=turn_id)
+    return event
 
 
 class SessionHost(Protocol):
@@ -402,7 +466,10 @@ class Session:
         text = _check_text(input, "input")
         if key is not None:
             check_id(key, "key")
-        data = {} if timeout is None else {"timeout": check_seconds(timeout, "timeout")}
+        data: dict[str, Any] = (
+            {} if timeout is None else {"timeout": check_seconds(timeout, "timeout")}
+        )
+        data["agent"] = self._submitting_agent()
         self.runtime.check_open()
         with self._lock:
             # The admission checks read what this process knows (see ``Limits``); a re-send
@@ -418,6 +485,12 @@ class Session:
         return Receipt(
             event.payload["command_id"], event.payload["turn_id"], None, "queued", None, self
         )
+
+    def _submitting_agent(self) -> Any:
+        """The fingerprint of the agent a task is submitted for: it travels with the command,
+        so a runtime executing another agent (a worker) refuses the task, even a session's
+        first, before it runs anything (unless it accepts agent changes)."""
+        return self.runtime.agent.fingerprint
 
     def send(self, input: str) -> Receipt:
         """Steer the running turn, or start / queue a new one; ``disposition`` says which.
@@ -729,53 +802,18 @@ class Session:
         the cancellation is committed.
         """
         check_id(turn_id, "turn_id")
+        _check_wait(timeout)
         with self._lock:
             state, inbox = self._refresh()
             how = check_cancel(state, inbox, turn_id, executing=self._executing())
-            if how == "done":
-                return
-            if how == "queued":
-                submit = next(
-                    c
-                    for c in inbox.commands.values()
-                    if c.kind == "submit" and c.turn_id == turn_id
-                )
-                self.inbox.record(
-                    "inbox/rejected",
-                    {
-                        "command_id": submit.command_id,
-                        "reason": "cancelled by the user",
-                        "kind": "submit",
-                    },
-                    turn_id=turn_id,
-                )
-                # A runtime that picked the turn before this commits its start only if the
-                # inbox did not move; if it did start first, say so.
-                state, _ = self._refresh()
-                if turn_id in state.turns:
-                    raise NotRunning(
-                        f"turn {turn_id} started before the cancel arrived; "
-                        "interrupt() it, then cancel it"
-                    )
+            if how in ("done", "queued"):
+                accept_cancel(self.inbox, state, inbox, turn_id, how, self._refresh)
                 return
             self.runtime.check_open()
-            run_id = state.active_run
-            if how == "running" and run_id and self._interrupt_pending(inbox, run_id) is None:
-                self.inbox.accept("interrupt", turn_id=turn_id, run_id=run_id)
-            event, _ = self.inbox.accept("cancel", turn_id=turn_id)
+            event = accept_cancel(self.inbox, state, inbox, turn_id, how)
         self.start()
-        self._await_handled(event.payload["command_id"], timeout)
-
-    @staticmethod
-    def _interrupt_pending(inbox: InboxState, run_id: str) -> str | None:
-        return next(
-            (
-                c.command_id
-                for c in inbox.commands.values()
-                if c.kind == "interrupt" and c.run_id == run_id
-            ),
-            None,
-        )
+        if event is not None:
+            self._await_handled(event.payload["command_id"], timeout)
 
     def reconcile(
         self, outcomes: Mapping[str, ToolOutcome], reason: str, timeout: float = 30.0
@@ -785,6 +823,7 @@ class Session:
         ``outcomes`` must cover exactly the uncertain calls (``inspect()``); ``reason`` says
         who checked what. Returns once recorded; then ``resume`` can continue the turn.
         """
+        _check_wait(timeout)
         self.runtime.check_open()
         with self._lock:
             state, _ = self._refresh()
@@ -797,7 +836,7 @@ class Session:
         self._await_handled(event.payload["command_id"], timeout)
 
     def _await_handled(self, command_id: str, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + (_check_wait(timeout) or 0.0)
         while True:
             with self._lock:
                 state, inbox = self._refresh()
@@ -823,6 +862,7 @@ class Session:
         out; the log keeps every original message (``transcript()``). ``InvalidInput`` when
         the agent has no ``compaction=``.
         """
+        _check_wait(timeout)
         if self.runtime.agent.compaction is None:
             raise InvalidInput(
                 "this agent has no compactor: create it with "
@@ -987,10 +1027,20 @@ class Session:
 
         Returns when its run completes, suspends, is interrupted, fails or is cancelled (a
         receipt follows its turn into later runs). Raises ``Parked`` when the task waits in
-        the queue behind a turn that only a person can move, naming that turn.
+        the queue behind a turn that only a person can move, naming that turn. Ctrl-C (or
+        Kernel → Interrupt) while it waits raises a one-line ``KeyboardInterrupt`` from
+        here: the task goes on, and ``session.interrupt()`` stops it.
         """
         if not isinstance(receipt, Receipt):
             raise InvalidInput(f"wait() takes a Receipt, got {type(receipt).__name__}")
+        timeout = _check_wait(timeout)
+        try:
+            return self._wait(receipt, timeout)
+        except KeyboardInterrupt:
+            # Kernel -> Interrupt (Ctrl-C) stops the waiting, not the task: say so, briefly.
+            raise _still_running(receipt) from None
+
+    def _wait(self, receipt: Receipt, timeout: float | None) -> Outcome:
         deadline = None if timeout is None else time.monotonic() + timeout
         head = 0
         while True:
@@ -1000,7 +1050,7 @@ class Session:
                 return outcome
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
-                raise TimeoutError(f"turn {receipt.turn_id} did not end within {timeout}s")
+                raise self._timed_out(receipt, timeout)
             # Commits of this process wake it once they are handed to the fold (the writer
             # wakes the store's waiters after ``feed``): they are never read back. Those of
             # only a step's own events cannot settle the turn: it sleeps through them.
@@ -1011,6 +1061,21 @@ class Session:
                 local=self.runtime.sole_writer(self.key),
                 settling=True,
             )
+
+    def _timed_out(self, receipt: Receipt, timeout: float | None) -> TimeoutError:
+        """Why a wait ran out: when nobody took the task up (no runtime holds the session),
+        say so and how to start a worker, instead of a bare timeout."""
+        with self._lock:
+            state, _ = self._refresh()
+        turn = state.turns.get(receipt.turn_id)
+        if (turn is None or not turn.run_ids) and not self._executing():
+            return TimeoutError(
+                f"task {receipt.turn_id} did not start within {timeout}s: no worker has "
+                f"claimed session {self.key}. Start one on this store: agentnb worker "
+                f"--store {self.runtime.store.url} --agent module:attribute (or open the "
+                "session in a runtime that executes: nb.Runtime(agent)); the task waits"
+            )
+        return TimeoutError(f"turn {receipt.turn_id} did not end within {timeout}s")
 
     def events(self, maxsize: int = 1000) -> Subscription:
         """Live notifications of this session in this process (chunks before commit, status).
@@ -1045,9 +1110,9 @@ class Session:
         self.runtime.check_open()
         data: dict[str, Any] = {}
         if not isinstance(title, Unset):
-            data["title"] = title
+            data["title"] = check_title(title)
         if labels is not None:
-            data["labels"] = labels
+            data["labels"] = check_labels(labels, patch=True)
         self.inbox.accept("update", data=data, key=key)
 
     def delete(self, *, force: bool = False, reason: str = "") -> Tombstone:

@@ -35,12 +35,15 @@ invocation and the context a tool receives form one contract.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import dataclasses
 import functools
 import hashlib
 import inspect
+import queue
 import re
+import threading
 import typing
 import warnings
 from abc import ABC, abstractmethod
@@ -616,10 +619,70 @@ def _describe_error(err: Mapping[str, Any]) -> str:
 # Running
 
 
+class _DaemonThreads:
+    """Daemon threads for sync tools, reused while they idle (``IDLE`` seconds at most).
+
+    Not the loop's executor: the interpreter joins executor threads at exit, so a tool that
+    never returns would keep the process alive after its run was recorded stopped.
+    """
+
+    IDLE = 30.0
+
+    def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._idle = 0
+        """Threads waiting for a job that no job queued so far is promised to."""
+
+    def submit(self, job: Callable[[], None]) -> None:
+        with self._lock:
+            spawn = self._idle == 0
+            if not spawn:
+                self._idle -= 1  # an idle thread takes this job
+        self._jobs.put(job)
+        if spawn:
+            threading.Thread(target=self._work, name="agentnb-tool", daemon=True).start()
+
+    def _work(self) -> None:
+        while True:
+            try:
+                job = self._jobs.get(timeout=self.IDLE)
+            except queue.Empty:
+                with self._lock:
+                    if self._idle > 0:  # not promised to a queued job: retire
+                        self._idle -= 1
+                        return
+                continue
+            job()
+            with self._lock:
+                self._idle += 1
+
+
+_TOOL_THREADS = _DaemonThreads()
+
+
 async def _run_in_thread(call: Callable[[], Any]) -> Any:
+    """Run a sync tool's body in a daemon thread (``_DaemonThreads``) and await its result."""
     loop = asyncio.get_running_loop()
     context = contextvars.copy_context()
-    future = loop.run_in_executor(None, context.run, call)
+    future: asyncio.Future[Any] = loop.create_future()
+
+    def settle(outcome: Callable[[], None]) -> None:
+        if not future.done():
+            outcome()
+
+    def body() -> None:
+        try:
+            result = context.run(call)
+        except BaseException as exc:  # noqa: BLE001 - handed to the awaiting task as is
+            error = exc
+            with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits
+                loop.call_soon_threadsafe(settle, lambda: future.set_exception(error))
+        else:
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(settle, lambda: future.set_result(result))
+
+    _TOOL_THREADS.submit(body)
     try:
         return await asyncio.shield(future)
     except asyncio.CancelledError:

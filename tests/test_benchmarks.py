@@ -165,3 +165,13 @@ def test_subagents_quick_run_prints_one_json_line_per_metric() -> None:
         "subagent_call_vs_plain_tool",
         "fan_out_4_vs_sequential",
     }
+
+
+def test_stops_run_prints_one_json_line_per_metric() -> None:
+    """`bench_stops.py --repeats 1` prints JSON with value, baseline, ratio for each stop."""
+    records = _records("bench_stops.py", "--repeats", "1")
+    assert {r["metric"] for r in records} == {
+        "interrupt_waiting_model_ms",
+        "time_limit_trickling_model_ms",
+        "ctrl_c_exit_blocked_tool_ms",
+    }

@@ -114,6 +114,16 @@ def check_duckdb_file(path: str) -> None:
         )
 
 
+def _refuse_link(path: Path) -> None:
+    """``InvalidInput`` if ``path`` is a symbolic link: a sink writes only the file it names
+    (following a link would write wherever it points)."""
+    if path.is_symlink():
+        raise InvalidInput(
+            f"DuckDB path {str(path)!r} is a symbolic link; a sink does not follow links: pass "
+            "the path of the file itself"
+        )
+
+
 def open_duckdb(
     path: str, *, read_only: bool = False, lock_timeout: float = 30.0
 ) -> duckdb.DuckDBPyConnection:
@@ -157,7 +167,9 @@ class DuckDBSink:
                 "storage_version must look like 'v1.1.0' (the oldest DuckDB that must read "
                 f"the file) or be 'latest', got {storage_version!r}"
             )
-        resolved = Path(os.fspath(path)).expanduser().resolve()
+        given = Path(os.fspath(path)).expanduser()
+        _refuse_link(given)
+        resolved = given.parent.resolve() / given.name
         if resolved.is_dir():
             raise InvalidInput(f"DuckDB path {str(resolved)!r} is a folder; pass a file path")
         check_duckdb_file(str(resolved))
@@ -172,6 +184,11 @@ class DuckDBSink:
     def __repr__(self) -> str:
         return f"DuckDBSink({self.path!r}, name={self.name!r})"
 
+    def _open_to_write(self) -> duckdb.DuckDBPyConnection:
+        # Checked at every write too: a link put in the file's place later is not followed.
+        _refuse_link(Path(self.path))
+        return open_duckdb(self.path, lock_timeout=self.lock_timeout)
+
     def accept(self, events: Batch) -> None:
         """Insert the events (``INSERT OR IGNORE`` by ``event_id``) and update the turn
         rollups of the inserted ones, in one transaction."""
@@ -183,7 +200,7 @@ class DuckDBSink:
                 self._rollups = Rollups()
             if not os.path.exists(self.path):
                 self._create()
-            con = open_duckdb(self.path, lock_timeout=self.lock_timeout)
+            con = self._open_to_write()
             try:
                 con.execute("BEGIN TRANSACTION")
                 self._ensure_schema(con)
@@ -207,7 +224,7 @@ class DuckDBSink:
         with self._mutex:
             if not os.path.exists(self.path):
                 self._create()
-            con = open_duckdb(self.path, lock_timeout=self.lock_timeout)
+            con = self._open_to_write()
             try:
                 con.execute("BEGIN TRANSACTION")
                 self._ensure_schema(con)
@@ -292,6 +309,7 @@ class DuckDBSink:
         if not os.path.exists(self.path):
             return 0
         with self._mutex:
+            _refuse_link(Path(self.path))
             con = open_duckdb(self.path, read_only=True, lock_timeout=self.lock_timeout)
             try:
                 exists = con.execute(

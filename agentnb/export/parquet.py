@@ -106,6 +106,8 @@ STAGING = "_staging"
 MARKER = "_agentnb.json"
 """Written first into a root the sink takes up: the folder is an agentnb export."""
 _OURS = re.compile(r"^part-(batch_[0-9a-f]+)(?:-\d+)?\.parquet$")
+_BATCH = re.compile(r"^batch_[0-9a-f]+$")
+"""The name of a commit's staging folder (``_staging/<batch>``)."""
 FILE_COLUMNS = tuple(name for name, _ in COLUMNS if name != "event_date")
 """Columns stored in each file (``event_date`` is the Hive partition folder)."""
 
@@ -432,7 +434,12 @@ class ParquetSink:
         if not self.local or self.fs.get_file_info(folder).type != pafs.FileType.Directory:
             return set()
         infos = self.fs.get_file_info(pafs.FileSelector(folder))
-        return {i.base_name for i in infos if i.type == pafs.FileType.Directory}
+        # Only folders named as a commit names them: anything else there is not the sink's.
+        return {
+            i.base_name
+            for i in infos
+            if i.type == pafs.FileType.Directory and _BATCH.match(i.base_name)
+        }
 
     def _retired_file(self, path: str, crashed: set[str]) -> bool:
         """Whether ``path`` is a file of this sink that no commit lists any more."""

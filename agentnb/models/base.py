@@ -107,11 +107,16 @@ class ModelRequest:
     ``tools`` holds ``Tool.spec()`` dicts (``name``, ``description``, ``parameters``).
     ``options`` are passed to the provider as they are (temperature, max tokens, ...).
     Lists are accepted and stored as tuples.
+
+    ``deadline`` is when the call must be over, as a ``time.monotonic()`` reading (the
+    task's time limit), or None. A model gives up by then with a ``ModelError`` that is not
+    ``retryable``; the runtime cancels a call that is still waiting at that moment anyway.
     """
 
     messages: tuple[Message, ...]
     tools: tuple[dict[str, Any], ...] = ()
     options: Mapping[str, Any] = field(default_factory=dict)
+    deadline: float | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "messages", tuple(self.messages))
@@ -571,18 +576,47 @@ class StreamCollector:
         return calls
 
 
+MAX_ARGUMENT_DEPTH = 32
+"""Levels of nesting a tool call's arguments may have (deeper ones go back to the model)."""
+
+
+def _not_json(constant: str) -> Any:
+    raise ValueError(f"{constant} is not a JSON number")
+
+
+def _depth(value: Any) -> int:
+    """How deeply ``value`` nests (1 for a flat object), without recursion."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, dict | list):
+            deepest = max(deepest, level)
+            stack.extend(
+                (v, level + 1) for v in (item.values() if isinstance(item, dict) else item)
+            )
+    return deepest
+
+
 def _parse_arguments(text: str, name: str, index: int) -> dict[str, Any]:
+    """A tool call's arguments as a JSON object; ``ModelError`` saying why not (malformed,
+    NaN or Infinity, nested too deeply, not an object)."""
     if not text.strip():
         return {}
     try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
+        value = json.loads(text, parse_constant=_not_json)
+    except (ValueError, RecursionError) as exc:
+        why = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
         raise ModelError(
-            f"the model sent malformed JSON arguments for tool call #{index} ({name}): {exc}"
+            f"the model sent malformed JSON arguments for tool call #{index} ({name}): {why}"
         ) from None
     if not isinstance(value, dict):
         raise ModelError(
             f"the model sent arguments for tool call #{index} ({name}) that are not a JSON "
             f"object: {text[:80]!r}"
+        )
+    if _depth(value) > MAX_ARGUMENT_DEPTH:
+        raise ModelError(
+            f"the model sent arguments for tool call #{index} ({name}) nested deeper than "
+            f"{MAX_ARGUMENT_DEPTH} levels"
         )
     return value

@@ -106,6 +106,35 @@ def _clean_key(value: object, source: str) -> str | None:
     return key or None
 
 
+def _check_request_options(
+    tool_choice: object, parallel_tool_calls: object, response_format: object
+) -> None:
+    if tool_choice is not None and not (
+        isinstance(tool_choice, Mapping)
+        or (isinstance(tool_choice, str) and tool_choice in _TOOL_CHOICES)
+    ):
+        raise InvalidInput(
+            f'tool_choice must be "auto", "none", "required" or a dict such as '
+            f'{{"type": "function", "function": {{"name": ...}}}}, got {tool_choice!r}'
+        )
+    if parallel_tool_calls is not None and not isinstance(parallel_tool_calls, bool):
+        raise InvalidInput(
+            f"parallel_tool_calls must be True, False or None, got {parallel_tool_calls!r}"
+        )
+    if response_format is not None and not (
+        isinstance(response_format, Mapping) and isinstance(response_format.get("type"), str)
+    ):
+        raise InvalidInput(
+            "response_format must be a dict with a 'type', such as "
+            f'{{"type": "json_object"}}, got {response_format!r}'
+        )
+
+
+def _check_timeout(name: str, value: object, also: str = "") -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
+        raise InvalidInput(f"{name} must be a number of seconds > 0{also}, got {value!r}")
+
+
 def _mask_userinfo(url: str) -> str:
     """``url`` with any ``user:password@`` part shown as ``***@``."""
     return re.sub(r"^([A-Za-z][A-Za-z0-9+.-]*://)[^/?#]*@", rf"\1{_REDACTED}@", url)
@@ -177,6 +206,13 @@ class OpenAIChatModel(Model):
     ``httpx.MockTransport``). ``timeout`` bounds connecting and each wait for the next piece of
     the stream.
 
+    **Deadlines.** A server that keeps sending a byte now and then never lets ``timeout``
+    fire, so each attempt also has a deadline: ``attempt_timeout`` seconds (default 600,
+    None for none) from the request to the reply's end; past it the attempt fails with a
+    ``ModelError`` (``retryable`` unless part of the reply was streamed). A request's own
+    ``deadline`` (``ModelRequest.deadline``: the task's time limit) ends the call too, with
+    a ``ModelError`` that is not retryable. Either way the connection is closed at once.
+
     **Failures and retries.** The adapter never retries by itself: every retry is the
     runtime's, recorded in the log. A failure before any reply text or tool call was streamed
     is ``retryable`` when trying again may help (HTTP 408, 409, 429, 5xx, a lost connection, a
@@ -205,6 +241,7 @@ class OpenAIChatModel(Model):
         transport: httpx.AsyncBaseTransport | None = None,
         options: Mapping[str, Any] | None = None,
         timeout: float = 60.0,
+        attempt_timeout: float | None = 600.0,
         name: str | None = None,
         context_window: int | None = None,
         tokenizer: Callable[[str], int] | Literal["auto"] | None = "auto",
@@ -222,12 +259,9 @@ class OpenAIChatModel(Model):
             raise InvalidInput(f"name must be a non-empty string or None, got {name!r}")
         if options is not None and not isinstance(options, Mapping):
             raise InvalidInput(f"options must be a dict, got {type(options).__name__}")
-        if (
-            isinstance(timeout, bool)
-            or not isinstance(timeout, int | float)
-            or not 0 < timeout < math.inf
-        ):
-            raise InvalidInput(f"timeout must be a number of seconds > 0, got {timeout!r}")
+        _check_timeout("timeout", timeout)
+        if attempt_timeout is not None:
+            _check_timeout("attempt_timeout", attempt_timeout, also=" or None")
         check_context_window(context_window)
         if tokenizer is not None and tokenizer != "auto" and not callable(tokenizer):
             raise InvalidInput(
@@ -236,25 +270,7 @@ class OpenAIChatModel(Model):
             )
         if backoff is not None and not isinstance(backoff, Backoff):
             raise InvalidInput(f"backoff must be a Backoff or None, got {backoff!r}")
-        if tool_choice is not None and not (
-            isinstance(tool_choice, Mapping)
-            or (isinstance(tool_choice, str) and tool_choice in _TOOL_CHOICES)
-        ):
-            raise InvalidInput(
-                f'tool_choice must be "auto", "none", "required" or a dict such as '
-                f'{{"type": "function", "function": {{"name": ...}}}}, got {tool_choice!r}'
-            )
-        if parallel_tool_calls is not None and not isinstance(parallel_tool_calls, bool):
-            raise InvalidInput(
-                f"parallel_tool_calls must be True, False or None, got {parallel_tool_calls!r}"
-            )
-        if response_format is not None and not (
-            isinstance(response_format, Mapping) and isinstance(response_format.get("type"), str)
-        ):
-            raise InvalidInput(
-                "response_format must be a dict with a 'type', such as "
-                f'{{"type": "json_object"}}, got {response_format!r}'
-            )
+        _check_request_options(tool_choice, parallel_tool_calls, response_format)
         if api_key is None:
             key = _clean_key(os.environ.get("OPENAI_API_KEY"), "OPENAI_API_KEY")
         else:
@@ -275,6 +291,7 @@ class OpenAIChatModel(Model):
             if value is not None:
                 self.options[option] = dict(value) if isinstance(value, Mapping) else value
         self.timeout = float(timeout)
+        self.attempt_timeout = None if attempt_timeout is None else float(attempt_timeout)
         self.context_window = context_window
         self.backoff = backoff or Backoff()
         self._api_key = _Secret(key)
@@ -428,12 +445,52 @@ class OpenAIChatModel(Model):
             retry_after=retry_after if retryable else None,
         )
 
+    def _deadline(self, request: ModelRequest) -> tuple[float, bool] | None:
+        """(when this attempt must end, in ``time.monotonic()`` terms; whether that is the
+        request's own deadline), or None without either."""
+        ends = []
+        if self.attempt_timeout is not None:
+            ends.append((time.monotonic() + self.attempt_timeout, False))
+        if request.deadline is not None:
+            ends.append((request.deadline, True))
+        return min(ends) if ends else None
+
+    def _late(self, own: bool) -> ModelError:
+        if own:
+            return ModelError(
+                f"the task's time limit passed while waiting for {self.base_url}; the call "
+                "was cancelled"
+            )
+        return ModelError(
+            f"no complete reply from {self.base_url} within attempt_timeout="
+            f"{self.attempt_timeout:g}s (the server kept the stream open); the connection was "
+            "closed",
+            retryable=True,
+        )
+
     async def _stream(self, request: ModelRequest) -> AsyncIterator[StreamItem]:
         failure: ModelError | None = None
         streamed = False
+        deadline = self._deadline(request)
+        loop = asyncio.get_running_loop()
         try:
             async with contextlib.aclosing(self._exchange(self._body(request))) as items:
-                async for item in items:
+                while True:
+                    # Each wait for the next item ends at the deadline: the exchange is
+                    # cancelled where it waits, which closes the connection.
+                    when = None
+                    if deadline is not None:
+                        when = loop.time() + (deadline[0] - time.monotonic())
+                    limit = asyncio.timeout_at(when)
+                    try:
+                        async with limit:
+                            item = await anext(items)
+                    except StopAsyncIteration:
+                        break
+                    except TimeoutError:
+                        if deadline is None or not limit.expired():
+                            raise
+                        raise self._late(deadline[1]) from None
                     if isinstance(item, Usage):
                         self._calibrate(request, item)
                     streamed = streamed or isinstance(item, TextDelta | ToolCallDelta)
@@ -524,6 +581,11 @@ class OpenAIChatModel(Model):
     def _decode(self, data: str) -> dict[str, Any]:
         try:
             chunk = json.loads(data)
+        except RecursionError:
+            raise ModelError(
+                f"{self.base_url} sent a stream chunk nested too deeply to read; the server's "
+                "reply is not a chat-completions chunk"
+            ) from None
         except json.JSONDecodeError:
             shown = _cut(self._redact(data), _DETAIL)
             raise ModelError(

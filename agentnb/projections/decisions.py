@@ -187,6 +187,11 @@ def check_reconcile(
     if not isinstance(outcomes, Mapping):
         raise InvalidInput("outcomes must be a mapping {call_id: nb.ToolOutcome...}")
     uncertain = {c.call_id: c for c in state.uncertain_calls()}
+    if not uncertain and not outcomes:
+        raise InvalidInput(
+            "there are no uncertain tool calls to reconcile (inspect().uncertain_tool_calls "
+            "is empty); an interrupted turn can be resumed as it is"
+        )
     if set(outcomes) != set(uncertain):
         missing = sorted(set(uncertain) - set(outcomes))
         extra = sorted(set(outcomes) - set(uncertain))

@@ -31,7 +31,7 @@ import logging
 import threading
 from typing import Any, Protocol
 
-from agentnb.agent import Agent, check_agent
+from agentnb.agent import Agent, agent_changes, check_agent
 from agentnb.errors import (
     AgentChanged,
     AgentnbError,
@@ -41,7 +41,7 @@ from agentnb.errors import (
     StorageError,
     describe,
 )
-from agentnb.events import Event
+from agentnb.events import Event, canonical_json
 from agentnb.folds import ChatFolds, Folds
 from agentnb.holders import holder_alive
 from agentnb.ids import SessionKey
@@ -523,6 +523,7 @@ class SessionDriver:
                 record = await asyncio.to_thread(self.store.get_session, self.key)
                 nbytes = record.bytes if record is not None else 0
             check_room(self.state.seq, nbytes, stage="start", limits=limits, session=self.key)
+            self._check_submitted_for(command)
             binding = check_agent(
                 self.state.agent,
                 self.agent,
@@ -535,6 +536,28 @@ class SessionDriver:
         if binding is not None:
             self.writer.add(binding[0], binding[1], turn_id=command.turn_id)
         return True
+
+    def _check_submitted_for(self, command: Command) -> None:
+        """``AgentChanged`` if ``command`` was submitted for an agent other than this
+        driver's (its fingerprint travels with it), unless this runtime accepts agent
+        changes: a worker never runs a task with an agent it was not meant for, not even
+        the first task of a session that is not bound yet."""
+        wanted = command.data.get("agent")
+        if not isinstance(wanted, dict) or self.runtime.accept_agent_change:
+            return
+        current = self.agent.fingerprint
+        if canonical_json(wanted) == canonical_json(current):
+            return
+        changes = agent_changes(wanted, current) or ["the fingerprint changed"]
+        raise AgentChanged(
+            f"this task was submitted for another version of agent {wanted.get('agent_id')!r} "
+            f"than this runtime executes ({'; '.join(changes)}); nothing was run. Execute it "
+            "with the agent it was submitted for (e.g. agentnb worker --agent with that "
+            "agent), or let this runtime take sessions over (accept_agent_change=True)",
+            changes=changes,
+            bound=wanted,
+            current=current,
+        )
 
     # -- what the parts of a run use (``RunHost``) ------------------------------------------
 

@@ -9,12 +9,14 @@ failures are retried with the model's backoff unless part of the reply already s
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Awaitable, Callable
 
 from agentnb.errors import InvalidInput, describe
 from agentnb.events import Event, Message, ToolCallData
 from agentnb.ids import new_id
+from agentnb.limits import Limits
 from agentnb.models.base import (
     ModelError,
     ModelRequest,
@@ -26,11 +28,67 @@ from agentnb.projections.state import build_context
 from agentnb.runtime.scope import RunHost, StopRun
 from agentnb.runtime.writer import ChunkGroup
 
-__all__ = ["CHUNK_COMMIT_INTERVAL", "MODEL_RETRIES", "ModelCall"]
+__all__ = [
+    "CHUNK_COMMIT_INTERVAL",
+    "MODEL_RETRIES",
+    "STOP_GRACE",
+    "ModelCall",
+    "ReplyTooLarge",
+    "Size",
+]
 
 CHUNK_COMMIT_INTERVAL = 0.1
 """Seconds at least between two commits of streamed chunks."""
 MODEL_RETRIES = 3
+STOP_GRACE = 1.0
+"""Seconds a stopped model call gets to unwind once cancelled before it is left behind."""
+
+log = logging.getLogger("agentnb.runtime")
+
+
+def _ignore(task: asyncio.Future[None]) -> None:
+    if not task.cancelled():
+        task.exception()
+
+
+class ReplyTooLarge(ModelError):
+    """A model reply passed a bound of ``Limits``; ``stop_reason`` names which."""
+
+    def __init__(self, message: str, stop_reason: str) -> None:
+        super().__init__(message)
+        self.stop_reason = stop_reason
+
+
+class Size:
+    """What one reply streamed so far, against ``Limits.max_reply_chars`` and
+    ``max_tool_calls_per_reply``."""
+
+    def __init__(self, limits: Limits) -> None:
+        self.limits = limits
+        self.chars = 0
+        self.calls: set[int] = set()
+
+    def add(self, item: object) -> None:
+        limits = self.limits
+        if isinstance(item, TextDelta):
+            self.chars += len(item.text)
+        elif isinstance(item, ToolCallDelta):
+            self.chars += len(item.arguments_delta)
+            self.calls.add(item.index)
+            if len(self.calls) > limits.max_tool_calls_per_reply:
+                raise ReplyTooLarge(
+                    f"the model's reply asked for more than {limits.max_tool_calls_per_reply} "
+                    "tool calls (Limits(max_tool_calls_per_reply=...)); the call was stopped. "
+                    "Ask for fewer calls per step, or raise the limit",
+                    "too_many_tool_calls",
+                )
+        if self.chars > limits.max_reply_chars:
+            raise ReplyTooLarge(
+                f"the model's reply passed {limits.max_reply_chars:,} characters "
+                "(Limits(max_reply_chars=...)); the call was stopped. Ask for a shorter "
+                "answer, or raise the limit",
+                "reply_too_large",
+            )
 
 
 class ModelCall:
@@ -79,7 +137,10 @@ class ModelCall:
             turn_id=turn_id,
             run_id=run_id,
         )
-        request = ModelRequest(messages=messages, tools=tools)
+        # The model is told the time limit, a moment after the stop that cancels it: the
+        # stop (recorded as the time limit) comes first; the model's deadline is a backstop.
+        deadline = None if host.stop.deadline is None else host.stop.deadline + STOP_GRACE
+        request = ModelRequest(messages=messages, tools=tools, deadline=deadline)
         for attempt in range(1, MODEL_RETRIES + 2):
             w.add(
                 "model/dispatch",
@@ -116,45 +177,92 @@ class ModelCall:
                     turn_id=turn_id,
                     run_id=run_id,
                 )
-                await asyncio.sleep(delay)
+                await self.flush_before_side_effect(turn_id)  # the log says it waits
+                if await self.stopped_within(delay):  # a stop ends the wait too
+                    self.cancelled(call_id, None, turn_id, run_id)
+                    raise StopRun from None
         raise AssertionError("unreachable")  # pragma: no cover
+
+    async def stopped_within(self, seconds: float) -> bool:
+        """Wait ``seconds``, or less if the run is asked to stop: whether it was."""
+        try:
+            await asyncio.wait_for(self.host.stop.event.wait(), seconds)
+        except TimeoutError:
+            return False
+        return True
 
     async def stream(
         self, call_id: str, request: ModelRequest, turn_id: str, run_id: str
     ) -> tuple[str, list[ToolCallData]]:
-        """Stream one attempt, grouping and committing its pieces; record the reply."""
+        """Stream one attempt, grouping and committing its pieces; record the reply.
+
+        The stream is read in a task of its own, so a stop (interrupt, cancel, time limit,
+        close, delete) ends the call at once even while the model sends nothing: the task is
+        cancelled and the call recorded ``cancelled``.
+        """
+        host = self.host
+        started = time.monotonic()
+        group = ChunkGroup(host.writer, call_id, turn_id, run_id)
+        collector = StreamCollector()
+        reading = asyncio.ensure_future(
+            self.read(call_id, request, collector, group, turn_id, run_id)
+        )
+        stopped = asyncio.ensure_future(host.stop.event.wait())
+        try:
+            await asyncio.wait({reading, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            reading.cancel()
+            raise
+        finally:
+            stopped.cancel()
+        if not reading.done():
+            reading.cancel()
+            await asyncio.wait({reading}, timeout=STOP_GRACE)
+            if not reading.done():  # a model that ignores cancellation: leave it behind
+                log.warning("session %s: model call %s ignored its cancel", host.key, call_id)
+                reading.add_done_callback(_ignore)
+        else:
+            failure = reading.exception()
+            # A stop noticed between two pieces, or a failure the stop caused: stopped.
+            if not isinstance(failure, StopRun) and not (
+                isinstance(failure, ModelError) and host.stop.is_set()
+            ):
+                reading.result()  # raises the model's failure
+                group.close()
+                return self.reply(call_id, collector, started, turn_id, run_id)
+        group.close()
+        self.cancelled(call_id, started, turn_id, run_id)
+        raise StopRun
+
+    async def read(
+        self,
+        call_id: str,
+        request: ModelRequest,
+        collector: StreamCollector,
+        group: ChunkGroup,
+        turn_id: str,
+        run_id: str,
+    ) -> None:
+        """Read the model's stream into ``collector``, committing chunk groups as it goes."""
         host = self.host
         w = host.writer
-        model = host.agent.model
-        started = time.monotonic()
-        collector = StreamCollector()
-        group = ChunkGroup(w, call_id, turn_id, run_id)
-        last_commit = started
-        stream = model.stream(request)
+        last_commit = time.monotonic()
+        size = Size(host.limits)
+        stream = host.agent.model.stream(request)
         try:
             async for item in stream:
+                size.add(item)  # before the piece is kept: a reply past its bound stops here
                 collector.add(item)
                 if isinstance(item, TextDelta | ToolCallDelta):
                     piece = group.add(item)
                     host.publish("model/chunk", turn_id, run_id, model_call_id=call_id, **piece)
                 if host.stop.is_set():
-                    group.close()
-                    w.add(
-                        "model/end",
-                        {
-                            "model_call_id": call_id,
-                            "status": "cancelled",
-                            "model": model.name,
-                            "latency_ms": round((time.monotonic() - started) * 1000, 3),
-                        },
-                        turn_id=turn_id,
-                        run_id=run_id,
-                    )
                     raise StopRun
                 now = time.monotonic()
                 group.close_if_due(now)
                 if now - last_commit >= CHUNK_COMMIT_INTERVAL and w.pending:
-                    await w.flush()
+                    # Shielded: a stop cancels this task, never a commit half way.
+                    await asyncio.shield(w.flush())
                     last_commit = time.monotonic()
         except ModelError as exc:
             group.close()
@@ -165,7 +273,6 @@ class ModelCall:
                 ) from exc
             raise
         except StopRun:
-            group.close()
             raise
         except Exception as exc:
             group.close()
@@ -174,8 +281,21 @@ class ModelCall:
             close = getattr(stream, "aclose", None)
             if close is not None:
                 await close()
-        group.close()
-        return self.reply(call_id, collector, started, turn_id, run_id)
+
+    def cancelled(self, call_id: str, started: float | None, turn_id: str, run_id: str) -> None:
+        """Record the model call as cancelled by a stop (``started``: its attempt's start)."""
+        latency = None if started is None else round((time.monotonic() - started) * 1000, 3)
+        self.host.writer.add(
+            "model/end",
+            {
+                "model_call_id": call_id,
+                "status": "cancelled",
+                "model": self.host.agent.model.name,
+                "latency_ms": latency,
+            },
+            turn_id=turn_id,
+            run_id=run_id,
+        )
 
     def reply(
         self, call_id: str, collector: StreamCollector, started: float, turn_id: str, run_id: str

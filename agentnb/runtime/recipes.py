@@ -20,7 +20,11 @@ from agentnb.projections.decisions import check_cancel, check_respond, check_res
 from agentnb.projections.state import Command
 from agentnb.runtime.scope import RunHost
 
-__all__ = ["Recipes"]
+__all__ = ["WORKER_STOPPING", "Recipes"]
+
+WORKER_STOPPING = "worker_stopping"
+"""The ``stop_reason`` of a run a worker's graceful shutdown (SIGTERM) stopped: its turn is
+resumed by the next worker that claims the session, when nothing of it is uncertain."""
 
 log = logging.getLogger("agentnb.runtime")
 
@@ -133,22 +137,10 @@ class Recipes:
         code = stop_reason or {"failed": "error", "suspended": "needs_person"}.get(status)
         if status == "interrupted" and code is None:
             code = "interrupted" if stop.command is not None else stop.code
-        if status == "interrupted" and stop.command is not None:
-            w.add(
-                "inbox/started",
-                {"command_id": stop.command, "kind": "interrupt"},
-                turn_id=turn_id,
-                run_id=run_id,
-            )
-            w.add(
-                "run/stop_requested",
-                {"command_id": stop.command},
-                turn_id=turn_id,
-                run_id=run_id,
-            )
-        elif status == "interrupted" and stop.reason is not None:
-            reason = error = stop.reason
-            w.add("run/stop_requested", {"reason": reason}, turn_id=turn_id, run_id=run_id)
+        if status == "interrupted":
+            self.stop_requested(turn_id, run_id)
+            if stop.command is None and stop.reason is not None:
+                reason = error = stop.reason
         for event in self.checkpoint(turn_id, run_id, applied):
             w.add_event(event)
         if step_id is not None:
@@ -173,6 +165,55 @@ class Recipes:
         )
         await w.flush()
         host.publish("status", turn_id, run_id, status=status)
+        if status == "interrupted" and code == WORKER_STOPPING:
+            await self.queue_resume(turn_id, f"resume-after-stop:{run_id}")
+
+    async def queue_resume(self, turn_id: str, key: str) -> bool:
+        """Accept a resume of ``turn_id`` in the inbox (idempotent by ``key``) for whoever
+        executes the session next, if it may resume without a person (``check_resume``:
+        no pending request, nothing uncertain but calls of idempotent tools). True if
+        queued; otherwise the turn waits for a person, and the log says why."""
+        host = self.host
+        try:
+            check_resume(host.state, turn_id, executing=False, tool=self.tool)
+        except CannotResume as exc:
+            log.warning("session %s: turn %s waits for a person: %s", host.key, turn_id, exc)
+            return False
+        await asyncio.to_thread(host.inbox_log.accept, "resume", turn_id=turn_id, key=key)
+        await host.refresh_inbox()
+        return True
+
+    def stop_requested(self, turn_id: str, run_id: str) -> bool:
+        """Add ``run/stop_requested`` for what asked the run to stop (after ``inbox/started``
+        of the interrupt command, if one did), unless it is written already: True if added.
+
+        The step loop commits it the moment the stop is asked for; a run that ends first
+        writes it with its end.
+        """
+        stop = self.host.stop
+        w = self.host.writer
+        if not stop.is_set():
+            return False
+        if stop.command is not None and stop.command not in stop.recorded:
+            stop.recorded.add(stop.command)
+            w.add(
+                "inbox/started",
+                {"command_id": stop.command, "kind": "interrupt"},
+                turn_id=turn_id,
+                run_id=run_id,
+            )
+            w.add(
+                "run/stop_requested",
+                {"command_id": stop.command},
+                turn_id=turn_id,
+                run_id=run_id,
+            )
+            return True
+        if stop.command is None and stop.reason is not None and "" not in stop.recorded:
+            stop.recorded.add("")
+            w.add("run/stop_requested", {"reason": stop.reason}, turn_id=turn_id, run_id=run_id)
+            return True
+        return False
 
     def add_result(
         self,
@@ -230,20 +271,8 @@ class Recipes:
         )
         await w.flush()
         host.publish("status", run.turn_id, run.run_id, status="interrupted")
-        if not (auto_resume and host.auto_resume):
-            return
-        try:
-            check_resume(host.state, run.turn_id, executing=False, tool=self.tool)
-        except CannotResume as exc:
-            log.warning("session %s: turn %s waits for a person: %s", host.key, run.turn_id, exc)
-            return
-        await asyncio.to_thread(
-            host.inbox_log.accept,
-            "resume",
-            turn_id=run.turn_id,
-            key=f"auto-resume:{run.run_id}",
-        )
-        await host.refresh_inbox()
+        if auto_resume and host.auto_resume:
+            await self.queue_resume(run.turn_id, f"auto-resume:{run.run_id}")
 
     def resume(self, command: Command) -> tuple[str, str]:
         """Start the run that resumes a turn: (turn_id, run_id)."""

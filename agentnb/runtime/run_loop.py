@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import logging
 import threading
+import time
 from dataclasses import dataclass
 
 from agentnb.errors import InboxChanged
@@ -23,12 +25,14 @@ from agentnb.models.base import ModelError
 from agentnb.projections.state import Command
 from agentnb.records import UsageTotals
 from agentnb.runtime.context import ContextKeeper
-from agentnb.runtime.model_call import ModelCall
+from agentnb.runtime.model_call import ModelCall, ReplyTooLarge
 from agentnb.runtime.recipes import Recipes
 from agentnb.runtime.scope import RunHost, StopRun, TurnCancelled
 from agentnb.runtime.tool_call import ToolRunner
 
 __all__ = ["RunLoop"]
+
+log = logging.getLogger("agentnb.runtime")
 
 
 class RunLoop:
@@ -140,7 +144,13 @@ class RunLoop:
                     _, calls = await self.model.call(turn_id, run_id)
                 except ModelError as exc:
                     await self.recipes.finish(
-                        turn_id, run_id, "failed", applied, error=str(exc), step_id=step_id
+                        turn_id,
+                        run_id,
+                        "failed",
+                        applied,
+                        error=str(exc),
+                        step_id=step_id,
+                        stop_reason=exc.stop_reason if isinstance(exc, ReplyTooLarge) else None,
                     )
                     return
                 if calls:
@@ -169,17 +179,20 @@ class RunLoop:
             self.stop_watching(watching)
 
     def start_watching(self, turn_id: str, run_id: str) -> _Watching:
-        """While a run runs: watch for its interrupts, and arm its time limit."""
+        """While a run runs: watch for its interrupts, record a stop when it is asked for,
+        and arm its time limit."""
         stop = threading.Event()
         watcher = asyncio.create_task(self.watch(turn_id, run_id, stop))
+        recorder = asyncio.create_task(self.record_stops(turn_id, run_id))
         self.watching += 1
-        return _Watching(stop, watcher, self.arm_time_limit(turn_id))
+        return _Watching(stop, watcher, recorder, self.arm_time_limit(turn_id))
 
     def stop_watching(self, watching: _Watching) -> None:
         self.watching -= 1
         if watching.limit is not None:
             watching.limit.cancel()
         watching.watcher.cancel()
+        watching.recorder.cancel()
         watching.stop.set()
         # End the watcher's wait in its worker thread now (it waits on this session only).
         self.host.store.wake_waiters(self.host.key)
@@ -201,6 +214,31 @@ class RunLoop:
             pos = self.host.inbox.seq
             if self.host.stop.command is None and self.interrupt_for(run_id) is not None:
                 self.stop_for(run_id)
+
+    async def record_stops(self, turn_id: str, run_id: str) -> None:
+        """Commit ``run/stop_requested`` the moment a stop is asked for (an interrupt
+        command, the time limit, a close): the log says when, not only the run's end.
+
+        Its own commit, which may carry what the step buffered so far. The first commit of a
+        new turn is conditioned on the inbox head (``flush_before_side_effect``): until it is
+        made, the run's end writes the stop instead.
+        """
+        stop = self.host.stop
+        while True:
+            await stop.asked.wait()
+            stop.asked.clear()
+            guard = self.host.guard
+            if guard is not None and guard[0] == turn_id:
+                continue
+            if not self.recipes.stop_requested(turn_id, run_id):
+                continue
+            try:
+                # Shielded: cancelling this task when the run ends must not cut a commit.
+                await asyncio.shield(self.host.writer.flush())
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - the run's next commit carries it
+                log.info("session %s: the stop is committed later: %s", self.host.key, exc)
 
     async def catch_up_inbox(self) -> None:
         """``refresh_inbox``, unless every command the store object knows of is folded and
@@ -263,8 +301,10 @@ class RunLoop:
             if run.started_at is not None and run.ended_at is not None:
                 used += (run.ended_at - run.started_at).total_seconds()
         reason = f"time limit: the task ran for its limit of {limit:g} s"
+        left = max(0.0, limit - used)
+        self.host.stop.deadline = time.monotonic() + left  # what its model calls are told
         return asyncio.get_running_loop().call_later(
-            max(0.0, limit - used), self.host.stop.request, reason, "time_limit"
+            left, self.host.stop.request, reason, "time_limit"
         )
 
     def time_limit(self, turn_id: str) -> float | None:
@@ -294,6 +334,8 @@ class RunLoop:
                 seen = self.host.inbox.seq
                 continue
             self.host.guard = None
+            if self.host.stop.is_set():
+                self.host.stop.asked.set()  # asked while guarded: its recorder may go on
             return
 
     async def complete(self, turn_id: str, run_id: str, step_id: str, applied: list[str]) -> bool:
@@ -310,6 +352,8 @@ class RunLoop:
             else:
                 await self.catch_up_inbox()
             seen = self.host.inbox.seq
+            if self.host.stop.command is not None:
+                raise StopRun  # an interrupt noticed (and recorded) while the model answered
             if self.interrupt_for(run_id) is not None:
                 # Accepted before we could commit the completion: honour it.
                 self.stop_for(run_id)
@@ -357,10 +401,12 @@ class RunLoop:
 
 @dataclass(frozen=True, slots=True)
 class _Watching:
-    """What watches a running run: the watcher's stop, its task, the time limit's timer."""
+    """What watches a running run: the watcher's stop, its task, the stop's recorder, the time
+    limit's timer."""
 
     stop: threading.Event
     watcher: asyncio.Task[None]
+    recorder: asyncio.Task[None]
     limit: asyncio.TimerHandle | None
 
 

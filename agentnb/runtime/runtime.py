@@ -16,7 +16,10 @@ import concurrent.futures
 import contextlib
 import functools
 import logging
+import math
 import os
+import signal
+import sys
 import threading
 import time
 import weakref
@@ -39,7 +42,7 @@ from agentnb.errors import (
 from agentnb.events import Event
 from agentnb.folds import ChatFolds, Folds
 from agentnb.holders import holder_alive, new_owner
-from agentnb.ids import SessionKey, check_id
+from agentnb.ids import SessionKey, check_id, check_seconds
 from agentnb.limits import Limits
 from agentnb.live import LiveEvent, LiveHub, Subscription
 from agentnb.projections.decisions import effective_status
@@ -53,6 +56,7 @@ from agentnb.projections.state import (
 from agentnb.records import PruneReport, SessionCounts, SessionInfo, UsageTotals
 from agentnb.runtime.engine import SessionDriver
 from agentnb.runtime.processes import STOP_TIMEOUT, WorkerProcess, start_workers, stop_workers
+from agentnb.runtime.recipes import WORKER_STOPPING
 from agentnb.runtime.subagents import AgentHost, session_lineage
 from agentnb.session import Session
 from agentnb.stores import SessionStore, open_store
@@ -83,6 +87,9 @@ os.register_at_fork(after_in_child=_forked)
 
 EXIT_CLOSE_TIMEOUT = 5.0
 """Seconds a runtime still open at interpreter exit gets to stop its runs and release."""
+EXIT_TOOL_GRACE = 0.5
+"""Seconds a sync tool still running at interpreter exit (or a Ctrl-C out of a ``with``
+block) gets before its run ends without it: its thread dies with the process."""
 SERVE_STOP_TIMEOUT = 10.0
 """Seconds ``serve`` gives its sessions' runs to stop and release once ``stop`` is set."""
 _WORK_FOLDS = 1024
@@ -250,8 +257,8 @@ def prunable(
             f"older_than must be a timedelta or seconds, got {older_than!r}; "
             "e.g. prune(timedelta(days=30))"
         )
-    if older_than < 0:
-        raise InvalidInput(f"older_than must not be negative, got {older_than!r}")
+    if not 0 <= older_than < math.inf:  # NaN compares false both ways
+        raise InvalidInput(f"older_than must be seconds >= 0 (finite), got {older_than!r}")
     wanted = _check_statuses(status) or frozenset({"idle"})
     if wanted & {"running", "queued"}:
         raise InvalidInput(
@@ -333,7 +340,10 @@ def unarchive_session(store: SessionStore, key: SessionKey) -> SessionInfo:
 def _check_statuses(status: str | Iterable[str] | None) -> frozenset[str] | None:
     if status is None:
         return None
-    wanted = frozenset([status] if isinstance(status, str) else status)
+    try:
+        wanted = frozenset([status] if isinstance(status, str) else status)
+    except TypeError:  # not a str nor a collection of them
+        wanted = frozenset([repr(status)])
     unknown = wanted - SESSION_STATUSES
     if unknown or not wanted:
         raise InvalidInput(
@@ -372,11 +382,47 @@ def _start_loop(agent_id: str) -> tuple[asyncio.AbstractEventLoop, threading.Thr
 
 
 def _close_at_exit() -> None:
-    for runtime in list(_open_runtimes):
-        try:
-            runtime.close(timeout=EXIT_CLOSE_TIMEOUT)
-        except Exception:
-            log.exception("closing %r at interpreter exit failed", runtime)
+    """Stop the runs of every open runtime, record why and release their leases, promptly:
+    a sync tool that does not return is left to die with the process (its call is
+    recorded uncertain). A second Ctrl-C meanwhile exits at once (``_exit_now``)."""
+    runtimes = list(_open_runtimes)
+    if not runtimes:
+        return
+    previous = _on_second_interrupt(_exit_now)
+    try:
+        for runtime in runtimes:
+            try:
+                runtime._shut_down(
+                    "the runtime was closed as the process exited; resume() continues it",
+                    EXIT_CLOSE_TIMEOUT,
+                )
+            except Exception:
+                log.exception("closing %r at interpreter exit failed", runtime)
+    finally:
+        _on_second_interrupt(previous)
+
+
+def _on_second_interrupt(handler: Any) -> Any:
+    """Make ``handler`` SIGINT's handler (main thread only); returns the one it replaced."""
+    if handler is None or threading.current_thread() is not threading.main_thread():
+        return None
+    try:
+        return signal.signal(signal.SIGINT, handler)
+    except (ValueError, OSError):  # not the main interpreter, or no signals here
+        return None
+
+
+def _exit_now(*_: object) -> None:
+    """A second Ctrl-C while the runs stop at exit: leave at once, with one line. What was
+    not recorded is recovered as interrupted when the session is next opened."""
+    with contextlib.suppress(Exception):
+        sys.stdout.flush()
+        sys.stderr.write(
+            "agentnb: second Ctrl-C: exiting without waiting for the runs to stop; their "
+            "turns are recorded interrupted when the sessions are next opened\n"
+        )
+        sys.stderr.flush()
+    os._exit(130)
 
 
 def _install_exit_hook() -> None:
@@ -752,6 +798,7 @@ class Runtime:
         ``timeout`` seconds). Deleting a deleted session returns its tombstone.
         """
         self.check_open()
+        timeout = check_seconds(timeout, "timeout")
         if not isinstance(key, SessionKey):
             key = self._key(key, user_id)
         by = self.owner if by is None else check_id(by, "by")
@@ -789,6 +836,10 @@ class Runtime:
         ``queued``) and whose labels match, archived or not. With ``dry_run`` (the default)
         nothing is deleted: the report lists what would be.
         """
+        if not isinstance(dry_run, bool):
+            raise InvalidInput(
+                f"dry_run must be True (list only) or False (delete), got {dry_run!r}"
+            )
         found = prunable(
             self.store,
             older_than,
@@ -1173,7 +1224,9 @@ class Runtime:
             for driver in self._drivers.values():
                 if driver.task is not None and not driver.task.done():
                     driver.stopping = True
-                    driver.request_stop("the worker is stopping")
+                    # Not the user's stop: the run's end queues its resume (recipes.finish)
+                    # for the next worker that claims the session.
+                    driver.request_stop("the worker is stopping", WORKER_STOPPING)
                     driver.wake.set()
 
         self._loop.call_soon_threadsafe(interrupt)
@@ -1285,75 +1338,111 @@ class Runtime:
         Runs stop cooperatively at their next boundary (``run/stop_requested`` with the
         reason, then the run's end). A sync tool still running after ``timeout`` seconds is
         left behind: its run ends interrupted with that call uncertain, and a warning names
-        it. Committed data stays. Also called at interpreter exit for runtimes left open.
+        it. Committed data stays. At interpreter exit, runtimes left open are closed the
+        same way without waiting for sync tools (``EXIT_TOOL_GRACE``).
         """
+        if self._stop_all("the runtime was closed", timeout, timeout):
+            raise KeyboardInterrupt("stopped waiting for the runs to end") from None
+
+    def _shut_down(self, reason: str, timeout: float = EXIT_CLOSE_TIMEOUT) -> bool:
+        """``close`` for a process on its way out (interpreter exit, Ctrl-C out of a
+        ``with`` block): the runs' ends record ``reason``, and a sync tool still running
+        after ``EXIT_TOOL_GRACE`` seconds is left behind at once (its thread dies with the
+        process). True if a Ctrl-C cut the wait short (what was not recorded then is
+        recovered as interrupted later)."""
+        return self._stop_all(reason, timeout, min(timeout, EXIT_TOOL_GRACE))
+
+    async def _stop_runs(
+        self, reason: str, timeout: float, tool_grace: float, abandoned: list[str]
+    ) -> None:
+        """On the loop: stop every driver's run with ``reason``; after ``tool_grace`` seconds
+        leave sync tools behind (named in ``abandoned``); then close the model's pool and
+        wait for the store calls in worker threads."""
+        tasks = []
+        for driver in self._drivers.values():
+            driver.stopping = True
+            driver.request_stop(reason, "runtime_closed")
+            driver.wake.set()
+            if driver.task is not None and not driver.task.done():
+                tasks.append(driver.task)
+        if tasks:
+            _, pending = await asyncio.wait(tasks, timeout=tool_grace)
+            if pending:
+                # Sync tools that ignore the stop: end their runs without them.
+                for driver in self._drivers.values():
+                    tool = driver.abandon_tool()
+                    if tool is not None:
+                        abandoned.append(f"{tool} in session {driver.key}")
+                _, pending = await asyncio.wait(pending, timeout=max(2.0, timeout - tool_grace))
+            for task in pending:
+                task.cancel()
+            if pending:
+                await asyncio.wait(pending, timeout=1.0)
+        await self._close_toolsets()  # after the runs: their calls are over
+        try:  # the model's connection pool lives on this loop
+            await asyncio.wait_for(self.agent.model.aclose(), timeout)
+        except Exception as exc:  # noqa: BLE001 - closing must go on
+            log.warning("runtime close: the model did not close cleanly: %s", describe(exc))
+        # Store calls run in worker threads, and cancelling a task does not stop its
+        # thread: wait for them, so nothing uses the store once close() returns.
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._loop.shutdown_default_executor(), timeout)
+
+    def _stop_all(self, reason: str, timeout: float, tool_grace: float) -> bool:
+        """Close: stop the runs with ``reason`` (waiting ``tool_grace`` seconds before
+        leaving sync tools behind, ``timeout`` in all), release, close the loop and store.
+        True if a KeyboardInterrupt ended the wait (swallowed: the caller decides)."""
         if self._closed:
-            return
+            return False
         self._closed = True
         _open_runtimes.discard(self)
         if self._workers:
             stop_workers(self._workers, timeout=max(timeout, STOP_TIMEOUT))
         abandoned: list[str] = []
 
-        async def stop_all() -> None:
-            tasks = []
-            for driver in self._drivers.values():
-                driver.stopping = True
-                driver.request_stop("the runtime was closed", "runtime_closed")
-                driver.wake.set()
-                if driver.task is not None and not driver.task.done():
-                    tasks.append(driver.task)
-            if tasks:
-                _, pending = await asyncio.wait(tasks, timeout=timeout)
-                if pending:
-                    # Sync tools that ignore the stop: end their runs without them.
-                    for driver in self._drivers.values():
-                        tool = driver.abandon_tool()
-                        if tool is not None:
-                            abandoned.append(f"{tool} in session {driver.key}")
-                    _, pending = await asyncio.wait(pending, timeout=2.0)
-                for task in pending:
-                    task.cancel()
-                if pending:
-                    await asyncio.wait(pending, timeout=1.0)
-            await self._close_toolsets()  # after the runs: their calls are over
-            try:  # the model's connection pool lives on this loop
-                await asyncio.wait_for(self.agent.model.aclose(), timeout)
-            except Exception as exc:  # noqa: BLE001 - closing must go on
-                log.warning("runtime close: the model did not close cleanly: %s", describe(exc))
-            # Store calls run in worker threads, and cancelling a task does not stop its
-            # thread: wait for them, so nothing uses the store once close() returns.
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._loop.shutdown_default_executor(), timeout)
-
+        interrupted = False
         try:
             if self._loop.is_running():
-                future = asyncio.run_coroutine_threadsafe(stop_all(), self._loop)
+                future = asyncio.run_coroutine_threadsafe(
+                    self._stop_runs(reason, timeout, tool_grace, abandoned), self._loop
+                )
                 try:
                     future.result(2 * timeout + 5)
                 except concurrent.futures.TimeoutError:
                     log.warning("runtime close: work still running after %.1fs", 2 * timeout)
+                except KeyboardInterrupt:
+                    interrupted = True  # stop waiting: the loop's thread is a daemon
             if abandoned:
                 log.warning(
-                    "runtime close: tool(s) did not stop within %.1fs: %s; their runs ended "
-                    "interrupted and those calls are uncertain (reconcile them)",
-                    timeout,
+                    "runtime close: tool(s) still running after %.1fs were left behind: %s; "
+                    "their runs ended interrupted and those calls are uncertain (reconcile "
+                    "them)",
+                    tool_grace,
                     ", ".join(abandoned),
                 )
         finally:
             self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join(timeout=5)
-            if not self._loop.is_running():
+            self._thread.join(timeout=0.5 if interrupted else 5)
+            if not self._loop.is_running() and not interrupted:
                 self._loop.close()
             if self.exporter is not None:
                 self.exporter.close()
             if self._owns_store:
                 self.store.close()
+        return interrupted
 
     def __enter__(self) -> Runtime:
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, kind: type[BaseException] | None, *exc: object) -> None:
+        if kind is not None and issubclass(kind, KeyboardInterrupt):
+            # Ctrl-C out of the block: the process is on its way out; do not wait for tools.
+            if self._shut_down("interrupted (Ctrl-C); resume() continues it"):
+                raise KeyboardInterrupt(
+                    "second Ctrl-C: stopped waiting for the runs to end; their turns are "
+                    "recorded interrupted when the sessions are next opened"
+                ) from None
+            return
         self.close()
 
     def __repr__(self) -> str:

@@ -43,6 +43,13 @@ class RunStop:
         """Why the run stops when no interrupt command asked (close, time limit)."""
         self.code = "interrupted"
         """The ``stop_reason`` code of a stop that no interrupt command asked for."""
+        self.recorded: set[str] = set()
+        """What of this stop ``run/stop_requested`` is written for: the interrupt commands'
+        ids, and ``""`` for the reason (the step loop commits it the moment it is asked)."""
+        self.deadline: float | None = None
+        """When the run's time limit stops it (``time.monotonic()``), or None."""
+        self.asked = asyncio.Event()
+        """Set at each request: what the stop's recorder waits for."""
         self.abandon = asyncio.Event()
         """Set by ``close`` when a sync tool ignores the stop: the run ends without it."""
         self.tool_task: asyncio.Future[str] | None = None
@@ -56,6 +63,7 @@ class RunStop:
         """Stop because interrupt command ``command_id`` asked to."""
         self.command = command_id
         self.event.set()
+        self.asked.set()
         self.cancel_async_tool()
 
     def request(self, reason: str, code: str = "interrupted") -> None:
@@ -64,6 +72,7 @@ class RunStop:
             self.reason = reason
             self.code = code
             self.event.set()
+            self.asked.set()
         self.cancel_async_tool()
 
     def cancel_async_tool(self) -> None:
@@ -81,6 +90,9 @@ class RunStop:
 
     def reset(self) -> None:
         self.event.clear()
+        self.asked.clear()
+        self.recorded = set()
+        self.deadline = None
         self.command = None
         self.reason = None
         self.code = "interrupted"
@@ -110,7 +122,8 @@ class RunHost(Protocol):
     def auto_resume(self) -> bool: ...
 
     @property
-    def limits(self) -> Limits: ...
+    def limits(self) -> Limits:
+        """The bounds the runtime enforces (a reply's size, a tool result's, ...)."""
 
     def kick(self, key: SessionKey) -> None:
         """Make sure another session's accepted work gets dispatched (a sub-agent's child, a

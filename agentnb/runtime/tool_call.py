@@ -360,6 +360,8 @@ class ToolRunner:
         """
         host = self.host
         stop = host.stop
+        if stop.is_set():
+            raise StopRun  # asked before it was dispatched: it stays requested, not run
         w = host.writer
         tool = host.agent.tool_named(call.name)
         assert tool is not None
@@ -406,8 +408,7 @@ class ToolRunner:
         stop.abandon.clear()
         outcome_unknown: ToolOutcomeUnknown | None = None
         try:
-            output = await self.output(task)
-            status, action = "success", "returned"
+            output, status, action = self.bounded(await self.output(task))
         except (NeedsAnswer, ToolOutcomeUnknown) as exc:
             if isinstance(exc, ToolOutcomeUnknown):
                 outcome_unknown = exc
@@ -496,6 +497,19 @@ class ToolRunner:
             "tool_outcome_unknown",
         )
         raise StopRun
+
+    def bounded(self, output: str) -> tuple[str, str, str]:
+        """(output, status, action) of a tool's result: an error in its place when it is
+        longer than ``Limits.max_tool_result_chars`` (the model sees why, the run goes on)."""
+        limit = self.host.limits.max_tool_result_chars
+        if len(output) <= limit:
+            return output, "success", "returned"
+        error = (
+            f"Error: the tool's result has {len(output):,} characters, more than the "
+            f"{limit:,} one result may hold (Limits(max_tool_result_chars=...)); it was not "
+            "recorded. Ask for less (a part, a summary, or where it was saved)"
+        )
+        return error, "error", "failed"
 
     async def output(self, task: asyncio.Future[str]) -> str:
         """The tool's result; if ``close`` abandons a sync tool that ignores the stop, cancel."""

@@ -69,6 +69,8 @@ class LogWriter:
         self.head = state.seq
         self.pending: list[Event] = []
         self.on_commit: Callable[[list[Event]], None] | None = None
+        self._flushing = asyncio.Lock()
+        """One commit at a time: a stop recorded while the run commits waits for it."""
 
     def add(
         self,
@@ -96,7 +98,15 @@ class LogWriter:
         ``tail`` events are applied to the state only once committed, so a commit refused
         because the inbox moved (``expected_inbox``) leaves no trace of them. Transient store
         errors are retried with the same batch id: a no-op if the batch did commit.
+
+        Commits are serialised (a stop is recorded by its own commit while the run may be
+        committing, ``runtime/run_loop.py``); a caller that may be cancelled mid-commit
+        shields it, so the writer never loses track of what it committed.
         """
+        async with self._flushing:
+            await self._flush(tail, expected_inbox)
+
+    async def _flush(self, tail: Sequence[Event], expected_inbox: int | None) -> None:
         first = self.head + len(self.pending) + 1
         staged = [e.with_seq(first + i) for i, e in enumerate(tail)]
         batch = self.pending + staged

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from urllib.parse import parse_qsl, urlsplit
+from urllib.parse import SplitResult, parse_qsl, urlsplit
 
 from agentnb.errors import InvalidInput
 from agentnb.ids import Clock
@@ -18,12 +18,25 @@ __all__ = [
     "Tombstone",
     "default_store_url",
     "open_store",
+    "split_url",
 ]
 
 
 def default_store_url() -> str:
     """The embedded default: an SQLite file under ``./.agentnb/``."""
     return "sqlite:///.agentnb/agentnb.sqlite"
+
+
+def split_url(url: str) -> SplitResult:
+    """``urlsplit(url)``, with a malformed URL as ``InvalidInput`` (which never echoes it:
+    it may hold a password)."""
+    try:
+        return urlsplit(url)
+    except ValueError as exc:
+        raise InvalidInput(
+            f"the store URL is malformed ({exc}); write it as memory://, sqlite:///path/to/file "
+            "or postgresql://user:password@host:port/dbname (an IPv6 host in brackets: [::1])"
+        ) from None
 
 
 def open_store(
@@ -46,7 +59,7 @@ def open_store(
         raise InvalidInput(
             f"store must be a URL string or a SessionStore, got {type(url).__name__}"
         )
-    parts = urlsplit(url)
+    parts = split_url(url)
     scheme = parts.scheme.lower()
     if scheme == "memory":
         return MemoryStore(clock=clock)

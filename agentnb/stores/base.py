@@ -134,6 +134,7 @@ from agentnb.events import (
     freeze_json,
 )
 from agentnb.ids import Clock, SessionKey, SystemClock, check_id
+from agentnb.limits import check_chars
 from agentnb.stores._rows import RawEvent, event_anchor, open_snapshot, seal_snapshot
 
 if TYPE_CHECKING:
@@ -303,6 +304,33 @@ class Unset:
 UNSET = Unset()
 
 
+@functools.cache
+def _fold_table() -> dict[int, str]:
+    # Every character whose lower case is one character (every cased letter but U+0130),
+    # mapped alone: no context rules (final sigma), so SQL can do exactly the same.
+    table = {}
+    for point in range(0x1F000):  # past the last cased letter
+        if 0xD800 <= point <= 0xDFFF:
+            continue
+        char = chr(point)
+        lower = char.lower()
+        if lower != char:
+            table[point] = lower if len(lower) == 1 else lower[0]
+    return table
+
+
+def fold_case(text: str) -> str:
+    """``text`` in lower case, one character at a time (``"ÉTÉ"`` → ``"été"``), as session
+    search compares texts on every backend (``find_sessions``)."""
+    return text.translate(_fold_table())
+
+
+def fold_pairs() -> tuple[str, str]:
+    """The folding of ``fold_case`` as SQL ``translate(text, from, to)`` arguments."""
+    table = _fold_table()
+    return "".join(map(chr, table)), "".join(table.values())
+
+
 @dataclass(frozen=True, slots=True)
 class SessionQuery:
     """A checked ``find_sessions`` query (what a backend's ``_find_sessions`` gets)."""
@@ -315,7 +343,7 @@ class SessionQuery:
     since: float | None
     until: float | None
     search: str | None
-    """Lower-cased."""
+    """Case-folded (``fold_case``)."""
     limit: int
     after: tuple[float, int] | None
     """(listing key, row) of the last record of the previous page, decoded from its
@@ -340,8 +368,8 @@ class SessionQuery:
             and (self.until is None or record.last_activity < self.until)
             and (
                 self.search is None
-                or self.search in (record.title or "").lower()
-                or self.search in (record.first_task or "").lower()
+                or self.search in fold_case(record.title or "")
+                or self.search in fold_case(record.first_task or "")
             )
             and (self.after is None or (record.last_activity, row) < self.after)
             and (self.archived is None or (record.archived_at is not None) == self.archived)
@@ -492,7 +520,7 @@ def check_title(title: object) -> str | None:
         )
     if len(title) > MAX_TITLE:
         raise InvalidInput(f"title is {len(title)} characters; keep it to {MAX_TITLE}")
-    return title
+    return check_chars(title, "title")
 
 
 def check_labels(labels: object, *, patch: bool) -> dict[str, str | None]:
@@ -505,6 +533,7 @@ def check_labels(labels: object, *, patch: bool) -> dict[str, str | None]:
                 f"label keys must be non-empty strings of at most {MAX_LABEL_KEY} characters, "
                 f"got {k!r}"
             )
+        check_chars(k, "a label key")
         if v is None and patch:
             continue
         if not isinstance(v, str) or len(v) > MAX_LABEL_VALUE:
@@ -513,6 +542,7 @@ def check_labels(labels: object, *, patch: bool) -> dict[str, str | None]:
                 + (" (None removes the label)" if patch else "")
                 + f", got {v!r}"[:80]
             )
+        check_chars(v, f"label {k!r}")
     if len(labels) > MAX_LABELS:
         raise InvalidInput(f"{len(labels)} labels given; a session holds at most {MAX_LABELS}")
     return dict(labels)
@@ -737,7 +767,8 @@ class SessionStore(ABC):
         ``turn_status``: raw latest-turn statuses to keep (``"none"`` for sessions with no
         turn yet); ``labels``: every pair must match; ``since`` / ``until``: bounds on
         ``last_activity`` (seconds since the epoch, inclusive / exclusive); ``search``: a
-        case-insensitive substring of the title or the first task's text; ``before``: the
+        substring of the title or the first task's text, both case-folded by ``fold_case``
+        (so every backend finds the same, whatever its database's locale); ``before``: the
         ``cursor`` of the last record of the previous page; ``archived``: False (the
         default) leaves archived sessions out, True lists only them, None both. Reads a
         bounded slice of an index.
@@ -768,6 +799,8 @@ class SessionStore(ABC):
                 raise InvalidInput(f"{name} must be seconds since the epoch, got {bound!r}")
         if search is not None and (not isinstance(search, str) or not search.strip()):
             raise InvalidInput(f"search must be non-empty text, got {search!r}")
+        if search is not None:
+            check_chars(search, "search")
         if archived is not None and not isinstance(archived, bool):
             raise InvalidInput(f"archived must be True, False or None (both), got {archived!r}")
         after = None if before is None else decode_cursor(before)
@@ -780,7 +813,7 @@ class SessionStore(ABC):
                 wanted,
                 None if since is None else float(since),
                 None if until is None else float(until),
-                None if search is None else search.strip().lower(),
+                None if search is None else fold_case(search.strip()),
                 limit,
                 after,
                 archived,
@@ -818,6 +851,7 @@ class SessionStore(ABC):
         check_id(by, "by")
         if not isinstance(reason, str) or len(reason) > MAX_TITLE:
             raise InvalidInput(f"reason must be text of at most {MAX_TITLE} characters")
+        check_chars(reason, "reason")
         if fence is not None:
             _check_lease(fence)
             if fence.key != key:

@@ -82,6 +82,8 @@ from agentnb.stores.base import (
     decide_tombstone_mark,
     does_work,
     encode_cursor,
+    fold_case,
+    fold_pairs,
     merge_labels,
     meta_update,
     submit_delta,
@@ -105,6 +107,8 @@ log = logging.getLogger("agentnb.stores.postgres")
 CHANNEL = "agentnb"
 """The ``LISTEN``/``NOTIFY`` channel; payloads are ``e:<row id>:<head>`` or ``i:...``."""
 _LOCK_ID = 0x6167_6E62  # advisory lock key serializing migrations ("agnb"); freed on close
+_FOLDING_COLLATIONS = ("C.utf8", "C.UTF-8", "und-x-icu")
+"""Collations tried (after the database's own) for a ``lower`` that folds beyond ASCII."""
 _DELETE_LOCK = 0x6167_6E64  # transaction lock serializing deletions ("agnd"): seq order
 
 # Each entry migrates from version i to i + 1; the list index is the version.
@@ -545,6 +549,7 @@ class PostgresStore(SessionStore):
         self._unlisten: Callable[[], object] | None = None
         self._listener_lock = threading.Lock()
         self._pending_watchers: list[Callable[[SessionKey | None], None]] = []
+        self._fold: str | None = None
         self._pool: ConnectionPool[_Connection] | None = None
         with self._connect() as conn:
             self._migrate(conn, create)
@@ -855,11 +860,14 @@ class PostgresStore(SessionStore):
             where.append("last_activity < %(until)s")
             params["until"] = query.until
         if query.search is not None:
+            fold = self._fold_sql()
             where.append(
-                "(strpos(lower(coalesce(title, '')), %(search)s) > 0 "
-                "OR strpos(lower(coalesce(first_task, '')), %(search)s) > 0)"
+                f"(strpos({fold.format('title')}, %(search)s) > 0 "
+                f"OR strpos({fold.format('first_task')}, %(search)s) > 0)"
             )
             params["search"] = query.search
+            if "%(fold_from)s" in fold:
+                params["fold_from"], params["fold_to"] = fold_pairs()
         if query.after is not None:
             where.append("(last_activity, id) < (%(activity)s, %(row)s)")
             params["activity"], params["row"] = query.after
@@ -869,6 +877,32 @@ class PostgresStore(SessionStore):
         )
         rows = self._query(lambda c: c.execute(sql, params).fetchall())
         return [_record(r) for r in rows]
+
+    def _fold_sql(self) -> str:
+        """How this database folds a column's case as ``fold_case`` does (``{}``: the
+        column), found once: ``lower`` under the first collation that folds letters beyond
+        ASCII (the database's own, a UTF-8 one, ICU's), else a ``translate`` by the table."""
+        if self._fold is None:
+            for collation in ("", *(f' COLLATE "{c}"' for c in _FOLDING_COLLATIONS)):
+                if self._folds_with(collation):
+                    self._fold = f"lower(coalesce({{}}, ''){collation})"
+                    break
+            else:
+                self._fold = "translate(coalesce({}, ''), %(fold_from)s, %(fold_to)s)"
+        return self._fold
+
+    def _folds_with(self, collation: str) -> bool:
+        probe = "ÀÉÎÕÜ ÄÖ ĞŞ ЖЯ ΔΩ"
+
+        def ask(conn: psycopg.Connection[Any]) -> Any:
+            sql = f"SELECT lower(%s::text{collation}) = %s"
+            return conn.execute(sql, (probe, fold_case(probe))).fetchone()
+
+        try:
+            row = self._query(ask)
+        except StorageError:
+            return False  # no such collation here
+        return bool(row and row[0])
 
     def _update_session(
         self,

@@ -75,6 +75,7 @@ from agentnb.stores.base import (
     decide_tombstone_mark,
     does_work,
     encode_cursor,
+    fold_case,
     merge_labels,
     meta_update,
     submit_delta,
@@ -95,6 +96,11 @@ _SIDE_FILES = ("-wal", "-shm")
 _SQLITE_CORRUPT, _SQLITE_NOTADB = 11, 26
 
 log = logging.getLogger("agentnb.stores.sqlite")
+
+
+def _fold(text: str | None) -> str | None:
+    return None if text is None else fold_case(text)
+
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS agentnb_meta (key TEXT PRIMARY KEY, value BLOB NOT NULL);
@@ -420,6 +426,8 @@ class SQLiteStore(SessionStore):
                     factory=_Connection,
                 )
                 conn.path = self.path
+                # Search folds case as every backend does (SQLite's lower() is ASCII only).
+                conn.create_function("agentnb_fold", 1, _fold, deterministic=True)
                 conn.execute(f"PRAGMA busy_timeout={self._busy_ms}")
                 mode = _enable_wal(conn, self._busy_ms / 1000)
                 if mode is None or str(mode[0]).lower() != "wal":
@@ -720,8 +728,8 @@ class SQLiteStore(SessionStore):
             params.extend((query.until, query.until))
         if query.search is not None:
             where.append(
-                "(instr(lower(coalesce(title, '')), ?) "
-                "OR instr(lower(coalesce(first_task, '')), ?))"
+                "(instr(agentnb_fold(coalesce(title, '')), ?) "
+                "OR instr(agentnb_fold(coalesce(first_task, '')), ?))"
             )
             params.extend((query.search, query.search))
         if query.after is not None:
