@@ -38,6 +38,7 @@ from agentnb.errors import (
     StorageError,
     SubagentLimitExceeded,
     ToolsetUnavailable,
+    Unauthorized,
     UncertainToolCalls,
     UnknownRequiredEvent,
 )
@@ -86,6 +87,26 @@ def _show_session(session: Session, include: Any, exclude: Any) -> Any:
 
 Session.display = _show_session
 
+
+def connect(url: str, token: str | None = None, *, timeout: float = 30.0) -> Any:
+    """The agentnb service at ``url`` (``agentnb serve``) as a ``RemoteRuntime``: its
+    ``session()`` / ``open()`` / ``sessions()`` give ``RemoteSession`` objects with the
+    ``Session`` verbs, records and errors, acting as the token's user. Needs httpx
+    (``pip install "agentnb[server]"``)."""
+    from agentnb.client import connect as connect_  # optional: httpx
+
+    return connect_(url, token, timeout=timeout)
+
+
+def __getattr__(name: str) -> Any:
+    # The remote client's classes, imported only when asked for (httpx is optional).
+    if name in {"RemoteRuntime", "RemoteSession"}:
+        from agentnb import client
+
+        return getattr(client, name)
+    raise AttributeError(f"module 'agentnb' has no attribute {name!r}")
+
+
 __all__ = [
     "Agent",
     "AgentChanged",
@@ -131,6 +152,8 @@ __all__ = [
     "QueueFull",
     "Receipt",
     "RecoveryLimitExceeded",
+    "RemoteRuntime",
+    "RemoteSession",
     "Reply",
     "Runtime",
     "ScriptedModel",
@@ -160,10 +183,12 @@ __all__ = [
     "ToolsetUnavailable",
     "Transcript",
     "TrimCompactor",
+    "Unauthorized",
     "UncertainToolCalls",
     "UnknownRequiredEvent",
     "UsageTotals",
     "ask_user",
+    "connect",
     "mcp",
     "open_store",
     "register_event_type",

@@ -1010,6 +1010,229 @@ def _worker_store(url: str | None, concurrency: int) -> str | nb.SessionStore | 
     return PostgresStore(url, pool_size=max(10, concurrency + 2))
 
 
+def _serve(args: argparse.Namespace) -> int:
+    """Serve the agent's sessions over HTTP: the /v1 API, its stream and the chat page.
+
+    SIGTERM and SIGINT stop it: streams end, runs in flight are interrupted and recorded
+    (as ``Runtime.close`` does), then it exits 0.
+    """
+    from agentnb.server import serve  # the server extra
+
+    agent = _load_agent(args.agent)
+    store = _worker_store(args.store, args.concurrency)
+    try:
+        runtime = nb.Runtime(
+            agent,
+            store=store,
+            execute=not args.no_execute,
+            auto_resume=args.auto_resume,
+            accept_agent_change=args.accept_agent_change,
+        )
+    except BaseException:
+        if isinstance(store, nb.SessionStore):
+            store.close()
+        raise
+    auth = args.auth == "token"
+    where = "localhost" if args.host in {"127.0.0.1", "::1"} else args.host
+
+    def ready(port: int) -> None:
+        mode = "API only; workers execute" if args.no_execute else "executing"
+        print(
+            f"agentnb serving {agent.agent_id!r} on {runtime.store.url} ({mode}): "
+            f"http://{where}:{port}/ (API /v1, docs /docs); Ctrl-C to stop",
+            flush=True,
+        )
+        if auth and not runtime.store.list_tokens():
+            print("no tokens yet: agentnb token add USER --store ...", flush=True)
+
+    try:
+        serve(
+            runtime,
+            host=args.host,
+            port=args.port,
+            auth=auth,
+            cors_origins=args.cors_origin or (),
+            max_body=args.max_body,
+            ready=ready,
+            log_level=args.log_level,
+            proxy_headers=True,
+            forwarded_allow_ips=args.forwarded_allow_ips,
+        )
+    finally:
+        runtime.close()
+        if isinstance(store, nb.SessionStore):
+            store.close()
+    return EXIT_OK
+
+
+def _token(args: argparse.Namespace) -> int:
+    """``agentnb token add|list|revoke``: the service's bearer tokens in a store."""
+    from agentnb import tokens
+
+    store = nb.open_store(args.store or default_store_url())
+    try:
+        if args.action == "add":
+            token, record = tokens.issue(store, args.user, label=args.label)
+            if args.json:
+                _print_json({"token": token, **_token_row(record)})
+            else:
+                print(token)
+                print(
+                    f"(token {record.token_id} for user {record.user_id!r}: shown once, "
+                    "the store keeps only its digest)",
+                    file=sys.stderr,
+                )
+            return EXIT_OK
+        if args.action == "revoke":
+            record = tokens.revoke(store, args.token_id)
+            if args.json:
+                _print_json(_token_row(record))
+            else:
+                print(f"revoked {record.token_id} (user {record.user_id!r}) and its sign-ins")
+            return EXIT_OK
+        records = [t for t in store.list_tokens(args.user) if args.all or t.parent is None]
+    finally:
+        store.close()
+    rows = [_token_row(t) for t in records]
+    if args.json:
+        _print_json(rows)
+        return EXIT_OK
+    if not rows:
+        print("(no tokens)")
+        return EXIT_OK
+
+    def when(seconds: float | None) -> str:
+        if seconds is None:
+            return NULL
+        return datetime.fromtimestamp(seconds, UTC).isoformat(sep=" ", timespec="seconds")
+
+    table = [
+        [
+            r["token_id"],
+            r["user_id"],
+            _cut(r["label"], 32) or NULL,
+            when(r["created_at"]),
+            when(r["last_used_at"]),
+            "revoked " + when(r["revoked_at"]) if r["revoked_at"] else "active",
+        ]
+        for r in rows
+    ]
+    print("\n".join(_table(["token", "user", "label", "created", "last used", "state"], table)))
+    return EXIT_OK
+
+
+def _token_row(record: Any) -> dict[str, Any]:
+    return {
+        "token_id": record.token_id,
+        "user_id": record.user_id,
+        "label": record.label,
+        "created_at": record.created_at,
+        "last_used_at": record.last_used_at,
+        "revoked_at": record.revoked_at,
+        "expires_at": record.expires_at,
+        "parent": record.parent,
+    }
+
+
+def _service_commands(
+    command: Callable[[str, Callable[[argparse.Namespace], int], str, str], Any],
+) -> None:
+    """``serve`` and ``token``."""
+    serve = command(
+        "serve",
+        _serve,
+        "serve an agent's sessions over HTTP: the /v1 API, its stream and a chat page",
+        "Serve the sessions of an agent: a JSON API under /v1 with Server-Sent Events, a "
+        "browser chat at /, OpenAPI docs at /docs. Every request needs a token (agentnb "
+        "token add). With --no-execute this server only accepts and reads, while agentnb "
+        "worker processes on PostgreSQL execute. Example: agentnb serve --agent "
+        "myproject.agents:cost_agent --store sqlite:///.agentnb/agentnb.sqlite --port 8000",
+    )
+    serve.add_argument("--agent", required=True, help="module:attribute of an nb.Agent")
+    serve.add_argument("--store", default=None, help="store URL (default: SQLite in ./.agentnb/)")
+    serve.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    serve.add_argument("--port", type=int, default=8000, help="port (0: a free one)")
+    serve.add_argument(
+        "--no-execute",
+        action="store_true",
+        help="accept and read only; agentnb worker processes execute (PostgreSQL)",
+    )
+    serve.add_argument(
+        "--auth",
+        choices=["token", "none"],
+        default="token",
+        help="token (default): bearer tokens and the page's sign-in; none: every request "
+        "acts for user 'default' (loopback hosts only)",
+    )
+    serve.add_argument(
+        "--cors-origin",
+        action="append",
+        metavar="ORIGIN",
+        help="an origin other pages may call the API from, e.g. https://app.example.com "
+        "(repeat; default none)",
+    )
+    serve.add_argument(
+        "--max-body", type=int, default=1 << 20, help="largest request body in bytes (1 MiB)"
+    )
+    serve.add_argument(
+        "--auto-resume",
+        action="store_true",
+        help="resume turns a crash cut off when nothing uncertain blocks them",
+    )
+    serve.add_argument(
+        "--concurrency", type=int, default=16, help="PostgreSQL connections for sessions"
+    )
+    serve.add_argument(
+        "--accept-agent-change",
+        action="store_true",
+        help="take over sessions bound to another version of the agent",
+    )
+    serve.add_argument(
+        "--forwarded-allow-ips",
+        default="127.0.0.1",
+        help="proxies whose X-Forwarded-* headers are trusted (https behind a proxy)",
+    )
+    serve.add_argument(
+        "--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"]
+    )
+
+    token = command(
+        "token",
+        _token,
+        "add, list or revoke the service's bearer tokens",
+        "Manage the tokens agentnb serve accepts. The store keeps only a digest: a token is "
+        "printed once, by add. Examples: agentnb token add alice --label laptop; agentnb "
+        "token list; agentnb token revoke tok_0123456789abcdef",
+    )
+    actions = token.add_subparsers(dest="action", required=True, metavar="ACTION")
+    add = actions.add_parser(
+        "add",
+        help="issue a token for a user (printed once)",
+        description="Issue a token for USER and print it once. "
+        "Example: agentnb token add alice --label laptop",
+    )
+    add.add_argument("user", help="the user the token acts for")
+    add.add_argument("--label", default="", help="what the token is for")
+    listing = actions.add_parser(
+        "list",
+        help="list tokens (never the tokens themselves)",
+        description="List the tokens (ids, users, labels, last use). "
+        "Example: agentnb token list --user alice",
+    )
+    listing.add_argument("--user", default=None, help="only this user's tokens")
+    listing.add_argument("--all", action="store_true", help="also the browser sign-ins")
+    revoke = actions.add_parser(
+        "revoke",
+        help="revoke a token and its browser sign-ins",
+        description="Revoke a token; the pages signed in with it are signed out. "
+        "Example: agentnb token revoke tok_0123456789abcdef",
+    )
+    revoke.add_argument("token_id", help="the token's id (tok_...), from agentnb token list")
+    for p in (add, listing, revoke):
+        p.add_argument("--store", default=None, help="store URL (default: SQLite in ./.agentnb/)")
+        p.add_argument("--json", action="store_true", help="print JSON instead of text")
+
+
 # -- the parser ------------------------------------------------------------------------------
 
 
@@ -1330,6 +1553,7 @@ def _parser() -> argparse.ArgumentParser:
         bounds.add_argument(
             flag, type=_limit, default=_UNSET, metavar="N", help=f"{what} (default {shown})"
         )
+    _service_commands(command)
     return parser
 
 

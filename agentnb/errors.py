@@ -18,6 +18,7 @@ One tree, so callers can catch as broadly or as narrowly as they need::
     ├── QueueFull                    too much steering or too many queued commands; nothing written
     ├── ToolsetUnavailable           a toolset (an MCP server) would not start or list its tools
     ├── SubagentLimitExceeded        a sub-agent call past the depth or children-per-turn bound
+    ├── Unauthorized                 the service refused the credentials (none, wrong, revoked)
     ├── HistoryError                 history paging
     │   ├── InvalidLimit
     │   ├── InvalidCursor
@@ -73,6 +74,7 @@ __all__ = [
     "StorageError",
     "SubagentLimitExceeded",
     "ToolsetUnavailable",
+    "Unauthorized",
     "UncertainToolCalls",
     "UnknownRequiredEvent",
     "describe",
@@ -185,6 +187,12 @@ class QueueFull(AgentnbError):
         super().__init__(message)
         self.queue = queue
         self.limit = limit
+
+
+class Unauthorized(AgentnbError):
+    """The agentnb service refused the request's credentials: no token, a wrong, revoked or
+    expired one, or (from a browser) a missing CSRF header. Nothing was read or written;
+    ask for a token with ``agentnb token add USER`` and pass it to ``nb.connect``."""
 
 
 class ToolsetUnavailable(AgentnbError):

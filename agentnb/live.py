@@ -10,8 +10,9 @@ It resyncs from the log (``committed`` notifications carry the seq to read after
 from __future__ import annotations
 
 import collections
+import contextlib
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -125,6 +126,7 @@ class LiveHub:
 
     def __init__(self) -> None:
         self._subs: list[Subscription] = []
+        self._watchers: list[tuple[SessionKey | None, Callable[[LiveEvent], None]]] = []
         self._lock = threading.Lock()
 
     def subscribe(
@@ -155,9 +157,32 @@ class LiveHub:
             if sub in self._subs:
                 self._subs.remove(sub)
 
+    def watch(
+        self, callback: Callable[[LiveEvent], None], *, session: SessionKey | None = None
+    ) -> Callable[[], None]:
+        """Call ``callback`` with each notification of ``session`` (None: of every session),
+        on the publisher's thread; returns the unwatch. The callback must not block (hand
+        the event over, e.g. with ``loop.call_soon_threadsafe``); an exception it raises is
+        dropped, never the publisher's."""
+        entry = (session, callback)
+        with self._lock:
+            self._watchers.append(entry)
+
+        def unwatch() -> None:
+            with self._lock:
+                if entry in self._watchers:
+                    self._watchers.remove(entry)
+
+        return unwatch
+
     def publish(self, event: LiveEvent) -> None:
         with self._lock:
             subs = list(self._subs)
+            watchers = list(self._watchers)
         for sub in subs:
             if sub.session is None or sub.session == event.session:
                 sub._offer(event)
+        for session, callback in watchers:
+            if session is None or session == event.session:
+                with contextlib.suppress(Exception):
+                    callback(event)

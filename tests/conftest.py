@@ -58,6 +58,13 @@ def make_runtime(store_url: str) -> Iterator[Callable[..., nb.Runtime]]:
         runtime.close()
 
 
+@pytest.fixture
+def door(request: pytest.FixtureRequest) -> str:
+    """How scenario tests reach sessions: ``local`` (the Session), or ``remote`` where a test
+    parametrizes it (a RemoteSession of the service, ``tests/remote.py``)."""
+    return str(getattr(request, "param", "local"))
+
+
 @pytest.fixture(scope="session")
 def pg_cluster() -> Iterator[Any]:
     """One throwaway PostgreSQL cluster per test run (``tests/pg.py``); skipped without a
@@ -98,3 +105,19 @@ def pg_store_url(pg_cluster: Any, pg_store_template: str) -> Iterator[str]:
     url: str = pg_cluster.database(template=pg_store_template)
     yield url
     pg_cluster.drop(url)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Scenario tests parametrized over the remote door (``tests.remote``) run it on the
+    SQLite backend only: the other backends' remote variants are deselected, not skipped."""
+    keep, drop = [], []
+    for item in items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        remote_elsewhere = params.get("door") == "remote" and params.get("store_url") not in (
+            None,
+            "sqlite",
+        )
+        (drop if remote_elsewhere else keep).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep

@@ -129,6 +129,18 @@ def test_recovery_small_run_prints_one_json_line_per_metric() -> None:
     assert record["events"] > record["baseline_events"]
 
 
+def test_server_quick_run_prints_one_json_line_per_metric() -> None:
+    """`bench_server.py --quick` (20 followers, 20 turns) prints its metrics as JSON."""
+    records = _records("bench_server.py", "--quick")
+    assert {r["metric"] for r in records} == {
+        "frame_latency_p95_1",
+        "frame_latency_p95_20",
+        "idle_stream_memory_kib",
+        "http_turns_per_s_vs_inprocess",
+        "reconnect_1k_vs_100",
+    }
+
+
 def test_mcp_quick_run_prints_one_json_line_per_metric() -> None:
     """`bench_mcp.py --calls 40` prints JSON for the call in a turn, invoke, and the SDK floor."""
     records = _records("bench_mcp.py", "--calls", "40")

@@ -2,8 +2,10 @@
 
 A coordinator delegates to child agents; these tests read the three logs (the parent's and
 each child's), the facade (``children``, ``pending``, ``respond``, ``inspect``), the chat fold
-and the exports. Crashes with real processes are in ``tests/recovery/test_subagent_crash.py``,
-workers on PostgreSQL in ``tests/test_pg_subagents.py``.
+and the exports. The scenarios a person drives run through both doors (``door``): the local
+``Session`` and a ``RemoteSession`` of the service (``tests/remote.py``). Crashes with real
+processes are in ``tests/recovery/test_subagent_crash.py``, workers on PostgreSQL in
+``tests/test_pg_subagents.py``.
 
 Timeouts here only stop a broken test from hanging; nothing asserts on how long a step takes.
 """
@@ -20,6 +22,7 @@ import pytest
 
 import agentnb as nb
 from agentnb.projections.chat import ChatState
+from tests.remote import DOORS, RemoteDoor
 
 WAIT = 20.0
 """Seconds any one wait may take before the test fails instead of hanging."""
@@ -69,13 +72,15 @@ def coordinator(
 
 
 @pytest.fixture
-def runtimes() -> Iterator[Callable[..., nb.Runtime]]:
-    made: list[nb.Runtime] = []
+def runtimes(door: str) -> Iterator[Callable[..., nb.Runtime]]:
+    """Runtimes of the test's agents; with ``door="remote"`` (``tests/remote.py``) their
+    sessions are ``RemoteSession`` objects of a service serving the runtime."""
+    made: list[Any] = []
 
     def make(agent: nb.Agent, store: Any = "memory://", **kwargs: Any) -> nb.Runtime:
         runtime = nb.Runtime(agent, store=store, lease_ttl=kwargs.pop("lease_ttl", 5.0), **kwargs)
-        made.append(runtime)
-        return runtime
+        made.append(runtime if door == "local" else RemoteDoor(runtime))
+        return made[-1]  # type: ignore[no-any-return]
 
     yield make
     for runtime in made:
@@ -94,6 +99,7 @@ def types(session: nb.Session) -> list[str]:
 
 
 class TestDelegation:
+    @pytest.mark.parametrize("door", DOORS, indirect=True)
     def test_two_subagents_of_one_step_run_concurrently_and_the_logs_agree(
         self, store_url: str, runtimes: Callable[..., nb.Runtime]
     ) -> None:
@@ -151,6 +157,34 @@ class TestDelegation:
             assert done.payload["output"] == child.transcript().messages[-1].text
             assert done.payload["usage"]["input_tokens"] == task[0].usage.input_tokens  # type: ignore[union-attr]
 
+    def test_a_call_whose_child_is_not_made_yet_is_listed_as_the_parent_recorded_it(
+        self,
+    ) -> None:
+        """Between ``subagent/spawned`` and the child's creation, children() lists the call
+        with the parent's record (a reader then, a page's panel, must not fail)."""
+        from agentnb.children import children_of
+        from agentnb.projections.subagents import key_ref
+
+        store = nb.MemoryStore()
+        key = nb.SessionKey("default", "u", "helper", "s/call_1")
+        call = {
+            "call_id": "call_1",
+            "turn_id": "turn_1",
+            "child": key_ref(key),
+            "agent_id": "helper",
+            "name": "helper",
+            "task": "help",
+            "status": "running",
+        }
+        (child,) = children_of(store, [call], {})
+        assert (child.key, child.status, child.usage, child.child_turn_id) == (
+            key,
+            "running",
+            None,
+            None,
+        )
+
+    @pytest.mark.parametrize("door", DOORS, indirect=True)
     def test_the_child_key_derives_from_the_parent_and_the_call(
         self, runtimes: Callable[..., nb.Runtime]
     ) -> None:
@@ -236,6 +270,7 @@ class TestDelegation:
             for m in quiet.model.requests[0]  # type: ignore[attr-defined]
         )
 
+    @pytest.mark.parametrize("door", DOORS, indirect=True)
     def test_a_failed_child_is_a_tool_error_for_the_parent(
         self, runtimes: Callable[..., nb.Runtime]
     ) -> None:
@@ -272,6 +307,7 @@ class TestDelegation:
         assert end.payload["status"] == "failed"
         assert "Traceback" in end.payload["traceback"]
 
+    @pytest.mark.parametrize("door", DOORS, indirect=True)
     def test_the_child_session_is_bound_to_the_child_agent(
         self, runtimes: Callable[..., nb.Runtime]
     ) -> None:
@@ -402,6 +438,7 @@ def buyer_tree(**kwargs: Any) -> tuple[nb.Agent, nb.Agent]:
 
 
 class TestPeople:
+    @pytest.mark.parametrize("door", DOORS, indirect=True)
     def test_a_childs_request_shows_in_the_parents_pending_with_its_path(
         self, runtimes: Callable[..., nb.Runtime]
     ) -> None:
@@ -423,6 +460,7 @@ class TestPeople:
         assert session.tasks()[-1].status == "suspended"
         assert [c.call_id for c in session.inspect().children] == [child.call_id]
 
+    @pytest.mark.parametrize("door", DOORS, indirect=True)
     def test_no_lease_is_held_while_the_child_waits_for_a_person(
         self, runtimes: Callable[..., nb.Runtime]
     ) -> None:
@@ -440,6 +478,7 @@ class TestPeople:
             "both leases to be released",
         )
 
+    @pytest.mark.parametrize("door", DOORS, indirect=True)
     def test_an_answer_through_the_parent_reaches_the_child_and_both_complete(
         self, runtimes: Callable[..., nb.Runtime]
     ) -> None:
@@ -509,6 +548,7 @@ class TestPeople:
         assert (done.status, done.output) == ("completed", "all done")
         assert done.run_id != first.run_id
 
+    @pytest.mark.parametrize("door", DOORS, indirect=True)
     def test_an_answer_in_the_child_wakes_the_parent(
         self, runtimes: Callable[..., nb.Runtime]
     ) -> None:
@@ -521,6 +561,7 @@ class TestPeople:
         _until(lambda: session.tasks()[-1].status == "completed", "the parent to complete")
         assert session.tasks()[-1].turn_id == first.turn_id
 
+    @pytest.mark.parametrize("door", DOORS, indirect=True)
     def test_a_grandchilds_request_is_answered_through_the_root(
         self, runtimes: Callable[..., nb.Runtime]
     ) -> None:
@@ -570,6 +611,7 @@ class TestPeople:
         ends = [e.payload for e in second.log.scan() if e.type == "action/end"]
         assert [(e["name"], e["rule_id"]) for e in ends] == [("place_order", rule.rule_id)]
 
+    @pytest.mark.parametrize("door", DOORS, indirect=True)
     def test_answers_that_fit_no_request_write_nothing(
         self, runtimes: Callable[..., nb.Runtime]
     ) -> None:
@@ -627,6 +669,7 @@ class TestStopping:
         )
         return boss, holding
 
+    @pytest.mark.parametrize("door", DOORS, indirect=True)
     def test_interrupting_the_parent_interrupts_the_child_and_resume_continues_both(
         self, runtimes: Callable[..., nb.Runtime]
     ) -> None:
@@ -735,6 +778,7 @@ class TestStopping:
         _until(lambda: session.children()[0].status == "cancelled", "the child to be cancelled")
         holding.release.set()
 
+    @pytest.mark.parametrize("door", DOORS, indirect=True)
     def test_cancelling_the_parent_cancels_the_child(
         self, runtimes: Callable[..., nb.Runtime]
     ) -> None:
@@ -750,6 +794,7 @@ class TestStopping:
         done = [e for e in session.log.scan() if e.type == "subagent/completed"]
         assert [e.payload["status"] for e in done] == ["cancelled"]
 
+    @pytest.mark.parametrize("door", DOORS, indirect=True)
     def test_on_parent_stop_cancel_cancels_the_child_at_an_interrupt(
         self, runtimes: Callable[..., nb.Runtime]
     ) -> None:
@@ -767,6 +812,7 @@ class TestStopping:
         result = [e for e in session.log.scan() if e.type == "tool/result"][-1]
         assert "was cancelled" in result.payload["output"]
 
+    @pytest.mark.parametrize("door", DOORS, indirect=True)
     def test_on_parent_stop_abandon_leaves_the_child_running(
         self, runtimes: Callable[..., nb.Runtime]
     ) -> None:
@@ -831,6 +877,7 @@ class TestAgentChange:
 
 
 class TestUsage:
+    @pytest.mark.parametrize("door", DOORS, indirect=True)
     def test_the_parents_usage_includes_its_childrens_and_says_how_much(
         self, runtimes: Callable[..., nb.Runtime]
     ) -> None:
@@ -913,6 +960,7 @@ class TestUsage:
 
 
 class TestPlan:
+    @pytest.mark.parametrize("door", DOORS, indirect=True)
     def test_the_todo_tool_records_the_plan_and_each_changed_step(
         self, runtimes: Callable[..., nb.Runtime]
     ) -> None:
@@ -956,6 +1004,7 @@ class TestPlan:
 
 
 class TestChat:
+    @pytest.mark.parametrize("door", DOORS, indirect=True)
     def test_the_chat_snapshot_has_a_subagent_item(
         self, runtimes: Callable[..., nb.Runtime]
     ) -> None:
@@ -978,6 +1027,7 @@ class TestChat:
         loaded = ChatState.load(again.dump())
         assert [i.to_dict() for i in loaded.items] == [i.to_dict() for i in again.items]
 
+    @pytest.mark.parametrize("door", DOORS, indirect=True)
     def test_presentation_hints_reach_the_chat_items(
         self, runtimes: Callable[..., nb.Runtime]
     ) -> None:
@@ -1000,6 +1050,7 @@ class TestChat:
         hints = {i.kind: i.hint for i in session.snapshot().items if i.kind != "message"}
         assert hints == {"tool": "collapse", "subagent": "expand"}
 
+    @pytest.mark.parametrize("door", DOORS, indirect=True)
     def test_records_show_their_subagents_as_tables(
         self, runtimes: Callable[..., nb.Runtime]
     ) -> None:
@@ -1018,6 +1069,7 @@ class TestChat:
         assert "1 sub-agent(s) at work" in inspected
         assert "<b>pens</b>" not in inspected
 
+    @pytest.mark.parametrize("door", DOORS, indirect=True)
     def test_the_view_shows_a_subagent_card_that_opens_the_childs_chat(
         self, runtimes: Callable[..., nb.Runtime]
     ) -> None:

@@ -833,8 +833,21 @@ class Runtime:
                 f"session {key} has a turn running; interrupt it first, or delete it with "
                 "force=True (which interrupts it)"
             )
+        deadline = time.monotonic() + timeout
         self._let_go_of(key, timeout, interrupt=info.status == "running")
-        tombstone = self.store.delete_session(key, by=by, reason=reason)
+        while True:
+            try:
+                tombstone = self.store.delete_session(key, by=by, reason=reason)
+                break
+            except LeaseHeld:
+                # This runtime's own serve() loop may claim the session again for what the
+                # stop left in its inbox (the interrupt): let that short run end, then delete.
+                lease = self.store.current_lease(key)
+                if lease is not None and (
+                    lease.owner != self.owner or time.monotonic() >= deadline
+                ):
+                    raise
+                self._let_go_of(key, max(0.1, deadline - time.monotonic()), interrupt=False)
         self._forget(key)
         if self.exporter is not None:
             self.exporter.notify()  # the tombstone goes to the export sinks now

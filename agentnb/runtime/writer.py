@@ -185,11 +185,14 @@ class ChunkGroup:
         self.opened = time.monotonic()
 
     def add(self, item: TextDelta | ToolCallDelta) -> dict[str, Any]:
-        """Take one piece; returns it as live-notification data."""
+        """Take one piece; returns it as live-notification data. ``piece`` is its place in
+        the reply's stream: the ``model/chunk`` that commits it covers ``[index, index +
+        pieces)``, so a live observer can tell which pieces a commit already holds."""
+        piece = self.pieces
         self.pieces += 1
         if isinstance(item, TextDelta):
             self.text.append(item.text)
-            return {"text": item.text}
+            return {"text": item.text, "piece": piece}
         fragment = {
             "index": item.index,
             "call_id": item.call_id,
@@ -197,7 +200,7 @@ class ChunkGroup:
             "arguments_delta": item.arguments_delta,
         }
         self.fragments.append(fragment)
-        return {"tool_call": fragment}
+        return {"tool_call": fragment, "piece": piece}
 
     def close_if_due(self, now: float) -> None:
         if now - self.opened >= CHUNK_GROUP_INTERVAL or self.pieces - self.start >= CHUNK_GROUP_MAX:

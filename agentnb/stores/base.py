@@ -76,6 +76,15 @@ each of them):
     the flag is set only if the inbox head is still that seq (else ``InboxChanged``):
     the caller decided from the inbox that the session holds no work.
 
+``add_token`` / ``get_token`` / ``list_tokens`` / ``touch_token`` / ``revoke_token`` (access)
+    The service's bearer tokens (``agentnb.tokens`` issues and checks them): one record per
+    token, keeping the user it acts for, a label, its SHA-256 ``digest`` (never the token),
+    when it was created, last used, revoked and (for a browser sign-in) when it expires.
+    A sign-in is a token of its own whose ``parent`` is the token it was made with:
+    ``revoke_token`` revokes a token and its sign-ins in one transaction, so revoking a token
+    ends the browser sessions opened with it. Records are kept after revocation (an audit
+    trail); a token id is never reused (``InvalidInput``).
+
 Bad arguments (ids that are not strings, negative or huge limits, empty batches, events that
 are not ``Event`` or are of unknown types) raise ``InvalidInput`` before anything is written.
 Driver errors are translated into ``agentnb.errors``.
@@ -139,6 +148,7 @@ __all__ = [
     "MAX_LIST_LIMIT",
     "MAX_READ_LIMIT",
     "MAX_TITLE",
+    "MAX_TOKEN_LABEL",
     "UNSET",
     "WORK_KINDS",
     "CatalogueDelta",
@@ -148,11 +158,13 @@ __all__ = [
     "SessionQuery",
     "SessionRecord",
     "SessionStore",
+    "TokenRecord",
     "Tombstone",
     "Unset",
     "check_archived",
     "check_fence",
     "check_inbox",
+    "check_token_fields",
     "check_ttl",
     "decide_acquire",
     "decide_append",
@@ -234,6 +246,30 @@ class Tombstone:
     seq: int = 0
     """Its place in the order of this store's deletions (1, 2, ...): the cursor of
     ``tombstones(after=)``."""
+
+
+@dataclass(frozen=True, slots=True)
+class TokenRecord:
+    """A bearer token of the service as the store keeps it (never the token itself)."""
+
+    token_id: str
+    user_id: str
+    """The user every request made with the token acts for."""
+    label: str
+    created_at: float
+    last_used_at: float | None = None
+    """When a request last used it (recorded at most once a minute), None before."""
+    revoked_at: float | None = None
+    expires_at: float | None = None
+    """For a browser sign-in: when it stops working; None for a token that does not expire."""
+    parent: str | None = None
+    """For a browser sign-in: the token it was made with (revoking that one revokes it)."""
+    digest: str = field(default="", repr=False)
+    """SHA-256 of the token's secret part, hex; compared in constant time."""
+
+    def usable(self, now: float) -> bool:
+        """Neither revoked nor expired at ``now``."""
+        return self.revoked_at is None and (self.expires_at is None or now < self.expires_at)
 
 
 @dataclass(frozen=True, slots=True)
@@ -872,6 +908,54 @@ class SessionStore(ABC):
             _check_seq(expected_inbox, "expected_inbox")
         return self._set_archived(key, archived, expected_inbox, self.clock.now())
 
+    # -- access tokens ----------------------------------------------------------------------
+
+    @_guarded
+    def add_token(
+        self,
+        token_id: str,
+        user_id: str,
+        digest: str,
+        *,
+        label: str = "",
+        expires_at: float | None = None,
+        parent: str | None = None,
+    ) -> TokenRecord:
+        """Record a new token (its digest, not the token); ``InvalidInput`` for an id in use."""
+        check_token_fields(token_id, user_id, digest, label, expires_at, parent)
+        return self._add_token(
+            TokenRecord(
+                token_id,
+                user_id,
+                label,
+                self.clock.now(),
+                expires_at=None if expires_at is None else float(expires_at),
+                parent=parent,
+                digest=digest,
+            )
+        )
+
+    @_guarded
+    def get_token(self, token_id: str) -> TokenRecord | None:
+        """The record of ``token_id`` (revoked or not), or None."""
+        return self._get_token(check_id(token_id, "token_id"))
+
+    @_guarded
+    def list_tokens(self, user_id: str | None = None) -> list[TokenRecord]:
+        """Every token record (of ``user_id`` if given), sign-ins included, oldest first."""
+        return self._list_tokens(None if user_id is None else check_id(user_id, "user_id"))
+
+    @_guarded
+    def touch_token(self, token_id: str) -> None:
+        """Record that the token was used now (``last_used_at`` never moves back)."""
+        self._touch_token(check_id(token_id, "token_id"), self.clock.now())
+
+    @_guarded
+    def revoke_token(self, token_id: str) -> TokenRecord:
+        """Revoke the token and the sign-ins made with it, in one transaction; returns its
+        record. Revoking twice keeps the first time. ``InvalidInput`` for an unknown id."""
+        return self._revoke_token(check_id(token_id, "token_id"), self.clock.now())
+
     # -- execution log ----------------------------------------------------------------------
 
     @_guarded
@@ -1196,6 +1280,7 @@ class SessionStore(ABC):
         stop: threading.Event | None = None,
         local: bool = False,
         settling: bool = False,
+        poll: float | None = None,
     ) -> int:
         """Block until the head passes ``after``, ``timeout`` elapses or ``stop`` is set.
 
@@ -1206,11 +1291,17 @@ class SessionStore(ABC):
         lease), so even the first read is left to the poll. ``settling``: the caller only
         cares about commits that may settle a turn, so the commits this object's writer
         calls minor (``wake_waiters(minor=True)``: events inside a step) do not wake it
-        before the next poll; everything else does.
+        before the next poll; everything else does. ``poll``: seconds between reads of the
+        database for other writers' commits, for this wait (default ``poll_interval``); a
+        waiter that many wait beside (a server's stream) reads less often, and this
+        process's commits still wake it at once.
         """
         key = _key(key)
-        read = self._hinted(self._heads_seen, key, after, local, lambda: self._head(key))
-        return self._wait(read, after, timeout, stop, key=key, inbox=False, settling=settling)
+        poll = self._poll(poll)
+        read = self._hinted(self._heads_seen, key, after, local, lambda: self._head(key), poll)
+        return self._wait(
+            read, after, timeout, stop, key=key, inbox=False, settling=settling, poll=poll
+        )
 
     def wait_for_inbox(
         self,
@@ -1220,19 +1311,34 @@ class SessionStore(ABC):
         *,
         stop: threading.Event | None = None,
         local: bool = False,
+        poll: float | None = None,
     ) -> int:
         """Block until the inbox head passes ``after``, ``timeout`` elapses or ``stop`` is set.
 
         ``local``: the caller's fold already holds every command this object knows of up to
         ``after`` (a run's watcher), so the database is read only every ``poll_interval``
         (for other writers' commands, where no notification brings them sooner); commands
-        accepted through this object wake it at once, without a read.
+        accepted through this object wake it at once, without a read. ``poll`` as for
+        ``wait_for_head``.
         """
         key = _key(key)
+        poll = self._poll(poll)
         read = self._hinted(
-            self._inbox_seen, key, after, local, lambda: self._saw_inbox(key, self._inbox_head(key))
+            self._inbox_seen,
+            key,
+            after,
+            local,
+            lambda: self._saw_inbox(key, self._inbox_head(key)),
+            poll,
         )
-        return self._wait(read, after, timeout, stop, key=key, inbox=True)
+        return self._wait(read, after, timeout, stop, key=key, inbox=True, poll=poll)
+
+    def _poll(self, poll: float | None) -> float:
+        if poll is None:
+            return self.poll_interval
+        if not isinstance(poll, int | float) or isinstance(poll, bool) or not 0 < poll <= 3600:
+            raise InvalidInput(f"poll must be seconds in (0, 3600], got {poll!r}")
+        return float(poll)
 
     def _hinted(
         self,
@@ -1241,10 +1347,11 @@ class SessionStore(ABC):
         after: int,
         local: bool,
         read_db: Callable[[], int],
+        poll: float,
     ) -> Callable[[], int]:
         """A waiter's read: a seq past ``after`` that this object committed, accepted or
-        read (``seen``) needs no query; the database is read at most every
-        ``poll_interval``, the first time too when ``local``."""
+        read (``seen``) needs no query; the database is read at most every ``poll``
+        seconds, the first time too when ``local``."""
         checked = time.monotonic() if local else -math.inf
 
         def read() -> int:
@@ -1253,7 +1360,7 @@ class SessionStore(ABC):
             if known > after:
                 return known
             now = time.monotonic()
-            if now - checked < self.poll_interval:
+            if now - checked < poll:
                 return after
             checked = now
             return read_db()
@@ -1364,6 +1471,7 @@ class SessionStore(ABC):
         key: SessionKey | None = None,
         inbox: bool = False,
         settling: bool = False,
+        poll: float | None = None,
     ) -> int:
         """Read until the value passes ``after``, sleeping between reads until a commit of
         ``key``'s inbox (``inbox``) or execution log (any commit, without a key; with
@@ -1377,7 +1485,9 @@ class SessionStore(ABC):
                 self._key_waiting[slot] = self._key_waiting.get(slot, 0) + 1
                 cond = self._key_conds.setdefault(slot, threading.Condition(self._wake_lock))
         try:
-            return self._wait_loop(read, after, timeout, stop, slot, cond)
+            return self._wait_loop(
+                read, after, timeout, stop, slot, cond, self.poll_interval if poll is None else poll
+            )
         finally:
             with self._wake_lock:
                 self._waiting -= 1
@@ -1403,6 +1513,7 @@ class SessionStore(ABC):
         stop: threading.Event | None,
         slot: _Slot | None,
         cond: threading.Condition,
+        poll: float,
     ) -> int:
         deadline = None if timeout is None else time.monotonic() + timeout
         value = after
@@ -1420,7 +1531,7 @@ class SessionStore(ABC):
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
                 return value
-            step = self.poll_interval if remaining is None else min(remaining, self.poll_interval)
+            step = poll if remaining is None else min(remaining, poll)
             with self._wake_lock:
                 # Checked under the lock that close() and wake_waiters() notify with.
                 if (
@@ -1487,6 +1598,26 @@ class SessionStore(ABC):
     ) -> SessionRecord:
         """Atomically: ``check_inbox``, then set ``archived_at`` (kept if already set) or clear
         it; ``SessionDeleted`` / ``SessionNotFound`` for a key that is not live."""
+
+    @abstractmethod
+    def _add_token(self, record: TokenRecord) -> TokenRecord:
+        """Insert ``record``; ``InvalidInput`` (nothing written) if its id exists."""
+
+    @abstractmethod
+    def _get_token(self, token_id: str) -> TokenRecord | None: ...
+
+    @abstractmethod
+    def _list_tokens(self, user_id: str | None) -> list[TokenRecord]:
+        """By ``created_at`` then id."""
+
+    @abstractmethod
+    def _touch_token(self, token_id: str, now: float) -> None:
+        """``last_used_at = max(last_used_at, now)``; nothing for an unknown id."""
+
+    @abstractmethod
+    def _revoke_token(self, token_id: str, now: float) -> TokenRecord:
+        """Atomically set ``revoked_at`` (kept if set) on the token and on every token whose
+        ``parent`` it is; ``InvalidInput`` if there is no such token."""
 
     @abstractmethod
     def _head(self, key: SessionKey) -> int: ...
@@ -1591,6 +1722,37 @@ def check_ttl(ttl: object) -> float:
     if not isinstance(ttl, int | float) or isinstance(ttl, bool) or not 0 < ttl <= 86_400:
         raise InvalidInput(f"ttl must be seconds in (0, 86400], got {ttl!r}")
     return float(ttl)
+
+
+MAX_TOKEN_LABEL = 256
+"""Longest token label, in characters."""
+
+
+def check_token_fields(
+    token_id: object,
+    user_id: object,
+    digest: object,
+    label: object,
+    expires_at: object,
+    parent: object,
+) -> None:
+    """``InvalidInput`` unless the fields of a new token record are usable."""
+    check_id(token_id, "token_id")
+    check_id(user_id, "user_id")
+    if not isinstance(digest, str) or len(digest) != 64 or digest.strip("0123456789abcdef"):
+        raise InvalidInput("digest must be a SHA-256 hex digest (64 lowercase hex characters)")
+    if not isinstance(label, str) or len(label) > MAX_TOKEN_LABEL:
+        raise InvalidInput(f"label must be text of at most {MAX_TOKEN_LABEL} characters")
+    if expires_at is not None and (
+        not isinstance(expires_at, int | float)
+        or isinstance(expires_at, bool)
+        or not math.isfinite(expires_at)
+    ):
+        raise InvalidInput(
+            f"expires_at must be seconds since the epoch or None, got {expires_at!r}"
+        )
+    if parent is not None:
+        check_id(parent, "parent")
 
 
 def _check_lease(lease: object) -> None:

@@ -7,7 +7,7 @@ import os
 import threading
 from dataclasses import dataclass, field
 
-from agentnb.errors import IdempotencyConflict, SessionNotFound
+from agentnb.errors import IdempotencyConflict, InvalidInput, SessionNotFound
 from agentnb.events import Event, canonical_json, check_readable
 from agentnb.ids import Clock, SessionKey
 from agentnb.stores._rows import blob_digest, check_blob
@@ -17,6 +17,7 @@ from agentnb.stores.base import (
     SessionQuery,
     SessionRecord,
     SessionStore,
+    TokenRecord,
     Tombstone,
     Unset,
     check_archived,
@@ -64,6 +65,7 @@ class MemoryStore(SessionStore):
         self._deleted: dict[SessionKey, Tombstone] = {}
         self._tombstone_marks: dict[str, int] = {}
         self._rows = 0
+        self._tokens: dict[str, TokenRecord] = {}
 
     def _get(self, key: SessionKey) -> _Session:
         try:
@@ -327,3 +329,34 @@ class MemoryStore(SessionStore):
 
     def _secret(self) -> bytes:
         return self._secret_bytes
+
+    def _add_token(self, record: TokenRecord) -> TokenRecord:
+        with self._lock:
+            if record.token_id in self._tokens:
+                raise InvalidInput(f"token id {record.token_id!r} is in use; pick another")
+            self._tokens[record.token_id] = record
+            return record
+
+    def _get_token(self, token_id: str) -> TokenRecord | None:
+        with self._lock:
+            return self._tokens.get(token_id)
+
+    def _list_tokens(self, user_id: str | None) -> list[TokenRecord]:
+        with self._lock:
+            found = [t for t in self._tokens.values() if user_id in (None, t.user_id)]
+        return sorted(found, key=lambda t: (t.created_at, t.token_id))
+
+    def _touch_token(self, token_id: str, now: float) -> None:
+        with self._lock:
+            token = self._tokens.get(token_id)
+            if token is not None and (token.last_used_at or 0.0) < now:
+                self._tokens[token_id] = dataclasses.replace(token, last_used_at=now)
+
+    def _revoke_token(self, token_id: str, now: float) -> TokenRecord:
+        with self._lock:
+            if token_id not in self._tokens:
+                raise InvalidInput(f"there is no token {token_id!r}; see agentnb token list")
+            for tid, token in list(self._tokens.items()):
+                if token_id in (tid, token.parent) and token.revoked_at is None:
+                    self._tokens[tid] = dataclasses.replace(token, revoked_at=now)
+            return self._tokens[token_id]

@@ -67,6 +67,7 @@ from agentnb.stores.base import (
     SessionQuery,
     SessionRecord,
     SessionStore,
+    TokenRecord,
     Tombstone,
     Unset,
     check_archived,
@@ -237,6 +238,17 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             "WHERE deleted_seq IS NOT NULL"
         ),
         "CREATE TABLE agentnb.tombstone_marks (sink text PRIMARY KEY, seq bigint NOT NULL)",
+    ),
+    # 4: the service's bearer tokens (digests only); a sign-in names the token it was made
+    # with (revoking that one revokes it).
+    (
+        (
+            "CREATE TABLE agentnb.tokens (token_id text PRIMARY KEY, user_id text NOT NULL,"
+            " label text NOT NULL, digest text NOT NULL,"
+            " created_at double precision NOT NULL, last_used_at double precision,"
+            " revoked_at double precision, expires_at double precision, parent text)"
+        ),
+        "CREATE INDEX tokens_parent ON agentnb.tokens (parent) WHERE parent IS NOT NULL",
     ),
 )
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -412,6 +424,18 @@ def _record(row: Any) -> SessionRecord:
         float(expires),
         encode_cursor(float(activity), int(row_id)),
         None if archived is None else float(archived),
+    )
+
+
+_ACCESS_COLUMNS = (
+    "token_id, user_id, label, digest, created_at, last_used_at, revoked_at, expires_at, parent"
+)
+
+
+def _token_row(row: Any) -> TokenRecord:
+    token_id, user_id, label, digest, created, used, revoked, expires, parent = row
+    return TokenRecord(
+        token_id, user_id, label, created, used, revoked, expires, parent, digest=digest
     )
 
 
@@ -1410,6 +1434,77 @@ class PostgresStore(SessionStore):
             self._secret_bytes = bytes(row[0])
         return self._secret_bytes
 
+    # -- access tokens -----------------------------------------------------------------------
+
+    def _add_token(self, record: TokenRecord) -> TokenRecord:
+        def add(c: psycopg.Connection[Any]) -> Any:
+            return c.execute(
+                f"INSERT INTO agentnb.tokens ({_ACCESS_COLUMNS}) VALUES "
+                "(%s, %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (token_id) DO NOTHING "
+                "RETURNING token_id",
+                (
+                    record.token_id,
+                    record.user_id,
+                    record.label,
+                    record.digest,
+                    record.created_at,
+                    record.last_used_at,
+                    record.revoked_at,
+                    record.expires_at,
+                    record.parent,
+                ),
+            ).fetchone()
+
+        if self._write(add, f"adding token {record.token_id}") is None:
+            raise InvalidInput(f"token id {record.token_id!r} is in use; pick another")
+        return record
+
+    def _get_token(self, token_id: str) -> TokenRecord | None:
+        row = self._query(
+            lambda c: c.execute(
+                f"SELECT {_ACCESS_COLUMNS} FROM agentnb.tokens WHERE token_id = %s", (token_id,)
+            ).fetchone()
+        )
+        return None if row is None else _token_row(row)
+
+    def _list_tokens(self, user_id: str | None) -> list[TokenRecord]:
+        rows = self._query(
+            lambda c: c.execute(
+                f"SELECT {_ACCESS_COLUMNS} FROM agentnb.tokens WHERE %(u)s::text IS NULL "
+                "OR user_id = %(u)s ORDER BY created_at, token_id",
+                {"u": user_id},
+            ).fetchall()
+        )
+        return [_token_row(r) for r in rows]
+
+    def _touch_token(self, token_id: str, now: float) -> None:
+        self._write(
+            lambda c: c.execute(
+                "UPDATE agentnb.tokens SET last_used_at = %(now)s WHERE token_id = %(t)s "
+                "AND (last_used_at IS NULL OR last_used_at < %(now)s)",
+                {"now": now, "t": token_id},
+            ),
+            f"recording the use of token {token_id}",
+        )
+
+    def _revoke_token(self, token_id: str, now: float) -> TokenRecord:
+        def revoke(c: psycopg.Connection[Any]) -> Any:
+            with c.transaction():
+                c.execute(
+                    "UPDATE agentnb.tokens SET revoked_at = %(now)s WHERE (token_id = %(t)s "
+                    "OR parent = %(t)s) AND revoked_at IS NULL",
+                    {"now": now, "t": token_id},
+                )
+                return c.execute(
+                    f"SELECT {_ACCESS_COLUMNS} FROM agentnb.tokens WHERE token_id = %s",
+                    (token_id,),
+                ).fetchone()
+
+        row = self._write(revoke, f"revoking token {token_id}")
+        if row is None:
+            raise InvalidInput(f"there is no token {token_id!r}; see agentnb token list")
+        return _token_row(row)
+
     # -- waiting -----------------------------------------------------------------------------
 
     def _seen(self, heads: dict[int, int], sid: int, seq: int) -> None:
@@ -1454,8 +1549,11 @@ class PostgresStore(SessionStore):
         stop: threading.Event | None = None,
         local: bool = False,
         settling: bool = False,
+        poll: float | None = None,
     ) -> int:
-        return self._wait_on(key, after, timeout, stop, inbox=False, local=local, settling=settling)
+        return self._wait_on(
+            key, after, timeout, stop, inbox=False, local=local, settling=settling, poll=poll
+        )
 
     def wait_for_inbox(
         self,
@@ -1465,8 +1563,9 @@ class PostgresStore(SessionStore):
         *,
         stop: threading.Event | None = None,
         local: bool = False,
+        poll: float | None = None,
     ) -> int:
-        return self._wait_on(key, after, timeout, stop, inbox=True, local=local)
+        return self._wait_on(key, after, timeout, stop, inbox=True, local=local, poll=poll)
 
     def _wait_on(
         self,
@@ -1478,9 +1577,11 @@ class PostgresStore(SessionStore):
         inbox: bool,
         local: bool = False,
         settling: bool = False,
+        poll: float | None = None,
     ) -> int:
         if not isinstance(key, SessionKey):
             raise InvalidInput(f"expected a SessionKey, got {type(key).__name__}")
+        every = self._poll(poll)
         self._listen()
         heads = self._inbox_heads if inbox else self._heads
         column = "inbox_head" if inbox else "head"
@@ -1500,8 +1601,7 @@ class PostgresStore(SessionStore):
             nonlocal sid, checked
             resync, at = self._resyncs, time.monotonic()
             if sid >= 0 and (
-                at - checked[1] < self.poll_interval
-                and (checked[0] == resync or not self._listening())
+                at - checked[1] < every and (checked[0] == resync or not self._listening())
             ):
                 return known()
             try:
@@ -1514,7 +1614,9 @@ class PostgresStore(SessionStore):
             sid, checked = self._ids[key], (resync, at)
             return value
 
-        return self._wait(read, after, timeout, stop, key=key, inbox=inbox, settling=settling)
+        return self._wait(
+            read, after, timeout, stop, key=key, inbox=inbox, settling=settling, poll=every
+        )
 
     def _listening(self) -> bool:
         listener = self._listener

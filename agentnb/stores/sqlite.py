@@ -44,7 +44,7 @@ import stat
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
@@ -60,6 +60,7 @@ from agentnb.stores.base import (
     SessionQuery,
     SessionRecord,
     SessionStore,
+    TokenRecord,
     Tombstone,
     Unset,
     check_archived,
@@ -143,6 +144,14 @@ CREATE TABLE IF NOT EXISTS snapshots (
 );
 -- Format 4: how far each export sink has applied the tombstones (sessions.deleted_seq).
 CREATE TABLE IF NOT EXISTS tombstone_marks (sink TEXT PRIMARY KEY, seq INTEGER NOT NULL);
+-- The service's bearer tokens (digests only). Created on open, so a store written before the
+-- service existed gains it without a migration (an older agentnb ignores the table).
+CREATE TABLE IF NOT EXISTS tokens (
+    token_id TEXT PRIMARY KEY, user_id TEXT NOT NULL, label TEXT NOT NULL,
+    digest TEXT NOT NULL, created_at REAL NOT NULL, last_used_at REAL, revoked_at REAL,
+    expires_at REAL, parent TEXT
+);
+CREATE INDEX IF NOT EXISTS tokens_parent ON tokens (parent) WHERE parent IS NOT NULL;
 """
 _FORMAT_4_COLUMNS = ("archived_at REAL", "deleted_seq INTEGER")
 """The columns format 4 adds (the archive flag and the order of deletions)."""
@@ -232,6 +241,18 @@ _TOMBSTONE_COLUMNS = (
     "namespace, user_id, agent_id, session_id, deleted_at, deleted_by, deleted_reason, "
     "events, deleted_seq"
 )
+_ACCESS_COLUMNS = (
+    "token_id, user_id, label, digest, created_at, last_used_at, revoked_at, expires_at, parent"
+)
+
+
+def _token_row(row: Sequence[Any]) -> TokenRecord:
+    token_id, user_id, label, digest, created, used, revoked, expires, parent = row
+    return TokenRecord(
+        token_id, user_id, label, created, used, revoked, expires, parent, digest=digest
+    )
+
+
 # Counting what a format-2 store already holds (once, at the migration).
 _BACKFILL = """
 UPDATE sessions SET
@@ -1261,6 +1282,73 @@ class SQLiteStore(SessionStore):
     def _secret(self) -> bytes:
         row = self._conn().execute("SELECT value FROM agentnb_meta WHERE key='secret'").fetchone()
         return bytes(row[0])
+
+    # -- access tokens ------------------------------------------------------------------------
+
+    def _add_token(self, record: TokenRecord) -> TokenRecord:
+        with self._write() as c:
+            try:
+                c.execute(
+                    f"INSERT INTO tokens ({_ACCESS_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?)",
+                    (
+                        record.token_id,
+                        record.user_id,
+                        record.label,
+                        record.digest,
+                        record.created_at,
+                        record.last_used_at,
+                        record.revoked_at,
+                        record.expires_at,
+                        record.parent,
+                    ),
+                )
+            except sqlite3.IntegrityError:
+                raise InvalidInput(
+                    f"token id {record.token_id!r} is in use; pick another"
+                ) from None
+        return record
+
+    def _get_token(self, token_id: str) -> TokenRecord | None:
+        row = (
+            self._conn()
+            .execute(f"SELECT {_ACCESS_COLUMNS} FROM tokens WHERE token_id=?", (token_id,))
+            .fetchone()
+        )
+        return None if row is None else _token_row(row)
+
+    def _list_tokens(self, user_id: str | None) -> list[TokenRecord]:
+        rows = (
+            self._conn()
+            .execute(
+                f"SELECT {_ACCESS_COLUMNS} FROM tokens WHERE ?1 IS NULL OR user_id = ?1 "
+                "ORDER BY created_at, token_id",
+                (user_id,),
+            )
+            .fetchall()
+        )
+        return [_token_row(r) for r in rows]
+
+    def _touch_token(self, token_id: str, now: float) -> None:
+        with self._write() as c:
+            c.execute(
+                "UPDATE tokens SET last_used_at=? WHERE token_id=? "
+                "AND (last_used_at IS NULL OR last_used_at < ?)",
+                (now, token_id, now),
+            )
+
+    def _revoke_token(self, token_id: str, now: float) -> TokenRecord:
+        with self._write() as c:
+            c.execute(
+                "UPDATE tokens SET revoked_at=? WHERE (token_id=? OR parent=?) "
+                "AND revoked_at IS NULL",
+                (now, token_id, token_id),
+            )
+            row = c.execute(
+                f"SELECT {_ACCESS_COLUMNS} FROM tokens WHERE token_id=?", (token_id,)
+            ).fetchone()
+        if row is None:
+            raise InvalidInput(f"there is no token {token_id!r}; see agentnb token list")
+        return _token_row(row)
 
     # -- worker processes: the pending-work index ------------------------------------------
 

@@ -68,6 +68,9 @@ from agentnb.stores.base import (
 
 __all__ = ["StoreContract"]
 
+_DIGEST_A = "a" * 64
+_DIGEST_B = "0123456789abcdef" * 4
+
 _GUARD = 30.0
 """Seconds a wait-based test allows before it declares a hang (a failure guard only)."""
 
@@ -1707,6 +1710,39 @@ class StoreContract:
         assert result == [1]
         assert time.monotonic() - started < _GUARD, "the waiter slept through the commit"
 
+    def test_a_slow_polling_wait_still_wakes_on_this_objects_commits(
+        self, store: SessionStore, key: SessionKey
+    ) -> None:
+        """With ``poll`` far longer than its wait, a waiter still wakes on a commit of this
+        store object (log and inbox alike): only other writers' commits wait for a poll."""
+        result: list[int] = []
+        waiting = threading.Event()
+
+        def waiter() -> None:
+            waiting.set()
+            result.append(store.wait_for_head(key, 0, _GUARD, poll=3600))
+            result.append(store.wait_for_inbox(key, 0, _GUARD, poll=3600))
+
+        def writer() -> None:
+            waiting.wait(_GUARD)
+            time.sleep(0.05)
+            store.append(key, [step()], expected_seq=0, batch_id="b")
+            time.sleep(0.05)
+            store.inbox_append(key, command("x"))
+
+        started = time.monotonic()
+        run_threads([waiter, writer])
+        assert result == [1, 1]
+        assert time.monotonic() - started < _GUARD, "the waiter slept through the commit"
+
+    def test_bad_poll_is_invalid_input(self, store: SessionStore, key: SessionKey) -> None:
+        """A poll that is not positive seconds is refused before any wait."""
+        for bad in (0, -1, "1", True, 10_000):
+            with pytest.raises(InvalidInput):
+                store.wait_for_head(key, 0, 0.01, poll=bad)  # type: ignore[arg-type]
+            with pytest.raises(InvalidInput):
+                store.wait_for_inbox(key, 0, 0.01, poll=bad)  # type: ignore[arg-type]
+
     def test_wait_for_head_returns_on_timeout(self, store: SessionStore, key: SessionKey) -> None:
         """With no commit, wait_for_head returns the unchanged head after the timeout."""
         self.fill(store, key, 2)
@@ -1962,6 +1998,117 @@ class StoreContract:
         store._put_snapshot(key, "chat", 2, found[1])
         assert store.get_snapshot(other, "state") is None
         assert store.get_snapshot(key, "chat") is None
+
+    # -- access tokens ------------------------------------------------------------------------
+
+    def test_token_round_trips_without_the_token(
+        self, store: SessionStore, clock: FakeClock
+    ) -> None:
+        """add_token keeps user, label, digest and the creation time; get_token reads it."""
+        added = store.add_token("tok_a", "alice", _DIGEST_A, label="laptop")
+        assert added.created_at == clock.now()
+        found = store.get_token("tok_a")
+        assert found == added
+        assert (found.user_id, found.label, found.digest) == ("alice", "laptop", _DIGEST_A)
+        assert found.last_used_at is None
+        assert found.revoked_at is None
+        assert found.usable(clock.now())
+        assert store.get_token("tok_missing") is None
+
+    def test_token_id_is_never_reused(self, store: SessionStore) -> None:
+        """A second add_token with an id in use raises InvalidInput and keeps the first."""
+        store.add_token("tok_a", "alice", _DIGEST_A)
+        with pytest.raises(InvalidInput, match="in use"):
+            store.add_token("tok_a", "bob", _DIGEST_B)
+        found = store.get_token("tok_a")
+        assert found is not None
+        assert found.user_id == "alice"
+
+    def test_bad_token_fields_are_invalid_input(self, store: SessionStore) -> None:
+        """A digest that is not SHA-256 hex, a bad id or a long label writes nothing."""
+        for bad in ("", "xyz", _DIGEST_A.upper(), _DIGEST_A[:-1]):
+            with pytest.raises(InvalidInput):
+                store.add_token("tok_a", "alice", bad)
+        with pytest.raises(InvalidInput):
+            store.add_token("", "alice", _DIGEST_A)
+        with pytest.raises(InvalidInput):
+            store.add_token("tok_a", "alice", _DIGEST_A, label="x" * 10_000)
+        with pytest.raises(InvalidInput):
+            store.add_token("tok_a", "alice", _DIGEST_A, expires_at=float("nan"))
+        assert store.list_tokens() == []
+
+    def test_list_tokens_by_user_oldest_first(self, store: SessionStore, clock: FakeClock) -> None:
+        """list_tokens lists every record (of one user if asked) by creation time."""
+        store.add_token("tok_b", "alice", _DIGEST_A)
+        clock.advance(1)
+        store.add_token("tok_a", "bob", _DIGEST_B)
+        clock.advance(1)
+        store.add_token("tok_c", "alice", _DIGEST_B, parent="tok_b", expires_at=clock.now() + 9)
+        assert [t.token_id for t in store.list_tokens()] == ["tok_b", "tok_a", "tok_c"]
+        assert [t.token_id for t in store.list_tokens("alice")] == ["tok_b", "tok_c"]
+        assert store.list_tokens("carol") == []
+
+    def test_touch_token_moves_last_used_forward_only(
+        self, store: SessionStore, clock: FakeClock
+    ) -> None:
+        """touch_token records the time of use; an unknown id changes nothing."""
+        store.add_token("tok_a", "alice", _DIGEST_A)
+        clock.advance(5)
+        store.touch_token("tok_a")
+        found = store.get_token("tok_a")
+        assert found is not None
+        assert found.last_used_at == clock.now()
+        store.touch_token("tok_missing")
+
+    def test_revoke_token_revokes_its_sign_ins(self, store: SessionStore, clock: FakeClock) -> None:
+        """revoke_token revokes the token and the sign-ins made with it, not others."""
+        store.add_token("tok_a", "alice", _DIGEST_A)
+        store.add_token("tok_s", "alice", _DIGEST_B, parent="tok_a", expires_at=clock.now() + 60)
+        store.add_token("tok_o", "alice", _DIGEST_B)
+        clock.advance(2)
+        revoked = store.revoke_token("tok_a")
+        assert revoked.revoked_at == clock.now()
+        assert not revoked.usable(clock.now())
+        sign_in = store.get_token("tok_s")
+        assert sign_in is not None
+        assert sign_in.revoked_at == clock.now()
+        other = store.get_token("tok_o")
+        assert other is not None
+        assert other.usable(clock.now())
+        clock.advance(2)
+        again = store.revoke_token("tok_a")
+        assert again.revoked_at == revoked.revoked_at  # the first time is kept
+
+    def test_revoke_unknown_token_is_invalid_input(self, store: SessionStore) -> None:
+        """revoke_token of an id that was never issued raises InvalidInput."""
+        with pytest.raises(InvalidInput, match="no token"):
+            store.revoke_token("tok_missing")
+
+    def test_sign_in_expires(self, store: SessionStore, clock: FakeClock) -> None:
+        """A token with expires_at is usable before that time and not after."""
+        added = store.add_token("tok_s", "alice", _DIGEST_A, expires_at=clock.now() + 10)
+        assert added.usable(clock.now())
+        clock.advance(10)
+        assert not added.usable(clock.now())
+
+    def test_tokens_are_seen_by_another_store_object(
+        self, tmp_path: Path, store: SessionStore, clock: FakeClock
+    ) -> None:
+        """A token added or revoked through one store object is what another one reads."""
+        peer = self.make_peer(tmp_path, clock=clock)
+        if peer is None:
+            pytest.skip("this backend's data lives in one object")
+        try:
+            store.add_token("tok_a", "alice", _DIGEST_A)
+            found = peer.get_token("tok_a")
+            assert found is not None
+            assert found.digest == _DIGEST_A
+            peer.revoke_token("tok_a")
+            again = store.get_token("tok_a")
+            assert again is not None
+            assert again.revoked_at is not None
+        finally:
+            peer.close()
 
     # -- secret -------------------------------------------------------------------------------
 

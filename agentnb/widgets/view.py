@@ -13,7 +13,9 @@ class. Every ``HTML`` widget sits under the ``mathjax_ignore`` class, so "$5 ...
 stays text. ``close()`` stops following and leaves the last drawing on screen, its
 controls disabled; when the session's runtime closes, the view says so the same way.
 
-Buttons only call ``Session`` operations; what they return or raise shows in the view.
+Buttons only call ``Session`` operations; what they return or raise shows in the view. The
+view reads the session through ``ViewedSession`` (``agentnb.widgets.source``): a local
+``Session`` and a ``RemoteSession`` of an agentnb service both satisfy it.
 Everything that came from the model, a tool or a person is escaped with ``html.escape``
 before it goes into an ``HTML`` widget; the only markup is this module's constant tags.
 Assistant replies are Markdown: ``markdown-it-py`` renders them in CommonMark with raw HTML
@@ -50,7 +52,7 @@ from agentnb.projections.chat import (
 from agentnb.projections.decisions import check_resume, effective_status, latest_unfinished
 from agentnb.projections.state import PARKING, InboxState, SessionState
 from agentnb.records import Child, Interaction, Task
-from agentnb.session import Session
+from agentnb.widgets.source import ViewedSession
 
 try:
     import ipywidgets as w
@@ -474,7 +476,7 @@ class _View:
         """The running task's name (its text) and turn id."""
 
 
-def read_fold(session: Session) -> tuple[ChatState, InboxState]:
+def read_fold(session: ViewedSession) -> tuple[ChatState, InboxState]:
     """The view's one read: exactly ``(0, head]`` of the log (a copy of the session's cached
     chat fold) and a copy of its inbox fold at the inbox head."""
     return session.chat_copy()
@@ -494,15 +496,18 @@ class SessionView(w.VBox):  # type: ignore[misc]  # ipywidgets ships no type inf
 
     def __init__(
         self,
-        session: Session,
+        session: ViewedSession,
         *,
         max_items: int = 50,
         page: int = 50,
         follow: bool = True,
         redraw_interval: float = 0.1,
     ) -> None:
-        if not isinstance(session, Session):
-            raise TypeError(f"SessionView needs an agentnb Session, got {type(session).__name__}")
+        if not isinstance(session, ViewedSession):
+            raise TypeError(
+                "SessionView needs an agentnb Session (or a RemoteSession), got "
+                f"{type(session).__name__}"
+            )
         super().__init__()
         self.session = session
         self.max_items = max(1, int(max_items))

@@ -10,6 +10,7 @@ import pytest
 
 import agentnb as nb
 from agentnb.events import canonical_json, unregister_event_type
+from tests.remote import DOORS, through_doors
 from tests.runtime.helpers import WAIT, Gate, events_of, gated_script
 
 MakeRuntime = Callable[..., nb.Runtime]
@@ -40,6 +41,14 @@ def _clear_orders() -> None:
     ORDERS.clear()
 
 
+@pytest.fixture
+def make_runtime(
+    make_runtime: MakeRuntime, door: str, request: pytest.FixtureRequest
+) -> MakeRuntime:
+    """The runtime, with sessions reached through the parametrized door (local or remote)."""
+    return through_doors(make_runtime, request)
+
+
 def _suspended_order(
     make_runtime: MakeRuntime, *replies: object
 ) -> tuple[nb.Runtime, nb.Session, nb.Outcome]:
@@ -50,6 +59,7 @@ def _suspended_order(
 
 
 class TestApproval:
+    @pytest.mark.parametrize("door", DOORS, indirect=True)
     def test_confirm_tool_suspends_without_running(self, make_runtime: MakeRuntime) -> None:
         """A confirm tool suspends the turn with a confirmation request and does not run."""
         _, session, outcome = _suspended_order(make_runtime, "done")
@@ -64,6 +74,7 @@ class TestApproval:
         assert ORDERS == []
         assert [t.status for t in session.tasks()] == ["suspended"]
 
+    @pytest.mark.parametrize("door", DOORS, indirect=True)
     def test_approval_after_restart_runs_the_tool_once_in_a_new_run(
         self, make_runtime: MakeRuntime
     ) -> None:
@@ -85,6 +96,7 @@ class TestApproval:
         assert roles == ["user", "assistant", "tool", "assistant"]
         assert "Allow" not in " ".join(m.text for m in session.transcript().messages)
 
+    @pytest.mark.parametrize("door", DOORS, indirect=True)
     def test_reject_with_reason_reaches_the_model(self, make_runtime: MakeRuntime) -> None:
         """A rejection never runs the tool; the model reads the reason as the call's result."""
         runtime, session, _ = _suspended_order(make_runtime, "Understood, no order.")
@@ -96,6 +108,7 @@ class TestApproval:
         assert "over budget" in model.requests[-1][-1].text
         assert events_of(session, "tool/result")[-1].payload["status"] == "denied"
 
+    @pytest.mark.parametrize("door", DOORS, indirect=True)
     def test_rejected_call_result_is_marked_synthetic(self, make_runtime: MakeRuntime) -> None:
         """A rejected call never ran, so its made-up result says synthetic (ToolResult doc)."""
         _, session, _ = _suspended_order(make_runtime, "No order then.")
@@ -105,6 +118,7 @@ class TestApproval:
         assert result["status"] == "denied"
         assert result["synthetic"] is True
 
+    @pytest.mark.parametrize("door", DOORS, indirect=True)
     def test_approve_with_edited_arguments_runs_them(self, make_runtime: MakeRuntime) -> None:
         """Answer.approve(edited_args=...) runs the tool with the corrected arguments."""
         _, session, _ = _suspended_order(make_runtime, "ok")
@@ -151,6 +165,7 @@ class TestApproval:
 
 
 class TestInvalidAnswers:
+    @pytest.mark.parametrize("door", DOORS, indirect=True)
     def test_bad_answers_raise_and_write_nothing(self, make_runtime: MakeRuntime) -> None:
         """Unknown ids, wrong kinds, empty or mixed answers raise InvalidAnswer, no write."""
         _, session, _ = _suspended_order(make_runtime)
@@ -193,6 +208,7 @@ class TestInvalidAnswers:
         )
 
 
+@pytest.mark.parametrize("door", DOORS, indirect=True)
 class TestExternalAndQuestions:
     def test_external_request_survives_restart_and_text_answer_continues(
         self, make_runtime: MakeRuntime
@@ -253,6 +269,7 @@ class TestInterruptResume:
         assert task.input == "write a lot"
         assert task.run_ids == (stopped.run_id, resumed.run_id)
 
+    @pytest.mark.parametrize("door", DOORS, indirect=True)
     def test_interrupt_when_idle_and_with_a_stale_run_id(self, make_runtime: MakeRuntime) -> None:
         """interrupt() is False when nothing runs; a stale run id raises NotRunning."""
         session = make_runtime(nb.ScriptedModel(["ok"])).session("s1")
@@ -261,6 +278,7 @@ class TestInterruptResume:
         with pytest.raises(nb.NotRunning):
             session.interrupt(run_id=outcome.run_id)
 
+    @pytest.mark.parametrize("door", DOORS, indirect=True)
     def test_async_tool_is_cancelled_and_its_call_left_uncertain(
         self, make_runtime: MakeRuntime
     ) -> None:
@@ -296,6 +314,7 @@ class TestInterruptResume:
         assert "unknown" in model.requests[-1][-1].text
         assert events_of(session, "tool/result")[-1].payload["reconciled"] is True
 
+    @pytest.mark.parametrize("door", DOORS, indirect=True)
     def test_queued_task_waits_for_the_interrupted_one_across_restart(
         self, make_runtime: MakeRuntime
     ) -> None:
@@ -319,6 +338,7 @@ class TestInterruptResume:
         assert session.wait(two, timeout=WAIT).output == "second done"
         assert [t.status for t in session.tasks()] == ["completed", "completed"]
 
+    @pytest.mark.parametrize("door", DOORS, indirect=True)
     def test_resume_refusals(self, make_runtime: MakeRuntime) -> None:
         """resume() refuses completed, unknown and not-latest turns with CannotResume."""
         session = make_runtime(nb.ScriptedModel(["one", "two"])).session("s1")
@@ -328,6 +348,7 @@ class TestInterruptResume:
         with pytest.raises(nb.CannotResume):
             session.resume("turn_unknown")
 
+    @pytest.mark.parametrize("door", DOORS, indirect=True)
     def test_steering_left_unapplied_is_applied_on_resume(self, make_runtime: MakeRuntime) -> None:
         """Guidance accepted but not applied before an interrupt reaches the resumed run."""
         gate = Gate()
@@ -345,6 +366,7 @@ class TestInterruptResume:
         assert seen.count("prefer the cheaper plan") == 1
 
 
+@pytest.mark.parametrize("door", DOORS, indirect=True)
 class TestCancel:
     def test_cancel_queued_suspended_and_idempotent(self, make_runtime: MakeRuntime) -> None:
         """cancel() ends a suspended turn (closing its request) and a queued one; twice is ok."""
@@ -372,6 +394,7 @@ class TestCancel:
             session.cancel("turn_nope")
 
 
+@pytest.mark.parametrize("door", DOORS, indirect=True)
 class TestReconcileValidation:
     def test_reconcile_needs_the_exact_set_and_a_reason(self, make_runtime: MakeRuntime) -> None:
         """reconcile() refuses a partial or extra key set, a missing reason, bad outcomes."""

@@ -14,9 +14,18 @@ import agentnb as nb
 from agentnb.live import LiveEvent
 from agentnb.projections.state import INSIDE_A_STEP, SessionState
 from agentnb.runtime.engine import LINGER
+from tests.remote import DOORS, through_doors
 from tests.runtime.helpers import WAIT, Gate, event_types, events_of, gated_script
 
 MakeRuntime = Callable[..., nb.Runtime]
+
+
+@pytest.fixture
+def make_runtime(
+    make_runtime: MakeRuntime, door: str, request: pytest.FixtureRequest
+) -> MakeRuntime:
+    """The runtime, with sessions reached through the parametrized door (local or remote)."""
+    return through_doors(make_runtime, request)
 
 
 def _normalise(events: list[nb.Event]) -> list[tuple[str, Any]]:
@@ -48,6 +57,7 @@ def lookup_price(plan: str) -> str:
 
 
 class TestSubmit:
+    @pytest.mark.parametrize("door", DOORS, indirect=True)
     def test_submit_returns_before_the_model_is_called(self, make_runtime: MakeRuntime) -> None:
         """submit() returns a queued receipt (run_id None) before any model call happens."""
         gate = Gate()
@@ -64,6 +74,7 @@ class TestSubmit:
         assert outcome.output == "done"
         assert outcome.turn_id == receipt.turn_id
 
+    @pytest.mark.parametrize("door", DOORS, indirect=True)
     def test_transcript_holds_user_assistant_and_tool_messages_in_order(
         self, make_runtime: MakeRuntime
     ) -> None:
@@ -80,6 +91,7 @@ class TestSubmit:
         assert messages[3].text == "Pro costs $10."
         assert session.transcript().as_of_seq == session.log.head()
 
+    @pytest.mark.parametrize("door", DOORS, indirect=True)
     def test_await_receipt_works_from_asyncio(self, make_runtime: MakeRuntime) -> None:
         """A receipt is awaitable, so async code can wait without blocking its loop."""
         session = make_runtime(nb.ScriptedModel(["hi"])).session("s1")
@@ -89,6 +101,7 @@ class TestSubmit:
 
         assert asyncio.run(main()).output == "hi"
 
+    @pytest.mark.parametrize("door", DOORS, indirect=True)
     def test_empty_or_non_text_input_is_refused(self, make_runtime: MakeRuntime) -> None:
         """Empty, blank or non-string input raises InvalidInput and writes nothing."""
         session = make_runtime(nb.ScriptedModel(["x"])).session("s1")
@@ -98,6 +111,7 @@ class TestSubmit:
         assert session.inbox.head() == 0
         assert session.log.head() == 0
 
+    @pytest.mark.parametrize("door", DOORS, indirect=True)
     def test_wait_times_out_without_side_effects(self, make_runtime: MakeRuntime) -> None:
         """wait(timeout) raises TimeoutError and leaves the turn running."""
         gate = Gate()
@@ -138,6 +152,7 @@ class TestDriverWakeups:
 
 
 class TestQueue:
+    @pytest.mark.parametrize("door", DOORS, indirect=True)
     def test_second_submit_while_busy_is_queued_and_runs_after(
         self, make_runtime: MakeRuntime
     ) -> None:
@@ -163,6 +178,7 @@ class TestQueue:
         starts = [e.turn_id for e in events_of(session, "turn/start")]
         assert starts == [first.turn_id, second.turn_id]
 
+    @pytest.mark.parametrize("door", DOORS, indirect=True)
     def test_each_turn_gets_its_own_run(self, make_runtime: MakeRuntime) -> None:
         """Every dispatch starts a new run id; run ids of two turns differ."""
         session = make_runtime(nb.ScriptedModel(["a", "b"])).session("s1")
@@ -174,6 +190,7 @@ class TestQueue:
 
 
 class TestIdempotency:
+    @pytest.mark.parametrize("door", DOORS, indirect=True)
     def test_same_key_same_input_returns_the_same_receipt(self, make_runtime: MakeRuntime) -> None:
         """A retried submit with the same key and input returns the original receipt (its
         command and turn; status and run as they stand by then)."""
@@ -184,6 +201,7 @@ class TestIdempotency:
         first.wait(timeout=WAIT)
         assert len(session.tasks()) == 1
 
+    @pytest.mark.parametrize("door", DOORS, indirect=True)
     def test_same_key_other_input_conflicts(self, make_runtime: MakeRuntime) -> None:
         """The same key with different input raises IdempotencyConflict and queues nothing."""
         session = make_runtime(nb.ScriptedModel(["a"])).session("s1")
@@ -194,6 +212,7 @@ class TestIdempotency:
 
 
 class TestSteer:
+    @pytest.mark.parametrize("door", DOORS, indirect=True)
     def test_steer_changes_the_next_model_request(self, make_runtime: MakeRuntime) -> None:
         """Steering accepted during a tool call is in the next request/prepared and request."""
         gate = Gate()
@@ -219,6 +238,7 @@ class TestSteer:
         applied = [i for e in events_of(session, "input/applied") for i in e.payload["input_ids"]]
         assert applied.count(steer.input_id) == 1
 
+    @pytest.mark.parametrize("door", DOORS, indirect=True)
     def test_steer_of_a_finished_task_raises_not_running(self, make_runtime: MakeRuntime) -> None:
         """Steering a task that already finished is refused with NotRunning."""
         session = make_runtime(nb.ScriptedModel(["done"])).session("s1")
@@ -229,6 +249,7 @@ class TestSteer:
         with pytest.raises(nb.NotRunning):
             session.steer("nothing runs")
 
+    @pytest.mark.parametrize("door", DOORS, indirect=True)
     def test_steer_during_the_final_model_call_gets_one_more_step(
         self, make_runtime: MakeRuntime
     ) -> None:
@@ -247,6 +268,7 @@ class TestSteer:
         assert runs == {outcome.run_id}
         assert "also mention the price" in [m.text for m in model.requests[1]]
 
+    @pytest.mark.parametrize("door", DOORS, indirect=True)
     def test_steer_of_another_task_is_refused(self, make_runtime: MakeRuntime) -> None:
         """steer(task=...) naming a turn that is not running raises NotRunning."""
         gate = Gate()
@@ -502,6 +524,7 @@ class TestHandOver:
 
 
 class TestInject:
+    @pytest.mark.parametrize("door", DOORS, indirect=True)
     def test_inject_while_idle_starts_nothing(self, make_runtime: MakeRuntime) -> None:
         """inject() only writes to the inbox: the execution log does not move."""
         model = nb.ScriptedModel(["ok"])
@@ -513,6 +536,7 @@ class TestInject:
         assert session.log.head() == head
         assert model.calls == 1
 
+    @pytest.mark.parametrize("door", DOORS, indirect=True)
     def test_injected_material_is_seen_exactly_once_across_restarts(
         self, make_runtime: MakeRuntime
     ) -> None:
@@ -533,6 +557,7 @@ class TestInject:
 
 
 class TestSend:
+    @pytest.mark.parametrize("door", DOORS, indirect=True)
     def test_send_starts_then_steers_then_starts_a_new_turn(
         self, make_runtime: MakeRuntime
     ) -> None:
@@ -554,6 +579,7 @@ class TestSend:
         assert third.turn_id != first.turn_id
         assert third.wait(timeout=WAIT).output == "b"
 
+    @pytest.mark.parametrize("door", DOORS, indirect=True)
     def test_send_while_busy_with_a_queue_says_queued(self, make_runtime: MakeRuntime) -> None:
         """send() after a queued submit queues too (it cannot steer a queued turn)."""
         gate = Gate()
@@ -569,6 +595,7 @@ class TestSend:
 
 
 class TestRestart:
+    @pytest.mark.parametrize("door", DOORS, indirect=True)
     def test_rebuilt_runtime_shows_the_same_conversation_without_model_calls(
         self, make_runtime: MakeRuntime
     ) -> None:
@@ -593,6 +620,7 @@ class TestRestart:
         assert second.all_keys(user_id="alice") == [s2.key]
         assert second.all_keys(user_id="bob") == []
 
+    @pytest.mark.parametrize("door", DOORS, indirect=True)
     def test_open_of_an_unknown_session_raises(self, make_runtime: MakeRuntime) -> None:
         """runtime.open() never creates: an unknown id raises SessionNotFound."""
         runtime = make_runtime(nb.ScriptedModel([]))
@@ -600,6 +628,7 @@ class TestRestart:
             runtime.open("nope")
         assert runtime.sessions() == []
 
+    @pytest.mark.parametrize("door", DOORS, indirect=True)
     def test_same_session_run_twice_gives_the_same_log(self, make_runtime: MakeRuntime) -> None:
         """Deterministic: one script, two sessions -> same event types, payloads and order."""
 
@@ -618,6 +647,7 @@ class TestRestart:
 
 
 class TestFailures:
+    @pytest.mark.parametrize("door", DOORS, indirect=True)
     def test_model_error_fails_the_turn_and_parks_the_queue(
         self, make_runtime: MakeRuntime
     ) -> None:
@@ -641,6 +671,7 @@ class TestFailures:
         assert parked.value.blocking_status == "failed"
         assert [t.status for t in session.tasks()] == ["failed", "queued"]
 
+    @pytest.mark.parametrize("door", DOORS, indirect=True)
     def test_retryable_model_error_is_retried(self, make_runtime: MakeRuntime) -> None:
         """A transient model error is recorded as model/retry and the call is made again."""
         model = nb.ScriptedModel([nb.ModelError("429", retryable=True), "ok"])
@@ -649,6 +680,7 @@ class TestFailures:
         assert len(events_of(session, "model/retry")) == 1
         assert len(events_of(session, "model/dispatch")) == 2
 
+    @pytest.mark.parametrize("door", DOORS, indirect=True)
     def test_tool_exception_becomes_an_error_result(self, make_runtime: MakeRuntime) -> None:
         """A tool that raises gives the model an error result; the turn goes on."""
 
@@ -665,6 +697,7 @@ class TestFailures:
         assert "no such record" in result["output"]
         assert "no such record" in model.requests[1][-1].text
 
+    @pytest.mark.parametrize("door", DOORS, indirect=True)
     def test_invalid_arguments_become_an_error_result(self, make_runtime: MakeRuntime) -> None:
         """Arguments that do not fit the tool never run it; the model sees what was wrong."""
         model = nb.ScriptedModel(
@@ -681,6 +714,7 @@ class TestFailures:
         assert "no_such_tool" in results[1]["output"]
         assert events_of(session, "tool/dispatch") == []
 
+    @pytest.mark.parametrize("door", DOORS, indirect=True)
     def test_step_limit_fails_the_turn(self, make_runtime: MakeRuntime) -> None:
         """A model that never stops calling tools is failed after max_steps with the reason."""
         model = nb.ScriptedModel(lambda messages: nb.ToolCall("lookup_price", {"plan": "pro"}))
@@ -690,6 +724,7 @@ class TestFailures:
         assert "max_steps=3" in (outcome.error or "")
         assert model.calls == 3
 
+    @pytest.mark.parametrize("door", DOORS, indirect=True)
     def test_script_that_runs_out_fails_clearly(self, make_runtime: MakeRuntime) -> None:
         """A scripted model without replies left fails the turn with a clear error."""
         session = make_runtime(nb.ScriptedModel([])).session("s1")

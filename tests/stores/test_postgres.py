@@ -239,6 +239,7 @@ class TestSchema:
             clock.advance(1)
             store.delete_session(k, by="ops")
         store.close()
+        sql(pg_url, "DROP TABLE agentnb.tokens")  # version 4
         sql(pg_url, "DROP TABLE agentnb.tombstone_marks")
         sql(pg_url, "DROP INDEX agentnb.sessions_deleted")
         sql(pg_url, "ALTER TABLE agentnb.sessions DROP COLUMN archived_at, DROP COLUMN deleted_seq")
@@ -251,6 +252,23 @@ class TestSchema:
             store.set_archived(keys[1])
             assert [r.key for r in store.find_sessions()] == [keys[3]]
             assert store.delete_session(keys[3], by="ops").seq == 3
+        finally:
+            store.close()
+        assert sql(pg_url, "SELECT max(version) FROM agentnb.migrations") == [(SCHEMA_VERSION,)]
+
+    def test_version_3_database_gains_the_token_table(self, pg_url: str) -> None:
+        """A database at schema 3 gains the token table at open, keeping its sessions."""
+        store = PostgresStore(pg_url)
+        key = child_key("s1")
+        store.create_session(key)
+        store.close()
+        sql(pg_url, "DROP TABLE agentnb.tokens")
+        sql(pg_url, "DELETE FROM agentnb.migrations WHERE version > 3")
+        store = PostgresStore(pg_url)
+        try:
+            assert store.get_session(key) is not None
+            store.add_token("tok_a", "alice", "a" * 64)
+            assert [t.token_id for t in store.list_tokens()] == ["tok_a"]
         finally:
             store.close()
         assert sql(pg_url, "SELECT max(version) FROM agentnb.migrations") == [(SCHEMA_VERSION,)]

@@ -358,6 +358,24 @@ class TestFiles:
         )
         conn.close()
 
+    def test_store_without_token_table_gains_it(self, path: Path) -> None:
+        """A store written before the service existed gains the token table at open,
+        keeping its format and its sessions."""
+        store = SQLiteStore(path)
+        key = session_key("s1")
+        store.create_session(key)
+        store.close()
+        conn = _raw(path)
+        conn.execute("DROP TABLE tokens")
+        conn.close()
+        store = SQLiteStore(path)
+        try:
+            assert store.get_session(key) is not None
+            store.add_token("tok_a", "alice", "a" * 64)
+            assert [t.token_id for t in store.list_tokens()] == ["tok_a"]
+        finally:
+            store.close()
+
     def test_format_4_store_is_migrated_in_place(self, path: Path) -> None:
         """A format-4 store gets the listing key: the listing keeps its order, its old
         indexes are gone, and it is then format 5, where the listing goes on."""

@@ -14,6 +14,7 @@ from agentnb.projections.chat import ChatItem
 from agentnb.records import Interaction, Task
 from agentnb.widgets import SessionView
 from agentnb.widgets import view as view_module
+from tests.remote import DOORS, through_doors
 from tests.widgets.helpers import WAIT, PausingModel, committed, text_pieces, until
 
 MakeRuntime = Callable[..., nb.Runtime]
@@ -72,6 +73,15 @@ class Spy:
 
 
 @pytest.fixture
+def make_runtime(
+    make_runtime: MakeRuntime, door: str, request: pytest.FixtureRequest
+) -> MakeRuntime:
+    """The runtime, with sessions (and so views) reached through the door: a SessionView of a
+    RemoteSession works as one of a local Session."""
+    return through_doors(make_runtime, request)
+
+
+@pytest.fixture
 def views() -> Iterator[list[SessionView]]:
     """Views made by a test are closed after it."""
     made: list[SessionView] = []
@@ -97,6 +107,7 @@ def _suspended(make_runtime: MakeRuntime, *replies: Any) -> nb.Session:
 
 
 class TestSubmit:
+    @pytest.mark.parametrize("door", DOORS, indirect=True)
     def test_submit_button_submits_the_input_and_shows_the_reply(
         self, make_runtime: MakeRuntime, views: list[SessionView]
     ) -> None:
@@ -112,6 +123,7 @@ class TestSubmit:
         until(lambda: "Hello from the agent." in transcript_text(view), what="the reply")
         until(lambda: "completed" in view.tasks.value, what="the task to complete")
 
+    @pytest.mark.parametrize("door", DOORS, indirect=True)
     def test_streamed_text_appears_before_the_reply_completes(
         self, make_runtime: MakeRuntime, views: list[SessionView]
     ) -> None:
@@ -134,6 +146,7 @@ class TestSubmit:
 
 
 class TestRequests:
+    @pytest.mark.parametrize("door", DOORS, indirect=True)
     def test_approve_calls_respond_true_and_the_task_completes(
         self, make_runtime: MakeRuntime, views: list[SessionView]
     ) -> None:
@@ -151,6 +164,7 @@ class TestRequests:
         until(lambda: "completed" in view.tasks.value, what="the task to complete")
         assert "create_order \u00b7 success" in transcript_text(view)
 
+    @pytest.mark.parametrize("door", DOORS, indirect=True)
     def test_reject_sends_the_reason(
         self, make_runtime: MakeRuntime, views: list[SessionView]
     ) -> None:
@@ -165,6 +179,7 @@ class TestRequests:
         until(lambda: "create_order \u00b7 denied" in transcript_text(view), what="denied card")
         assert "over budget" in transcript_text(view)
 
+    @pytest.mark.parametrize("door", DOORS, indirect=True)
     def test_reject_without_a_reason_answers_false(
         self, make_runtime: MakeRuntime, views: list[SessionView]
     ) -> None:
@@ -176,6 +191,7 @@ class TestRequests:
         one(view.requests, "agentnb-reject").click()
         assert spy.calls == [(request_id, False)]
 
+    @pytest.mark.parametrize("door", DOORS, indirect=True)
     def test_answer_box_answers_a_question(
         self, make_runtime: MakeRuntime, views: list[SessionView]
     ) -> None:
@@ -195,6 +211,7 @@ class TestRequests:
 
 
 class TestRunningTask:
+    @pytest.mark.parametrize("door", DOORS, indirect=True)
     def test_buttons_that_do_not_apply_are_disabled(
         self, make_runtime: MakeRuntime, views: list[SessionView]
     ) -> None:
@@ -207,6 +224,7 @@ class TestRunningTask:
         assert not view.inject_button.disabled
         assert "Ready for a task" in view.status.value
 
+    @pytest.mark.parametrize("door", DOORS, indirect=True)
     def test_steer_while_running(self, make_runtime: MakeRuntime, views: list[SessionView]) -> None:
         """While a run streams, Steer is enabled and calls session.steer(text)."""
         model = PausingModel([text_pieces("Working on it."), text_pieces("Focused.")], {0: 2})
@@ -228,6 +246,7 @@ class TestRunningTask:
         assert "steer</span>focus on cost" in transcript_text(view)
         until(lambda: view.steer_button.disabled, what="Steer to be disabled again")
 
+    @pytest.mark.parametrize("door", DOORS, indirect=True)
     def test_inject_calls_inject(self, make_runtime: MakeRuntime, views: list[SessionView]) -> None:
         """Inject calls session.inject(text); the material joins the next run."""
         session = make_runtime(nb.ScriptedModel(["Noted."])).session("s1")
@@ -239,6 +258,7 @@ class TestRunningTask:
         view.submit("go")
         until(lambda: "material</span>Budget is $50." in transcript_text(view), what="material")
 
+    @pytest.mark.parametrize("door", DOORS, indirect=True)
     def test_interrupt_then_resume(
         self, make_runtime: MakeRuntime, views: list[SessionView]
     ) -> None:
@@ -252,7 +272,7 @@ class TestRunningTask:
         receipt = view.submit("work")
         until(model.paused.is_set, what="the model to pause")
         until(lambda: not view.interrupt_button.disabled, what="Interrupt to be enabled")
-        run_id = session._refresh()[0].active_run
+        (run_id,) = session.inspect().active_runs
         view.interrupt_button.click()
         assert interrupts.calls == [(run_id,)]
         model.release()
@@ -328,6 +348,7 @@ class TestWords:
 
 
 class TestErrors:
+    @pytest.mark.parametrize("door", DOORS, indirect=True)
     def test_empty_submit_shows_invalid_input(
         self, make_runtime: MakeRuntime, views: list[SessionView]
     ) -> None:
@@ -340,6 +361,7 @@ class TestErrors:
         view.submit_button.click()
         assert view.error.value == ""
 
+    @pytest.mark.parametrize("door", DOORS, indirect=True)
     def test_steering_a_finished_task_shows_not_running(
         self, make_runtime: MakeRuntime, views: list[SessionView]
     ) -> None:
@@ -350,6 +372,7 @@ class TestErrors:
         assert view.steer("too late") is None
         assert "nothing is running now" in view.error.value
 
+    @pytest.mark.parametrize("door", DOORS, indirect=True)
     def test_interrupting_a_stale_run_shows_not_running(
         self, make_runtime: MakeRuntime, views: list[SessionView]
     ) -> None:
@@ -366,6 +389,7 @@ class TestErrors:
         view.interrupt_button.click()
         assert "nothing is running" in (view.error.value + view.notice.value).lower()
 
+    @pytest.mark.parametrize("door", DOORS, indirect=True)
     def test_resume_of_a_completed_task_shows_cannot_resume(
         self, make_runtime: MakeRuntime, views: list[SessionView]
     ) -> None:
@@ -377,6 +401,7 @@ class TestErrors:
         assert view.error.value.count("Resume: ") == 1
         assert "CannotResume" not in view.error.value
 
+    @pytest.mark.parametrize("door", DOORS, indirect=True)
     def test_approving_an_answered_request_shows_invalid_answer(
         self, make_runtime: MakeRuntime, views: list[SessionView]
     ) -> None:

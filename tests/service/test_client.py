@@ -1,0 +1,179 @@
+"""The remote client against ``agentnb serve``: the records ``Session`` returns, rebuilt;
+the same typed errors, rebuilt with their data; follows that end when told to; and live
+notifications from the stream."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from datetime import datetime
+
+import pytest
+
+import agentnb as nb
+from agentnb.live import LiveEvent
+from agentnb.projections.chat import ChatItem
+from tests.service.conftest import Service
+from tests.service.helpers import WAIT
+
+_n = iter(range(1, 10_000))
+
+
+@pytest.fixture
+def remote(service: Service) -> nb.RemoteRuntime:
+    runtime = nb.connect(service.url, service.alice)
+    yield runtime
+    runtime.close()
+
+
+@pytest.fixture
+def session(remote: nb.RemoteRuntime) -> nb.RemoteSession:
+    return remote.session(f"c{next(_n)}")
+
+
+class TestRecords:
+    def test_receipt_waits_and_awaits(self, session: nb.RemoteSession) -> None:
+        """A remote receipt is a Receipt: wait() and await give the Outcome."""
+        receipt = session.submit("hello")
+        assert isinstance(receipt, nb.Receipt)
+        outcome = receipt.wait(timeout=WAIT)
+        assert isinstance(outcome, nb.Outcome)
+        assert outcome.output == "You said: hello"
+        assert isinstance(outcome.usage, nb.UsageTotals)
+        again = session.submit("again")
+        assert asyncio.run(_await(again)).output == "You said: again"
+
+    def test_reads_are_the_session_records(self, session: nb.RemoteSession) -> None:
+        """tasks, snapshot, transcript, inspect, history and the log give Session's records."""
+        session.run("hello", timeout=WAIT)
+        (task,) = session.tasks()
+        assert isinstance(task, nb.Task)
+        assert isinstance(task.created_at, datetime)
+        assert session.task(task.turn_id) == task
+        snap = session.snapshot()
+        assert isinstance(snap, nb.ChatSnapshot)
+        assert all(isinstance(i, ChatItem) for i in snap.items)
+        assert [m.role for m in snap.messages][-1] == "assistant"
+        assert snap.cursor == session.log.head()
+        assert session.transcript().messages == tuple(snap.messages)
+        inspection = session.inspect()
+        assert isinstance(inspection, nb.Inspection)
+        assert inspection.as_of_seq == snap.cursor
+        assert (inspection.context_tokens or 0) > 0
+        pages = list(session.history_pages(limit=1))
+        assert [m.id for p in pages for m in p.messages] == [m.id for m in snap.messages]
+        events = list(session.log.scan())
+        assert all(isinstance(e, nb.Event) for e in events)
+        assert [e.seq for e in events] == list(range(1, snap.cursor + 1))
+
+    def test_listing_and_lifecycle(self, remote: nb.RemoteRuntime) -> None:
+        """sessions() lists SessionInfo records; update, archive and delete go through."""
+        session = remote.session("c-life")
+        session.update(title="A plan", labels={"team": "fin"})
+        infos = remote.sessions(labels={"team": "fin"})
+        assert [i.key.session_id for i in infos] == ["c-life"]
+        assert isinstance(infos[0], nb.SessionInfo)
+        assert infos[0].title == "A plan"
+        assert session.archive().archived
+        assert remote.sessions(labels={"team": "fin"}) == []
+        assert not session.unarchive().archived
+        tombstone = session.delete(reason="done")
+        assert tombstone.reason == "done"
+        with pytest.raises(nb.SessionDeleted):
+            remote.open("c-life")
+
+
+class TestErrors:
+    def test_parked_carries_the_blocking_turn(self, session: nb.RemoteSession) -> None:
+        """Waiting on a task queued behind a suspended turn raises Parked naming that turn."""
+        blocking = session.run("order pen 1", timeout=WAIT)
+        assert blocking.status == "suspended"
+        queued = session.submit("after it")
+        with pytest.raises(nb.Parked) as caught:
+            queued.wait(timeout=WAIT)
+        assert caught.value.blocking_turn == blocking.turn_id
+        assert caught.value.turn_id == queued.turn_id
+        assert caught.value.blocking_status == "suspended"
+
+    def test_typed_errors_come_back(
+        self, remote: nb.RemoteRuntime, session: nb.RemoteSession
+    ) -> None:
+        """The service's refusals raise agentnb's own exception classes here."""
+        receipt = session.submit("hi", key="same")
+        with pytest.raises(nb.IdempotencyConflict):
+            session.submit("other", key="same")
+        session.wait(receipt, timeout=WAIT)
+        with pytest.raises(nb.NotRunning):
+            session.steer("too late")
+        with pytest.raises(nb.CannotResume):
+            session.resume(receipt.turn_id)
+        with pytest.raises(nb.InvalidAnswer):
+            session.respond("req_nope", True)
+        with pytest.raises(nb.InvalidInput):
+            session.submit("")
+        with pytest.raises(nb.SessionNotFound):
+            remote.open("never-made")
+        with pytest.raises(nb.InvalidInput, match="acts for user 'alice'"):
+            remote.session("x", user_id="bob")
+
+    def test_refused_token_and_unreachable_service(self, service: Service) -> None:
+        """A wrong token raises Unauthorized; a service that is not there, StorageError."""
+        forged = "tok_0000000000000000." + "A" * 43
+        with nb.connect(service.url, forged) as remote, pytest.raises(nb.Unauthorized):
+            remote.sessions()
+        with (
+            nb.connect("http://127.0.0.1:9", timeout=2) as remote,
+            pytest.raises(nb.StorageError, match="cannot reach"),
+        ):
+            remote.sessions()
+
+
+class TestFollow:
+    def test_idle_timeout_ends_the_follow(self, session: nb.RemoteSession) -> None:
+        """A follow with idle_timeout ends once nothing was committed for that long."""
+        session.run("hello", timeout=WAIT)
+        events = list(session.log.follow(after=0, idle_timeout=0.5))
+        assert [e.seq for e in events] == list(range(1, session.log.head() + 1))
+
+    def test_close_from_another_thread_ends_a_waiting_follow(
+        self, session: nb.RemoteSession
+    ) -> None:
+        """close() ends a follow blocked waiting for the next commit."""
+        follow = session.log.follow(after=session.log.head())
+        got: list[nb.Event] = []
+        reader = threading.Thread(target=lambda: got.extend(follow), daemon=True)
+        reader.start()
+        threading.Timer(0.3, follow.close).start()
+        reader.join(WAIT)
+        assert not reader.is_alive()
+        assert got == []
+
+    def test_async_follow(self, session: nb.RemoteSession) -> None:
+        """async for over a follow yields the same events."""
+        session.run("hello", timeout=WAIT)
+
+        async def collect() -> list[int]:
+            return [e.seq async for e in session.log.follow(after=0, idle_timeout=0.5)]
+
+        assert asyncio.run(collect()) == list(range(1, session.log.head() + 1))
+
+    def test_live_events_bring_chunks_before_commits(self, session: nb.RemoteSession) -> None:
+        """events() gives the stream's live chunks and commit notices as LiveEvents."""
+        subscription = session.events()
+        try:
+            session.run("long 20", timeout=WAIT)
+            kinds = []
+            while (item := subscription.get(timeout=2)) is not None:
+                if isinstance(item, LiveEvent):
+                    kinds.append(item.kind)
+                if "committed" in kinds and "model/chunk" in kinds:
+                    break
+        finally:
+            subscription.close()
+            session.close()
+        assert "model/chunk" in kinds
+        assert "committed" in kinds
+
+
+async def _await(receipt: nb.Receipt) -> nb.Outcome:
+    return await receipt
