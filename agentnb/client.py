@@ -50,6 +50,7 @@ from agentnb.records import (
     Inspection,
     Interaction,
     Outcome,
+    PermissionRule,
     Receipt,
     SessionInfo,
     Task,
@@ -748,12 +749,22 @@ class RemoteSession:
 
     def tasks(self, limit: int | None = None, before: str | None = None) -> list[Task]:
         data = self._call("GET", "/tasks", params={"limit": limit, "before": before})
-        return [wire.load(Task, t) for t in data]
+        return [wire.load(Task, t, _session=self) for t in data]
 
     def task(self, command_id: str) -> Task:
-        """The task a turn id names (``Session.task``)."""
+        """The task a submit's command id or a turn id names (``Session.task``);
+        ``task.wait()`` observes the whole turn."""
         check_id(command_id, "command_id")
-        return wire.load(Task, self._call("GET", f"/turns/{_seg(command_id)}"))
+        return wire.load(Task, self._call("GET", f"/turns/{_seg(command_id)}"), _session=self)
+
+    def permissions(self) -> list[PermissionRule]:
+        """The permission rules in force for this session's calls (``Session.permissions``)."""
+        return [wire.load(PermissionRule, r) for r in self._call("GET", "/permissions")]
+
+    def revoke(self, rule_id: str) -> None:
+        """Remove a permission rule (``Session.revoke``)."""
+        check_id(rule_id, "rule_id")
+        self._call("DELETE", f"/permissions/{_seg(rule_id)}")
 
     def pending(self) -> dict[str, Interaction]:
         """Open requests, its sub-agents' too (each with its ``path`` and ``session``):
@@ -848,9 +859,12 @@ class RemoteSession:
         data = self._call("POST", "/interrupt", json_body={"run_id": run_id})
         return bool(data["interrupted"])
 
-    def resume(self, turn_id: str) -> Receipt:
+    def resume(self, turn_id: str, *, uncertain: str = "refuse") -> Receipt:
+        """Continue the turn in a new run (``Session.resume``); ``uncertain="unknown"``
+        records calls whose outcome is unknown as such and goes on."""
         check_id(turn_id, "turn_id")
-        return self._receipt(self._call("POST", f"/turns/{_seg(turn_id)}/resume"))
+        body = {"uncertain": uncertain}
+        return self._receipt(self._call("POST", f"/turns/{_seg(turn_id)}/resume", json_body=body))
 
     def cancel(self, turn_id: str, timeout: float = 30.0) -> None:
         check_id(turn_id, "turn_id")
@@ -878,12 +892,21 @@ class RemoteSession:
 
     # -- waiting -------------------------------------------------------------------------------
 
-    def wait(self, receipt: Receipt, timeout: float | None = None) -> Outcome:
-        """Block until the receipt's turn settles (``Session.wait``); observes only."""
-        if not isinstance(receipt, Receipt):
-            raise InvalidInput(f"wait() takes a Receipt, got {type(receipt).__name__}")
+    def wait(self, receipt: Receipt | Task, timeout: float | None = None) -> Outcome:
+        """Block until what ``receipt`` observes settles (``Session.wait``): a receipt its
+        command's run, a task its whole turn. Observes only."""
+        if not isinstance(receipt, Receipt | Task):
+            raise InvalidInput(f"wait() takes a Receipt or a Task, got {type(receipt).__name__}")
         deadline = None if timeout is None else time.monotonic() + timeout
-        body = wire.dump(receipt)
+        body = (
+            wire.dump(receipt)
+            if isinstance(receipt, Receipt)
+            else {
+                "command_id": receipt.command_id or receipt.turn_id,
+                "turn_id": receipt.turn_id,
+                "whole_turn": True,
+            }
+        )
         while True:
             left = WAIT_SLICE if deadline is None else deadline - time.monotonic()
             if left <= 0:

@@ -288,6 +288,7 @@ class TestDelegation:
         assert child.error
         assert child.error in result.payload["output"]
 
+    @pytest.mark.parametrize("door", DOORS, indirect=True)
     def test_a_subagent_call_names_its_attempt_and_its_failed_child_keeps_the_traceback(
         self, runtimes: Callable[..., nb.Runtime]
     ) -> None:
@@ -503,6 +504,7 @@ class TestPeople:
         ]
         assert len(wakes) == 1  # the routed answer's and the child driver's are one record
 
+    @pytest.mark.parametrize("door", DOORS, indirect=True)
     def test_receipts_observe_their_runs_and_the_task_the_whole_turn(
         self, runtimes: Callable[..., nb.Runtime]
     ) -> None:
@@ -519,6 +521,7 @@ class TestPeople:
         again = submitted.wait(WAIT)
         assert (again.status, again.run_id) == ("suspended", session.tasks()[-1].run_ids[0])
 
+    @pytest.mark.parametrize("door", DOORS, indirect=True)
     def test_a_childs_answer_that_starts_no_run_reports_the_parents_run_as_it_stands(
         self, runtimes: Callable[..., nb.Runtime]
     ) -> None:
@@ -588,6 +591,7 @@ class TestPeople:
         (mid,) = session.children()
         assert mid.output == "bought it"
 
+    @pytest.mark.parametrize("door", DOORS, indirect=True)
     def test_a_rule_remembered_through_the_parent_covers_the_next_child(
         self, runtimes: Callable[..., nb.Runtime]
     ) -> None:
@@ -711,6 +715,7 @@ class TestStopping:
         row = calls[calls["tool_name"] == "worker"].iloc[0]
         assert (row["status"], bool(row["uncertain"])) == ("waiting", False)
 
+    @pytest.mark.parametrize("door", DOORS, indirect=True)
     def test_a_subagent_call_is_running_while_its_run_waits_and_never_uncertain(
         self, runtimes: Callable[..., nb.Runtime]
     ) -> None:
@@ -729,6 +734,7 @@ class TestStopping:
         after = session.inspect()
         assert (after.running_tool_calls, after.uncertain_tool_calls) == ((), ())
 
+    @pytest.mark.parametrize("door", DOORS, indirect=True)
     def test_resuming_with_uncertain_unknown_attaches_to_the_child_again(
         self, runtimes: Callable[..., nb.Runtime]
     ) -> None:

@@ -20,7 +20,16 @@ from agentnb.events import Message, PlanItem
 from agentnb.history import HistoryPage
 from agentnb.ids import new_id
 from agentnb.projections.chat import ChatItem
-from agentnb.records import Child, Inspection, Interaction, Outcome, Receipt, SessionInfo, Task
+from agentnb.records import (
+    Child,
+    Inspection,
+    Interaction,
+    Outcome,
+    PermissionRule,
+    Receipt,
+    SessionInfo,
+    Task,
+)
 from agentnb.runtime.runtime import Runtime, session_info
 from agentnb.server.auth import (
     SESSION,
@@ -55,6 +64,7 @@ TombstoneModel = wire.model_of(Tombstone)
 OutcomeModel = wire.model_of(Outcome)
 ChatItemModel = wire.model_of(ChatItem)
 ChildModel = wire.model_of(Child)
+PermissionRuleModel = wire.model_of(PermissionRule)
 WAITS = anyio.CapacityLimiter(64)
 """Threads that may hold ``/wait`` requests at once (apart from the pool other routes use)."""
 
@@ -143,6 +153,10 @@ class WaitRequest(BaseModel):
     status: str = "queued"
     disposition: str | None = None
     timeout: float = Field(default=WAIT_LIMIT, gt=0, le=WAIT_LIMIT)
+    whole_turn: bool = Field(
+        default=False,
+        description="observe the whole turn (Task.wait) instead of the command's run",
+    )
 
 
 class WaitResult(BaseModel):
@@ -436,6 +450,26 @@ def children(
     return wire.dump(open_session(request, session_id, principal).children(turn_id))
 
 
+@router.get(
+    f"{SESSION}/permissions",
+    response_model=list[PermissionRuleModel],  # type: ignore[valid-type]
+)
+def permissions(request: Request, session_id: SessionId, principal: User) -> Any:
+    """``session.permissions()``: the permission rules in force for the session's calls."""
+    return wire.dump(open_session(request, session_id, principal).permissions())
+
+
+@router.delete(
+    SESSION + "/permissions/{rule_id}",
+    status_code=204,
+    response_class=Response,
+)
+def revoke(request: Request, session_id: SessionId, rule_id: str, principal: User) -> Response:
+    """``session.revoke(rule_id)``: calls the rule allowed ask again from now on."""
+    open_session(request, session_id, principal).revoke(rule_id)
+    return Response(status_code=204)
+
+
 @router.get(f"{SESSION}/plan", response_model=list[PlanItem])
 def plan(request: Request, session_id: SessionId, principal: User) -> Any:
     """``session.plan()``: the plan the model keeps with the built-in ``todo`` tool."""
@@ -445,14 +479,18 @@ def plan(request: Request, session_id: SessionId, principal: User) -> Any:
 @router.post(f"{SESSION}/wait", response_model=WaitResult)
 async def wait(request: Request, session_id: SessionId, principal: User, body: WaitRequest) -> Any:
     """``session.wait(receipt, timeout)``, holding the request at most 30 s: null when the
-    run has not settled by then (ask again). ``Parked`` (409) when it cannot move."""
-    fields = body.model_dump(exclude={"timeout"})
+    run has not settled by then (ask again). With ``whole_turn`` it is ``task.wait()``: the
+    task of ``command_id`` (the submit), through its answers and resumes. ``Parked`` (409)
+    when it cannot move."""
+    fields = body.model_dump(exclude={"timeout", "whole_turn"})
 
     def wait_for() -> Any:
         session = open_session(request, session_id, principal)
-        receipt = wire.load(Receipt, fields)
+        watched: Receipt | Task = (
+            session.task(body.command_id) if body.whole_turn else wire.load(Receipt, fields)
+        )
         try:
-            return {"outcome": wire.dump(session.wait(receipt, body.timeout))}
+            return {"outcome": wire.dump(session.wait(watched, body.timeout))}
         except TimeoutError:
             return {"outcome": None}
 

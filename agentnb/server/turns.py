@@ -65,14 +65,17 @@ class Material(BaseModel):
 
 
 class AnswerModel(BaseModel):
-    """``nb.Answer``: ``approve`` (optionally with ``edited_args``), ``reject`` (with a
-    ``reason``) or ``output`` (``text``)."""
+    """``nb.Answer``: ``approve`` (optionally with ``edited_args``, and ``remember``
+    ``session`` / ``agent`` to record a permission rule, narrowed by ``match``), ``reject``
+    (with a ``reason``) or ``output`` (``text``)."""
 
     model_config = ConfigDict(extra="forbid")
     kind: Literal["approve", "reject", "output"]
     reason: str | None = None
     edited_args: dict[str, Any] | None = None
     text: str | None = None
+    remember: Literal["session", "agent"] | None = None
+    match: dict[str, Any] | None = None
 
 
 class Answers(BaseModel):
@@ -81,6 +84,14 @@ class Answers(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     answers: dict[str, bool | str | AnswerModel]
+
+
+class Resume(BaseModel):
+    """``session.resume(turn_id, uncertain=)``: ``refuse`` (reconcile uncertain calls first)
+    or ``unknown`` (record their outcomes as unknown and go on)."""
+
+    model_config = ConfigDict(extra="forbid")
+    uncertain: Literal["refuse", "unknown"] = "refuse"
 
 
 class Interrupt(BaseModel):
@@ -116,7 +127,9 @@ def answer_of(value: bool | str | AnswerModel) -> object:
     if isinstance(value, bool | str):
         return value
     if value.kind == "approve":
-        return Answer.approve(edited_args=value.edited_args)
+        return Answer.approve(
+            edited_args=value.edited_args, remember=value.remember, match=value.match
+        )
     if value.kind == "reject":
         return Answer.reject(value.reason if value.reason is not None else "")
     if value.text is None:
@@ -165,10 +178,18 @@ def task(request: Request, session_id: SessionId, turn_id: str, principal: User)
     SESSION + "/turns/{turn_id}/resume",
     response_model=ReceiptModel,
     status_code=202,
-    summary="session.resume(turn_id)",
+    summary="session.resume(turn_id, uncertain=)",
 )
-def resume(request: Request, session_id: SessionId, turn_id: str, principal: User) -> Any:
-    return wire.dump(open_session(request, session_id, principal).resume(turn_id))
+def resume(
+    request: Request,
+    session_id: SessionId,
+    turn_id: str,
+    principal: User,
+    body: Resume | None = None,
+) -> Any:
+    uncertain = body.uncertain if body is not None else "refuse"
+    session = open_session(request, session_id, principal)
+    return wire.dump(session.resume(turn_id, uncertain=uncertain))
 
 
 @router.post(

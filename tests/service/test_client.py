@@ -83,6 +83,53 @@ class TestRecords:
             remote.open("c-life")
 
 
+class TestExactReceipts:
+    def test_a_task_observes_the_turn_where_the_receipt_stops(
+        self, session: nb.RemoteSession
+    ) -> None:
+        """The submit's remote receipt stops at the suspension; the task's wait() follows the
+        turn through the answer; the answer's receipt observes the continuation."""
+        first = session.submit("ask your name?")
+        assert first.wait(timeout=WAIT).status == "suspended"
+        task = session.task(first.turn_id)
+        (rid,) = session.pending()
+        answered = session.respond(rid, "Ann")
+        assert task.wait(timeout=WAIT).status == "completed"
+        assert answered.wait(timeout=WAIT).run_id == session.tasks()[-1].run_ids[-1]
+        assert first.wait(timeout=WAIT).status == "suspended"
+
+    def test_permission_rules_are_granted_listed_and_revoked(
+        self, session: nb.RemoteSession
+    ) -> None:
+        """approve(remember="session") through the client records a rule permissions() lists;
+        a later order runs without asking until revoke()."""
+        assert session.run("order pen 2", timeout=WAIT).status == "suspended"
+        (rid,) = session.pending()
+        session.respond(rid, nb.Answer.approve(remember="session")).wait(timeout=WAIT)
+        (rule,) = session.permissions()
+        assert (rule.tool_name, rule.scope) == ("create_order", "session")
+        assert session.run("order cup 1", timeout=WAIT).status == "completed"
+        session.revoke(rule.rule_id)
+        assert session.permissions() == []
+        assert session.run("order mug 1", timeout=WAIT).status == "suspended"
+
+    def test_resume_with_uncertain_unknown_goes_through(self, session: nb.RemoteSession) -> None:
+        """A call cut off mid-run blocks resume(); resume(uncertain="unknown") records it as
+        unknown and the turn completes."""
+        receipt = session.submit("snooze 60")
+        for event in session.log.follow(idle_timeout=WAIT):
+            if event.type == "action/start":
+                break
+        assert session.interrupt()
+        assert receipt.wait(timeout=WAIT).status == "interrupted"
+        with pytest.raises(nb.UncertainToolCalls):
+            session.resume(receipt.turn_id)
+        out = session.resume(receipt.turn_id, uncertain="unknown").wait(timeout=WAIT)
+        assert out.status == "completed"
+        results = [e.payload for e in session.log.scan() if e.type == "tool/result"]
+        assert [r["status"] for r in results] == ["unknown"]
+
+
 class TestErrors:
     def test_parked_carries_the_blocking_turn(self, session: nb.RemoteSession) -> None:
         """Waiting on a task queued behind a suspended turn raises Parked naming that turn."""
