@@ -13,6 +13,7 @@ Screenshots go to ``artifacts/chat-*.png``. Never downloads a browser: it uses
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -105,6 +106,12 @@ def test_chat_page_streams_reloads_approves_and_survives_a_restart(
             page.locator("#input").fill("long 60")
             page.locator("#submit").click()
             expect(items).to_contain_text("long 60", timeout=STEP)
+            # Plain words: the notice names the task by its text, the header by the title
+            # the session takes from its first task; no ids on screen.
+            expect(page.locator("#notice")).to_contain_text("“long 60”")
+            expect(page.locator("#notice")).not_to_contain_text("turn_")
+            expect(page.locator("#title")).to_have_text("long 60", timeout=STEP)
+            expect(page.locator("#cursor")).to_contain_text("event ")
             expect(items.locator(".item-assistant")).to_contain_text("line 3", timeout=STEP)
             partial = items.locator(".item-assistant").last.inner_text()
             assert "line 60" not in partial, "the reply did not stream"
@@ -201,6 +208,12 @@ def test_sub_agent_card_approval_child_chat_plan_and_an_mcp_question(
             expect(request).to_contain_text("create_order")
             expect(page.locator("#children")).to_contain_text("Sub-agents at work")
             expect(page.locator("#status")).to_have_text("suspended", timeout=STEP)
+            # The answer continues the task: Resume waits until the child's request is answered.
+            expect(page.locator("#resume")).to_be_disabled()
+            row = page.locator(".session-row.current")
+            expect(row).to_contain_text("delegate order pen 2", timeout=STEP)
+            expect(row.locator(".small")).to_have_text(re.compile(r"\b1 turn$"), timeout=STEP)
+            expect(card).not_to_contain_text("call_")
             shot(page, "6-subagent-approval")
 
             # Its own chat, inside the card: the child's snapshot, then its stream.

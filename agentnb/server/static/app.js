@@ -32,6 +32,7 @@
     panel: null,
     answered: new Set(), // request ids answered here, until the panel drops them
     searchTimer: null,
+    listTimer: null, // a pending reload of the session list
   };
 
   // -- talking to the service ---------------------------------------------------------------
@@ -68,6 +69,19 @@
   }
 
   const sessionPath = (suffix) => `/v1/sessions/${encodeURIComponent(page.sessionId)}${suffix || ""}`;
+
+  // Words for the notices: a task is named by what the person asked, not by its turn id.
+  const plural = (n, word) => `${n} ${word}${n === 1 ? "" : "s"}`;
+  const quote = (text) => {
+    const line = String(text || "").trim().split("\n")[0];
+    return `“${line.length > 60 ? `${line.slice(0, 59)}…` : line}”`;
+  };
+  function taskName(turnId, fallback) {
+    const tasks = (page.panel && page.panel.tasks) || [];
+    const task = tasks.find((t) => t.turn_id === turnId);
+    if (task && task.input) return quote(task.input);
+    return fallback ? quote(fallback) : "the task";
+  }
 
   function showError(e) {
     $("error").textContent = e ? `${e.type || "Error"}: ${e.message}` : "";
@@ -146,13 +160,30 @@
       const row = el("li", "session-row");
       row.dataset.id = id;
       if (id === page.sessionId) row.classList.add("current");
-      row.append(el("span", "row-title", info.title || id));
+      row.append(el("span", "row-title", info.title || "untitled session"));
+      row.title = id;
       const meta = el("span", "small muted");
-      meta.append(el("span", `badge ${info.status}`, info.status), " ", `${info.counts.turns} turns`);
+      meta.append(el("span", `badge ${info.status}`, info.status), " ", plural(info.counts.turns, "turn"));
       row.append(meta);
       row.addEventListener("click", () => openSession(id));
       list.append(row);
+      if (id === page.sessionId) showTitle(info.title);
     }
+  }
+
+  // The header names the session as the list does: its title, else its first task's first
+  // line (known once a task is submitted, so the list's next load fills it in).
+  function showTitle(title) {
+    const node = $("title");
+    node.textContent = title || "untitled session";
+    node.title = page.sessionId || "";
+  }
+
+  // The list's counts, titles and statuses change with turns: reload it when the open
+  // session's status changes, at most once a second.
+  function refreshSessionsSoon() {
+    if (page.listTimer) return;
+    page.listTimer = setTimeout(() => { page.listTimer = null; loadSessions(); }, 1000);
   }
 
   async function newSession() {
@@ -375,7 +406,7 @@
       snap = await chat.open();
     } catch (e) { showError(e); return; }
     if (!snap || page.chat !== chat) return;
-    $("title").textContent = snap.info.title || id;
+    showTitle(snap.info.title);
     showCursor();
     renderPanel({
       status: snap.status, running: null, resumable: null, parked: null,
@@ -398,7 +429,9 @@
 
   function showCursor() {
     const cursor = page.chat && page.chat.cursor;
-    $("cursor").textContent = cursor ? `@ ${cursor.split(":").pop()}` : "";
+    const node = $("cursor");
+    node.textContent = cursor ? `event ${cursor.split(":").pop()}` : "";
+    node.title = cursor ? "the last event of the session's log shown here; a reload goes on from it" : "";
   }
 
   // -- items ---------------------------------------------------------------------------------
@@ -492,7 +525,8 @@
     toggle.type = "button";
     toggle.addEventListener("click", () => toggleChild(chat, item.id));
     node.append(el("div", "child-tools", null));
-    node.lastChild.append(toggle, " ", el("span", "small muted", (info.child && info.child.session_id) || ""));
+    node.lastChild.append(toggle);
+    if (info.child && info.child.session_id) toggle.title = `the sub-agent's own session: ${info.child.session_id}`;
     node.append(el("div", "child-chat"));
     return node;
   }
@@ -580,7 +614,9 @@
   // -- the panel: status, buttons, requests, tasks --------------------------------------------
 
   function renderPanel(state) {
+    const before = page.panel;
     page.panel = state;
+    if (before && before.status !== state.status) refreshSessionsSoon();
     const status = $("status");
     status.textContent = state.status;
     status.className = `badge ${state.status}`;
@@ -591,7 +627,10 @@
     }
     $("steer").disabled = !state.running;
     $("interrupt").disabled = !state.running;
-    $("resume").disabled = !state.resumable;
+    // A turn that waits for answers (its own or a sub-agent's) goes on when they come.
+    const waiting = Object.keys(state.pending || {}).length > 0;
+    $("resume").disabled = !state.resumable || waiting;
+    $("resume").title = waiting ? "answer the waiting requests first: that continues the task" : "";
     const parked = $("parked");
     parked.textContent = state.parked || "";
     parked.hidden = !state.parked;
@@ -706,7 +745,7 @@
         const cancel = el("button", "link small", "cancel");
         cancel.addEventListener("click", () => act(
           () => api("POST", sessionPath(`/turns/${encodeURIComponent(task.turn_id)}/cancel`)),
-          () => `Task ${task.turn_id} cancelled.`,
+          () => `Task ${quote(task.input)} cancelled.`,
         ));
         li.append(" ", cancel);
       }
@@ -731,15 +770,16 @@
   function text() { return $("input").value; }
 
   async function submit() {
+    const input = text();
     const r = await act(
-      () => api("POST", sessionPath("/turns"), { input: text() }, { "Idempotency-Key": `page-${crypto.randomUUID()}` }),
-      (r) => `Task ${r.turn_id} accepted (${r.status}).`,
+      () => api("POST", sessionPath("/turns"), { input }, { "Idempotency-Key": `page-${crypto.randomUUID()}` }),
+      (r) => `Task ${quote(input)} accepted: ${r.status}.`,
     );
     if (r) { $("input").value = ""; loadSessions(); }
   }
 
   async function steer() {
-    const r = await act(() => api("POST", sessionPath("/steer"), { input: text() }), (r) => `Guidance for ${r.turn_id} accepted.`);
+    const r = await act(() => api("POST", sessionPath("/steer"), { input: text() }), (r) => `Guidance for ${taskName(r.turn_id)} accepted.`);
     if (r) $("input").value = "";
   }
 
@@ -759,13 +799,13 @@
   async function resume() {
     const turn = page.panel && page.panel.resumable;
     if (!turn) return;
-    await act(() => api("POST", sessionPath(`/turns/${encodeURIComponent(turn)}/resume`)), (r) => `Turn ${r.turn_id} resumes.`);
+    await act(() => api("POST", sessionPath(`/turns/${encodeURIComponent(turn)}/resume`)), (r) => `Task ${taskName(r.turn_id)} resumes.`);
   }
 
   async function respond(rid, answer, what) {
     const r = await act(
       () => api("POST", sessionPath("/answers"), { answers: { [rid]: answer } }),
-      (r) => `${what}; turn ${r.turn_id} goes on.`,
+      (r) => `${what}; task ${taskName(r.turn_id)} goes on.`,
     );
     if (r) {
       page.answered.add(rid);
