@@ -21,6 +21,7 @@ from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 import agentnb as nb
+from agentnb.children import children_of
 from agentnb.errors import (
     AgentnbError,
     AppendConflict,
@@ -650,6 +651,7 @@ def _show(args: argparse.Namespace) -> int:
         parked = _parked(state, inbox, executing)
         pending = list(interactions_of(state).values())
         messages = list(state.context)
+        children = children_of(store, state.children_of(None))
     finally:
         store.close()
     if args.json:
@@ -660,6 +662,7 @@ def _show(args: argparse.Namespace) -> int:
                 "tasks": tasks,
                 "parked_behind": parked,
                 "pending": pending,
+                "subagents": children,
                 "messages": messages,
             }
         )
@@ -691,6 +694,14 @@ def _show(args: argparse.Namespace) -> int:
         print("\nwaiting for an answer:")
     for request in pending:
         line(f"  {request.request_id}  {request.kind}: {_text(request.prompt)}")
+    if children:
+        print("\nsub-agents (agentnb show <session>/<call id> opens one):")
+    for child in children:
+        said = child.output if child.output is not None else child.error
+        line(
+            f"  {child.call_id}  {child.status:<11} {child.name or child.agent_id}  "
+            f"{child.task!r}" + (f" -> {_text(said)}" if said is not None else "")
+        )
     print("\ntranscript:" if messages else "\ntranscript: (empty)")
     for message in messages:
         calls = ", ".join(f"{c.name}({_text(c.arguments)})" for c in message.tool_calls)

@@ -12,6 +12,7 @@ Timeouts here only stop a broken test from hanging; nothing asserts on how long 
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -1267,3 +1268,46 @@ class TestExports:
         assert set(turns["session"]) == {"default/root"}
         figure = analysis.timeline(str(export))
         assert figure is not None
+
+
+class TestCommandLine:
+    def test_show_lists_the_sub_agent_calls_and_opens_a_child(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """``agentnb show`` names each sub-agent call with its child's status and answer;
+        ``agentnb show <session>/<call id>`` prints the child's own tasks."""
+        from agentnb.cli import EXIT_OK, main
+
+        url = f"sqlite:///{tmp_path / 'cli.sqlite'}"
+        helper = worker_agent("helper", answer="the facts")
+        boss = coordinator(
+            [nb.ToolCall("helper", {"task": "find the facts"}), "all done"], nb.subagent(helper)
+        )
+        with nb.Runtime(boss, store=url) as runtime:
+            session = runtime.session("s1")
+            assert session.run("coordinate", timeout=WAIT).status == "completed"
+            (child,) = session.children()
+        assert main(["show", "s1", "--store", url, "--width", "0"]) == EXIT_OK
+        out = capsys.readouterr().out
+        assert "sub-agents (agentnb show <session>/<call id> opens one):" in out
+        (row,) = [line for line in out.splitlines() if child.call_id in line]
+        assert row.split() == [
+            child.call_id,
+            "completed",
+            "helper",
+            "'find",
+            "the",
+            "facts'",
+            "->",
+            "the",
+            "facts",
+        ]
+        assert main(["show", f"s1/{child.call_id}", "--store", url]) == EXIT_OK
+        out = capsys.readouterr().out
+        assert "'find the facts'" in out
+        assert "sub-agents" not in out
+        assert main(["show", "s1", "--store", url, "--json"]) == EXIT_OK
+        (listed,) = json.loads(capsys.readouterr().out)["subagents"]
+        assert listed["call_id"] == child.call_id
+        assert listed["status"] == "completed"
+        assert listed["output"] == "the facts"
