@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from agentnb.errors import InvalidInput, StorageError
+from agentnb.events import decode_json
 from agentnb.export.base import sink_name
 from agentnb.export.columns import Batch
 from agentnb.ids import SessionKey
@@ -95,21 +96,21 @@ def _require() -> Any:
     return trace
 
 
-def _id(bits: int, *parts: object) -> int:
-    """A nonzero id of ``bits`` bits derived from ``parts`` (stable across processes)."""
-    text = "\x1f".join(p if isinstance(p, str) else str(p) for p in parts)
+def _id(bits: int, text: str) -> int:
+    """A nonzero id of ``bits`` bits derived from ``text``: its parts joined by ``\\x1f``
+    (stable across processes)."""
     digest = hashlib.blake2b(text.encode(), digest_size=bits // 8).digest()
     return int.from_bytes(digest, "big") or 1
 
 
 def trace_id(key: SessionKey, turn_id: str) -> int:
     """The trace id of a turn."""
-    return _id(128, "agentnb-trace", str(key), turn_id)
+    return _id(128, f"agentnb-trace\x1f{key}\x1f{turn_id}")
 
 
 def tool_span_id(key: SessionKey, call_id: str, attempt: int) -> int:
     """The span id of a tool call attempt (a sub-agent's runs nest under attempt 1)."""
-    return _id(64, "agentnb-tool", str(key), call_id, attempt)
+    return _id(64, f"agentnb-tool\x1f{key}\x1f{call_id}\x1f{attempt}")
 
 
 def redact(value: Any) -> Any:
@@ -193,6 +194,13 @@ class OTelSink:
         self.service_name = service_name
         self.name = name or sink_name("otel", service_name)
         self._trace = trace
+        from opentelemetry import trace as api
+        from opentelemetry.trace import Status, StatusCode
+
+        # What every span shares, made once (a span is made per model call, tool call, run).
+        self._api = api
+        self._flags = api.TraceFlags(api.TraceFlags.SAMPLED)
+        self._unset = Status(StatusCode.UNSET)
         self._resource = _resource(Resource.create({"service.name": service_name}))
         self._scope = InstrumentationScope("agentnb", _version())
         self._sessions: dict[SessionKey, _Session] = {}
@@ -298,7 +306,7 @@ class OTelSink:
         s.runs[row.run_id] = _Open(
             row.seq,
             f"invoke_agent {key.agent_id}",
-            _id(64, "agentnb-run", str(key), row.run_id),
+            _id(64, f"agentnb-run\x1f{key}\x1f{row.run_id}"),
             parent,
             trace,
             row.at,
@@ -343,7 +351,7 @@ class OTelSink:
             attributes["gen_ai.input.messages"] = _messages(prepared.get("messages") or ())
             if prepared.get("instructions"):
                 attributes["gen_ai.system_instructions"] = str(prepared["instructions"])
-        span_id = _id(64, "agentnb-chat", str(key), call, row.seq)
+        span_id = _id(64, f"agentnb-chat\x1f{key}\x1f{call}\x1f{row.seq}")
         s.chats[call] = _Open(
             row.seq,
             f"chat {model}".strip(),
@@ -478,16 +486,15 @@ class OTelSink:
         return trace_id(key, str(turn_id)), tool_span_id(key, str(call_id), 1)
 
     def _span(self, span: _Open, end_ns: int, *, error: str | None) -> Any:
-        from opentelemetry import trace as api
-        from opentelemetry.trace import Status, StatusCode
-
-        flags = api.TraceFlags(api.TraceFlags.SAMPLED)
+        api, flags = self._api, self._flags
         context = api.SpanContext(span.trace, span.span_id, is_remote=False, trace_flags=flags)
         parent = None
         if span.parent is not None:
             parent = api.SpanContext(span.trace, span.parent, is_remote=False, trace_flags=flags)
         kind = api.SpanKind.CLIENT if span.name.startswith("chat") else api.SpanKind.INTERNAL
-        status = Status(StatusCode.ERROR, error) if error is not None else Status(StatusCode.UNSET)
+        status = self._unset
+        if error is not None:
+            status = api.Status(api.StatusCode.ERROR, error)
         return self._trace.ReadableSpan(
             name=span.name,
             context=context,
@@ -567,13 +574,13 @@ def _rows(group: Sequence[Any], after: int) -> Iterator[_Row]:
         for (seq, type_, turn_id, run_id, payload), us in zip(
             zip(*columns, strict=True), micros, strict=True
         ):
-            yield _Row(seq, us * 1000, type_, turn_id, run_id, json.loads(payload))
+            yield _Row(seq, us * 1000, type_, turn_id, run_id, decode_json(payload))
         return
     for event in group:
         if event.seq <= after or event.type not in _TYPES:
             continue
         if hasattr(event, "payload_json"):
-            us, payload = event.occurred_us, json.loads(event.payload_json)
+            us, payload = event.occurred_us, decode_json(event.payload_json)
         else:
             at = event.occurred_at
             us, payload = int(at.timestamp()) * 1_000_000 + at.microsecond, event.payload
