@@ -57,6 +57,7 @@ from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
 import anyio.to_thread
+import orjson
 from fastapi import APIRouter, Depends, Header, Query, Request
 from fastapi.responses import StreamingResponse
 
@@ -157,7 +158,13 @@ def parse_cursor(text: str | None, session_id: str, head: int) -> int:
 
 
 def _sse(event: str, data: Any, id_: str | None = None) -> str:
-    text = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+    # orjson (the log's codec) writes what the compact standard encoder writes, several
+    # times faster: every committed event of every followed session passes here. An
+    # integer past 64 bits, which it does not take, goes through the standard library.
+    try:
+        text = orjson.dumps(data).decode()
+    except TypeError:
+        text = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
     head = f"id: {id_}\n" if id_ is not None else ""
     return f"{head}event: {event}\ndata: {text}\n\n"
 
