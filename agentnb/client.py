@@ -497,6 +497,8 @@ class RemoteFollow:
         self._response: httpx.Response | None = None
         self._lock = threading.Lock()
         self._live = live
+        self.connected = threading.Event()
+        """Set once the service accepted the stream (it sends live chunks from then on)."""
 
     def close(self) -> None:
         """Stop following (a waiting iterator returns at once)."""
@@ -586,6 +588,7 @@ class RemoteFollow:
                 response.read()
                 _Http.answer(response)  # raises the typed error
                 raise _Dropped()
+            self.connected.set()
             for kind, data, _id in _sse_events(response):
                 if kind == "committed":
                     event = _event_of(data)
@@ -687,6 +690,7 @@ class RemoteSession:
         self._state = _Status()
         self._hub: LiveHub | None = None
         self._live_follow: RemoteFollow | None = None
+        self._live_thread: threading.Thread | None = None
         self._lock = threading.Lock()
 
     def _call(self, method: str, path: str = "", **kwargs: Any) -> Any:
@@ -920,17 +924,30 @@ class RemoteSession:
 
     def events(self, maxsize: int = 1000) -> Subscription:
         """Live notifications of this session (chunks before they commit, commits), read
-        from its stream by a background follow that starts with the first subscriber."""
+        from its stream by a background follow that starts with the first subscriber.
+
+        Returns once the service accepted the stream (at most the client's timeout), so the
+        chunks of a run started after this call are not missed: chunks are live only, and a
+        stream that opens later gets the commits that hold them, not the chunks."""
         with self._lock:
             if self._hub is None:
                 self._hub = LiveHub()
-            if self._live_follow is None:
+            follow = self._live_follow
+            if follow is None:
                 follow = RemoteFollow(self, self.log.head(), None, None, live=self._hub)
                 self._live_follow = follow
-                threading.Thread(
+                started = threading.Thread(
                     target=lambda: [None for _ in follow], daemon=True, name="agentnb-remote-live"
-                ).start()
-            return self._hub.subscribe(maxsize, session=self.key)
+                )
+                started.start()
+                self._live_thread = started
+            subscription = self._hub.subscribe(maxsize, session=self.key)
+            thread = self._live_thread
+        deadline = time.monotonic() + self.runtime.http.timeout
+        while not follow.connected.wait(0.05):
+            if thread is None or not thread.is_alive() or time.monotonic() >= deadline:
+                break  # refused or unreachable: the follow says so, or keeps trying
+        return subscription
 
     def close(self) -> None:
         """Stop this handle's background follow (the session goes on at the service)."""
@@ -938,6 +955,7 @@ class RemoteSession:
             if self._live_follow is not None:
                 self._live_follow.close()
                 self._live_follow = None
+                self._live_thread = None
 
     # -- lifecycle ------------------------------------------------------------------------------
 

@@ -702,6 +702,11 @@ async def _events(
         yield f"retry: {RETRY_MS}\n: connected\n\n"
         while True:
             out: list[str] = []
+            # Live pieces first: one that came before a batch's frames was made before that
+            # batch committed it (the loop runs the feed's hand-overs in order), and a client
+            # shows pieces only until the frame that commits them arrives.
+            while sub.live:
+                out.append(sub.live.popleft())
             if sub.state_due:
                 sub.state_due = False
                 if mode != "frames":
@@ -716,8 +721,6 @@ async def _events(
                         return
                     pos = new
                 out += texts
-            while sub.live:
-                out.append(sub.live.popleft())
             if out:
                 yield "".join(out)
                 continue

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from datetime import datetime
+from typing import Any
 
 import pytest
 
@@ -220,6 +222,33 @@ class TestFollow:
             session.close()
         assert "model/chunk" in kinds
         assert "committed" in kinds
+
+    def test_events_returns_once_the_stream_is_open(
+        self, session: nb.RemoteSession, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """On a slow network, a run started right after events() still brings its live
+        chunks: events() returns once the service accepted the stream."""
+        client = session.runtime.http.client
+        send = client.send
+
+        def slow_stream(request: Any, **kwargs: Any) -> Any:
+            if request.url.path.endswith("/stream"):
+                time.sleep(0.5)  # a slow network, before the stream is opened
+            return send(request, **kwargs)
+
+        monkeypatch.setattr(client, "send", slow_stream)
+        subscription = session.events()
+        try:
+            session.run("long 5", timeout=WAIT)
+            kinds = []
+            while (item := subscription.get(timeout=2)) is not None:
+                kinds.append(item.kind)
+                if item.kind == "committed" and item.data["seq"] == session.log.head():
+                    break
+        finally:
+            subscription.close()
+            session.close()
+        assert "model/chunk" in kinds
 
 
 async def _await(receipt: nb.Receipt) -> nb.Outcome:
