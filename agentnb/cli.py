@@ -990,12 +990,16 @@ class _TaskLines:
             else:
                 began = self._started.pop(run_id, None)
                 tail = f"  ({now - began:.1f} s)" if began is not None else ""
-            text = self._task_text(key, event.turn_id)
+            text = self._task_text(key, event.turn_id, event.data.get("task"))
             when = datetime.now().astimezone().strftime("%H:%M:%S")
             print(f"{when}  {key.user_id}/{key.session_id}  {status:<11} {text}{tail}", flush=True)
 
-    def _task_text(self, key: nb.SessionKey, turn_id: str | None) -> str:
-        """The task's own text on one line (its turn id when it cannot be read)."""
+    def _task_text(self, key: nb.SessionKey, turn_id: str | None, sent: object) -> str:
+        """The task's own text on one line: as the notification brought it (``sent``), else
+        read back from the session (its turn id when it cannot be read). Reading back costs
+        store reads for every line, a few statements per turn on PostgreSQL."""
+        if isinstance(sent, str):
+            return f'"{_cut(sent, 60)}"'
         try:
             session = self._runtime.open(key.session_id, user_id=key.user_id)
             task = next((t for t in session.tasks() if t.turn_id == turn_id), None)

@@ -29,7 +29,9 @@ MAX_BUFFER = 1_000_000
 class LiveEvent:
     """A notification: ``kind`` (``model/chunk``, ``tool/chunk``, ``status``, ``committed``).
 
-    ``session`` is the session it belongs to.
+    ``session`` is the session it belongs to. A ``status`` notification's ``data`` holds
+    ``status`` (``running`` when a run starts, its end status when it ends) and ``task``,
+    the task's own text.
     """
 
     kind: str

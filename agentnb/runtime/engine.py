@@ -582,6 +582,12 @@ class SessionDriver:
         return self.runs.tools.subagents.waiting
 
     def publish(self, kind: str, turn_id: str, run_id: str, **data: Any) -> None:
+        if kind == "status" and "task" not in data:
+            # The task's own text rides along, from the folds in memory: an observer that
+            # shows it (``agentnb worker``'s lines) need not read the session back.
+            turn = self.state.turns.get(turn_id)
+            if turn is not None:
+                data["task"] = turn.input
         try:
             self.runtime.publish(LiveEvent(kind, turn_id, run_id, data, self.key))
         except Exception:  # live observers are told best effort; the run is not theirs

@@ -805,6 +805,30 @@ class TestCommitRules:
         assert "".join(chunks) == "x" * 64
         assert len(chunks) == 8
 
+    def test_status_notifications_carry_the_task_text(self, make_runtime: MakeRuntime) -> None:
+        """A run's status notifications (its start and its end) carry the task's own text,
+        so an observer that shows it (the worker's task lines) need not read it back."""
+        session = make_runtime(nb.ScriptedModel(["ok"])).session("s1")
+        sub = session.events()
+        statuses: list[tuple[str, str]] = []
+        done = threading.Event()
+
+        def reader() -> None:
+            for item in sub:
+                if isinstance(item, LiveEvent) and item.kind == "status":
+                    statuses.append((item.data["status"], item.data.get("task", "")))
+                    if item.data["status"] == "completed":
+                        done.set()
+                        return
+
+        thread = threading.Thread(target=reader)
+        thread.start()
+        session.run("count the invoices", timeout=WAIT)
+        assert done.wait(WAIT)
+        sub.close()
+        thread.join(WAIT)
+        assert statuses == [("running", "count the invoices"), ("completed", "count the invoices")]
+
 
 class TestBadInputs:
     def test_agent_refuses_what_cannot_run(self) -> None:
