@@ -345,6 +345,10 @@ class CountingPostgresStore(PostgresStore):
         self.calls["get_snapshot"] += 1
         return super().get_snapshot(key, name)
 
+    def heads(self, key: Any) -> Any:
+        self.calls["heads"] += 1
+        return super().heads(key)
+
 
 class TestClaimedSessionCost:
     def test_a_claimed_session_runs_under_its_claim_and_folds_once(
@@ -354,7 +358,8 @@ class TestClaimedSessionCost:
         driver takes no lease of its own and releases none; the claim is released with the
         session's mark, once nothing is left. The session is folded once: the driver takes
         over the folds the worker looked with, and the look after it reads none of what the
-        driver wrote."""
+        driver wrote. The heads are read once, by the look: the driver goes idle without
+        reading them again (the settle is conditioned on the inbox head it ran up to)."""
         session = client.session("counted")
         receipts = [session.submit(f"task {i}") for i in range(3)]
         store = CountingPostgresStore(pg_url)
@@ -380,3 +385,4 @@ class TestClaimedSessionCost:
         assert store.calls["let_go"] == 1, store.calls
         assert store.calls["get_snapshot"] == 1, store.calls
         assert store.calls["events_read"] == 0, store.calls
+        assert store.calls["heads"] == 1, store.calls

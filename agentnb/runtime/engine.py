@@ -410,9 +410,15 @@ class SessionDriver:
         while not self.stopping:
             self.wake.clear()
             if not self._fold_handed() or (
-                self.state.active_run is None and next_command(self.inbox, self.state) is None
+                self.state.active_run is None
+                and next_command(self.inbox, self.state) is None
+                and self._lent is None
             ):
                 # Nothing to do by what is folded: the store decides (before going idle).
+                # Under a lent lease the lender decides instead: it settles the session's
+                # mark only if the inbox head is still the one these folds hold (else it
+                # looks again), so a command that came meanwhile is not missed and the
+                # wake-up costs no read of its own.
                 await asyncio.to_thread(self._refresh)
             if self.state.active_run is not None:
                 # Every command ends the run it starts, so an open run here was left by a
