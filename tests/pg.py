@@ -27,7 +27,7 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-__all__ = ["Cluster", "ClusterUnavailable", "find_bindir"]
+__all__ = ["Cluster", "ClusterUnavailable", "find_bindir", "statement_counts"]
 
 _SERVICE_USER = "postgres"
 
@@ -73,13 +73,18 @@ def find_bindir() -> Path:
 class Cluster:
     """One throwaway PostgreSQL cluster; ``start()`` it, ``stop()`` it, ``remove()`` it."""
 
-    def __init__(self, root: Path | None = None, *, fsync: bool = False) -> None:
+    def __init__(
+        self, root: Path | None = None, *, fsync: bool = False, preload: tuple[str, ...] = ()
+    ) -> None:
+        """``preload``: server libraries loaded at start (``shared_preload_libraries``), e.g.
+        ``pg_stat_statements``, which ``statement_counts`` reads."""
         self.bindir = find_bindir()
         # Short path: a unix socket path must stay under ~100 bytes.
         self.root = Path(root or tempfile.mkdtemp(prefix="agentnb-pg-"))
         self.data = self.root / "data"
         self.log = self.root / "server.log"
         self.fsync = fsync
+        self.preload = preload
         self._as_user: list[str] = []
         self._names = itertools.count(1)
         self._makers: dict[str, _Maker] = {}
@@ -139,6 +144,8 @@ class Cluster:
         options = f"-k {self.root} -c listen_addresses='' -c max_connections=300"
         if not self.fsync:
             options += " -F"
+        if self.preload:
+            options += f" -c shared_preload_libraries={','.join(self.preload)}"
         args = ["-D", str(self.data), "-l", str(self.log), "-w", "-t", "60"]
         if action in ("start", "restart"):
             args += ["-o", options]
@@ -205,6 +212,26 @@ class Cluster:
         return f"t_{os.getpid()}_{next(self._names)}"
 
 
+def statement_counts(url: str, user: str | None = None) -> dict[str, int]:
+    """Statements the server ran so far in the database of ``url`` (by ``user`` only, if
+    given), per normalized statement text, from ``pg_stat_statements`` (the cluster must
+    preload it): utility statements such as ``BEGIN`` and ``COMMIT`` too, the reads of the
+    statistics themselves left out."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+        rows = conn.execute(
+            "SELECT s.query, sum(s.calls)::bigint FROM pg_stat_statements s "
+            "JOIN pg_roles r ON r.oid = s.userid "
+            "WHERE s.dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) "
+            "AND (%s::text IS NULL OR r.rolname = %s) "
+            "AND s.query NOT LIKE '%%pg_stat_statements%%' GROUP BY s.query",
+            (user, user),
+        ).fetchall()
+    return {str(query): int(calls) for query, calls in rows}
+
+
 class _Maker(threading.Thread):
     """Creates databases from one template ahead of need, two at a time."""
 
@@ -252,7 +279,8 @@ def cluster_or_skip() -> Cluster:
     """
     require_server()
     try:
-        return Cluster().start()
+        # pg_stat_statements: tests count the statements a turn costs (a count, not a time).
+        return Cluster(preload=("pg_stat_statements",)).start()
     except (ClusterUnavailable, OSError, subprocess.SubprocessError) as exc:
         _skip_or_fail(str(exc))
         raise

@@ -27,6 +27,7 @@ import agentnb as nb
 from agentnb.errors import NotRunning
 from agentnb.stores.postgres import PostgresStore
 from tests._pg_worker_agent import agent
+from tests.pg import statement_counts
 
 REPO = Path(__file__).resolve().parents[1]
 WAIT = 60.0
@@ -40,7 +41,9 @@ class Workers:
         self.url = url
         self.procs: list[subprocess.Popen[str]] = []
 
-    def start(self, *, lease: float = 5.0, concurrency: int = 8) -> subprocess.Popen[str]:
+    def start(
+        self, *, lease: float = 5.0, concurrency: int = 8, poll: float = 0.3
+    ) -> subprocess.Popen[str]:
         proc = subprocess.Popen(
             [
                 sys.executable,
@@ -54,7 +57,7 @@ class Workers:
                 "--lease",
                 str(lease),
                 "--poll",
-                "0.3",
+                str(poll),
                 "--concurrency",
                 str(concurrency),
             ],
@@ -386,3 +389,48 @@ class TestClaimedSessionCost:
         assert store.calls["get_snapshot"] == 1, store.calls
         assert store.calls["events_read"] == 0, store.calls
         assert store.calls["heads"] == 1, store.calls
+
+
+class TestStatementsPerTurn:
+    def test_a_worker_turn_costs_its_commits_and_at_most_four_statements_more(
+        self, pg_cluster: Any, pg_url: str, client: nb.Runtime
+    ) -> None:
+        """A worker process runs queued tasks with at most 4 statements per turn on the
+        server besides the turn's commits (the issue's 10 for the benchmark's six-commit
+        turn), and at most 10 in all, counted by ``pg_stat_statements`` for the worker's own
+        database role."""
+        role = f"worker_{pg_url.rpartition('/')[2].partition('?')[0]}"
+        pg_cluster.sql(f'CREATE ROLE "{role}" LOGIN SUPERUSER')
+        pool = Workers(pg_url.replace("postgres@", f"{role}@", 1))
+        sessions = [client.session(f"s{i}") for i in range(6)]
+        try:
+            # Long lease and default poll: no renewal, and fallback claims only once a second.
+            proc = pool.start(lease=60.0, poll=1.0)
+            proc.send_signal(signal.SIGSTOP)  # the tasks are queued while it waits
+            last = [[s.submit(f"task {j} idem 0") for j in range(3)][-1] for s in sessions]
+            before = statement_counts(pg_url, role)
+            proc.send_signal(signal.SIGCONT)
+            for session, receipt in zip(sessions, last, strict=True):
+                assert session.wait(receipt, timeout=WAIT).status == "completed"
+            after = statement_counts(pg_url, role)
+            pool.stop(proc)
+        finally:
+            pool.close()
+        for session in sessions:  # each task: model -> tool -> model
+            assert outputs(log_of(client.store, session.key)) == [
+                f"done: task {j} idem 0" for j in range(3)
+            ]
+        with psycopg.connect(pg_url) as conn:  # one row per commit carries its batch id
+            row = conn.execute(
+                "SELECT count(*) FROM agentnb.events WHERE batch_id IS NOT NULL"
+            ).fetchone()
+        assert row is not None
+        turns, commits = len(sessions) * 3, row[0]
+        ran = {q: n - before.get(q, 0) for q, n in after.items() if n > before.get(q, 0)}
+        breakdown = "\n".join(
+            f"{n / turns:5.2f}  {q[:100]}" for q, n in sorted(ran.items(), key=lambda x: -x[1])
+        )
+        per_turn = sum(ran.values()) / turns
+        said = f"{per_turn:.2f} per turn, {commits / turns:.2f} of them commits:\n{breakdown}"
+        assert per_turn - commits / turns <= 4, said
+        assert per_turn <= 10, said
