@@ -72,7 +72,8 @@ def test_widgets_quick_run_prints_one_json_line_per_metric() -> None:
 def test_postgres_quick_run_prints_one_json_line_per_metric() -> None:
     """`bench_postgres.py --quick` (its own throwaway server) prints JSON with value,
     baseline, ratio; the commit lines add the bare statement's rate, the wake-up latency line
-    its p95, the worker lines their CPU and the statements the server ran per turn."""
+    its p95, the worker lines their CPU and the statements the server ran per turn, and
+    the statements line the workers' own per turn against the recorded figure."""
     from tests.pg import require_server
 
     require_server()
@@ -85,6 +86,7 @@ def test_postgres_quick_run_prints_one_json_line_per_metric() -> None:
         "workers_1",
         "workers_2",
         "workers_4",
+        "statements_per_turn",
     }
     for commit in (r for r in records if r["metric"].endswith("_commit")):
         # The store's statement sent bare costs the database what the store's commit does.
@@ -98,6 +100,11 @@ def test_postgres_quick_run_prints_one_json_line_per_metric() -> None:
         assert workers["worker_cpu_s"] > 0
         assert workers["server_cpu_s"] > 0
         assert workers["statements_per_turn"] >= 6  # a turn's six commits at least
+        assert 6 <= workers["worker_statements_per_turn"] <= workers["statements_per_turn"]
+    statements = next(r for r in records if r["metric"] == "statements_per_turn")
+    assert statements["workers_only"] == 1.0  # the throwaway server: a role of their own
+    assert statements["baseline"] == 12.1
+    assert statements["value"] >= 6
 
 
 def test_scale_quick_run_prints_one_json_line_per_metric() -> None:
