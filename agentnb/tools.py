@@ -41,6 +41,7 @@ import dataclasses
 import functools
 import hashlib
 import inspect
+import os
 import queue
 import re
 import threading
@@ -680,6 +681,16 @@ class _DaemonThreads:
 
 
 _TOOL_THREADS = _DaemonThreads()
+
+
+def _forked() -> None:
+    # A forked child (a worker process of ``Runtime(processes=N)``) has none of its parent's
+    # threads: counted idle ones would take its jobs, and nothing would ever run them.
+    global _TOOL_THREADS
+    _TOOL_THREADS = _DaemonThreads()
+
+
+os.register_at_fork(after_in_child=_forked)
 
 
 async def _run_in_thread(call: Callable[[], Any]) -> Any:

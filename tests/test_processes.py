@@ -182,6 +182,21 @@ class TestWorkerProcesses:
         finally:
             runtime.close()
 
+    def test_workers_run_sync_tools_after_the_parent_ran_one(
+        self, make: Callable[..., nb.Runtime], tmp_path: Path
+    ) -> None:
+        """A process whose own runtime ran a sync tool (so a tool thread idles in it) forks
+        workers that run sync tools too: the child counts none of its parent's threads."""
+        with nb.Runtime(AGENT, store=f"sqlite:///{tmp_path / 'own.db'}") as own:
+            first = own.session("here").run("task 0 idem 0.01", timeout=WAIT)
+            assert first.output == f"done: task 0 idem 0.01 pid {os.getpid()}"
+        runtime = make(processes=2)
+        session = runtime.session("there")
+        outcome = session.run("task 1 idem 0.01", timeout=WAIT)
+        assert outcome.status == "completed"
+        assert outcome.output is not None
+        assert int(outcome.output.split()[-1]) in worker_pids(runtime)  # "... pid <n>"
+
     def test_a_killed_worker_is_taken_over_once_it_is_dead(
         self, make: Callable[..., nb.Runtime]
     ) -> None:
