@@ -11,7 +11,6 @@ from __future__ import annotations
 from typing import Any
 
 from agentnb.events import ToolCallData
-from agentnb.ids import new_id
 from agentnb.projections.plan import plan_summary, plan_update
 from agentnb.runtime.recipes import Recipes
 from agentnb.runtime.scope import RunHost
@@ -26,26 +25,7 @@ def record_plan(
     """Record the plan a ``todo`` call hands over, and the call's result."""
     w = host.writer
     arguments = dict(call.arguments)
-    action_id = new_id("act")
-    w.add(
-        "tool/dispatch",
-        {
-            "call_id": call.call_id,
-            "name": tool.name,
-            "arguments": arguments,
-            "idempotent": True,
-            "attempt": 1,
-            "action_id": action_id,
-        },
-        turn_id=turn_id,
-        run_id=run_id,
-    )
-    w.add(
-        "action/start",
-        {"call_id": call.call_id, "name": tool.name, "action_id": action_id},
-        turn_id=turn_id,
-        run_id=run_id,
-    )
+    action_id = recipes.add_dispatch(turn_id, run_id, call, tool.name, idempotent=True, attempt=1)
     parsed = tool.validate(arguments)  # checked when the call was decided: it fits
     steps: list[dict[str, Any]] = [s.model_dump() for s in parsed["steps"]]
     items, changes = plan_update(host.state.plan, steps)

@@ -14,7 +14,7 @@ import logging
 from typing import Any
 
 from agentnb.errors import CannotResume, InvalidInput
-from agentnb.events import Event, Message
+from agentnb.events import Event, Message, ToolCallData
 from agentnb.ids import new_id
 from agentnb.permissions import PERMISSIONS_LABEL, agent_digest
 from agentnb.projections.decisions import (
@@ -229,6 +229,33 @@ class Recipes:
             w.add("run/stop_requested", {"reason": stop.reason}, turn_id=turn_id, run_id=run_id)
             return True
         return False
+
+    def add_dispatch(
+        self,
+        turn_id: str,
+        run_id: str,
+        call: ToolCallData,
+        name: str,
+        *,
+        idempotent: bool,
+        attempt: int,
+    ) -> str:
+        """Add ``tool/dispatch`` and ``action/start`` of a new execution attempt of ``call``
+        (a tool, a sub-agent or the plan); its ``action_id``."""
+        w = self.host.writer
+        action_id = new_id("act")
+        dispatch = {
+            "call_id": call.call_id,
+            "name": name,
+            "arguments": dict(call.arguments),
+            "idempotent": idempotent,
+            "attempt": attempt,
+            "action_id": action_id,
+        }
+        w.add("tool/dispatch", dispatch, turn_id=turn_id, run_id=run_id)
+        start = {"call_id": call.call_id, "name": name, "action_id": action_id}
+        w.add("action/start", start, turn_id=turn_id, run_id=run_id)
+        return action_id
 
     def add_result(
         self,

@@ -247,25 +247,9 @@ class SubagentCalls:
             if spawned is not None
             else child_key(host.key, tool.child.agent_id, call.call_id)
         )
-        action_id = new_id("act")  # this attempt: a re-run attaches to the same child
-        w.add(
-            "tool/dispatch",
-            {
-                "call_id": call.call_id,
-                "name": tool.name,
-                "arguments": dict(call.arguments),
-                "idempotent": True,
-                "attempt": attempt,
-                "action_id": action_id,
-            },
-            turn_id=turn_id,
-            run_id=run_id,
-        )
-        w.add(
-            "action/start",
-            {"call_id": call.call_id, "name": tool.name, "action_id": action_id},
-            turn_id=turn_id,
-            run_id=run_id,
+        # A new action id for this attempt: a re-run attaches to the same child.
+        action_id = self.recipes.add_dispatch(
+            turn_id, run_id, call, tool.name, idempotent=True, attempt=attempt
         )
         if spawned is None:
             w.add(

@@ -28,7 +28,7 @@ from agentnb.answers import Answer
 from agentnb.errors import InvalidInput, describe
 from agentnb.events import Event, ToolCallData
 from agentnb.folds import Folds
-from agentnb.ids import SessionKey, new_id
+from agentnb.ids import SessionKey
 from agentnb.permissions import agent_digest, matching_rule, rules_in_force, shared_rules
 from agentnb.runtime.plan import record_plan
 from agentnb.runtime.recipes import Recipes
@@ -539,28 +539,9 @@ class ToolRunner:
     ) -> str:
         """Add ``tool/dispatch`` and ``action/start`` of a new execution attempt of ``call``;
         its ``action_id``."""
-        w = self.host.writer
-        action_id = new_id("act")
-        w.add(
-            "tool/dispatch",
-            {
-                "call_id": call.call_id,
-                "name": tool.name,
-                "arguments": dict(call.arguments),
-                "idempotent": tool.idempotent,
-                "attempt": attempt,
-                "action_id": action_id,
-            },
-            turn_id=turn_id,
-            run_id=run_id,
+        return self.recipes.add_dispatch(
+            turn_id, run_id, call, tool.name, idempotent=tool.idempotent, attempt=attempt
         )
-        w.add(
-            "action/start",
-            {"call_id": call.call_id, "name": tool.name, "action_id": action_id},
-            turn_id=turn_id,
-            run_id=run_id,
-        )
-        return action_id
 
     def answer_to(self, request_id: str) -> Mapping[str, Any] | None:
         """How the person resolved ``request_id``, read from the current fold."""
