@@ -31,7 +31,7 @@ from agentnb.events import canonical_json
 from agentnb.folds import Folds
 from agentnb.ids import SessionKey
 from agentnb.projections.state import InboxState, SessionState
-from agentnb.stores.base import MAX_LIST_LIMIT, SessionStore
+from agentnb.stores.base import MAX_LIST_LIMIT, SessionRecord, SessionStore
 
 __all__ = [
     "PERMISSIONS_LABEL",
@@ -79,6 +79,20 @@ def matching_rule(
     return None
 
 
+def _rule_holders(store: SessionStore, key: SessionKey) -> list[SessionRecord]:
+    """The other sessions of ``key``'s namespace, user and agent that hold agent-scoped rules
+    (the label marks them; the catalogue's index finds them)."""
+    records = store.find_sessions(
+        namespace=key.namespace,
+        user_id=key.user_id,
+        agent_id=key.agent_id,
+        labels={PERMISSIONS_LABEL: "agent"},
+        limit=MAX_LIST_LIMIT,
+        archived=None,
+    )
+    return [record for record in records if record.key != key]
+
+
 def shared_rules(
     store: SessionStore,
     key: SessionKey,
@@ -89,17 +103,7 @@ def shared_rules(
     namespace, user and agent granted under the agent ``digest``. ``cache`` keeps their
     folds between calls, so a later look reads only what was committed since."""
     found: list[tuple[SessionKey, dict[str, Any]]] = []
-    records = store.find_sessions(
-        namespace=key.namespace,
-        user_id=key.user_id,
-        agent_id=key.agent_id,
-        labels={PERMISSIONS_LABEL: "agent"},
-        limit=MAX_LIST_LIMIT,
-        archived=None,
-    )
-    for record in records:
-        if record.key == key:
-            continue
+    for record in _rule_holders(store, key):
         folds = cache.get(record.key) if cache is not None else None
         if folds is None:
             folds = Folds(store, record.key)
@@ -119,14 +123,7 @@ def find_rule(
     or an agent-scoped one of another session of the agent, of any fingerprint), or None."""
     if rule_id in rules_in_force(state, inbox):
         return key
-    for record in store.find_sessions(
-        namespace=key.namespace,
-        user_id=key.user_id,
-        agent_id=key.agent_id,
-        labels={PERMISSIONS_LABEL: "agent"},
-        limit=MAX_LIST_LIMIT,
-        archived=None,
-    ):
-        if record.key != key and rule_id in rules_in_force(*Folds(store, record.key).refresh()):
+    for record in _rule_holders(store, key):
+        if rule_id in rules_in_force(*Folds(store, record.key).refresh()):
             return record.key
     return None
