@@ -40,7 +40,9 @@ from tests.stores._proc_child import (
 REPO = Path(__file__).resolve().parents[2]
 GUARD = 30.0
 """Seconds any one wait may take before the test fails instead of hanging."""
-CRASH_TRIALS = 50
+CRASH_TRIALS = int(os.environ.get("AGENTNB_CRASH_TRIALS", "30"))
+"""kill -9 trials of the crash-safety test: 30 keep CI within its time; set
+AGENTNB_CRASH_TRIALS=500 for a long soak."""
 
 
 class Child:
