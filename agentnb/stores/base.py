@@ -109,7 +109,7 @@ import math
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -164,6 +164,8 @@ __all__ = [
     "check_archived",
     "check_fence",
     "check_inbox",
+    "check_lease",
+    "check_pending_scope",
     "check_token_fields",
     "check_ttl",
     "decide_acquire",
@@ -175,6 +177,7 @@ __all__ = [
     "does_work",
     "encode_cursor",
     "first_line",
+    "leases_of",
     "merge_labels",
     "meta_update",
 ]
@@ -853,7 +856,7 @@ class SessionStore(ABC):
             raise InvalidInput(f"reason must be text of at most {MAX_TITLE} characters")
         check_chars(reason, "reason")
         if fence is not None:
-            _check_lease(fence)
+            check_lease(fence)
             if fence.key != key:
                 raise InvalidInput(f"fence is a lease of session {fence.key}, not of {key}")
         tombstone = self._delete_session(key, by, reason, fence, self.clock.now())
@@ -1178,13 +1181,13 @@ class SessionStore(ABC):
     @_guarded
     def renew_lease(self, lease: Lease, ttl: float = 10.0) -> Lease:
         """Extend a live lease; ``Fenced`` if it is stale or expired."""
-        _check_lease(lease)
+        check_lease(lease)
         return self._renew_lease(lease, check_ttl(ttl), self.clock.now())
 
     @_guarded
     def release_lease(self, lease: Lease) -> None:
         """Give the lease up now so another holder need not wait; ``Fenced`` if stale."""
-        _check_lease(lease)
+        check_lease(lease)
         self._release_lease(lease, self.clock.now())
 
     @_guarded
@@ -1755,9 +1758,28 @@ def check_token_fields(
         check_id(parent, "parent")
 
 
-def _check_lease(lease: object) -> None:
+def check_lease(lease: object) -> None:
     if not isinstance(lease, Lease):
         raise InvalidInput(f"expected a Lease, got {type(lease).__name__}")
+
+
+def check_pending_scope(limit: object, agent_id: object, namespace: object) -> int:
+    """The ``limit`` (1..1000), ``agent_id`` and ``namespace`` of a backend's
+    ``claim_pending`` / ``held_pending``; ``InvalidInput`` for anything else."""
+    if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= 1000:
+        raise InvalidInput(f"limit must be an int in 1..1000, got {limit!r}")
+    for value, name in ((agent_id, "agent_id"), (namespace, "namespace")):
+        if value is not None:
+            check_id(value, name)
+    return limit
+
+
+def leases_of(rows: Iterable[Sequence[Any]]) -> list[Lease]:
+    """Leases from rows of (namespace, user, agent, session, owner, epoch, expires)."""
+    return [
+        Lease(SessionKey(ns, user, agent, session), owner, int(epoch), float(expires))
+        for ns, user, agent, session, owner, epoch, expires in rows
+    ]
 
 
 def _stamp(events: Sequence[Event], expected_seq: int, *, execution: bool) -> list[Event]:

@@ -73,6 +73,8 @@ from agentnb.stores.base import (
     check_archived,
     check_fence,
     check_inbox,
+    check_lease,
+    check_pending_scope,
     check_tombstone,
     check_ttl,
     decide_acquire,
@@ -84,6 +86,7 @@ from agentnb.stores.base import (
     encode_cursor,
     fold_case,
     fold_pairs,
+    leases_of,
     merge_labels,
     meta_update,
     submit_delta,
@@ -1650,11 +1653,7 @@ class PostgresStore(SessionStore):
         """
         check_id(owner, "owner")
         ttl = check_ttl(ttl)
-        if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= 1000:
-            raise InvalidInput(f"limit must be an int in 1..1000, got {limit!r}")
-        for value, name in ((agent_id, "agent_id"), (namespace, "namespace")):
-            if value is not None:
-                check_id(value, name)
+        check_pending_scope(limit, agent_id, namespace)
         with self._operation():
             rows = self._write(
                 lambda c: c.execute(
@@ -1713,8 +1712,7 @@ class PostgresStore(SessionStore):
         """The live leases of up to ``limit`` sessions that have queued work: their holders
         execute them, or died holding them (a claimer releases the leases of holders it
         knows dead, so it need not wait for their expiry)."""
-        if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= 1000:
-            raise InvalidInput(f"limit must be an int in 1..1000, got {limit!r}")
+        check_pending_scope(limit, agent_id, namespace)
         with self._operation():
             rows = self._query(
                 lambda c: c.execute(
@@ -1727,10 +1725,7 @@ class PostgresStore(SessionStore):
                     },
                 ).fetchall()
             )
-        return [
-            Lease(SessionKey(ns, user, agent, session), owner, int(epoch), float(expires))
-            for ns, user, agent, session, owner, epoch, expires in rows
-        ]
+        return leases_of(rows)
 
     def settle_pending(self, lease: Lease, inbox_seen: int, *, release: bool = False) -> bool:
         """Clear the pending-work mark of the leased session if the holder has seen its inbox
@@ -1740,8 +1735,7 @@ class PostgresStore(SessionStore):
 
         A command accepted later marks the session again, so no work is left unclaimed.
         """
-        if not isinstance(lease, Lease):
-            raise InvalidInput(f"expected a Lease, got {type(lease).__name__}")
+        check_lease(lease)
         with self._operation():
             sid = self._sid(lease.key)
             cur = self._write(

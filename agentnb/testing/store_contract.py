@@ -1179,6 +1179,13 @@ class StoreContract:
             with pytest.raises(InvalidInput):
                 claims.claim_pending(args.pop("owner"), **args)
 
+    def test_bad_held_pending_queries_are_invalid_input(self, store: SessionStore) -> None:
+        """``held_pending`` checks its limit, agent id and namespace as a claim does."""
+        claims = self._claims(store)
+        for bad in ({"limit": 0}, {"limit": 1001}, {"agent_id": ""}, {"namespace": 5}):
+            with pytest.raises(InvalidInput):
+                claims.held_pending(**bad)
+
     def test_find_sessions_filters(self, store: SessionStore, clock: FakeClock) -> None:
         """User, labels (all must match), activity range, text search and raw turn status
         each narrow the listing."""
