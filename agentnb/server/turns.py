@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from agentnb import wire
 from agentnb.answers import Answer, ToolOutcome
-from agentnb.errors import InvalidAnswer, InvalidInput
+from agentnb.errors import InvalidAnswer
 from agentnb.records import InputReceipt, Receipt, Task
 from agentnb.server.auth import SESSION, Principal, SessionId, current_user, open_session
 from agentnb.server.problems import PROBLEM_RESPONSES
@@ -240,8 +240,6 @@ def inject(request: Request, session_id: SessionId, principal: User, body: Mater
     summary="session.respond({request_id: answer})",
 )
 def answers(request: Request, session_id: SessionId, principal: User, body: Answers) -> Any:
-    if not body.answers:
-        raise InvalidAnswer("answers is empty: answer at least one pending request")
     given = {rid: answer_of(a) for rid, a in body.answers.items()}
     return wire.dump(open_session(request, session_id, principal).respond(given))
 
@@ -267,8 +265,6 @@ def interrupt(
 def reconcile(
     request: Request, session_id: SessionId, principal: User, body: Reconcile
 ) -> Response:
-    if not body.outcomes:
-        raise InvalidInput("outcomes is empty: give one for each uncertain call (see inspect)")
     outcomes = {call_id: _outcome(o) for call_id, o in body.outcomes.items()}
     open_session(request, session_id, principal).reconcile(outcomes, body.reason)
     return Response(status_code=204)

@@ -231,6 +231,20 @@ class TestBadInput:
         problem(answers, 409, "InvalidAnswer")
         assert service.heads(sid) == before
 
+    def test_empty_answers_and_outcomes_get_the_verbs_words(
+        self, alice: httpx.Client, sid: str, service: Service
+    ) -> None:
+        """An empty answers or outcomes body is refused by the verb itself (the door decides
+        nothing), with what to send instead; nothing is written."""
+        wait(alice, sid, submit(alice, sid, "hello"))
+        before = service.heads(sid)
+        empty = alice.post(f"/v1/sessions/{sid}/answers", json={"answers": {}})
+        said = problem(empty, 409, "InvalidAnswer")["detail"]
+        assert "respond(request_id, answer)" in said
+        nothing = alice.post(f"/v1/sessions/{sid}/reconcile", json={"outcomes": {}, "reason": "r"})
+        assert "no uncertain tool calls" in problem(nothing, 400, "InvalidInput")["detail"]
+        assert service.heads(sid) == before
+
     def test_delete_while_running_is_409_unless_forced(self, alice: httpx.Client, sid: str) -> None:
         """Deleting a session with a turn running is a 409 SessionBusy; force deletes it."""
         submit(alice, sid, "snooze 60")
