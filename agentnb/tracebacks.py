@@ -53,7 +53,7 @@ def format_traceback(exc: BaseException, *, limit: int = MAX_TRACEBACK) -> str:
     """The traceback of ``exc`` as text for an event: agentnb's own frames at its top left
     out (where the runtime called the tool or model), scrubbed, at most ``limit`` characters."""
     tb = exc.__traceback__
-    while tb is not None and tb.tb_frame.f_code.co_filename.startswith(_PACKAGE):
+    while tb is not None and tb.tb_frame.f_code.co_filename.startswith(_PACKAGE + os.sep):
         tb = tb.tb_next
     if tb is None:  # raised inside agentnb itself: keep every frame
         tb = exc.__traceback__

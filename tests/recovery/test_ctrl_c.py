@@ -82,9 +82,20 @@ class Script:
                 pipe.close()
 
 
+PACKAGE = Path(nb.__file__).resolve().parent
+"""The agentnb package's own folder: its files are the ones below it, wherever the checkout
+lives (a clone's folder is named ``agentnb`` too, so a substring of a path says nothing)."""
+
+
+def in_package(filename: str) -> bool:
+    """Whether ``filename`` is a file of the agentnb package."""
+    return Path(filename).resolve().is_relative_to(PACKAGE)
+
+
 def agentnb_frames(stderr: str) -> list[str]:
     """The traceback lines naming a file of the agentnb package."""
-    return re.findall(r'File "[^"]*/agentnb/[^"]*", line \d+, in \w+', stderr)
+    lines = re.finditer(r'File "([^"]+)", line \d+, in \w+', stderr)
+    return [line.group(0) for line in lines if in_package(line.group(1))]
 
 
 def events(db: Path) -> list[nb.Event]:
@@ -237,7 +248,7 @@ class TestInterruptingWait:
             assert "goes on" in message
             assert "session.interrupt() stops it" in message
             assert caught.value.__suppress_context__
-            frames = [f for f in traceback.extract_tb(caught.tb) if "/agentnb/" in f.filename]
+            frames = [f for f in traceback.extract_tb(caught.tb) if in_package(f.filename)]
             assert [f.name for f in frames] == ["wait", "wait"]
             assert session.tasks()[-1].status == "running"
             gate.release()
