@@ -19,8 +19,9 @@ import functools
 import json
 import logging
 import threading
+import weakref
 import zlib
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import orjson
@@ -38,9 +39,9 @@ from agentnb.projections.state import (
     SessionState,
     retire_turns,
 )
-from agentnb.stores.base import MAX_READ_LIMIT, SessionStore
+from agentnb.stores.base import MAX_READ_LIMIT, RawEvent, SessionStore
 
-__all__ = ["CHAT_SNAPSHOT_EVERY", "SNAPSHOT_EVERY", "ChatFolds", "Folds"]
+__all__ = ["CHAT_SNAPSHOT_EVERY", "SNAPSHOT_EVERY", "ChatFolds", "Folds", "committing"]
 
 log = logging.getLogger("agentnb.folds")
 
@@ -51,6 +52,44 @@ CHAT_SNAPSHOT_EVERY = 4 * SNAPSHOT_EVERY
 write; a reopen folds at most this many events for the view."""
 _FOLDS = "session-folds"
 """One snapshot of both folds (the execution log's and the inbox's), taken together."""
+
+
+_HERE: weakref.WeakValueDictionary[str, Event] = weakref.WeakValueDictionary()
+"""The events this process's writers committed (or are committing), by event id, for as long
+as anything else holds them.
+
+A reader of this process that must read the store (a waiter woken between a commit and its
+hand-over to the folds, a fold that starts while the driver runs) takes these objects instead
+of decoding the rows again: the messages they hold are the ones every other fold of the
+process shares, never a second copy each."""
+
+
+def committing(events: Sequence[Event]) -> None:
+    """A writer of this process is about to commit ``events`` (with their seqs): readers of
+    the store that meet their rows take these objects."""
+    for event in events:
+        _HERE[event.event_id] = event
+
+
+def _event_of(raw: RawEvent) -> Event:
+    """The committed event a row holds: this process's own object when it has one."""
+    event = _HERE.get(raw.event_id)
+    if event is not None and event.seq == raw.seq:
+        return event
+    return raw.to_event()
+
+
+def _scan(store: SessionStore, key: SessionKey, after: int, through: int) -> Iterator[Event]:
+    """The committed events in ``(after, through]``, as ``SessionStore.scan`` gives them but
+    with this process's own objects where it has them (see ``_HERE``)."""
+    pos = after
+    while pos < through:
+        page = store.read_raw(key, pos, min(MAX_READ_LIMIT, through - pos))
+        if not page:
+            raise Corrupt(f"session {key}: events after seq {pos} are missing (up to {through})")
+        for raw in page:
+            yield _event_of(raw)
+        pos = page[-1].seq
 
 
 def _encode(data: dict[str, Any]) -> bytes:
@@ -85,7 +124,7 @@ def load_context(
             raise Corrupt(f"session {key}: events after seq {pos} are missing (up to {through})")
         for raw in page:
             if raw.type in types:
-                state.apply(raw.to_event())
+                state.apply(_event_of(raw))
         pos = page[-1].seq
     return state.context
 
@@ -269,7 +308,7 @@ class Folds:
                 self._replay(0, sum(len(raw.payload_json) for raw in page))
             for raw in page:
                 if raw.type in FOLDED_TYPES:
-                    self.state.apply(raw.to_event())
+                    self.state.apply(_event_of(raw))
                 else:  # streamed chunks and the like: nothing to decode
                     self.state.seq = raw.seq
             pos = page[-1].seq
@@ -321,7 +360,7 @@ def load_items(store: SessionStore, key: SessionKey, through: int, count: int) -
     window = _ITEMS_WINDOW
     while True:
         low = max(0, through - window)
-        events = list(store.scan(key, low, through))
+        events = list(_scan(store, key, low, through))
         starts = [e.seq for e in events if e.type == "turn/start"]
         begin = 0 if low == 0 else (starts[0] - 1 if starts else None)
         if begin is not None:
@@ -421,12 +460,12 @@ class ChatFolds:
             self._load(head)
         if self.chat.seq > head:  # asked for an older prefix: fold it from scratch
             older = self._new(None)
-            for event in self.store.scan(self.key, 0, head):
+            for event in _scan(self.store, self.key, 0, head):
                 older.apply(event)
             return older
         self._take_fed(head)
         if self.chat.seq < head:
-            for event in self.store.scan(self.key, self.chat.seq, head):
+            for event in _scan(self.store, self.key, self.chat.seq, head):
                 self.chat.apply(event)
         if len(self.chat.session.turns) > 2 * KEEP_TURNS:
             self.chat.retire()

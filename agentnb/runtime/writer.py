@@ -26,6 +26,7 @@ from agentnb.errors import (
     StorageError,
 )
 from agentnb.events import Event, canonical_json
+from agentnb.folds import committing
 from agentnb.ids import SessionKey, new_id
 from agentnb.limits import Limits, check_room
 from agentnb.models.base import TextDelta, ToolCallDelta
@@ -119,6 +120,7 @@ class LogWriter:
         elif limits is not None and limits.max_session_events is not None:
             self._check_room(limits, batch)
         batch_id = new_id("batch")
+        committing(batch)  # a reader of this process meeting these rows takes these objects
         for attempt in range(5):
             try:
                 await asyncio.to_thread(
