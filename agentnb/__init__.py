@@ -92,7 +92,7 @@ def connect(url: str, token: str | None = None, *, timeout: float = 30.0) -> Any
     """The agentnb service at ``url`` (``agentnb serve``) as a ``RemoteRuntime``: its
     ``session()`` / ``open()`` / ``sessions()`` give ``RemoteSession`` objects with the
     ``Session`` verbs, records and errors, acting as the token's user. Needs httpx
-    (``pip install "agentnb[server]"``)."""
+    (``pip install -e ".[server]"``)."""
     from agentnb.client import connect as connect_  # optional: httpx
 
     return connect_(url, token, timeout=timeout)

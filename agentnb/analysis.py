@@ -54,7 +54,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from agentnb.errors import InvalidInput
+from agentnb.errors import InvalidInput, install_hint
 from agentnb.export.columns import FLATTEN_SQL, RawColumns, connect, require_export_deps, to_arrow
 from agentnb.export.sql import load_query, schema_sql
 from agentnb.ids import SessionKey
@@ -898,9 +898,7 @@ def timeline_chart(
     try:
         import altair as alt
     except ImportError as exc:
-        raise ImportError(
-            f'timeline_chart needs altair: pip install "agentnb[export]" ({exc})'
-        ) from exc
+        raise ImportError(f"timeline_chart needs altair: {install_hint('export')} ({exc})") from exc
     import pandas as pd
 
     data = timeline_data(

@@ -13,7 +13,7 @@ with their ``path`` and ``session``, and ``respond`` through the parent routes t
 local ``Session`` does (the service calls the same verbs). A service that cannot be reached
 raises ``StorageError`` saying so; a refused token ``Unauthorized``.
 
-Needs httpx (the ``openai`` or ``server`` extra): ``pip install "agentnb[server]"``.
+Needs httpx (the ``openai`` or ``server`` extra): ``pip install -e ".[server]"``.
 """
 
 from __future__ import annotations
@@ -30,10 +30,12 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import quote
 
+from agentnb.errors import install_hint
+
 try:
     import httpx
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
-    raise ImportError('the remote client needs httpx: pip install "agentnb[server]"') from exc
+    raise ImportError("the remote client needs httpx: " + install_hint("server")) from exc
 
 from agentnb import errors, wire
 from agentnb.answers import Answer, ToolOutcome

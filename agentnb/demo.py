@@ -21,6 +21,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import agentnb as nb
+from agentnb.errors import install_hint
 from agentnb.events import ModelChunk, RunEnd, RunStart
 from agentnb.stores import default_store_url
 
@@ -186,7 +187,7 @@ def _export(session: nb.Session, out: Out) -> str | None:
         from agentnb import analysis  # optional: the export extra
         from agentnb.export import Exporter, ParquetSink
     except ImportError:
-        out('\n(Export skipped: pip install "agentnb[export]" to see it.)')
+        out(f"\n(Export skipped: {install_hint('export')} to see it.)")
         return None
     path = _store_path(session.runtime.store.url)
     root = (

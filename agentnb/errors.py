@@ -78,6 +78,7 @@ __all__ = [
     "UncertainToolCalls",
     "UnknownRequiredEvent",
     "describe",
+    "install_hint",
 ]
 
 
@@ -235,6 +236,20 @@ def describe(exc: BaseException, limit: int = 2000, *, typed: bool = True) -> st
     name = type(exc).__name__
     out = (f"{name}: {text}" if text else name) if typed or not text else text
     return out if len(out) <= limit else out[: limit - 1] + "\u2026"
+
+
+DISTRIBUTION = "agentnb-sessions"
+"""The name this project is (to be) published under: ``agentnb`` in the package index is
+another project, so no advice here ever says ``pip install agentnb``."""
+
+
+def install_hint(extra: str) -> str:
+    """The command that installs optional dependencies ``extra``, for ``ImportError`` texts.
+
+    Until the distribution is published the way in is a clone of the repository, so the
+    advice is an editable install of it (in the clone's ``.venv``, as the README says).
+    """
+    return f'pip install -e ".[{extra}]" (in the agentnb clone; published as {DISTRIBUTION})'
 
 
 class HistoryError(AgentnbError):

@@ -1,6 +1,6 @@
 """MCP toolsets: the tools of a Model Context Protocol server as agentnb tools.
 
-``pip install "agentnb[mcp]"`` (the official ``mcp`` SDK, 2.x). ``stdio(command, args)``
+``pip install -e ".[mcp]"`` (the official ``mcp`` SDK, 2.x). ``stdio(command, args)``
 runs a server as a subprocess; ``http(url)`` connects to one over streamable HTTP. Both are
 ``Toolset``s for ``Agent(tools=[...])``: each ``Runtime`` starts the server once (when it is
 created), lists its tools, and stops it at ``Runtime.close()``. This module translates between
@@ -55,7 +55,7 @@ import threading
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from agentnb.errors import InvalidInput, ToolsetUnavailable, describe
+from agentnb.errors import InvalidInput, ToolsetUnavailable, describe, install_hint
 from agentnb.tools import (
     InvalidToolArguments,
     NeedsAnswer,
@@ -84,7 +84,7 @@ def _sdk() -> Any:
     try:
         import mcp
     except ImportError:
-        raise ImportError('MCP toolsets need the mcp extra: pip install "agentnb[mcp]"') from None
+        raise ImportError("MCP toolsets need the mcp extra: " + install_hint("mcp")) from None
     return mcp
 
 

@@ -292,7 +292,7 @@ def require_server() -> None:
         import psycopg  # noqa: F401
         import psycopg_pool  # noqa: F401
     except ImportError as exc:
-        _skip_or_fail(f'{exc}: pip install "agentnb[postgres]"')
+        _skip_or_fail(f'{exc}: pip install -e ".[postgres]"')
     try:
         find_bindir()
     except ClusterUnavailable as exc:

@@ -183,8 +183,8 @@ class TestMakeLab:
 
         project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
         lab = project["optional-dependencies"]["lab"]
-        assert "agentnb[widgets]" in lab
-        assert "agentnb[export]" in lab
+        assert f"{project['name']}[widgets]" in lab
+        assert f"{project['name']}[export]" in lab
         assert any(r.startswith("jupyterlab>=4") for r in lab)
         assert any(r.startswith("ipykernel") for r in lab)
 

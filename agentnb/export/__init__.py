@@ -2,7 +2,7 @@
 
 ``ExportSink`` is the protocol, ``Exporter`` moves events from a store to a sink and keeps the
 store's watermark, ``LiveExporter`` drains in the background for ``Runtime(export_to=...)``.
-``ParquetSink`` and ``DuckDBSink`` need the ``export`` extra (``pip install "agentnb[export]"``),
+``ParquetSink`` and ``DuckDBSink`` need the ``export`` extra (``pip install -e ".[export]"``),
 ``OTelSink`` the ``otel`` extra; all are imported on first use, so importing this package
 stays light.
 """

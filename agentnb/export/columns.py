@@ -28,6 +28,7 @@ import json
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, overload
 
+from agentnb.errors import install_hint
 from agentnb.events import Event
 from agentnb.ids import SessionKey
 from agentnb.stores.base import RawEvent
@@ -55,7 +56,7 @@ Batch = Mapping[SessionKey, Sequence[Event | RawEvent]]
 A group is a sequence of ``Event`` or ``RawEvent``; the exporter passes ``RawColumns`` (a
 sequence of ``RawEvent`` backed by Arrow columns)."""
 
-_INSTALL = 'pip install "agentnb[export]"'
+_INSTALL = install_hint("export")
 
 
 def require_export_deps() -> None:

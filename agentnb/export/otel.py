@@ -1,6 +1,6 @@
 """``OTelSink``: every session as OpenTelemetry traces (GenAI semantic conventions).
 
-``pip install "agentnb[otel]"``. An export sink like ``ParquetSink`` and ``DuckDBSink``: the
+``pip install -e ".[otel]"``. An export sink like ``ParquetSink`` and ``DuckDBSink``: the
 ``Exporter`` (or ``Runtime(export_to=[...])``, or ``agentnb export --otlp URL``) hands it
 committed events and keeps the store's watermark; ``accept`` returns once the span exporter
 took the spans, so delivery is at least once. What becomes a span:
@@ -40,7 +40,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from agentnb.errors import InvalidInput, StorageError
+from agentnb.errors import InvalidInput, StorageError, install_hint
 from agentnb.events import decode_json
 from agentnb.export.base import sink_name
 from agentnb.export.columns import Batch
@@ -48,7 +48,7 @@ from agentnb.ids import SessionKey
 
 __all__ = ["OTelSink", "otlp_sink", "redact", "tool_span_id", "trace_id"]
 
-_INSTALL = 'pip install "agentnb[otel]"'
+_INSTALL = install_hint("otel")
 REQUEST_SPANS = 2_000
 """Most spans in one export request (collectors refuse large requests, often over 4 MB)."""
 _TYPES = (

@@ -2,7 +2,7 @@
 
 ``ScriptedModel`` is deterministic and offline (tests, notebooks, the demo).
 ``OpenAIChatModel`` talks to any OpenAI-compatible ``/chat/completions`` endpoint; it needs the
-optional ``httpx`` and ``httpx-sse`` dependencies (``pip install "agentnb[openai]"``) and is
+optional ``httpx`` and ``httpx-sse`` dependencies (``pip install -e ".[openai]"``) and is
 imported on first use.
 """
 

@@ -24,12 +24,14 @@ from types import ModuleType
 from typing import Any, Literal
 from urllib.parse import quote, quote_plus, unquote, urlsplit, urlunsplit
 
+from agentnb.errors import install_hint
+
 try:
     import httpx
     import httpx_sse
 except ImportError as exc:  # pragma: no cover - exercised by a test that hides httpx
     raise ImportError(
-        f'OpenAIChatModel needs {exc.name}: pip install "agentnb[openai]"', name=exc.name
+        f"OpenAIChatModel needs {exc.name}: {install_hint('openai')}", name=exc.name
     ) from exc
 
 from agentnb.errors import InvalidInput
@@ -223,7 +225,7 @@ class OpenAIChatModel(Model):
 
     **Tokens.** ``count_tokens`` uses an exact tokenizer when it has one: ``tokenizer`` is a
     function counting the tokens of one text, or ``"auto"`` (the default) to use the
-    ``bpe-openai`` package when it is installed (``pip install "agentnb[tokens]"``; it ships
+    ``bpe-openai`` package when it is installed (``pip install -e ".[tokens]"``; it ships
     the ``o200k_base`` and ``cl100k_base`` encodings, so it works offline) and the model name is
     a known OpenAI family, or None for the estimate. Without a tokenizer it is the port's
     ``estimate_tokens``, scaled by how far the server's last reported prompt tokens exceeded the
@@ -738,7 +740,7 @@ _ENCODINGS_LOCK = threading.Lock()
 def _load_encoding(name: str) -> Callable[[str], int] | None:
     """A token counter for encoding ``name`` from ``bpe-openai``, or None without it."""
     try:
-        # Optional (pip install "agentnb[tokens]"): it ships its encoding files, so unlike
+        # Optional (pip install -e ".[tokens]"): it ships its encoding files, so unlike
         # tiktoken it never downloads anything.
         module = importlib.import_module("bpe_openai")
     except ImportError:

@@ -13,7 +13,7 @@
   API docs' assets come from the ``fastapi-offline`` package, so ``/docs`` needs no CDN
   either.
 
-Needs the ``server`` extra: ``pip install "agentnb[server]"``.
+Needs the ``server`` extra: ``pip install -e ".[server]"``.
 """
 
 from __future__ import annotations
@@ -26,12 +26,14 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from agentnb.errors import install_hint
+
 try:
     import fastapi  # noqa: F401 - the extra's presence is checked here, once
     import uvicorn
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError(
-        'the agentnb service needs FastAPI and uvicorn: pip install "agentnb[server]"'
+        "the agentnb service needs FastAPI and uvicorn: " + install_hint("server")
     ) from exc
 
 from agentnb.errors import InvalidInput

@@ -56,6 +56,7 @@ from agentnb.errors import (
     InvalidInput,
     SessionNotFound,
     StorageError,
+    install_hint,
 )
 from agentnb.events import Event
 from agentnb.ids import Clock, SessionKey, check_id, check_seconds
@@ -100,7 +101,7 @@ try:  # the postgres extra
     from psycopg_pool import ConnectionPool, PoolTimeout
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError(
-        f'PostgresStore needs psycopg 3 and psycopg_pool ({exc}): pip install "agentnb[postgres]"'
+        f"PostgresStore needs psycopg 3 and psycopg_pool ({exc}): {install_hint('postgres')}"
     ) from exc
 
 __all__ = ["CHANNEL", "SCHEMA_VERSION", "PostgresStore"]
@@ -755,8 +756,8 @@ class PostgresStore(SessionStore):
     def _newer(self, version: int) -> StorageError:
         return StorageError(
             f"{self.url} holds agentnb schema version {version}, newer than this agentnb "
-            f"understands ({SCHEMA_VERSION}); upgrade agentnb (pip install -U "
-            '"agentnb[postgres]") on every machine sharing this database'
+            f"understands ({SCHEMA_VERSION}); upgrade agentnb on every machine sharing this "
+            'database (in its clone: git pull, then pip install -e ".[postgres]")'
         )
 
     def _observe_clock(self, conn: psycopg.Connection[Any]) -> None:

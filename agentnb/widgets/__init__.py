@@ -1,7 +1,7 @@
 """Notebook front end: ``SessionView(session)`` shows and drives one session with ipywidgets.
 
 ``import agentnb.widgets`` works without ipywidgets; using ``SessionView`` then raises
-``ImportError`` saying what to install (``pip install "agentnb[widgets]"``).
+``ImportError`` saying what to install (``pip install -e ".[widgets]"``).
 """
 
 from __future__ import annotations

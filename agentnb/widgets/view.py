@@ -40,7 +40,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from agentnb.answers import Answer
-from agentnb.errors import AgentnbError, CannotResume, InvalidInput, NotRunning
+from agentnb.errors import AgentnbError, CannotResume, InvalidInput, NotRunning, install_hint
 from agentnb.html import INERT_MATH, STATUS_COLORS, markdown_html
 from agentnb.projections.chat import (
     ChatItem,
@@ -59,7 +59,7 @@ try:
     import markdown_it  # noqa: F401 - markdown_html renders with it
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError(
-        'SessionView needs ipywidgets and markdown-it-py: pip install "agentnb[widgets]"'
+        "SessionView needs ipywidgets and markdown-it-py: " + install_hint("widgets")
     ) from exc
 
 __all__ = ["SessionView", "markdown_html"]

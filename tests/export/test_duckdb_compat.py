@@ -135,7 +135,7 @@ class TestOlderReaders:
         """The export extra's duckdb CLI (a 1.x) opens the file and runs SQL on its views."""
         cli = _duckdb_cli()
         if cli is None:
-            pytest.skip('no duckdb CLI here: pip install "agentnb[export]" brings duckdb-cli')
+            pytest.skip('no duckdb CLI here: pip install -e ".[export]" brings duckdb-cli')
         done = subprocess.run(
             [cli, "-readonly", "-json", str(known_duckdb), "-c", "SELECT count(*) AS n FROM turns"],
             capture_output=True,

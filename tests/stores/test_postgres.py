@@ -34,6 +34,7 @@ from agentnb.errors import (
     InvalidInput,
     LeaseHeld,
     StorageError,
+    install_hint,
 )
 from agentnb.events import Event
 from agentnb.ids import Clock, FakeClock, SessionKey, new_id
@@ -411,7 +412,7 @@ class TestUrls:
             timeout=GUARD * 2,
             check=True,
         )
-        assert 'pip install "agentnb[postgres]"' in done.stdout
+        assert install_hint("postgres") in done.stdout
 
 
 class TestNotify:
