@@ -8,6 +8,8 @@
   ``/v1/sessions/<id>/children/<call id>``);
 - ``problems``: the one mapping of agentnb errors to HTTP statuses and RFC 9457 bodies;
 - ``sessions``, ``turns``, ``stream``, ``tokens``: the routers, by resource;
+- ``guard``: bounds on a request's head (request line, header size and count, time),
+  refused with 414/431/408 before the parser buffers them;
 - ``render``: what the chat page shows (items with server-rendered Markdown, the panel);
 - ``static/``: the chat page itself (HTML, CSS and JavaScript; no build step, no CDN); the
   API docs' assets come from the ``fastapi-offline`` package, so ``/docs`` needs no CDN
@@ -38,6 +40,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 
 from agentnb.errors import InvalidInput
 from agentnb.runtime.runtime import Runtime
+from agentnb.server import guard
 from agentnb.server.app import create_app
 
 __all__ = ["bind", "create_app", "is_loopback", "serve"]
@@ -100,6 +103,9 @@ def serve(
             f"(127.0.0.1, ::1, localhost), not {host!r}; issue tokens with agentnb token add"
         )
     app = create_app(runtime, auth=auth, cors_origins=cors_origins, max_body=max_body)
+    if "http" not in uvicorn_options:  # bounded request heads (agentnb.server.guard)
+        http, http_options = guard.protocol()
+        uvicorn_options = {"http": http, **http_options, **uvicorn_options}
     config = uvicorn.Config(
         app,
         host=host,

@@ -1535,6 +1535,7 @@ class SessionStore(ABC):
             if remaining is not None and remaining <= 0:
                 return value
             step = poll if remaining is None else min(remaining, poll)
+            self._idle()
             with self._wake_lock:
                 # Checked under the lock that close() and wake_waiters() notify with.
                 if (
@@ -1546,6 +1547,10 @@ class SessionStore(ABC):
             if self._closed:
                 # Reading again could fail on a closed backend; the waiter just needs to wake.
                 return value
+
+    def _idle(self) -> None:  # noqa: B027 - a hook whose default is to do nothing
+        """This thread is about to sleep in a wait: a backend may lend its connection to
+        other threads meanwhile (SQLite does; the default keeps it)."""
 
     # -- what a backend implements -----------------------------------------------------------
 

@@ -370,10 +370,7 @@ class SQLiteStore(SessionStore):
         self.synchronous = str(synchronous).upper()
         self.url = f"sqlite:///{self.path}"
         self._busy_ms = int(busy_timeout * 1000)
-        self._local = threading.local()
-        self._all: list[sqlite3.Connection] = []
-        self._all_adbc: list[Any] = []
-        self._all_lock = threading.Lock()
+        self._conns = _ThreadConnections()
         self._ids: dict[SessionKey, int] = {}
         self._group = _GroupCommit()
         self._create = create
@@ -416,7 +413,7 @@ class SQLiteStore(SessionStore):
             _prepare_side_file(Path(f"{self.path}{suffix}"), make=bool(loose))
 
     def _conn(self) -> _Connection:
-        conn: _Connection | None = getattr(self._local, "conn", None)
+        conn: _Connection | None = self._conns.get("conn")
         if conn is None:
             if self._closed:
                 raise StorageError(f"store {self.url} is closed")
@@ -451,9 +448,7 @@ class SQLiteStore(SessionStore):
                 raise Corrupt(
                     f"{self.path} is not an agentnb store ({exc}); point the store at a new file"
                 ) from None
-            self._local.conn = conn
-            with self._all_lock:
-                self._all.append(conn)
+            self._conns.put("conn", conn)
         return conn
 
     @contextlib.contextmanager
@@ -645,16 +640,10 @@ class SQLiteStore(SessionStore):
 
     def close(self) -> None:
         super().close()
-        with self._all_lock:
-            for conn in self._all:
-                with contextlib.suppress(sqlite3.Error):
-                    conn.close()
-            self._all.clear()
-            for adbc in self._all_adbc:
-                with contextlib.suppress(Exception):
-                    adbc.close()
-            self._all_adbc.clear()
-        self._local = threading.local()
+        self._conns.close()
+
+    def _idle(self) -> None:
+        self._conns.lend()
 
     # -- catalogue ---------------------------------------------------------------------------
 
@@ -1111,7 +1100,7 @@ class SQLiteStore(SessionStore):
 
     def _adbc(self) -> Any:
         """This thread's ADBC connection (``None`` without ``adbc-driver-sqlite``)."""
-        conn = getattr(self._local, "adbc", None)
+        conn = self._conns.get("adbc")
         if conn is None:
             if self._closed:
                 raise StorageError(f"store {self.url} is closed")
@@ -1123,9 +1112,7 @@ class SQLiteStore(SessionStore):
             conn = adbc.connect(uri, autocommit=True)
             with conn.cursor() as cur:
                 cur.execute(f"PRAGMA busy_timeout={self._busy_ms}")
-            self._local.adbc = conn
-            with self._all_lock:
-                self._all_adbc.append(conn)
+            self._conns.put("adbc", conn)
         return conn
 
     # -- inbox -------------------------------------------------------------------------------
@@ -1505,6 +1492,104 @@ def _watch_pending(ref: weakref.ref[SQLiteStore]) -> None:
     finally:
         if conn is not None:
             conn.close()
+
+
+IDLE_CONNECTIONS = 8
+"""Connections of each kind a store keeps for threads to come (more are closed)."""
+
+
+class _Held:
+    """A thread's connection, in its ``threading.local``: when the thread ends Python drops
+    it, and its finalizer gives the connection back to the pool."""
+
+    __slots__ = ("__weakref__", "conn", "finalizer")
+
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+        self.finalizer: weakref.finalize[Any, Any] | None = None
+
+
+class _ThreadConnections:
+    """A store's connections: a thread uses one of each kind while it works and gives it
+    back to a bounded pool when it ends or goes to sleep in a wait (``lend``).
+
+    Threads come and go (a stream's feed, a worker pool's idle thread) and most of them
+    sleep most of the time; a connection kept for each thread for the store's life kept
+    its descriptors and page cache after its thread was gone. Closing it does not give
+    the descriptor back either while any other connection of the process is open: SQLite
+    keeps the file open (a POSIX lock of the process would go with it) until a new
+    connection reuses it. So the connections open at once are bounded by the threads that
+    work at once, not by the threads that exist.
+    """
+
+    def __init__(self) -> None:
+        self._local = threading.local()
+        self._open: dict[int, Any] = {}
+        self._idle: dict[str, list[Any]] = {}
+        self._lock = threading.RLock()  # a finalizer may run in a thread that holds it
+
+    def get(self, kind: str) -> Any:
+        """This thread's connection of ``kind``: its own, an idle one, or None (open one
+        and ``put`` it)."""
+        held: _Held | None = getattr(self._local, kind, None)
+        if held is not None:
+            return held.conn
+        with self._lock:
+            idle = self._idle.get(kind)
+            conn = idle.pop() if idle else None
+        if conn is not None:
+            self._hold(kind, conn)
+        return conn
+
+    def put(self, kind: str, conn: Any) -> None:
+        """``conn`` (just opened) is this thread's connection of ``kind``."""
+        with self._lock:
+            self._open[id(conn)] = conn
+        self._hold(kind, conn)
+
+    def _hold(self, kind: str, conn: Any) -> None:
+        held = _Held(conn)
+        held.finalizer = weakref.finalize(held, self._give_back, kind, id(conn))
+        setattr(self._local, kind, held)
+
+    def lend(self) -> None:
+        """This thread is about to sleep: its connections not in a transaction go back to
+        the pool (it takes one again when it next reads)."""
+        for kind in ("conn", "adbc"):
+            held: _Held | None = getattr(self._local, kind, None)
+            if held is None or getattr(held.conn, "in_transaction", False):
+                continue
+            delattr(self._local, kind)
+            if held.finalizer is not None:
+                held.finalizer()  # gives it back now, and never again
+
+    def _give_back(self, kind: str, ident: int) -> None:
+        with self._lock:
+            conn = self._open.get(ident)
+            if conn is None:
+                return  # the store closed it
+            idle = self._idle.setdefault(kind, [])
+            if len(idle) < IDLE_CONNECTIONS and not getattr(conn, "in_transaction", False):
+                idle.append(conn)
+                return
+            del self._open[ident]
+        with contextlib.suppress(Exception):
+            conn.close()
+
+    def __len__(self) -> int:
+        return len(self._open)
+
+    def close(self) -> None:
+        """Close every connection (the store closes; threads still running open none)."""
+        with self._lock:
+            conns = list(self._open.values())
+            self._open.clear()
+            self._idle.clear()
+        # Outside the lock: dropping this thread's holder runs its finalizer here.
+        self._local = threading.local()
+        for conn in conns:
+            with contextlib.suppress(Exception):
+                conn.close()
 
 
 _TURN_TIMEOUT = 60.0
