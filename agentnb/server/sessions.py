@@ -15,7 +15,8 @@ from fastapi import APIRouter, Body, Depends, Query, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from agentnb import wire
-from agentnb.errors import InvalidInput, SessionNotFound
+from agentnb.agent import check_agent
+from agentnb.errors import AgentChanged, InvalidInput, SessionNotFound
 from agentnb.events import Message, PlanItem
 from agentnb.history import HistoryPage
 from agentnb.ids import new_id
@@ -125,6 +126,11 @@ class Snapshot(BaseModel):
     pending: dict[str, InteractionModel]  # type: ignore[valid-type]
     tasks: list[TaskModel]  # type: ignore[valid-type]
     info: SessionInfoModel  # type: ignore[valid-type]
+    agent_change: list[str] | None = Field(
+        default=None,
+        description="what differs from the agent the session is bound to, when new work "
+        "would be refused (AgentChanged; agentnb serve --accept-agent-change takes it over)",
+    )
 
 
 class Status(BaseModel):
@@ -302,7 +308,19 @@ def get_session(
         "pending": wire.dump(snap.pending),
         "tasks": wire.dump(snap.tasks),
         "info": _info(runtime, session),
+        "agent_change": _agent_change(session),
     }
+
+
+def _agent_change(session: Session) -> list[str] | None:
+    """What new work would be refused for, said before anyone types (the page shows it)."""
+    chat, _ = session.chat_copy()
+    host = session.runtime
+    try:
+        check_agent(chat.session.agent, host.agent, accept=host.accept_agent_change, session="")
+    except AgentChanged as exc:
+        return list(exc.changes)
+    return None
 
 
 @router.patch(SESSION, response_model=SessionInfoModel, summary="session.update")
