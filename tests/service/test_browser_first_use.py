@@ -262,6 +262,28 @@ class TestRevokedToken:
             "You said: words I do not want to type again", timeout=STEP
         )
 
+    def test_an_idle_page_whose_token_is_revoked_signs_out_saying_why(
+        self, served: Served, browser: Any
+    ) -> None:
+        """Nobody clicks: the stream's recheck ends it, and the page shows the sign-in form
+        with the reason, the typed message kept."""
+        from playwright.sync_api import expect
+
+        token = served.token()
+        page = browser.new_page(viewport={"width": 1300, "height": 850})
+        sign_in(page, served.server.url, token)
+        page.locator("#input").fill("half a thought")
+        store = nb.open_store(served.store_url)
+        try:
+            tokens.revoke(store, token.split(".")[0])
+        finally:
+            store.close()
+        # The stream rechecks its token at each keepalive (15 s): a guard, not a speed check.
+        expect(page.locator("#sign-in-error")).to_contain_text("revoked", timeout=3 * STEP)
+        page.locator("#token").fill(served.token())
+        page.locator("#sign-in-button").click()
+        expect(page.locator("#input")).to_have_value("half a thought", timeout=STEP)
+
 
 class TestChatItems:
     def test_material_handed_to_an_idle_session_shows_in_the_chat(

@@ -375,7 +375,7 @@
         const data = JSON.parse(e.data);
         this.close();
         if (this.nested) this.headNote(`its stream ended: ${data.reason}`);
-        else banner(`The stream ended: ${data.reason}`);
+        else if (page.chat === this) recover(); // a revoked sign-in lands on the form, saying so
       });
     }
 
