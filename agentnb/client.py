@@ -747,6 +747,12 @@ class RemoteSession:
         data = self._call("GET", "")
         return wire.load(ChatSnapshot, {**data, "cursor": data["seq"]})
 
+    def agent_change(self) -> list[str] | None:
+        """What new work would be refused for (``Session.agent_change``, on the service)."""
+        data = self._call("GET", "", params={"messages": False})
+        change = data.get("agent_change")
+        return None if change is None else [str(c) for c in change]
+
     def transcript(self) -> Transcript:
         """The complete committed messages, as of one seq."""
         snap = self.snapshot()

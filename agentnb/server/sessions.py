@@ -15,8 +15,7 @@ from fastapi import APIRouter, Body, Depends, Query, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from agentnb import wire
-from agentnb.agent import check_agent
-from agentnb.errors import AgentChanged, InvalidInput, SessionNotFound
+from agentnb.errors import InvalidInput, SessionNotFound
 from agentnb.events import Message, PlanItem
 from agentnb.history import HistoryPage
 from agentnb.ids import new_id
@@ -308,19 +307,8 @@ def get_session(
         "pending": wire.dump(snap.pending),
         "tasks": wire.dump(snap.tasks),
         "info": _info(runtime, session),
-        "agent_change": _agent_change(session),
+        "agent_change": session.agent_change(),
     }
-
-
-def _agent_change(session: Session) -> list[str] | None:
-    """What new work would be refused for, said before anyone types (the page shows it)."""
-    chat, _ = session.chat_copy()
-    host = session.runtime
-    try:
-        check_agent(chat.session.agent, host.agent, accept=host.accept_agent_change, session="")
-    except AgentChanged as exc:
-        return list(exc.changes)
-    return None
 
 
 @router.patch(SESSION, response_model=SessionInfoModel, summary="session.update")

@@ -182,3 +182,29 @@ class TestRemoteClientAdvice:
             remote.close()
         assert "token=" in str(caught.value)
         assert "Authorization" not in str(caught.value)
+
+
+class TestAgentChangeBeforeTyping:
+    def test_a_session_says_what_new_work_would_be_refused_for(self, tmp_path: Path) -> None:
+        """agent_change() names the differences from the bound agent, locally and over the
+        service, and is None for the agent it is bound to; nothing is written."""
+        url = f"sqlite:///{tmp_path / 'bound.sqlite'}"
+        old = nb.Agent(name="A", agent_id="a", model=nb.ScriptedModel(["one"]), instructions="x")
+        with nb.Runtime(old, store=url) as runtime:
+            session = runtime.session("s", user_id="default")
+            session.run("first", timeout=WAIT)
+            assert session.agent_change() is None
+        new = nb.Agent(name="A", agent_id="a", model=nb.ScriptedModel(["two"]), instructions="y")
+        with nb.Runtime(new, store=url) as runtime:
+            session = runtime.session("s", user_id="default")
+            head = session.log.head()
+            assert session.agent_change() == ["instructions changed"]
+            assert session.log.head() == head
+            with ServerThread(runtime, auth=False) as server:
+                remote = nb.connect(server.url)
+                try:
+                    assert remote.open("s").agent_change() == ["instructions changed"]
+                finally:
+                    remote.close()
+        with nb.Runtime(new, store=url, accept_agent_change=True) as runtime:
+            assert runtime.session("s", user_id="default").agent_change() is None
