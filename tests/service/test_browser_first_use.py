@@ -61,7 +61,16 @@ class Served:
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     root = tmp_path_factory.mktemp("first")
     url = f"sqlite:///{root / 'first.sqlite'}"
-    issue(url, "alice", "first")  # the store exists before the server opens it
+    # A session of alice's bound to an older version of the served agent, made before the
+    # server starts (a serving runtime would claim its task, and refuse it).
+    older = nb.Agent(
+        name="Service test",
+        agent_id="service-agent",
+        model=nb.ScriptedModel(["An older answer."]),
+        instructions="An older version of the instructions.",
+    )
+    with nb.Runtime(older, store=url) as runtime:
+        runtime.session("older", user_id="alice").run("from before", timeout=30)
     with ServerProcess(url, agent="tests.service._agent:slow") as server:
         yield Served(server, url)
 
@@ -171,18 +180,10 @@ class TestWordsForAPerson:
     def test_a_session_of_another_agent_version_says_so_before_typing(
         self, served: Served, browser: Any
     ) -> None:
-        """A session bound to another version of the agent: the composer names
-        agentnb serve --accept-agent-change as soon as it opens."""
+        """A session bound to another version of the agent (the fixture's "older"): the
+        composer names agentnb serve --accept-agent-change as soon as it opens."""
         from playwright.sync_api import expect
 
-        other = nb.Agent(
-            name="Service test",
-            agent_id="service-agent",
-            model=nb.ScriptedModel(["An older answer."]),
-            instructions="An older version of the instructions.",
-        )
-        with nb.Runtime(other, store=served.store_url) as runtime:
-            runtime.session("older", user_id="alice").run("from before", timeout=30)
         page = browser.new_page(viewport={"width": 1300, "height": 850})
         sign_in(page, served.server.url, served.token(), new_session=False)
         page.locator(".session-row[data-id='older']").click()
