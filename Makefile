@@ -5,9 +5,10 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.bench-installed
 DEMO_STAMP := $(VENV)/.demo-installed
+SERVE_STAMP := $(VENV)/.serve-installed
 LAB_STAMP := $(VENV)/.lab-installed
 
-.PHONY: venv demo lab test lint bench clean
+.PHONY: venv demo serve lab test lint bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -31,6 +32,20 @@ $(DEMO_STAMP): pyproject.toml
 
 demo: $(DEMO_STAMP)
 	$(BIN)/agentnb demo
+
+# The chat page with the demo's agent, on the embedded store the demo writes to (its sessions
+# show up for user "demo"): the server extra under its own stamp, a sign-in token printed at
+# start (revoked when the server stops). PORT=0 takes a free port; STORE=URL another store.
+PORT ?= 8000
+STORE ?=
+SERVE_USER ?= demo
+$(SERVE_STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet -e ".[export,server]"
+	touch $(SERVE_STAMP)
+
+serve: $(SERVE_STAMP)
+	$(BIN)/agentnb serve --agent agentnb.demo:agent --port $(PORT) --token-for $(SERVE_USER) $(if $(STORE),--store $(STORE))
 
 # The notebooks in JupyterLab: the lab extra (widgets, export, JupyterLab, a kernel) goes into
 # the same venv, under its own stamp; JupyterLab opens with notebooks/ as its root.

@@ -7,6 +7,7 @@ help text and example.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import math
@@ -62,7 +63,7 @@ EXIT_FAILED = 1
 EXIT_USAGE = 2
 """A bad option or argument value (argparse's own code); nothing was read or written."""
 EXIT_NOT_FOUND = 3
-"""No such session, store or export."""
+"""No such session, task, token, store or export."""
 EXIT_DATA = 4
 """The store or export cannot be read, or holds data agentnb did not write (corrupt)."""
 
@@ -71,7 +72,7 @@ exit codes:
   {EXIT_OK}  success
   {EXIT_FAILED}  refused or failed for another reason (the message says which)
   {EXIT_USAGE}  usage error: a bad option or argument value; nothing was read or written
-  {EXIT_NOT_FOUND}  not found: no such session, store or export
+  {EXIT_NOT_FOUND}  not found: no such session, task, token, store or export
   {EXIT_DATA}  data error: the store or export cannot be read, or is corrupt
 Errors print one line on stderr ("error: ..."), never a traceback.
 """
@@ -81,6 +82,12 @@ _STORE_HELP = "store URL or SQLite file path (default: SQLite in ./.agentnb/)"
 NULL = "-"
 """How every command's text output shows a missing value (JSON output uses null)."""
 _CUT = "…"
+
+
+def _not_found(message: str) -> int:
+    """Print the ``error:`` line of something named that does not exist; its exit code."""
+    print(f"error: {_visible(message)}", file=sys.stderr)
+    return EXIT_NOT_FOUND
 
 
 def exit_code(exc: AgentnbError) -> int:
@@ -788,6 +795,12 @@ def _cancel(args: argparse.Namespace) -> int:
     try:
         key = _keys(store, args.session, args.user, args.agent)
         state, inbox = Folds(store, key).refresh()
+        submitted = (c.turn_id for c in inbox.commands.values() if c.kind == "submit")
+        if args.turn not in state.turns and args.turn not in submitted:
+            return _not_found(
+                f"session {key.session_id} has no task {args.turn!r}; agentnb show "
+                f"{key.session_id} lists its tasks and their turn ids"
+            )
         how = check_cancel(state, inbox, args.turn, executing=_executing(store, key))
         event = accept_cancel(nb.Inbox(store, key), state, inbox, args.turn, how)
         result = "done" if event is None else _carried_out(store, key, event, args.wait)
@@ -895,24 +908,35 @@ def _worker(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _load_agent(spec: str) -> nb.Agent:
+def _load_agent(spec: str, command: str = "worker") -> nb.Agent:
     """``module:attribute``, imported with the current directory first on the import path
     (as uvicorn does), so ``agentnb worker --agent mymodule:agent`` works from the folder
-    that holds ``mymodule.py``."""
+    that holds ``mymodule.py``. ``command`` names the command in the advice."""
     import importlib
 
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:
-        raise InvalidInput(f"--agent takes module:attribute, got {spec!r}")
+        raise InvalidInput(
+            f"--agent takes module:attribute, got {spec!r} (the demo's: agentnb.demo:agent)"
+        )
     here = os.getcwd()
     if here not in sys.path and "" not in sys.path:
         sys.path.insert(0, here)
     try:
-        agent = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError) as exc:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
         raise InvalidInput(
-            f"--agent {spec}: cannot load it ({exc}); run the worker from the folder that "
-            "holds the module, or put that folder on PYTHONPATH"
+            f"--agent {spec}: cannot import {module_name} ({exc}); run agentnb {command} from "
+            "the folder that holds the module, or put that folder on PYTHONPATH (the demo's "
+            "agent: --agent agentnb.demo:agent)"
+        ) from None
+    try:
+        agent = getattr(module, attr)
+    except AttributeError:
+        agents = sorted(k for k, v in vars(module).items() if isinstance(v, nb.Agent))
+        found = f"its agents: {', '.join(agents)}" if agents else "it defines no nb.Agent"
+        raise InvalidInput(
+            f"--agent {spec}: {module_name} has no attribute {attr!r} ({found})"
         ) from None
     if not isinstance(agent, nb.Agent):
         raise InvalidInput(f"--agent {spec}: {attr} is a {type(agent).__name__}, not an nb.Agent")
@@ -1033,7 +1057,7 @@ def _serve(args: argparse.Namespace) -> int:
     """
     from agentnb.server import serve  # the server extra
 
-    agent = _load_agent(args.agent)
+    agent = _load_agent(args.agent, "serve")
     store = _worker_store(args.store, args.concurrency)
     try:
         runtime = nb.Runtime(
@@ -1049,6 +1073,16 @@ def _serve(args: argparse.Namespace) -> int:
         raise
     auth = args.auth == "token"
     where = "localhost" if args.host in {"127.0.0.1", "::1"} else args.host
+    sign_in = None
+    if auth and args.token_for is not None:
+        from agentnb import tokens
+
+        sign_in = tokens.issue(
+            runtime.store,
+            args.token_for,
+            label="agentnb serve --token-for",
+            expires_at=runtime.store.clock.now() + _TOKEN_FOR_SECONDS,
+        )
 
     def ready(port: int) -> None:
         mode = "API only; workers execute" if args.no_execute else "executing"
@@ -1057,7 +1091,13 @@ def _serve(args: argparse.Namespace) -> int:
             f"http://{where}:{port}/ (API /v1, docs /docs); Ctrl-C to stop",
             flush=True,
         )
-        if auth and not runtime.store.list_tokens():
+        if sign_in is not None:
+            print(
+                f"sign in on the page as {args.token_for!r} with this token (it is revoked "
+                f"when this server stops): {sign_in[0]}",
+                flush=True,
+            )
+        elif auth and not runtime.store.list_tokens():
             print("no tokens yet: agentnb token add USER --store ...", flush=True)
 
     try:
@@ -1077,7 +1117,25 @@ def _serve(args: argparse.Namespace) -> int:
         runtime.close()
         if isinstance(store, nb.SessionStore):
             store.close()
+        if sign_in is not None:
+            _revoke_quietly(args.store, sign_in[1].token_id)
     return EXIT_OK
+
+
+_TOKEN_FOR_SECONDS = 24 * 3600.0
+"""How long a ``serve --token-for`` token lasts if its server dies before revoking it."""
+
+
+def _revoke_quietly(url: str | None, token_id: str) -> None:
+    """Revoke the token ``serve --token-for`` issued (a memory store went with its server)."""
+    url = url or default_store_url()
+    if split_url(url).scheme.lower() == "memory":
+        return
+    try:
+        with contextlib.closing(nb.open_store(url)) as store:
+            store.revoke_token(token_id)
+    except AgentnbError as exc:
+        print(f"warning: the sign-in token {token_id} was not revoked: {exc}", file=sys.stderr)
 
 
 def _token(args: argparse.Namespace) -> int:
@@ -1099,6 +1157,10 @@ def _token(args: argparse.Namespace) -> int:
                 )
             return EXIT_OK
         if args.action == "revoke":
+            if all(t.token_id != args.token_id for t in store.list_tokens()):
+                return _not_found(
+                    f"no token {args.token_id!r} in {store.url}; agentnb token list shows them"
+                )
             record = tokens.revoke(store, args.token_id)
             if args.json:
                 _print_json(_token_row(record))
@@ -1209,6 +1271,13 @@ def _service_commands(
     )
     serve.add_argument(
         "--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"]
+    )
+    serve.add_argument(
+        "--token-for",
+        metavar="USER",
+        default=None,
+        help="issue a token for USER as the server starts, print it, and revoke it when the "
+        "server stops (for trying the page: make serve; agentnb token add for lasting ones)",
     )
 
     token = command(
@@ -1591,6 +1660,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {_visible(str(exc))}", file=sys.stderr)
         return exit_code(exc)
     except OSError as exc:  # a file the command needed could not be read or written
+        print(f"error: {_visible(str(exc))}", file=sys.stderr)
+        return EXIT_FAILED
+    except ImportError as exc:  # an extra the command needs is not installed; exc says which
         print(f"error: {_visible(str(exc))}", file=sys.stderr)
         return EXIT_FAILED
     except KeyboardInterrupt:

@@ -28,7 +28,7 @@ from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 from agentnb.errors import install_hint
 
@@ -123,6 +123,7 @@ class _Http:
 
     def __init__(self, url: str, token: str | None, timeout: float) -> None:
         headers = {"Accept": "application/json"}
+        self.token = token
         if token is not None:
             headers["Authorization"] = f"Bearer {token}"
         self.url = url.rstrip("/")
@@ -164,7 +165,16 @@ class _Http:
                 f"cannot reach the agentnb service at {self.url} ({exc}); is it running? "
                 "(agentnb serve)"
             ) from None
-        return self.answer(response)
+        try:
+            return self.answer(response)
+        except errors.Unauthorized as exc:
+            if self.token is not None or response.status_code != 401:
+                raise
+            # The service's words are for any HTTP client; this one takes the token itself.
+            raise errors.Unauthorized(
+                f"the agentnb service at {self.url} needs a token: nb.connect({self.url!r}, "
+                "token='tok_...'), with a token from agentnb token add USER"
+            ) from exc
 
     @staticmethod
     def answer(response: httpx.Response) -> Any:
@@ -220,6 +230,12 @@ class RemoteRuntime:
             raise InvalidInput("token must be a string (from agentnb token add USER)")
         if not isinstance(timeout, int | float) or isinstance(timeout, bool) or timeout <= 0:
             raise InvalidInput(f"timeout must be positive seconds, got {timeout!r}")
+        if urlsplit(url).path.rstrip("/").endswith("/v1"):
+            root = url.rstrip("/")[: -len("/v1")]
+            raise InvalidInput(
+                f"pass the service's root URL, without /v1: nb.connect({root!r}, token=...); "
+                "the client adds /v1 to each route itself"
+            )
         self.url = url.rstrip("/")
         self.http = _Http(self.url, token, float(timeout))
         self._token = token
@@ -732,6 +748,12 @@ class RemoteSession:
         """One consistent read at one watermark (``Session.snapshot``)."""
         data = self._call("GET", "")
         return wire.load(ChatSnapshot, {**data, "cursor": data["seq"]})
+
+    def agent_change(self) -> list[str] | None:
+        """What new work would be refused for (``Session.agent_change``, on the service)."""
+        data = self._call("GET", "", params={"messages": False})
+        change = data.get("agent_change")
+        return None if change is None else [str(c) for c in change]
 
     def transcript(self) -> Transcript:
         """The complete committed messages, as of one seq."""

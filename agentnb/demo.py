@@ -70,11 +70,20 @@ def create_order(item: str, qty: int) -> str:
     return f"order #{len(ORDERS):04d} created for {qty} x {item}"
 
 
+HELP = (
+    "I am the demo's scripted cost assistant (offline, no real model), so I know three "
+    f"tasks: “{COMPARE}”, “{ORDER}” and “{QUOTES}”. Send one of them."
+)
+"""The answer to any other message (the agent served by ``make serve`` gets those)."""
+
+
 def _script(messages: list[nb.Message]) -> Any:
     """The scripted model: decides from the conversation so far."""
-    start = max(
-        i for i, m in enumerate(messages) if m.role == "user" and m.text in {COMPARE, ORDER, QUOTES}
-    )
+    asked = [i for i, m in enumerate(messages) if m.role == "user" and m.text != STEER]
+    known = [i for i in asked if messages[i].text in {COMPARE, ORDER, QUOTES}]
+    if not known or asked[-1] > known[-1]:
+        return HELP
+    start = known[-1]
     task = messages[start].text
     since = messages[start + 1 :]
     results = [m for m in since if m.role == "tool"]
@@ -242,6 +251,8 @@ def _next_steps(session: nb.Session, export_root: str | None, out: Out) -> None:
     if export_root is not None:
         out(f"  {agentnb} query approvals --source {export_root}")
         out(f"  {agentnb} query --list")
+    out("  make serve: this agent in the browser chat page, on the same store (it prints a")
+    out("  sign-in token for the page)")
     out("  make lab: the notebooks (notebooks/01-quickstart.ipynb and the others) in JupyterLab,")
     out("  installed into the same .venv with the widgets; or online, on Binder:")
     out(f"  {BINDER_URL}")
@@ -274,16 +285,26 @@ def _quote(text: str | None, width: int = 60) -> str:
     return f'"{_short(text, width)}"'
 
 
-def run_demo(store: str | None = None, out: Out = print) -> nb.Session:
-    """Run the demo on ``store`` (default: SQLite under ./.agentnb/); returns the session."""
-    model = nb.ScriptedModel(_script, chunk_size=6, chunk_delay=0.01)
-    agent = nb.Agent(
+def demo_agent() -> nb.Agent:
+    """The demo's cost assistant: three tools (one asks a person first) on a scripted model
+    that answers the demo's three tasks, and says which they are to any other message."""
+    return nb.Agent(
         name="Cost Assistant",
         agent_id="cost-assistant",
-        model=model,
+        model=nb.ScriptedModel(_script, chunk_size=6, chunk_delay=0.01),
         tools=[lookup_price, fetch_quote, create_order],
         instructions="Answer cost questions briefly, with numbers.",
     )
+
+
+agent = demo_agent()
+"""The demo's agent, importable: ``agentnb serve --agent agentnb.demo:agent`` (``make
+serve``) and ``agentnb worker --agent agentnb.demo:agent`` serve it."""
+
+
+def run_demo(store: str | None = None, out: Out = print) -> nb.Session:
+    """Run the demo on ``store`` (default: SQLite under ./.agentnb/); returns the session."""
+    agent = demo_agent()
     path = _store_path(store or default_store_url())
     existed = path is not None and os.path.exists(path)
     runtime = nb.Runtime(agent, store=store)

@@ -24,6 +24,7 @@ from agentnb.agent import check_agent
 from agentnb.answers import ToolOutcome
 from agentnb.children import children_of, descendant_requests, route_answers
 from agentnb.errors import (
+    AgentChanged,
     AppendConflict,
     CannotResume,
     IdempotencyConflict,
@@ -690,6 +691,23 @@ class Session:
             check_queue(queued_commands(state, inbox), limits, session=self.key)
         if steering is not None:
             check_steering(pending_steers(state, inbox, steering), limits, turn=steering)
+
+    def agent_change(self) -> list[str] | None:
+        """What new work would be refused for, before anyone asks: the differences between
+        this runtime's agent and the one the session is bound to (``AgentChanged``'s
+        ``changes``), or None when new work may go on (not bound yet, the same agent, or a
+        runtime that accepts agent changes). Nothing is written."""
+        state, _ = self._refresh()
+        try:
+            check_agent(
+                state.agent,
+                self.runtime.agent,
+                accept=self.runtime.accept_agent_change,
+                session=self.key,
+            )
+        except AgentChanged as exc:
+            return list(exc.changes)
+        return None
 
     # -- people in the loop, interrupts, recovery ------------------------------------------
 

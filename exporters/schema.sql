@@ -93,11 +93,15 @@ FROM turn_parts;
 --   (interrupted when a recovery closed it after a crash without a run/end).
 --   end_reason: why it ended: the reason recorded (crash, a time limit, ...), else the run's
 --   stop code (final_answer, needs_person, error, max_steps, ...; 'interrupt requested' when
---   an interrupt command stopped it).
+--   an interrupt command stopped it, 'cancelled' when a cancel of its turn did: the turn was
+--   cancelled after the run ended, before any other run of it started).
 CREATE OR REPLACE VIEW runs AS
 WITH recovered AS (
   SELECT DISTINCT unnest(from_json(json_extract(payload, '$.interrupted_runs'), '["VARCHAR"]')) AS run_id
   FROM events WHERE type = 'recovery/applied'
+), cancelled AS (
+  SELECT turn_id, min(seq) AS cancelled_seq FROM events
+  WHERE type = 'turn/cancelled' GROUP BY turn_id
 ), agg AS (
   SELECT
     any_value(namespace) AS namespace, any_value(user_id) AS user_id,
@@ -117,6 +121,8 @@ WITH recovered AS (
         seq) FILTER (WHERE type = 'run/end')
     ) AS end_reason,
     arg_max_null(error, seq) FILTER (WHERE type = 'run/end') AS error,
+    min(seq) FILTER (WHERE type = 'run/start') AS start_seq,
+    max(seq) FILTER (WHERE type = 'run/end') AS end_seq,
     count(*) FILTER (WHERE type = 'run/stop_requested') > 0 AS stop_requested,
     count(*) FILTER (WHERE type = 'step/start') AS steps,
     count(*) FILTER (WHERE type = 'model/end') AS model_calls,
@@ -128,16 +134,23 @@ WITH recovered AS (
     AND type IN ('run/start', 'run/end', 'run/stop_requested', 'step/start', 'model/end',
                  'tool/dispatch')
   GROUP BY run_id
+), ended AS (
+  SELECT agg.*, lead(start_seq) OVER (PARTITION BY turn_id ORDER BY start_seq) AS next_start_seq
+  FROM agg
 )
 SELECT
   a.namespace, a.user_id, a.agent_id, a.session_id, a.turn_id, a.run_id,
   row_number() OVER (PARTITION BY a.turn_id ORDER BY a.started_at, a.run_id) AS run_index,
   a.reason, a.command_id, a.started_at, a.ended_at,
   coalesce(a.end_status, CASE WHEN r.run_id IS NOT NULL THEN 'interrupted' ELSE 'running' END) AS status,
-  a.end_reason, a.error, a.stop_requested,
+  CASE WHEN a.end_reason = 'interrupt requested' AND c.cancelled_seq > a.end_seq
+            AND (a.next_start_seq IS NULL OR a.next_start_seq > c.cancelled_seq)
+       THEN 'cancelled' ELSE a.end_reason END AS end_reason,
+  a.error, a.stop_requested,
   epoch_ms(a.ended_at) - epoch_ms(a.started_at) AS duration_ms,
   a.steps, a.model_calls, a.tool_calls, a.input_tokens, a.output_tokens
-FROM agg AS a LEFT JOIN recovered AS r USING (run_id);
+FROM ended AS a LEFT JOIN recovered AS r USING (run_id)
+LEFT JOIN cancelled AS c ON c.turn_id = a.turn_id;
 
 -- steps: one row per reasoning step (build context -> model call -> tool calls -> checkpoint).
 --   status: continued | terminal, or NULL while the step is open.
@@ -209,6 +222,9 @@ GROUP BY model_call_id;
 -- interactions: one row per human-in-the-loop request (confirmation, external_execution,
 -- ask_user). status: pending | answered | cancelled. approved/reason come from a confirmation's
 -- answer; answered_by is the session's user (the person who may answer its requests).
+--   arguments: the call's arguments as the model asked for them (JSON text);
+--   approved_arguments: those the tool ran with once approved (the person's edit, else the
+--   asked ones; NULL unless approved); edited: whether the person changed them.
 CREATE OR REPLACE VIEW interactions AS
 WITH req AS (
   SELECT * FROM events WHERE type = 'interaction/requested'
@@ -226,6 +242,10 @@ SELECT
   coalesce(s.status, 'pending') AS status,
   s.answer,
   TRY_CAST(json_extract(s.answer, '$.approved') AS BOOLEAN) AS approved,
+  CASE WHEN TRY_CAST(json_extract(s.answer, '$.approved') AS BOOLEAN)
+       THEN coalesce(CAST(json_extract(s.answer, '$.edited_args') AS VARCHAR), q.arguments)
+  END AS approved_arguments,
+  coalesce(json_extract(s.answer, '$.edited_args') IS NOT NULL, false) AS edited,
   json_extract_string(s.answer, '$.reason') AS reason,
   json_extract_string(s.answer, '$.output') AS answer_output,
   CASE WHEN s.resolved_at IS NOT NULL THEN q.user_id END AS answered_by,

@@ -103,7 +103,7 @@ class TestAgentFromTheCurrentFolder:
         """A module that is nowhere is a usage error naming the folder to start from."""
         monkeypatch.chdir(tmp_path)
         assert main(["worker", "--agent", "nosuchmodule_xyz:agent"]) == EXIT_USAGE
-        assert "run the worker from the folder that holds the module" in capsys.readouterr().err
+        assert "run agentnb worker from the folder that holds the module" in capsys.readouterr().err
 
 
 class TestTaskLines:

@@ -13,18 +13,54 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 
 
-def test_readme_python_snippets_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every ```python block of the README runs in a fresh directory without error."""
-    text = (REPO / "README.md").read_text()
+PAGES = [
+    "README.md",
+    "docs/concepts.md",
+    "docs/durability.md",
+    "docs/service.md",
+    "docs/analysis.md",
+    "docs/integrations.md",
+    "docs/scaling.md",
+    "docs/cli.md",
+    "docs/notebooks.md",
+]
+"""The README and the pages of docs/ it sends a newcomer to."""
+
+
+@pytest.mark.parametrize("name", PAGES)
+def test_python_snippets_run(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every ```python block of the page runs, in order, in a fresh directory."""
+    text = (REPO / name).read_text()
     blocks = re.findall(r"```python\n(.*?)```", text, flags=re.S)
-    assert blocks
     monkeypatch.chdir(tmp_path)
     for block in blocks:
         namespace: dict[str, object] = {}
-        exec(compile(block, "README.md", "exec"), namespace)
+        exec(compile(block, name, "exec"), namespace)
         runtime = namespace.get("runtime")
         if runtime is not None:
             runtime.close()  # type: ignore[attr-defined]
+
+
+def test_the_readme_is_a_start_of_at_most_200_lines() -> None:
+    """The README stays short, keeps its two commands and its ten-line example, and sends
+    the reader on to each page of docs/ it lists."""
+    text = (REPO / "README.md").read_text()
+    assert len(text.splitlines()) <= 200
+    assert re.search(r"^make demo  ", text, flags=re.M)
+    assert re.search(r"^make test  ", text, flags=re.M)
+    (example,) = re.findall(r"## Ten lines\n\n```python\n(.*?)```", text, flags=re.S)
+    code = [line for line in example.splitlines() if line.strip()]
+    assert len(code) <= 12, code
+    linked = set(re.findall(r"\]\((docs/[\w-]+\.md)\)", text))
+    assert {p for p in PAGES if p.startswith("docs/")} <= linked
+
+
+@pytest.mark.parametrize("name", PAGES)
+def test_relative_links_resolve(name: str) -> None:
+    """Every relative link of the page names a file of the repository."""
+    page = REPO / name
+    for target in re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", page.read_text()):
+        assert (page.parent / target).exists(), f"{name}: {target}"
 
 
 def test_every_cli_command_has_help_with_an_example() -> None:

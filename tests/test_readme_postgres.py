@@ -1,5 +1,5 @@
-"""README's PostgreSQL recipe, run as written: a server on a port of its own, a role and a
-database for the store, and the URL it prints opens that store."""
+"""The PostgreSQL recipe of docs/scaling.md, run as written: a server on a port of its own, a
+role and a database for the store, and the URL it prints opens that store."""
 
 from __future__ import annotations
 
@@ -13,12 +13,12 @@ from urllib.parse import parse_qs, urlsplit
 import agentnb as nb
 from tests.pg import find_bindir, require_server
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+README = Path(__file__).resolve().parents[1] / "docs" / "scaling.md"
 STOP_LINE = re.compile(r"^pg_ctl .* stop\b.*$", re.MULTILINE)
 
 
 def _recipe() -> str:
-    """The bash block of README's "Moving to PostgreSQL" that starts a local server."""
+    """The bash block of docs/scaling.md's "Moving to PostgreSQL" that starts a server."""
     text = README.read_text(encoding="utf-8")
     blocks = re.findall(r"```bash\n(.*?)```", text, flags=re.DOTALL)
     (recipe,) = [b for b in blocks if "initdb" in b]
@@ -34,7 +34,7 @@ def _free_port() -> int:
 
 def _bash(script: str) -> subprocess.CompletedProcess[str]:
     """Run ``script`` in bash with the server binaries on PATH; as root, as the postgres
-    user (what the README says to do)."""
+    user (what docs/scaling.md says to do)."""
     path = f"{find_bindir()}{os.pathsep}{os.environ.get('PATH', '')}"
     argv = ["bash", "-euo", "pipefail", "-c", script]
     if hasattr(os, "geteuid") and os.geteuid() == 0:
@@ -59,7 +59,7 @@ def test_the_readme_recipe_gives_a_working_store_url() -> None:
     assert "CREATE DATABASE" in recipe
     stop = STOP_LINE.search(recipe)
     assert stop is not None, "the recipe says how to stop the server"
-    # A free port instead of the README's, so the test never meets another server.
+    # A free port instead of the page's, so the test never meets another server.
     start = recipe[: stop.start()].replace("PORT=5433", f"PORT={_free_port()}")
     started = _bash(start)
     assert started.returncode == 0, started.stderr

@@ -20,6 +20,7 @@ Needs the ``server`` extra: ``pip install -e ".[server]"``.
 
 from __future__ import annotations
 
+import errno
 import ipaddress
 import logging
 import signal
@@ -143,9 +144,33 @@ def bind(config: uvicorn.Config) -> socket.socket:
     """The listening socket of ``config``, with Nagle's algorithm off for the connections
     it accepts. uvicorn binds its own sockets so; one handed to it must say it, or every
     response written in two parts waits ~40 ms for the client's delayed ACK."""
-    sock = config.bind_socket()
+    if config.uds or config.fd is not None:
+        sock = config.bind_socket()
+    else:
+        sock = _bind_tcp(config.host, config.port)
     if sock.family in (socket.AF_INET, socket.AF_INET6):
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return sock
+
+
+def _bind_tcp(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to ``host:port``, as uvicorn binds one, except that a port in use
+    (or an address this machine does not have) is an ``OSError`` saying what to do, where
+    uvicorn would log the errno and exit the process."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise OSError(
+                f"port {port} on {host} is in use (another agentnb serve?): stop what listens "
+                f"there, or pick another port with --port (--port 0 takes a free one)"
+            ) from None
+        raise OSError(f"cannot listen on {host}:{port} ({exc.strerror}); check --host") from None
+    sock.set_inheritable(True)
     return sock
 
 

@@ -52,7 +52,12 @@ _PAGE_HEADERS = {
     "Referrer-Policy": "no-referrer",
     "Cache-Control": "no-cache",
 }
-_STATIC = {"app.js": "text/javascript", "app.css": "text/css", "index.html": "text/html"}
+_STATIC = {
+    "app.js": "text/javascript",
+    "app.css": "text/css",
+    "index.html": "text/html",
+    "favicon.svg": "image/svg+xml",
+}
 _DOCS_ASSETS = {
     "swagger-ui-bundle.js": "text/javascript",
     "swagger-ui.css": "text/css",
@@ -259,6 +264,12 @@ def create_app(
     @app.get("/", include_in_schema=False)
     def page() -> Response:
         return FileResponse(str(static / "index.html"), headers=_PAGE_HEADERS)
+
+    @app.get("/favicon.ico", include_in_schema=False)
+    def favicon() -> Response:
+        # Browsers ask for /favicon.ico on every load; an SVG answers it (and the page's
+        # <link rel="icon">).
+        return FileResponse(str(static / "favicon.svg"), media_type="image/svg+xml")
 
     @app.get("/static/{name}", include_in_schema=False)
     def static_file(name: str) -> Response:

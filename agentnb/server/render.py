@@ -75,6 +75,23 @@ def status_of(tasks: list[Task]) -> str:
     return "queued" if queued else "idle"
 
 
+def _task_words(text: str | None) -> str:
+    """A task named by its first line, as the page names tasks (never by its turn id)."""
+    line = (text or "").strip().split("\n")[0]
+    return f"“{line[:59]}…”" if len(line) > 60 else f"“{line}”"
+
+
+def _parked_words(queued: int, task: str, why: str) -> str:
+    """Why queued tasks wait, in the page's words (``blocked_by`` has the turn id)."""
+    tasks = "1 queued task waits" if queued == 1 else f"{queued} queued tasks wait"
+    state, todo = {
+        "suspended": ("is waiting for you", "answer it above"),
+        "failed": ("failed", "resume it to try again"),
+        "interrupted": ("was interrupted", "resume it"),
+    }.get(why, (f"is {why}", "resume it"))
+    return f"{tasks} for {task}, which {state}: {todo}, or cancel it."
+
+
 def panel(
     chat: ChatState,
     inbox: InboxState,
@@ -101,18 +118,13 @@ def panel(
         except CannotResume:
             resumable = None
     parked = None
+    blocked_by = None
     queued = sum(1 for t in tasks if t.status == "queued")
     blocking = blocking_turn(state, inbox, executing=executing)
     if blocking is not None and queued:
         turn, why = blocking
-        todo = {
-            "suspended": "answer its requests",
-            "failed": "resume it to try again",
-        }.get(why, "resume it")
-        parked = (
-            f"{queued} queued task(s) wait behind turn {turn.turn_id}, which is {why}: "
-            f"{todo}, or cancel it."
-        )
+        blocked_by = turn.turn_id
+        parked = _parked_words(queued, _task_words(turn.input), why)
     pending = interactions_of(state)
     pending.update({r: i for r, i in (descendants or {}).items() if r not in pending})
     last = state.latest_turn
@@ -126,7 +138,14 @@ def panel(
             effective_status(state, last, executing=executing) if last is not None else None
         ),
         "parked": parked,
+        "blocked_by": blocked_by,
         "queued": queued,
+        "materials": [
+            {"id": c.command_id, "text": c.input or ""}
+            for c in inbox.injects()
+            if c.command_id not in state.applied_inputs
+            and c.command_id not in state.discarded_inputs
+        ],
         "pending": {rid: wire.dump(i) for rid, i in pending.items()},
         "tasks": [wire.dump(t) for t in tasks[-PANEL_TASKS:]],
         "children": {c.call_id: wire.dump(c) for c in children},

@@ -125,6 +125,11 @@ class Snapshot(BaseModel):
     pending: dict[str, InteractionModel]  # type: ignore[valid-type]
     tasks: list[TaskModel]  # type: ignore[valid-type]
     info: SessionInfoModel  # type: ignore[valid-type]
+    agent_change: list[str] | None = Field(
+        default=None,
+        description="what differs from the agent the session is bound to, when new work "
+        "would be refused (AgentChanged; agentnb serve --accept-agent-change takes it over)",
+    )
 
 
 class Status(BaseModel):
@@ -302,6 +307,7 @@ def get_session(
         "pending": wire.dump(snap.pending),
         "tasks": wire.dump(snap.tasks),
         "info": _info(runtime, session),
+        "agent_change": session.agent_change(),
     }
 
 

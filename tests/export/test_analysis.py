@@ -828,6 +828,7 @@ DTYPES = {
                 "prompt",
                 "status",
                 "answer",
+                "approved_arguments",
                 "reason",
                 "answer_output",
                 "answered_by",
@@ -836,7 +837,7 @@ DTYPES = {
             "string",
         ),
         **dict.fromkeys(["requested_at", "resolved_at"], "datetime64[us, UTC]"),
-        **dict.fromkeys(["approved"], "boolean"),
+        **dict.fromkeys(["approved", "edited"], "boolean"),
         **dict.fromkeys(["wait_ms"], "Int64"),
     },
     "compactions": {

@@ -132,12 +132,12 @@ class TestCommandLine:
         assert record["revoked_at"] is not None
         assert "digest" not in record
 
-    def test_revoking_an_unknown_token_is_a_usage_error(
+    def test_revoking_an_unknown_token_is_not_found(
         self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
     ) -> None:
-        """token revoke of an id never issued exits 2 saying so."""
+        """token revoke of an id never issued exits 3 (not found) saying so."""
         store = f"sqlite:///{tmp_path / 't.sqlite'}"
-        assert main(["token", "revoke", "tok_0000000000000000", "--store", store]) == 2
+        assert main(["token", "revoke", "tok_0000000000000000", "--store", store]) == 3
         assert "no token" in capsys.readouterr().err
 
     def test_auth_none_is_refused_off_loopback(self, tmp_path: Path) -> None:

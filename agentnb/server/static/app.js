@@ -28,6 +28,8 @@
     csrf: null,
     agent: null,
     sessionId: null,
+    agentChange: null, // what differs from the agent the open session is bound to, if it does
+    noticeTimer: null,
     chat: null, // the open session's Chat
     panel: null,
     answered: new Set(), // request ids answered here, until the panel drops them
@@ -62,8 +64,11 @@
     let data = null;
     try { data = await response.json(); } catch (e) { data = null; }
     if (!response.ok) {
-      if (response.status === 401) showSignIn();
-      throw new Problem(response.status, data);
+      const problem = new Problem(response.status, data);
+      if (response.status === 401 && path !== "/v1/auth/sign-in" && path !== "/v1/auth/me") {
+        showSignIn(words(problem));
+      }
+      throw problem;
     }
     return data;
   }
@@ -83,14 +88,83 @@
     return fallback ? quote(fallback) : "the task";
   }
 
-  function showError(e) {
-    $("error").textContent = e ? `${e.type || "Error"}: ${e.message}` : "";
+  // Words for a person, by problem type: the problem's own detail is for developers (it
+  // names Python calls and HTTP headers) and shows on hover only.
+  const WORDS = {
+    Unauthorized: "You are signed out: the token you signed in with was revoked or has expired. Sign in with a new one (agentnb token add USER); your unsent message is kept.",
+    SessionNotFound: "This session does not exist, or it is not yours: pick one from the list, or start a new one.",
+    SessionDeleted: "This session was deleted: pick another, or start a new one.",
+    SessionArchived: "This session is archived: it can be read, but it takes no new work.",
+    AgentChanged: "This session was started with another version of the agent: it can be read here, and it goes on only once the service is started with agentnb serve --accept-agent-change.",
+    QueueFull: "Too many tasks or messages are waiting already: try again once some are done.",
+    NotRunning: "Nothing is running, so there is nothing to steer: send it as a new task (Submit).",
+    SessionBusy: "A task is running: interrupt it first.",
+    SessionFull: "This session is full: start a new session.",
+    UncertainToolCalls: "Resuming could repeat an action whose outcome is unknown: it needs a person to record what happened first (agentnb show lists it).",
+    Unreachable: "The service cannot be reached: is it running?",
+    Forbidden: "This page is out of date: reload it.",
+    PayloadTooLarge: "That message is too long for the service.",
+    Timeout: "The service took too long to answer: the action may or may not have happened; look at the chat before trying again.",
+    InternalError: "The service failed unexpectedly; its log says why.",
+  };
+
+  function words(e) {
+    return WORDS[e.type] || e.message;
   }
 
+  function showError(e) {
+    const node = $("error");
+    node.textContent = e ? words(e) : "";
+    node.title = e ? `${e.type || "Error"}: ${e.message}` : "";
+  }
+
+  // A notice says what just happened, then goes: it never outlives what it describes.
+  const NOTICE_MS = 6000;
   function say(text) {
     const notice = $("notice");
+    clearTimeout(page.noticeTimer);
     notice.textContent = text || "";
     notice.hidden = !text;
+    if (text) page.noticeTimer = setTimeout(() => say(""), NOTICE_MS);
+  }
+
+  // One vocabulary for every status the page shows; the raw status stays the CSS class
+  // (and the hover text), so nothing else has to know these words.
+  const STATUS_WORDS = {
+    queued: "queued",
+    running: "running",
+    suspended: "waiting for you",
+    parked: "waiting for you",
+    pending: "waiting for you",
+    waiting: "waiting for you",
+    requested: "asked",
+    allowed: "approved",
+    answered: "answered",
+    interrupted: "interrupted",
+    failed: "failed",
+    error: "failed",
+    completed: "done",
+    success: "done",
+    idle: "idle",
+    cancelled: "cancelled",
+    denied: "rejected",
+    unknown: "outcome unknown",
+    generating: "being written",
+    streaming: "writing",
+    finishing: "writing",
+    in_progress: "in progress",
+  };
+  // A reply being drafted, and a step of the model's plan, have words of their own.
+  const REPLY_WORDS = { waiting: "thinking", streaming: "writing", finishing: "writing" };
+  const PLAN_WORDS = { pending: "to do", in_progress: "in progress", completed: "done" };
+  const statusWord = (status, vocab) =>
+    (vocab && vocab[status]) || STATUS_WORDS[status] || String(status || "").replace("_", " ");
+  function badge(status, cls, vocab) {
+    return el("span", `badge ${cls ? `${cls} ` : ""}${status}`, statusWord(status, vocab));
+  }
+  function setBadge(node, status, cls) {
+    node.textContent = statusWord(status);
+    node.className = `badge ${cls ? `${cls} ` : ""}${status}`;
   }
 
   function banner(text, ok) {
@@ -102,11 +176,29 @@
 
   // -- signing in ---------------------------------------------------------------------------
 
-  function showSignIn() {
+  function showSignIn(reason) {
     closeStream();
+    keepDraft();
+    banner("");
     $("app").hidden = true;
     $("sign-in").hidden = false;
+    $("sign-in-error").textContent = reason || "";
     $("token").focus();
+  }
+
+  // What the person is typing survives a sign-out, a refused stream and a reload.
+  const DRAFT = "agentnb-draft";
+  function keepDraft() {
+    try { sessionStorage.setItem(DRAFT, $("input").value); } catch (e) { /* storage off */ }
+  }
+  function restoreDraft() {
+    let draft = null;
+    try { draft = sessionStorage.getItem(DRAFT); } catch (e) { draft = null; }
+    if (draft && !$("input").value) $("input").value = draft;
+  }
+  function clearDraft() {
+    $("input").value = "";
+    keepDraft();
   }
 
   async function signIn(event) {
@@ -117,7 +209,10 @@
       $("token").value = "";
       await start(me);
     } catch (e) {
-      $("sign-in-error").textContent = e.message;
+      $("sign-in-error").textContent = e.type === "Unauthorized"
+        ? "That token is not valid: mistyped, revoked or expired. Paste the whole token, or ask for a new one (agentnb token add USER)."
+        : words(e);
+      $("sign-in-error").title = `${e.type}: ${e.message}`;
     }
   }
 
@@ -131,7 +226,9 @@
     page.user = me.user_id;
     page.csrf = me.csrf;
     $("sign-in").hidden = true;
+    $("sign-in-error").textContent = "";
     $("app").hidden = false;
+    restoreDraft();
     $("user").textContent = me.auth === "none" ? "" : `signed in as ${me.user_id}`;
     $("sign-out").hidden = me.auth !== "sign-in";
     try {
@@ -141,6 +238,15 @@
     await loadSessions();
     const wanted = new URLSearchParams(location.hash.slice(1)).get("s");
     if (wanted) await openSession(wanted);
+    else showNoSession();
+  }
+
+  // With no session open, Submit starts one (the composer says so); the rest wait for one.
+  function showNoSession() {
+    $("title").textContent = "No session open";
+    $("title").title = "";
+    for (const id of ["steer", "inject", "interrupt", "resume"]) $(id).disabled = true;
+    $("composer-note").textContent = "No session is open: Submit starts a new one with your message, or pick one on the left.";
   }
 
   // -- the session list ---------------------------------------------------------------------
@@ -163,7 +269,7 @@
       row.append(el("span", "row-title", info.title || "untitled session"));
       row.title = id;
       const meta = el("span", "small muted");
-      meta.append(el("span", `badge ${info.status}`, info.status), " ", plural(info.counts.turns, "turn"));
+      meta.append(badge(info.status), " ", plural(info.counts.turns, "task"));
       row.append(meta);
       row.addEventListener("click", () => openSession(id));
       list.append(row);
@@ -269,7 +375,7 @@
         const data = JSON.parse(e.data);
         this.close();
         if (this.nested) this.headNote(`its stream ended: ${data.reason}`);
-        else banner(`The stream ended: ${data.reason}`);
+        else if (page.chat === this) recover(); // a revoked sign-in lands on the form, saying so
       });
     }
 
@@ -281,8 +387,7 @@
       this.children = state.children || {};
       for (const entry of this.items.values()) if (entry.data.kind === "subagent") paintChild(this, entry);
       if (this.nested) {
-        this.nested.status.textContent = state.status;
-        this.nested.status.className = `badge ${state.status}`;
+        setBadge(this.nested.status, state.status);
       } else {
         renderPanel(state);
       }
@@ -335,7 +440,45 @@
 
     paintLive(entry) {
       const span = entry.node.querySelector(":scope > .live");
-      if (span) span.textContent = this.liveText(entry.data.model_call_id || entry.data.id);
+      if (!span) return;
+      let live = this.liveText(entry.data.model_call_id || entry.data.id);
+      // The committed part is rendered Markdown, which drops its trailing space: put it back
+      // where the live text goes on ("$10 costs. Here is", not "$10 costs.Here is").
+      if (live && entry.data.text && /\s$/.test(entry.data.text) && !/^\s/.test(live)) live = ` ${live}`;
+      span.textContent = live;
+    }
+
+    // An answer cut off by an interrupt or a restart, once a later run of its task answers:
+    // folded away (the new answer says it all), one click opens it.
+    markSuperseded() {
+      const answered = new Map(); // turn id -> seq of its newest completed reply
+      for (const { data } of this.items.values()) {
+        if (data.kind === "message" && data.role === "assistant" && data.status === "completed" && data.text) {
+          answered.set(data.turn_id, Math.max(answered.get(data.turn_id) || 0, data.seq));
+        }
+      }
+      for (const entry of this.items.values()) {
+        const { data, node } = entry;
+        if (data.kind !== "message" || data.role !== "assistant") continue;
+        const later = answered.get(data.turn_id);
+        const cut = ["interrupted", "failed", "cancelled"].includes(data.status);
+        node.classList.toggle("superseded", cut && later !== undefined && later > data.seq);
+      }
+    }
+
+    // Material handed over and not yet read by a step: shown at the end of the chat until
+    // the step that reads it commits it (then it is a message of its own).
+    showMaterials(materials) {
+      for (const node of [...this.list.querySelectorAll(":scope > .item-material.waiting")]) node.remove();
+      for (const m of materials) {
+        const node = el("div", "item item-user item-material waiting");
+        node.dataset.material = m.id;
+        node.title = m.id;
+        node.append(label("you (material)"), el("div", "text", m.text));
+        node.querySelector(".label").append(" ", el("span", "badge queued", "read at the next step"));
+        this.list.append(node);
+      }
+      if (materials.length) this.scrollDown(false);
     }
 
     putItem(item, after, append) {
@@ -368,7 +511,10 @@
         if (before && before.node.parentNode === this.list) before.node.after(node);
         else this.list.append(node);
       }
-      if (item.kind === "message" && item.role === "assistant") this.paintLive(entry);
+      if (item.kind === "message" && item.role === "assistant") {
+        this.paintLive(entry);
+        this.markSuperseded();
+      }
       if (item.kind === "subagent") paintChild(this, entry);
     }
 
@@ -391,6 +537,9 @@
   async function openSession(id) {
     closeStream();
     page.sessionId = id;
+    $("app").dataset.pane = "";
+    $("composer-note").textContent = "";
+    $("inject").disabled = false;
     page.answered.clear();
     location.hash = `s=${encodeURIComponent(id)}`;
     for (const row of document.querySelectorAll(".session-row")) {
@@ -404,11 +553,21 @@
     let snap;
     try {
       snap = await chat.open();
-    } catch (e) { showError(e); return; }
+    } catch (e) {
+      if (page.chat !== chat) return;
+      closeStream();
+      page.sessionId = null;
+      history.replaceState(null, "", location.pathname);
+      showNoSession();
+      showError(e);
+      return;
+    }
     if (!snap || page.chat !== chat) return;
+    page.agentChange = snap.agent_change || null;
     showTitle(snap.info.title);
     showCursor();
     renderPanel({
+      materials: [],
       status: snap.status, running: null, resumable: null, parked: null,
       pending: snap.pending, tasks: snap.tasks, queued: snap.tasks.filter((t) => t.status === "queued").length,
     });
@@ -418,7 +577,12 @@
   async function recover() {
     try {
       await api("GET", "/v1/auth/me");
-    } catch (e) { return; } // 401 shows the sign-in
+    } catch (e) {
+      // The sign-in ended under the open page (its token was revoked, or it expired): say
+      // so on the sign-in form; the message being typed stays in the composer.
+      if (e.status === 401) showSignIn(words(e));
+      return;
+    }
     if (page.sessionId) await openSession(page.sessionId);
   }
 
@@ -429,9 +593,9 @@
 
   function showCursor() {
     const cursor = page.chat && page.chat.cursor;
-    const node = $("cursor");
-    node.textContent = cursor ? `event ${cursor.split(":").pop()}` : "";
-    node.title = cursor ? "the last event of the session's log shown here; a reload goes on from it" : "";
+    $("status").title = cursor
+      ? `shown up to event ${cursor.split(":").pop()} of the session's log; a reload goes on from there`
+      : "";
   }
 
   // -- items ---------------------------------------------------------------------------------
@@ -446,11 +610,11 @@
 
   function label(text, status) {
     const node = el("div", "label", text);
-    if (status && status !== "completed") {
-      node.append(" ", el("span", `badge ${status}`, status));
-    }
+    if (status && status !== "completed") node.append(" ", badge(status, null, REPLY_WORDS));
     return node;
   }
+
+  const SOURCES = { steer: "guidance", inject: "material", answer: "answer" };
 
   function renderMessage(item) {
     const node = el("div", `item item-${item.role}`);
@@ -461,13 +625,22 @@
     if (item.role === "assistant") {
       if (["waiting", "streaming", "finishing"].includes(item.status)) node.classList.add("drafting");
       node.append(label("assistant", item.status));
+      const note = el("button", "superseded-note link small", "An earlier answer, cut off when the task stopped; the answer below replaces it. Show it");
+      note.type = "button";
+      note.addEventListener("click", () => {
+        const open = node.classList.toggle("expanded");
+        note.textContent = open ? "Hide the earlier answer" : "An earlier answer, cut off when the task stopped; the answer below replaces it. Show it";
+      });
+      node.append(note);
       const md = el("div", "md");
       md.innerHTML = item.html || ""; // rendered by the server: raw HTML disabled, text escaped
       node.append(md, el("span", "live"));
       if (item.error) node.append(el("div", "error", item.error));
     } else {
-      const source = item.source && item.source !== "submit" ? ` (${item.source})` : "";
-      node.append(label(`${item.role}${source}`), el("div", "text", item.text));
+      const source = item.source && item.source !== "submit" ? ` (${SOURCES[item.source] || item.source})` : "";
+      const who = item.role === "user" ? "you" : item.role;
+      node.append(label(`${who}${source}`), el("div", "text", item.text));
+      if (item.source === "inject") node.classList.add("item-material");
     }
     return node;
   }
@@ -480,7 +653,7 @@
   function renderTool(item) {
     const node = el("details", "item tool-card");
     const summary = el("summary");
-    summary.append(el("strong", null, item.tool_name || "tool"), " ", el("span", `badge ${item.status}`, item.status));
+    summary.append(el("strong", null, item.tool_name || "tool"), " ", badge(item.status));
     node.append(summary);
     applyHint(node, item, ["waiting", "generating", "running"].includes(item.status));
     const args = item.arguments !== null && item.arguments !== undefined ? json(item.arguments) : item.arguments_text;
@@ -491,7 +664,7 @@
     }
     if (item.request) {
       const r = item.request;
-      node.append(el("div", "section", `request (${r.kind}): ${r.status}`));
+      node.append(el("div", "section", `${REQUEST_WORDS[r.kind] || "request"}: ${statusWord(r.status)}`));
       if (r.prompt) node.append(el("div", "text", r.prompt));
       if (r.answer && Object.keys(r.answer).length) node.append(el("pre", "answer-given", json(r.answer)));
     }
@@ -513,7 +686,7 @@
     summary.append(
       el("span", "kind", "sub-agent"), " ",
       el("strong", null, info.name || info.agent_id || item.tool_name || "sub-agent"), " ",
-      el("span", `badge child-status ${status}`, status),
+      badge(status, "child-status"),
     );
     node.append(summary);
     applyHint(node, item, ["running", "waiting"].includes(status));
@@ -535,9 +708,7 @@
     const child = chat.children[entry.data.id];
     const live = entry.node.querySelector(":scope > .child-live");
     if (!child || !live) return;
-    const badge = entry.node.querySelector(":scope > summary .child-status");
-    badge.textContent = child.status;
-    badge.className = `badge child-status ${child.status}`;
+    setBadge(entry.node.querySelector(":scope > summary .child-status"), child.status, "child-status");
     const used = child.usage || {};
     const parts = [];
     if (used.steps) parts.push(`${used.steps} step(s)`);
@@ -573,12 +744,10 @@
     toggle.textContent = "Close its chat";
     try {
       const snap = await nested.open();
-      if (snap) {
-        status.textContent = snap.status;
-        status.className = `badge ${snap.status}`;
-      }
+      if (snap) setBadge(status, snap.status);
     } catch (e) {
-      note.textContent = `${e.type}: ${e.message}`;
+      note.textContent = words(e);
+      note.title = `${e.type}: ${e.message}`;
     }
   }
 
@@ -592,7 +761,7 @@
     const list = el("ol", "plan-steps");
     for (const step of steps) {
       const li = el("li", `plan-step ${step.status}`);
-      li.append(el("span", `badge ${step.status}`, String(step.status).replace("_", " ")), " ", el("span", "step-text", step.content));
+      li.append(badge(step.status, null, PLAN_WORDS), " ", el("span", "step-text", step.content));
       list.append(li);
     }
     node.append(list);
@@ -617,14 +786,14 @@
     const before = page.panel;
     page.panel = state;
     if (before && before.status !== state.status) refreshSessionsSoon();
-    const status = $("status");
-    status.textContent = state.status;
-    status.className = `badge ${state.status}`;
+    setBadge($("status"), state.status);
     const row = document.querySelector(`.session-row[data-id="${CSS.escape(page.sessionId || "")}"] .badge`);
-    if (row) {
-      row.textContent = state.status;
-      row.className = `badge ${state.status}`;
-    }
+    if (row) setBadge(row, state.status);
+    // Said before the person types: new work would be refused (AgentChanged).
+    $("composer-note").textContent = page.agentChange
+      ? `${WORDS.AgentChanged} (What changed: ${page.agentChange.join("; ")}.)`
+      : "";
+    if (page.chat) page.chat.showMaterials(state.materials || []);
     $("steer").disabled = !state.running;
     $("interrupt").disabled = !state.running;
     // A turn that waits for answers (its own or a sub-agent's) goes on when they come.
@@ -648,7 +817,7 @@
     const list = el("ul", "children-list");
     for (const child of open) {
       const li = el("li");
-      li.append(el("span", `badge ${child.status}`, child.status), " ", el("strong", null, child.name || child.agent_id));
+      li.append(badge(child.status), " ", el("strong", null, child.name || child.agent_id));
       li.append(el("span", "task-input", child.task));
       li.addEventListener("click", () => {
         const entry = page.chat && page.chat.items.get(child.call_id);
@@ -673,6 +842,7 @@
     }
   }
 
+  const REQUEST_WORDS = { confirmation: "approval", ask_user: "question", external: "result from outside" };
   const ASKS = { confirmation: "Approve", ask_user: "Answer the question of", external: "Give the result of" };
 
   function requestCard(rid, request) {
@@ -739,7 +909,8 @@
     list.replaceChildren();
     for (const task of tasks) {
       const li = el("li");
-      li.append(el("span", `badge ${task.status}`, task.status), " ");
+      li.title = task.turn_id;
+      li.append(badge(task.status), " ");
       li.append(el("span", "task-input", task.input));
       if (["queued", "suspended", "interrupted", "failed"].includes(task.status)) {
         const cancel = el("button", "link small", "cancel");
@@ -771,21 +942,34 @@
 
   async function submit() {
     const input = text();
+    if (!input.trim()) {
+      showError({ type: "Empty", message: "Type a message first." });
+      return;
+    }
+    if (!page.sessionId) { // no session open: this message starts one
+      const made = await act(() => api("POST", "/v1/sessions", {}), () => "");
+      if (!made) return;
+      await loadSessions();
+      await openSession(made.key.session_id);
+      if (!page.sessionId) return;
+    }
+    // Every task is accepted as queued; it waits only if another is running or held up.
+    const busy = !!page.panel && page.panel.status !== "idle";
     const r = await act(
       () => api("POST", sessionPath("/turns"), { input }, { "Idempotency-Key": `page-${crypto.randomUUID()}` }),
-      (r) => `Task ${quote(input)} accepted: ${r.status}.`,
+      (r) => (r.status === "queued" && busy ? `Task ${quote(input)} waits its turn in the queue.` : `Task ${quote(input)} sent.`),
     );
-    if (r) { $("input").value = ""; loadSessions(); }
+    if (r) { clearDraft(); loadSessions(); }
   }
 
   async function steer() {
-    const r = await act(() => api("POST", sessionPath("/steer"), { input: text() }), (r) => `Guidance for ${taskName(r.turn_id)} accepted.`);
-    if (r) $("input").value = "";
+    const r = await act(() => api("POST", sessionPath("/steer"), { input: text() }), (r) => `Guidance for ${taskName(r.turn_id)} sent: the task reads it at its next step.`);
+    if (r) clearDraft();
   }
 
   async function inject() {
-    const r = await act(() => api("POST", sessionPath("/inject"), { material: text() }), () => "Material accepted; the next step reads it.");
-    if (r) $("input").value = "";
+    const r = await act(() => api("POST", sessionPath("/inject"), { material: text() }), () => "Material handed over: it shows in the chat, and the agent reads it at its next step.");
+    if (r) clearDraft();
   }
 
   async function interrupt() {
@@ -832,6 +1016,19 @@
     $("input").addEventListener("keydown", (e) => {
       if (e.key === "Enter" && (e.ctrlKey || e.metaKey)) submit();
     });
+    $("input").addEventListener("input", keepDraft);
+    $("show-sessions").addEventListener("click", () => togglePane("sessions"));
+    $("show-tasks").addEventListener("click", () => togglePane("tasks"));
+  }
+
+  // On a narrow screen the session list and the task panel are panes over the chat, one at
+  // a time, opened from the chat's header.
+  function togglePane(which) {
+    const app = $("app");
+    const open = app.dataset.pane === which;
+    app.dataset.pane = open ? "" : which;
+    $("show-sessions").setAttribute("aria-expanded", String(!open && which === "sessions"));
+    $("show-tasks").setAttribute("aria-expanded", String(!open && which === "tasks"));
   }
 
   async function boot() {
@@ -840,9 +1037,8 @@
       const me = await api("GET", "/v1/auth/me");
       await start(me);
     } catch (e) {
-      if (e.status !== 401) {
-        banner(`The service cannot be reached (${e.message}); reload the page to try again.`);
-      }
+      if (e.status === 401) showSignIn();
+      else banner(`The service cannot be reached (${e.message}); reload the page to try again.`);
     }
   }
 
