@@ -23,7 +23,7 @@ from starlette.middleware.cors import CORSMiddleware
 from agentnb import __version__
 from agentnb.errors import AgentnbError, InvalidInput, StorageError
 from agentnb.runtime.runtime import Runtime
-from agentnb.server import sessions, stream, tokens, turns
+from agentnb.server import openai_api, sessions, stream, tokens, turns
 from agentnb.server.auth import Auth
 from agentnb.server.problems import (
     HTTP_PROBLEMS,
@@ -120,12 +120,14 @@ class _BodyLimit:
     """Refuses request bodies over ``limit`` bytes (declared or streamed) with a 413 problem,
     before a route reads them."""
 
-    def __init__(self, app: ASGIApp, limit: int) -> None:
+    def __init__(self, app: ASGIApp, limit: int, skip: tuple[str, ...] = ()) -> None:
         self.app = app
         self.limit = limit
+        self.skip = skip
+        """Paths of mounted doors that limit bodies themselves (in their own error shape)."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] != "http" or scope.get("path", "").startswith(self.skip):
             await self.app(scope, receive, send)
             return
         declared = dict(scope.get("headers") or ()).get(b"content-length")
@@ -236,6 +238,8 @@ def create_app(
 
     for router in (sessions.router, turns.router, stream.router, tokens.router):
         app.include_router(router, prefix="/v1")
+    # The doors of standard protocols (agentnb.server.doors): same tokens, users and feeds.
+    app.mount(openai_api.PREFIX, openai_api.create_door(app, max_body))
 
     @app.get("/healthz", tags=["health"], summary="The process is up")
     def healthz() -> dict[str, str]:
@@ -274,5 +278,5 @@ def create_app(
             allow_headers=["Authorization", "Content-Type", "Idempotency-Key", "Last-Event-ID"],
             expose_headers=["Retry-After", "Location"],
         )
-    app.add_middleware(_BodyLimit, limit=max_body)
+    app.add_middleware(_BodyLimit, limit=max_body, skip=(openai_api.PREFIX + "/",))
     return app
