@@ -23,7 +23,7 @@ from starlette.middleware.cors import CORSMiddleware
 from agentnb import __version__
 from agentnb.errors import AgentnbError, InvalidInput, StorageError
 from agentnb.runtime.runtime import Runtime
-from agentnb.server import openai_api, sessions, stream, tokens, turns
+from agentnb.server import agui, openai_api, sessions, stream, tokens, turns
 from agentnb.server.auth import Auth
 from agentnb.server.problems import (
     HTTP_PROBLEMS,
@@ -158,6 +158,13 @@ class _BodyLimit:
         await _problem_response(413, body)(scope, receive, send)
 
 
+def _mount_doors(app: FastAPI, max_body: int) -> None:
+    """The doors of standard protocols (``agentnb.server.doors``): the same tokens, users
+    and feeds as ``/v1``."""
+    app.include_router(agui.router)
+    app.mount(openai_api.PREFIX, openai_api.create_door(app, max_body))
+
+
 def create_app(
     runtime: Runtime,
     *,
@@ -238,8 +245,7 @@ def create_app(
 
     for router in (sessions.router, turns.router, stream.router, tokens.router):
         app.include_router(router, prefix="/v1")
-    # The doors of standard protocols (agentnb.server.doors): same tokens, users and feeds.
-    app.mount(openai_api.PREFIX, openai_api.create_door(app, max_body))
+    _mount_doors(app, max_body)
 
     @app.get("/healthz", tags=["health"], summary="The process is up")
     def healthz() -> dict[str, str]:
