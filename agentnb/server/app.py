@@ -23,7 +23,7 @@ from starlette.middleware.cors import CORSMiddleware
 from agentnb import __version__
 from agentnb.errors import AgentnbError, InvalidInput, StorageError
 from agentnb.runtime.runtime import Runtime
-from agentnb.server import agui, openai_api, sessions, stream, tokens, turns
+from agentnb.server import agui, aisdk, openai_api, sessions, stream, tokens, turns
 from agentnb.server.auth import Auth
 from agentnb.server.problems import (
     HTTP_PROBLEMS,
@@ -162,6 +162,7 @@ def _mount_doors(app: FastAPI, max_body: int) -> None:
     """The doors of standard protocols (``agentnb.server.doors``): the same tokens, users
     and feeds as ``/v1``."""
     app.include_router(agui.router)
+    app.include_router(aisdk.router)
     app.mount(openai_api.PREFIX, openai_api.create_door(app, max_body))
 
 
