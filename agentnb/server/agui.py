@@ -305,8 +305,8 @@ _HANDLERS: dict[str, Callable[[RunTranslator, Mapping[str, Any]], list[ag.BaseEv
     "interaction/requested": RunTranslator._on_request,
     "run/end": RunTranslator._on_run_end,
 }
-_STATE_TYPES = frozenset(
-    {"plan/changed", "task/changed", "interaction/requested", "interaction/resolved", "run/end"}
+_STATE_CHANGES = frozenset(
+    {"plan/changed", "task/changed", "interaction/requested", "interaction/resolved"}
 )
 """Committed types after which the thread's state snapshot is sent again."""
 
@@ -378,6 +378,7 @@ async def _translate(
     until_finished: bool,
 ) -> AsyncIterator[str]:
     sid = session.key.session_id
+    changed = False
     for text in head:
         yield text
     async for event in committed(request, session, after):
@@ -394,8 +395,15 @@ async def _translate(
             translator.interrupts = [
                 interrupt_of(vars_of(i)) for i in pending.values() if i.turn_id == event.turn_id
             ]
+        if ours and event.type in _STATE_CHANGES:
+            changed = True
         out = translator.apply(event)
-        if event.type in _STATE_TYPES and (ours or out):
+        # The state is sent again after what changes it, and at the end of a run that
+        # changed it (a run that only talked leaves it as its first snapshot said).
+        state_due = event.type in _STATE_CHANGES or (event.type == "run/end" and changed)
+        if event.type == "run/end" and ours:
+            changed = False
+        if state_due and (ours or out):
             state = await anyio.to_thread.run_sync(_state, session)
             ends = (ag.RunFinishedEvent, ag.RunErrorEvent)
             at = next((i for i, e in enumerate(out) if isinstance(e, ends)), len(out))
