@@ -10,9 +10,9 @@
    machine); baseline: the same for the ``/v1`` frame. Target: ratio <= 2.
 3. ``reconnect_10k_vs_100_<door>``: the median of three reconnects ten events behind, on a
    session of 10,000 events vs one of 100 (built in-process first), until the door's
-   terminal event: ``/v1`` stream with ``Last-Event-ID``, AG-UI ``connect?after=``, OpenAI ``GET /responses/{id}?
-   stream=true&starting_after=`` of the session's last response, AI SDK ``GET
-   /aisdk/chat/{id}/stream`` on a running turn (until its ``start`` part). Target <= 1.5.
+   terminal event: ``/v1`` stream with ``Last-Event-ID``, AG-UI ``connect?after=``, OpenAI
+   ``GET /responses/{id}?stream=true&starting_after=`` of the session's last response, AI
+   SDK ``GET /aisdk/chat/{id}/stream`` on a running turn (until its ``start`` part). Target <= 1.5.
 
     python benchmarks/bench_doors.py [--quick] [--turns N]
 
