@@ -91,6 +91,20 @@ class TestRun:
         assert custom["value"]["disposition"] == "started"
 
 
+class TestFailure:
+    def test_failed_turn_is_run_error(self, doors: Doors, thread: str) -> None:
+        """A turn whose model fails ends the stream with RUN_ERROR, saying why."""
+        body = {"threadId": thread, "runId": "r1",
+                "messages": [{"id": "u1", "role": "user", "content": "fail"}]}  # fmt: skip
+        headers = {"Authorization": f"Bearer {doors.alice}"}
+        with httpx.stream("POST", f"{doors.url}/agui", json=body, headers=headers,
+                          timeout=30) as response:  # fmt: skip
+            events = [data for _kind, _id, data in sse(response)]
+        check(events)
+        assert events[-1]["type"] == "RUN_ERROR"
+        assert "told to fail" in events[-1]["message"]
+
+
 class TestInterrupts:
     def ask(self, doors: Doors, thread: str, text: str) -> dict[str, Any]:
         events = events_of(client(doors, thread, text=text))

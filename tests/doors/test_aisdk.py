@@ -6,6 +6,7 @@ mid-answer, stop, and the bad inputs."""
 from __future__ import annotations
 
 import itertools
+import json
 from pathlib import Path
 from typing import Any
 
@@ -79,6 +80,20 @@ class TestSend:
         lines = steps(doors.url, doors.alice, chat, {"send": user("plan look buy")})
         [plan] = [c for c in chunks(lines) if c["type"] == "data-agentnb-plan"]
         assert [item["content"] for item in plan["data"]] == ["look", "buy"]
+
+
+class TestFailure:
+    def test_failed_turn_is_an_error_part(self, doors: Doors, chat: str) -> None:
+        """A turn whose model fails streams an error part and finishes with error."""
+        body = {"id": chat, "messages": user("fail")}
+        headers = {"Authorization": f"Bearer {doors.alice}"}
+        with httpx.stream("POST", f"{doors.url}/aisdk/chat", json=body, headers=headers,
+                          timeout=30) as response:  # fmt: skip
+            parts = [json.loads(line[6:]) for line in response.iter_lines()
+                     if line.startswith("data: {")]  # fmt: skip
+        [error] = [p for p in parts if p["type"] == "error"]
+        assert "told to fail" in error["errorText"]
+        assert parts[-1] == {"type": "finish", "finishReason": "error"}
 
 
 class TestApproval:

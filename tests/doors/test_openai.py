@@ -89,6 +89,16 @@ class TestStream:
         assert [e.text for e in done] == [text]
 
 
+class TestFailure:
+    def test_failed_turn_is_a_failed_response(self, client: Any) -> None:
+        """A turn whose model fails is a failed response with the reason as its error."""
+        events = list(client.responses.create(model=AGENT, input="fail", stream=True))
+        assert events[-1].type == "response.failed"
+        failed = client.responses.retrieve(events[0].response.id)
+        assert failed.status == "failed"
+        assert "told to fail" in failed.error.message
+
+
 class TestCancel:
     def test_cancel_a_running_response(self, client: Any, doors: Doors) -> None:
         """cancel stops the running turn: the response and its task are cancelled."""
