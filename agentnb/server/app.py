@@ -23,7 +23,7 @@ from starlette.middleware.cors import CORSMiddleware
 from agentnb import __version__
 from agentnb.errors import AgentnbError, InvalidInput, StorageError
 from agentnb.runtime.runtime import Runtime
-from agentnb.server import sessions, stream, tokens, turns
+from agentnb.server import agui, aisdk, openai_api, sessions, stream, tokens, turns
 from agentnb.server.auth import Auth
 from agentnb.server.problems import (
     HTTP_PROBLEMS,
@@ -125,12 +125,14 @@ class _BodyLimit:
     """Refuses request bodies over ``limit`` bytes (declared or streamed) with a 413 problem,
     before a route reads them."""
 
-    def __init__(self, app: ASGIApp, limit: int) -> None:
+    def __init__(self, app: ASGIApp, limit: int, skip: tuple[str, ...] = ()) -> None:
         self.app = app
         self.limit = limit
+        self.skip = skip
+        """Paths of mounted doors that limit bodies themselves (in their own error shape)."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] != "http" or scope.get("path", "").startswith(self.skip):
             await self.app(scope, receive, send)
             return
         declared = dict(scope.get("headers") or ()).get(b"content-length")
@@ -159,6 +161,14 @@ class _BodyLimit:
     async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
         body = problem_body(413, HTTP_PROBLEMS[413][0], self._detail(), scope.get("path"))
         await _problem_response(413, body)(scope, receive, send)
+
+
+def _mount_doors(app: FastAPI, max_body: int) -> None:
+    """The doors of standard protocols (``agentnb.server.doors``): the same tokens, users
+    and feeds as ``/v1``."""
+    app.include_router(agui.router)
+    app.include_router(aisdk.router)
+    app.mount(openai_api.PREFIX, openai_api.create_door(app, max_body))
 
 
 def create_app(
@@ -241,6 +251,7 @@ def create_app(
 
     for router in (sessions.router, turns.router, stream.router, tokens.router):
         app.include_router(router, prefix="/v1")
+    _mount_doors(app, max_body)
 
     @app.get("/healthz", tags=["health"], summary="The process is up")
     def healthz() -> dict[str, str]:
@@ -285,5 +296,5 @@ def create_app(
             allow_headers=["Authorization", "Content-Type", "Idempotency-Key", "Last-Event-ID"],
             expose_headers=["Retry-After", "Location"],
         )
-    app.add_middleware(_BodyLimit, limit=max_body)
+    app.add_middleware(_BodyLimit, limit=max_body, skip=(openai_api.PREFIX + "/",))
     return app
