@@ -32,15 +32,20 @@ $(DEMO_STAMP): pyproject.toml
 demo: $(DEMO_STAMP)
 	$(BIN)/agentnb demo
 
-# The notebooks in JupyterLab: the lab extra (widgets, export, JupyterLab, a kernel) goes into
-# the same venv, under its own stamp; JupyterLab opens with notebooks/ as its root.
+# The notebooks in JupyterLab: the lab extra (everything the tutorials use, JupyterLab, a
+# kernel) goes into the same venv, under its own stamp; JupyterLab opens with notebooks/ as its
+# root. `make lab PORT=8888 ARGS="--no-browser --IdentityProvider.token=..."`; as root (a
+# container) it adds --allow-root, which Jupyter otherwise requires.
+PORT ?=
+ARGS ?=
+LAB_ROOT := $(shell [ "$$(id -u 2>/dev/null)" = 0 ] && echo --allow-root)
 $(LAB_STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet -e ".[lab]"
 	touch $(LAB_STAMP)
 
 lab: $(LAB_STAMP)
-	$(BIN)/jupyter lab notebooks
+	$(BIN)/jupyter lab notebooks $(if $(PORT),--port=$(PORT)) $(LAB_ROOT) $(ARGS)
 
 test: $(STAMP)
 	$(BIN)/pytest
