@@ -49,6 +49,7 @@ from agentnb.projections.decisions import (
     check_reconcile,
     check_respond,
     check_resume,
+    check_unanswered,
     check_uncertain,
     effective_status,
     open_calls,
@@ -69,15 +70,17 @@ from agentnb.projections.state import (
 )
 from agentnb.projections.subagents import key_of
 from agentnb.records import (
-    Child,
+    Children,
     Holder,
     InputReceipt,
     Inspection,
-    Interaction,
     Outcome,
     PermissionRule,
+    PermissionRules,
     Receipt,
+    Requests,
     Task,
+    Tasks,
     ToolCallRef,
     Transcript,
     UsageTotals,
@@ -298,7 +301,7 @@ class Session:
                 return folds.state, folds.inbox
             return folds.refresh()
 
-    def tasks(self, limit: int | None = None, before: str | None = None) -> list[Task]:
+    def tasks(self, limit: int | None = None, before: str | None = None) -> Tasks:
         """One task per turn, in submission order, with its status and runs.
 
         ``limit`` keeps the newest ``limit`` of them, ``before`` only those submitted before
@@ -324,7 +327,7 @@ class Session:
                 raise InvalidInput(f"no task {before!r} in session {self.key}; see tasks()")
             tasks = tasks[: ids.index(before)]
         tasks = tasks if limit is None else tasks[-limit:]
-        return [dataclasses.replace(t, _session=self) for t in tasks]
+        return Tasks(dataclasses.replace(t, _session=self) for t in tasks)
 
     @staticmethod
     def _page_at_hand(tasks: list[Task], limit: int | None, before: str | None) -> bool:
@@ -727,7 +730,7 @@ class Session:
     def _tool(self, name: str) -> Any:
         return self.runtime.agent.tool_named(name)
 
-    def pending(self) -> dict[str, Interaction]:
+    def pending(self) -> Requests:
         """Open requests for a person: approvals, external results, questions.
 
         Its sub-agents' open requests too (their children's, recursively), each with the
@@ -737,7 +740,7 @@ class Session:
         with self._lock:
             state, _ = self._refresh()
             own = interactions_of(state)
-        return own | descendant_requests(state, self._open_child)
+        return Requests(own | descendant_requests(state, self._open_child))
 
     def _open_child(self, key: SessionKey) -> Session | None:
         try:
@@ -745,7 +748,7 @@ class Session:
         except (SessionNotFound, InvalidInput):
             return None
 
-    def children(self, turn_id: str | None = None) -> list[Child]:
+    def children(self, turn_id: str | None = None) -> Children:
         """The sub-agent calls of this session (of turn ``turn_id`` if given), oldest first,
         each with its child session's key and where the child's task stands now."""
         if turn_id is not None:
@@ -754,7 +757,7 @@ class Session:
             state, _ = self._refresh()
             if turn_id is not None and turn_id not in state.turns and state.retired_turns:
                 state, _ = self._whole()
-        return children_of(self.runtime.store, state.children_of(turn_id))
+        return Children(children_of(self.runtime.store, state.children_of(turn_id)))
 
     def child(self, call_id: str) -> Session:
         """The child session of the sub-agent call ``call_id`` (see ``children()``)."""
@@ -809,10 +812,12 @@ class Session:
                 c.get("status") == "running" for c in state.children.values()
             ):
                 turn_id, checked = check_respond(state, answers, tool=self._tool)
+                key = _answers_key(checked)
+                check_unanswered(state, inbox, key, checked)
                 self._admit(state, inbox)
                 event, _ = self.inbox.accept(
                     "respond",
-                    key=_answers_key(checked),
+                    key=key,
                     turn_id=turn_id,
                     data={"answers": checked},
                 )
@@ -824,7 +829,7 @@ class Session:
         self.start()
         return Receipt(event.payload["command_id"], turn_id, None, "queued", None, self)
 
-    def permissions(self) -> list[PermissionRule]:
+    def permissions(self) -> PermissionRules:
         """The permission rules in force for this session's calls, oldest first: those its
         approvals remembered (``Answer.approve(remember=...)``) and the agent-wide ones
         other sessions of this agent and user granted, under the agent this runtime runs
@@ -838,7 +843,7 @@ class Session:
             if rule["agent"] == digest
         ]
         found += shared_rules(self.runtime.store, self.key, digest)
-        return [
+        return PermissionRules(
             PermissionRule(
                 rule["rule_id"],
                 rule["scope"],
@@ -848,7 +853,7 @@ class Session:
                 rule.get("request_id"),
             )
             for key, rule in found
-        ]
+        )
 
     def revoke(self, rule_id: str) -> None:
         """Remove a permission rule (one ``permissions()`` lists): calls it allowed ask
