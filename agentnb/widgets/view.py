@@ -1081,6 +1081,7 @@ class SessionView(w.VBox):  # type: ignore[misc]  # ipywidgets ships no type inf
                 tooltip="The model is told the outcome is unknown and that it was not run again",
             )
             go_on.add_class("agentnb-continue-unknown")
+            go_on.layout.width = "auto"  # its words in full
             go_on.on_click(lambda _: self.continue_unknown())
             cards.append(w.HBox([go_on]))
             self.recovery.children = tuple(cards)
@@ -1097,6 +1098,7 @@ class SessionView(w.VBox):  # type: ignore[misc]  # ipywidgets ships no type inf
         ran.layout.width = "auto"
         not_run = w.Button(description="It did not run")
         not_run.add_class("agentnb-not-run")
+        not_run.layout.width = "auto"
         ran.on_click(lambda _: self.settle(cid, ran=True, result=result.value))
         not_run.on_click(lambda _: self.settle(cid, ran=False))
         card = w.VBox([text, w.HBox([result, ran, not_run])])
