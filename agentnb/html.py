@@ -317,10 +317,13 @@ def _message_text(message: Message) -> str:
     return "".join(parts)
 
 
-def _messages_table(messages: Iterable[Message], caption: str = "") -> str:
+def _messages_table(
+    messages: Iterable[Message], caption: str = "", sources: Mapping[str, str] | None = None
+) -> str:
     rows = []
     for n, message in enumerate(messages, 1):
         role = message.role if message.role != "tool" else f"tool \u00b7 {message.name or ''}"
+        role = (sources or {}).get(message.id, role)  # a steer or material, not a task
         hover = _hover([("turn", message.turn_id), ("message", message.id)])
         rows.append(
             [
@@ -346,7 +349,7 @@ def transcript_html(transcript: Any) -> str:
     messages = tuple(transcript.messages)
     at = _hover([("as of seq", transcript.as_of_seq)])
     caption = f"<span{at}>Transcript: {plural(len(messages), 'message')}</span>"
-    return _messages_table(messages, caption=caption)
+    return _messages_table(messages, caption=caption, sources=getattr(transcript, "sources", {}))
 
 
 @_inert_math

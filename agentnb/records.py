@@ -359,6 +359,9 @@ class Transcript:
 
     messages: tuple[Message, ...]
     as_of_seq: int
+    sources: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
+    """message id -> ``steer`` or ``material``: user messages that were guidance or material
+    handed over, not a task (the table labels them so, as the view does)."""
 
     def _repr_html_(self) -> str:
         return html.transcript_html(self)

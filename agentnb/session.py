@@ -360,10 +360,16 @@ class Session:
         """The complete committed messages (user, assistant, tool) as of one seq."""
         with self._lock:
             state, _ = self._refresh()
+            labels = {"steer": "steer", "inject": "material"}
+            sources = {
+                f"msg_{input_id}": labels[kind]
+                for input_id, received in state.received_inputs.items()
+                if (kind := str(received.get("kind"))) in labels
+            }
             if state.compactions:  # the context lost its oldest messages; the log has them
                 messages = load_context(self.runtime.store, self.key, state.seq, transcript=True)
-                return Transcript(tuple(messages), state.seq)
-            return Transcript(tuple(state.context), state.seq)
+                return Transcript(tuple(messages), state.seq, sources)
+            return Transcript(tuple(state.context), state.seq, sources)
 
     def snapshot(self) -> ChatSnapshot:
         """One consistent read at one watermark: chat items, messages, pending, tasks, cursor.

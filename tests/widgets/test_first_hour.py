@@ -526,6 +526,26 @@ class TestSmallerCards:
         assert "make it short" not in view.steers.value  # applied: it is in the chat now
         assert "make it short" in transcript_text(view)
 
+    def test_the_transcript_table_labels_steers_and_material(
+        self, make_runtime: MakeRuntime
+    ) -> None:
+        """session.transcript() says "steer" and "material" where the view does, not "user"."""
+        from tests.widgets.helpers import PausingModel, text_pieces
+
+        replies = [text_pieces("Working on it, slowly."), text_pieces("Short: done.")]
+        model = PausingModel(replies, pause_at={0: 2})
+        session = make_runtime(model).session("s1")
+        session.inject("the price list")
+        session.submit("write a report")
+        until(model.paused.is_set, what="the model to pause")
+        session.steer("make it short")
+        model.release()
+        until(lambda: session.tasks()[-1].status == "completed", what="the task to complete")
+        rows = visible(session.transcript()._repr_html_())
+        assert "user write a report" in rows
+        assert "material the price list" in rows
+        assert "steer make it short" in rows
+
 
 class TestRemoteViewFollowsTheStream:
     def test_an_idle_remote_view_does_not_poll_the_inbox(
