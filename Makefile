@@ -33,10 +33,10 @@ $(DEMO_STAMP): pyproject.toml
 demo: $(DEMO_STAMP)
 	$(BIN)/agentnb demo
 
+PORT ?=
 # The chat page with the demo's agent, on the embedded store the demo writes to (its sessions
 # show up for user "demo"): the server extra under its own stamp, a sign-in token printed at
-# start (revoked when the server stops). PORT=0 takes a free port; STORE=URL another store.
-PORT ?= 8000
+# start (revoked when the server stops). PORT= another port (0: a free one); STORE=URL another store.
 STORE ?=
 SERVE_USER ?= demo
 $(SERVE_STAMP): pyproject.toml
@@ -45,17 +45,21 @@ $(SERVE_STAMP): pyproject.toml
 	touch $(SERVE_STAMP)
 
 serve: $(SERVE_STAMP)
-	$(BIN)/agentnb serve --agent agentnb.demo:agent --port $(PORT) --token-for $(SERVE_USER) $(if $(STORE),--store $(STORE))
+	$(BIN)/agentnb serve --agent agentnb.demo:agent --port $(or $(PORT),8000) --token-for $(SERVE_USER) $(if $(STORE),--store $(STORE))
 
-# The notebooks in JupyterLab: the lab extra (widgets, export, JupyterLab, a kernel) goes into
-# the same venv, under its own stamp; JupyterLab opens with notebooks/ as its root.
+# The notebooks in JupyterLab: the lab extra (everything the tutorials use, JupyterLab, a
+# kernel) goes into the same venv, under its own stamp; JupyterLab opens with notebooks/ as its
+# root. `make lab PORT=8888 ARGS="--no-browser --IdentityProvider.token=..."`; as root (a
+# container) it adds --allow-root, which Jupyter otherwise requires.
+ARGS ?=
+LAB_ROOT := $(shell [ "$$(id -u 2>/dev/null)" = 0 ] && echo --allow-root)
 $(LAB_STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet -e ".[lab]"
 	touch $(LAB_STAMP)
 
 lab: $(LAB_STAMP)
-	$(BIN)/jupyter lab notebooks
+	$(BIN)/jupyter lab notebooks $(if $(PORT),--port=$(PORT)) $(LAB_ROOT) $(ARGS)
 
 test: $(STAMP)
 	$(BIN)/pytest

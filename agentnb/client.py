@@ -48,14 +48,19 @@ from agentnb.projections.chat import ChatSnapshot, ChatState
 from agentnb.projections.state import InboxState
 from agentnb.records import (
     Child,
+    Children,
     InputReceipt,
     Inspection,
     Interaction,
     Outcome,
     PermissionRule,
+    PermissionRules,
     Receipt,
+    Requests,
     SessionInfo,
+    SessionInfos,
     Task,
+    Tasks,
     ToolCallRef,
     Transcript,
 )
@@ -314,7 +319,7 @@ class RemoteRuntime:
         limit: int = 50,
         before: str | None = None,
         archived: bool | None = False,
-    ) -> list[SessionInfo]:
+    ) -> SessionInfos:
         """The token's user's sessions, newest activity first (``Runtime.sessions``)."""
         self._check_user(user_id)
         params: dict[str, Any] = {
@@ -328,7 +333,7 @@ class RemoteRuntime:
             "archived": {False: "false", True: "true", None: "all"}[archived],
         }
         data = self.http.call("GET", "/v1/sessions", params=params)
-        return [wire.load(SessionInfo, s) for s in data["sessions"]]
+        return SessionInfos(wire.load(SessionInfo, s) for s in data["sessions"])
 
     def delete(self, session_id: str, *, force: bool = False, reason: str = "") -> Tombstone:
         return self._handle_of(session_id).delete(force=force, reason=reason)
@@ -470,6 +475,11 @@ class RemoteInbox:
         return int(self.session._status()["inbox_seq"])
 
     def read_after(self, seq: int, limit: int = 100) -> list[Event]:
+        # While a follow reads the stream, its status says the inbox head: nothing after it
+        # needs no request (a view that redraws would otherwise ask every redraw).
+        head = self.session._streamed_inbox_head()
+        if head is not None and seq >= head:
+            return []
         data = self.session._call(
             "GET", "/inbox", params={"after": seq, "limit": min(max(limit, 1), 1000)}
         )
@@ -730,6 +740,13 @@ class RemoteSession:
         with self._state.lock:
             self._state.data = dict(data)
 
+    def _streamed_inbox_head(self) -> int | None:
+        """The inbox head a live stream reported last, or None when no stream is open."""
+        with self._state.lock:
+            if self._state.live and self._state.data is not None:
+                return int(self._state.data["inbox_seq"])
+        return None
+
     def _status(self) -> dict[str, Any]:
         """Heads and whether it executes: from a live stream when one is open, else asked."""
         with self._state.lock:
@@ -775,9 +792,9 @@ class RemoteSession:
                 return
             cursor = page.next_cursor
 
-    def tasks(self, limit: int | None = None, before: str | None = None) -> list[Task]:
+    def tasks(self, limit: int | None = None, before: str | None = None) -> Tasks:
         data = self._call("GET", "/tasks", params={"limit": limit, "before": before})
-        return [wire.load(Task, t, _session=self) for t in data]
+        return Tasks(wire.load(Task, t, _session=self) for t in data)
 
     def task(self, command_id: str) -> Task:
         """The task a submit's command id or a turn id names (``Session.task``);
@@ -785,28 +802,29 @@ class RemoteSession:
         check_id(command_id, "command_id")
         return wire.load(Task, self._call("GET", f"/turns/{_seg(command_id)}"), _session=self)
 
-    def permissions(self) -> list[PermissionRule]:
+    def permissions(self) -> PermissionRules:
         """The permission rules in force for this session's calls (``Session.permissions``)."""
-        return [wire.load(PermissionRule, r) for r in self._call("GET", "/permissions")]
+        rules = self._call("GET", "/permissions")
+        return PermissionRules(wire.load(PermissionRule, r) for r in rules)
 
     def revoke(self, rule_id: str) -> None:
         """Remove a permission rule (``Session.revoke``)."""
         check_id(rule_id, "rule_id")
         self._call("DELETE", f"/permissions/{_seg(rule_id)}")
 
-    def pending(self) -> dict[str, Interaction]:
+    def pending(self) -> Requests:
         """Open requests, its sub-agents' too (each with its ``path`` and ``session``):
         ``respond`` here routes them (``Session.pending``)."""
         data = self._call("GET", "/pending")
-        return {rid: wire.load(Interaction, i) for rid, i in data.items()}
+        return Requests({rid: wire.load(Interaction, i) for rid, i in data.items()})
 
-    def children(self, turn_id: str | None = None) -> list[Child]:
+    def children(self, turn_id: str | None = None) -> Children:
         """The sub-agent calls of this session (of turn ``turn_id`` if given), oldest first,
         with where each child's task stands now (``Session.children``)."""
         if turn_id is not None:
             check_id(turn_id, "turn_id")
         data = self._call("GET", "/children", params={"turn_id": turn_id})
-        return [wire.load(Child, c) for c in data]
+        return Children(wire.load(Child, c) for c in data)
 
     def child(self, call_id: str) -> RemoteSession:
         """The child session of the sub-agent call ``call_id`` (``Session.child``)."""

@@ -93,6 +93,14 @@ class HistoryPage:
     def _repr_html_(self) -> str:
         return html.history_page_html(self)
 
+    def __repr__(self) -> str:
+        n = len(self.messages)
+        more = "more pages follow (next_cursor)" if self.next_cursor else "the last page"
+        return f"HistoryPage({n} message{'' if n == 1 else 's'}, {more})"
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        printer.text(repr(self))
+
 
 def read_history(
     store: SessionStore,

@@ -48,6 +48,7 @@ __all__ = [
     "markdown_html",
     "messages_html",
     "outcome_html",
+    "permissions_html",
     "receipt_html",
     "short_id",
     "show",
@@ -113,6 +114,18 @@ def short_id(value: object) -> str:
         return f"<code>{esc(text)}</code>" if text else ""
     prefix, hexa = found.groups()
     return f'<code style="{_NOWRAP}" title="{esc(text)}">{prefix}_\u2026{hexa[-6:]}</code>'
+
+
+def _hover(ids: Iterable[tuple[str, object]]) -> str:
+    """A ``title`` attribute holding ids (``turn turn_… · run run_…``): words on screen, ids
+    on hover."""
+    shown = " \u00b7 ".join(f"{name} {value}" for name, value in ids if value)
+    return f' title="{esc(shown)}"' if shown else ""
+
+
+def plural(n: int, noun: str, many: str | None = None) -> str:
+    """``1 task``, ``2 tasks`` (``many``: an irregular plural)."""
+    return f"{n} {noun if n == 1 else (many or noun + 's')}"
 
 
 def markdown_html(text: str) -> str:
@@ -244,20 +257,18 @@ def _title(text: str) -> str:
 
 # -- tasks ------------------------------------------------------------------------------------
 
-_TASK_HEADERS = ("task", "status", "runs", "started", "ended", "turn")
+_TASK_HEADERS = ("task", "status", "runs", "started", "ended")
 
 
 def _task_row(task: Any) -> list[str]:
     runs = tuple(task.run_ids)
     error = f'<div style="color:#c62828;">{fold(task.error)}</div>' if task.error else ""
-    run_ids = " ".join(short_id(r) for r in runs)
     return [
-        fold(task.input) + error,
+        f"<div{_hover([('turn', task.turn_id)])}>{fold(task.input)}{error}</div>",
         badge(task.status),
-        f'{len(runs)} <span style="{_MUTED}">{run_ids}</span>' if runs else "0",
+        f"<span{_hover([('runs', ' '.join(runs))])}>{len(runs)}</span>" if runs else "0",
         _when(task.started_at or task.created_at, hover=_created(task)),
         _when(task.ended_at, since=task.started_at),
-        short_id(task.turn_id),
     ]
 
 
@@ -286,7 +297,8 @@ def tasks_html(tasks: Iterable[Any]) -> str:
     for task in tasks:
         counts[task.status] = counts.get(task.status, 0) + 1
     summary = ", ".join(f"{n} {esc(s)}" for s, n in counts.items())
-    return _table(_TASK_HEADERS, rows, caption=f"{len(rows)} task(s): {summary}", wide=("task",))
+    caption = f"{plural(len(rows), 'task')}: {summary}"
+    return _table(_TASK_HEADERS, rows, caption=caption, wide=("task",))
 
 
 # -- messages ---------------------------------------------------------------------------------
@@ -305,21 +317,24 @@ def _message_text(message: Message) -> str:
     return "".join(parts)
 
 
-def _messages_table(messages: Iterable[Message], caption: str = "") -> str:
+def _messages_table(
+    messages: Iterable[Message], caption: str = "", sources: Mapping[str, str] | None = None
+) -> str:
     rows = []
     for n, message in enumerate(messages, 1):
         role = message.role if message.role != "tool" else f"tool \u00b7 {message.name or ''}"
+        role = (sources or {}).get(message.id, role)  # a steer or material, not a task
+        hover = _hover([("turn", message.turn_id), ("message", message.id)])
         rows.append(
             [
                 f'<span style="{_MUTED}">{n}</span>',
-                f'<b style="{_NOWRAP}">{esc(role)}</b>',
+                f'<b style="{_NOWRAP}"{hover}>{esc(role)}</b>',
                 _message_text(message),
-                short_id(message.turn_id),
             ]
         )
     if not rows:
         return f'<div style="{_MUTED}">No messages.</div>'
-    return _table(("#", "role", "text", "turn"), rows, caption=caption, wide=("text",))
+    return _table(("#", "role", "text"), rows, caption=caption, wide=("text",))
 
 
 @_inert_math
@@ -332,9 +347,9 @@ def messages_html(messages: Iterable[Message], caption: str = "") -> str:
 def transcript_html(transcript: Any) -> str:
     """A ``Transcript``: its messages as of one seq."""
     messages = tuple(transcript.messages)
-    return _messages_table(
-        messages, caption=f"Transcript: {len(messages)} message(s) as of seq {transcript.as_of_seq}"
-    )
+    at = _hover([("as of seq", transcript.as_of_seq)])
+    caption = f"<span{at}>Transcript: {plural(len(messages), 'message')}</span>"
+    return _messages_table(messages, caption=caption, sources=getattr(transcript, "sources", {}))
 
 
 @_inert_math
@@ -342,7 +357,8 @@ def history_page_html(page: Any) -> str:
     """A ``HistoryPage``: its messages, and whether more pages follow."""
     messages = tuple(page.messages)
     more = "more pages follow (next_cursor)" if page.next_cursor else "the last page"
-    return _messages_table(messages, caption=f"History page: {len(messages)} message(s), {more}")
+    caption = f"History page: {plural(len(messages), 'message')}, {more}"
+    return _messages_table(messages, caption=caption)
 
 
 # -- outcomes, requests, inspection ----------------------------------------------------------
@@ -351,12 +367,12 @@ def history_page_html(page: Any) -> str:
 @_inert_math
 def outcome_html(outcome: Any) -> str:
     """An ``Outcome``: how a run ended, its output (Markdown, as in the view) or error."""
-    pairs = [("status", badge(outcome.status))]
+    hover = _hover([("turn", outcome.turn_id), ("run", outcome.run_id)])
+    pairs = [("status", f"<span{hover}>{badge(outcome.status)}</span>")]
     if outcome.output is not None:
         pairs.append(("output", _folded_markdown(outcome.output)))
     if outcome.error is not None:
         pairs.append(("error", f'<span style="color:#c62828;">{fold(outcome.error)}</span>'))
-    pairs.append(("turn \u00b7 run", f"{short_id(outcome.turn_id)} {short_id(outcome.run_id)}"))
     return _fields(pairs)
 
 
@@ -374,45 +390,38 @@ def interactions_html(pending: Mapping[str, Any]) -> str:
     via = any(getattr(i, "path", ()) for i in pending.values())
     rows = [
         [
-            badge(_KINDS.get(i.kind, i.kind)),
+            (
+                f"<span{_hover([('request', rid), ('turn', i.turn_id)])}>"
+                f"{badge(_KINDS.get(i.kind, i.kind))}</span>"
+            ),
             f"<code>{esc(i.tool_name or '')}</code>",
             fold(_json(dict(i.arguments)) if i.arguments else ""),
             fold(i.prompt or ""),
             *([esc(" \u203a ".join(i.path))] if via else []),
-            short_id(rid),
-            short_id(i.turn_id),
         ]
         for rid, i in pending.items()
     ]
     if not rows:
-        return f'<div style="{_MUTED}">No pending requests.</div>'
-    headers = (
-        "waits for",
-        "tool",
-        "arguments",
-        "prompt",
-        *(["from"] if via else []),
-        "request",
-        "turn",
-    )
+        return f'<div style="{_MUTED}">Nothing waits for you.</div>'
+    headers = ("waits for", "tool", "arguments", "prompt", *(["from"] if via else []))
     wide = ("arguments", "prompt")
-    return _table(headers, rows, caption=f"{len(rows)} pending request(s)", wide=wide)
+    caption = f"{plural(len(rows), 'request waits', 'requests wait')} for you"
+    return _table(headers, rows, caption=caption, wide=wide)
 
 
 def _child_row(child: Any) -> list[str]:
     used = child.usage
+    hover = _hover([("call", child.call_id), ("child session", child.key.session_id)])
     return [
-        f"<code>{esc(child.name or child.agent_id)}</code>",
+        f"<code{hover}>{esc(child.name or child.agent_id)}</code>",
         badge(child.status),
         fold(child.task),
         fold(child.output or child.error or ""),
         "" if used is None else esc(used.total_tokens),
-        short_id(child.call_id),
-        f'<span style="{_MUTED}">{esc(child.key.session_id)}</span>',
     ]
 
 
-_CHILD_HEADERS = ("sub-agent", "status", "task", "answer", "tokens", "call", "child session")
+_CHILD_HEADERS = ("sub-agent", "status", "task", "answer", "tokens")
 
 
 @_inert_math
@@ -427,28 +436,45 @@ def children_html(children: Iterable[Any]) -> str:
     rows = [_child_row(c) for c in children]
     if not rows:
         return f'<div style="{_MUTED}">No sub-agent calls.</div>'
-    caption = f"{len(rows)} sub-agent call(s)"
+    caption = plural(len(rows), "sub-agent call")
     return _table(_CHILD_HEADERS, rows, caption=caption, wide=("task", "answer"))
 
 
+@_inert_math
+def permissions_html(rules: Iterable[Any]) -> str:
+    """``session.permissions()``: which tool runs without asking, for which arguments, where."""
+    rows = [
+        [
+            f"<code>{esc(r.tool_name)}</code>",
+            fold(_json(dict(r.match))) if r.match else f'<span style="{_MUTED}">every call</span>',
+            esc(r.scope),
+            f'<span style="{_MUTED}">{esc(r.session_id)}</span>',
+            short_id(r.rule_id),
+        ]
+        for r in rules
+    ]
+    if not rows:
+        return f'<div style="{_MUTED}">No permission rules.</div>'
+    headers = ("runs without asking", "when the arguments are", "scope", "granted in", "rule")
+    return _table(headers, rows, caption=f"{len(rows)} permission rule(s)")
+
+
 def _sentence(text: str, ids: Iterable[tuple[str, object]]) -> str:
-    shown = " ".join(f"{name} {short_id(value)}" for name, value in ids if value)
-    tail = f' <span style="{_MUTED}">{shown}</span>' if shown else ""
-    return f"<div>{text}{tail}</div>"
+    return f"<div{_hover(ids)}>{text}</div>"
 
 
 @_inert_math
 def receipt_html(receipt: Any) -> str:
     """A ``Receipt`` as a sentence: what was accepted and where it stands."""
+    # A receipt is as of when it was made: it says what was accepted, never a status that
+    # the task has long left (tasks() and the view say where it stands now).
     what = {
         "steered": "Steering accepted: the running task reads it at its next step.",
-        "started": "Task accepted: it is running.",
-        "queued": "Task accepted: it waits in the queue.",
-    }.get(receipt.disposition or "")
-    if what is None:
-        what = f"Accepted: {esc(receipt.status)}."
+        "started": "Task accepted: it started.",
+        "queued": "Task accepted: it went into the queue.",
+    }.get(receipt.disposition or "", "Accepted.")
     return _sentence(
-        f"{badge(receipt.status)} {what}",
+        f"{badge('accepted')} {what}",
         [("turn", receipt.turn_id), ("run", receipt.run_id), ("command", receipt.command_id)],
     )
 
@@ -466,12 +492,17 @@ def input_receipt_html(receipt: Any) -> str:
 def _holder(holder: Any) -> str:
     if holder is None:
         return f'<span style="{_MUTED}">nobody holds the lease</span>'
-    alive = {True: "alive", False: "dead", None: "on another host"}.get(holder.alive, "")
-    where = "this runtime" if holder.local else esc(holder.owner)
-    return (
-        f"{where} \u00b7 epoch {esc(holder.epoch)} \u00b7 {esc(alive)} \u00b7 "
-        f"lease expires in {holder.expires_in:.1f} s"
-    )
+    if holder.local:
+        where = "this runtime"
+    else:
+        host, _, rest = str(holder.owner).partition(":")
+        pid = rest.split(":", 1)[0]
+        alive = {True: "running", False: "stopped", None: "on another machine"}.get(
+            holder.alive, ""
+        )
+        where = f"a runtime in process {esc(pid)} on {esc(host)} ({alive})"
+    hover = _hover([("owner", holder.owner), ("epoch", holder.epoch)])
+    return f"<span{hover}>{where}, for {holder.expires_in:.1f} s more unless renewed</span>"
 
 
 @_inert_math
@@ -479,43 +510,48 @@ def inspection_html(inspection: Any) -> str:
     """An ``Inspection``: what runs, what is uncertain, what the next model call sees."""
     blocked = ""
     if inspection.blocked_by:
-        blocked = f"{short_id(inspection.blocked_by)} {badge(inspection.blocked_status)}"
+        hover = _hover([("turn", inspection.blocked_by)])
+        blocked = f"<span{hover}>a task, {badge(inspection.blocked_status)}</span>"
+    runs = tuple(inspection.active_runs)
+    interrupted = inspection.interrupted_turn
     pairs = [
-        ("active runs", " ".join(short_id(r) for r in inspection.active_runs) or "none"),
-        ("interrupted turn", short_id(inspection.interrupted_turn) or "none"),
+        ("active runs", f"<span{_hover([('runs', ' '.join(runs))])}>{len(runs)}</span>"),
+        (
+            "interrupted task",
+            f"<span{_hover([('turn', interrupted)])}>yes</span>" if interrupted else "none",
+        ),
         ("queue blocked by", blocked or "nothing"),
         ("lease holder", _holder(inspection.holder)),
     ]
-    parts = [_title(f"Inspection as of seq {esc(inspection.as_of_seq)}"), _fields(pairs)]
+    at = _hover([("as of seq", inspection.as_of_seq)])
+    parts = [_title(f"<span{at}>What the runtime would do next</span>"), _fields(pairs)]
     for calls, title in (
-        (tuple(getattr(inspection, "running_tool_calls", ())), "running tool call(s)"),
-        (
-            tuple(inspection.uncertain_tool_calls),
-            "uncertain tool call(s): reconcile before resuming",
-        ),
+        (tuple(getattr(inspection, "running_tool_calls", ())), "running"),
+        (tuple(inspection.uncertain_tool_calls), "uncertain: reconcile before resuming"),
     ):
         if not calls:
             continue
         rows = [
             [
-                f"<code>{esc(c.tool_name)}</code>",
+                (
+                    f"<code{_hover([('call', c.call_id), ('turn', c.turn_id)])}>"
+                    f"{esc(c.tool_name)}</code>"
+                ),
                 fold(_json(dict(c.arguments))),
-                short_id(c.call_id),
-                short_id(c.turn_id),
             ]
             for c in calls
         ]
-        parts.append(_title(f"{len(calls)} {title}"))
-        parts.append(_table(("tool", "arguments", "call", "turn"), rows, wide=("arguments",)))
+        parts.append(_title(f"{plural(len(calls), 'tool call')} {title}"))
+        parts.append(_table(("tool", "arguments"), rows, wide=("arguments",)))
     children = tuple(getattr(inspection, "children", ()))
     if children:
-        parts.append(_title(f"{len(children)} sub-agent(s) at work"))
+        parts.append(_title(f"{plural(len(children), 'sub-agent')} at work"))
         parts.append(
             _table(_CHILD_HEADERS, [_child_row(c) for c in children], wide=("task", "answer"))
         )
     context = tuple(inspection.next_context)
     parts.append(
-        f"<details><summary>next context: {len(context)} message(s)</summary>"
+        f"<details><summary>next context: {plural(len(context), 'message')}</summary>"
         f"{_messages_table(context)}</details>"
     )
     return "".join(parts)
@@ -531,7 +567,7 @@ def chat_snapshot_html(snapshot: Any) -> str:
             tasks_html(snapshot.tasks),
             interactions_html(snapshot.pending) if snapshot.pending else "",
             (
-                f"<details><summary>{len(messages)} message(s)</summary>"
+                f"<details><summary>{plural(len(messages), 'message')}</summary>"
                 f"{_messages_table(messages)}</details>"
             ),
         ]

@@ -14,6 +14,7 @@ from agentnb.ids import SessionKey
 
 __all__ = [
     "Child",
+    "Children",
     "Holder",
     "InputReceipt",
     "Inspection",
@@ -21,11 +22,15 @@ __all__ = [
     "Message",
     "Outcome",
     "PermissionRule",
+    "PermissionRules",
     "PruneReport",
     "Receipt",
+    "Requests",
     "SessionCounts",
     "SessionInfo",
+    "SessionInfos",
     "Task",
+    "Tasks",
     "ToolCallRef",
     "Transcript",
     "UsageTotals",
@@ -354,6 +359,9 @@ class Transcript:
 
     messages: tuple[Message, ...]
     as_of_seq: int
+    sources: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
+    """message id -> ``steer`` or ``material``: user messages that were guidance or material
+    handed over, not a task (the table labels them so, as the view does)."""
 
     def _repr_html_(self) -> str:
         return html.transcript_html(self)
@@ -453,3 +461,110 @@ class Inspection:
 
     def _repr_html_(self) -> str:
         return html.inspection_html(self)
+
+
+# -- the lists a notebook shows ----------------------------------------------------------------
+# Plain lists and dicts (equal to them, JSON-able, indexable) that display as one table in
+# Jupyter and whose text form is a few short lines, never a wall of dataclass reprs.
+
+_REPR_ROWS = 10
+"""Rows a list's text form shows before it says how many more there are."""
+
+
+def _line(text: str, width: int = 60) -> str:
+    line = " ".join(text.split())
+    return line if len(line) <= width else line[: width - 1].rstrip() + "\u2026"
+
+
+def _lines(head: str, rows: Sequence[str]) -> str:
+    shown = [f"  {row}" for row in rows[:_REPR_ROWS]]
+    if len(rows) > _REPR_ROWS:
+        shown.append(f"  \u2026 {len(rows) - _REPR_ROWS} more")
+    return "\n".join([head, *shown])
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
+class _Shown:
+    """IPython's pretty printer uses the repr (it would print a list's items one by one)."""
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        printer.text(repr(self))
+
+
+class Tasks(_Shown, list[Task]):
+    """``session.tasks()``: a list of ``Task``, shown as one table, oldest first."""
+
+    def _repr_html_(self) -> str:
+        return html.tasks_html(self)
+
+    def __repr__(self) -> str:
+        rows = [f"{t.status:<11} \u201c{_line(t.input)}\u201d" for t in self]
+        return _lines(_count(len(self), "task"), rows)
+
+
+class Requests(_Shown, dict[str, Interaction]):
+    """``session.pending()``: open requests by id, shown as one table."""
+
+    def _repr_html_(self) -> str:
+        return html.interactions_html(self)
+
+    def __repr__(self) -> str:
+        kinds = {"confirmation": "approval", "external_execution": "result", "ask_user": "answer"}
+        rows = []
+        for request in self.values():
+            what = kinds.get(request.kind, request.kind)
+            args = ", ".join(f"{k}={v!r}" for k, v in request.arguments.items())
+            call = f"{request.tool_name}({_line(args, 40)})" if request.tool_name else ""
+            # An approval's prompt restates the call; a question's prompt is the question.
+            asked = request.prompt if request.kind != "confirmation" else None
+            asked = f" \u201c{_line(asked, 40)}\u201d" if asked else ""
+            rows.append(f"waits for your {what}: {call}{asked}".rstrip(": "))
+        return _lines(_count(len(self), "pending request"), rows)
+
+
+class Children(_Shown, list[Child]):
+    """``session.children()``: the sub-agent calls, shown as one table."""
+
+    def _repr_html_(self) -> str:
+        return html.children_html(self)
+
+    def __repr__(self) -> str:
+        rows = [f"{c.name or c.agent_id}: {c.status} \u201c{_line(c.task)}\u201d" for c in self]
+        return _lines(_count(len(self), "sub-agent call"), rows)
+
+
+class PermissionRules(_Shown, list[PermissionRule]):
+    """``session.permissions()``: the rules in force, shown as one table."""
+
+    def _repr_html_(self) -> str:
+        return html.permissions_html(self)
+
+    def __repr__(self) -> str:
+        rows = [
+            f"{r.tool_name} runs without asking ({r.scope})"
+            + (
+                f" when {_line(', '.join(f'{k}={v!r}' for k, v in r.match.items()), 40)}"
+                if r.match
+                else ""
+            )
+            for r in self
+        ]
+        return _lines(_count(len(self), "permission rule"), rows)
+
+
+class SessionInfos(_Shown, list[SessionInfo]):
+    """``runtime.sessions()``: a page of sessions, shown as one table."""
+
+    def _repr_html_(self) -> str:
+        return html.sessions_html(self)
+
+    def __repr__(self) -> str:
+        rows = [
+            f"{i.key.session_id}: {i.status}"
+            + (f" \u201c{_line(i.title, 40)}\u201d" if i.title else "")
+            for i in self
+        ]
+        return _lines(_count(len(self), "session"), rows)

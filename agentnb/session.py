@@ -50,6 +50,7 @@ from agentnb.projections.decisions import (
     check_reconcile,
     check_respond,
     check_resume,
+    check_unanswered,
     check_uncertain,
     effective_status,
     open_calls,
@@ -70,15 +71,17 @@ from agentnb.projections.state import (
 )
 from agentnb.projections.subagents import key_of
 from agentnb.records import (
-    Child,
+    Children,
     Holder,
     InputReceipt,
     Inspection,
-    Interaction,
     Outcome,
     PermissionRule,
+    PermissionRules,
     Receipt,
+    Requests,
     Task,
+    Tasks,
     ToolCallRef,
     Transcript,
     UsageTotals,
@@ -299,7 +302,7 @@ class Session:
                 return folds.state, folds.inbox
             return folds.refresh()
 
-    def tasks(self, limit: int | None = None, before: str | None = None) -> list[Task]:
+    def tasks(self, limit: int | None = None, before: str | None = None) -> Tasks:
         """One task per turn, in submission order, with its status and runs.
 
         ``limit`` keeps the newest ``limit`` of them, ``before`` only those submitted before
@@ -325,7 +328,7 @@ class Session:
                 raise InvalidInput(f"no task {before!r} in session {self.key}; see tasks()")
             tasks = tasks[: ids.index(before)]
         tasks = tasks if limit is None else tasks[-limit:]
-        return [dataclasses.replace(t, _session=self) for t in tasks]
+        return Tasks(dataclasses.replace(t, _session=self) for t in tasks)
 
     @staticmethod
     def _page_at_hand(tasks: list[Task], limit: int | None, before: str | None) -> bool:
@@ -358,10 +361,16 @@ class Session:
         """The complete committed messages (user, assistant, tool) as of one seq."""
         with self._lock:
             state, _ = self._refresh()
+            labels = {"steer": "steer", "inject": "material"}
+            sources = {
+                f"msg_{input_id}": labels[kind]
+                for input_id, received in state.received_inputs.items()
+                if (kind := str(received.get("kind"))) in labels
+            }
             if state.compactions:  # the context lost its oldest messages; the log has them
                 messages = load_context(self.runtime.store, self.key, state.seq, transcript=True)
-                return Transcript(tuple(messages), state.seq)
-            return Transcript(tuple(state.context), state.seq)
+                return Transcript(tuple(messages), state.seq, sources)
+            return Transcript(tuple(state.context), state.seq, sources)
 
     def snapshot(self) -> ChatSnapshot:
         """One consistent read at one watermark: chat items, messages, pending, tasks, cursor.
@@ -745,7 +754,7 @@ class Session:
     def _tool(self, name: str) -> Any:
         return self.runtime.agent.tool_named(name)
 
-    def pending(self) -> dict[str, Interaction]:
+    def pending(self) -> Requests:
         """Open requests for a person: approvals, external results, questions.
 
         Its sub-agents' open requests too (their children's, recursively), each with the
@@ -755,7 +764,7 @@ class Session:
         with self._lock:
             state, _ = self._refresh()
             own = interactions_of(state)
-        return own | descendant_requests(state, self._open_child)
+        return Requests(own | descendant_requests(state, self._open_child))
 
     def _open_child(self, key: SessionKey) -> Session | None:
         try:
@@ -763,7 +772,7 @@ class Session:
         except (SessionNotFound, InvalidInput):
             return None
 
-    def children(self, turn_id: str | None = None) -> list[Child]:
+    def children(self, turn_id: str | None = None) -> Children:
         """The sub-agent calls of this session (of turn ``turn_id`` if given), oldest first,
         each with its child session's key and where the child's task stands now."""
         if turn_id is not None:
@@ -772,7 +781,7 @@ class Session:
             state, _ = self._refresh()
             if turn_id is not None and turn_id not in state.turns and state.retired_turns:
                 state, _ = self._whole()
-        return children_of(self.runtime.store, state.children_of(turn_id))
+        return Children(children_of(self.runtime.store, state.children_of(turn_id)))
 
     def child(self, call_id: str) -> Session:
         """The child session of the sub-agent call ``call_id`` (see ``children()``)."""
@@ -827,10 +836,12 @@ class Session:
                 c.get("status") == "running" for c in state.children.values()
             ):
                 turn_id, checked = check_respond(state, answers, tool=self._tool)
+                key = _answers_key(checked)
+                check_unanswered(state, inbox, key, checked)
                 self._admit(state, inbox)
                 event, _ = self.inbox.accept(
                     "respond",
-                    key=_answers_key(checked),
+                    key=key,
                     turn_id=turn_id,
                     data={"answers": checked},
                 )
@@ -842,7 +853,7 @@ class Session:
         self.start()
         return Receipt(event.payload["command_id"], turn_id, None, "queued", None, self)
 
-    def permissions(self) -> list[PermissionRule]:
+    def permissions(self) -> PermissionRules:
         """The permission rules in force for this session's calls, oldest first: those its
         approvals remembered (``Answer.approve(remember=...)``) and the agent-wide ones
         other sessions of this agent and user granted, under the agent this runtime runs
@@ -856,7 +867,7 @@ class Session:
             if rule["agent"] == digest
         ]
         found += shared_rules(self.runtime.store, self.key, digest)
-        return [
+        return PermissionRules(
             PermissionRule(
                 rule["rule_id"],
                 rule["scope"],
@@ -866,7 +877,7 @@ class Session:
                 rule.get("request_id"),
             )
             for key, rule in found
-        ]
+        )
 
     def revoke(self, rule_id: str) -> None:
         """Remove a permission rule (one ``permissions()`` lists): calls it allowed ask

@@ -149,7 +149,8 @@ class TestTables:
             as_of_seq=12,
         )
         shown = inert(transcript._repr_html_())
-        assert "3 message(s) as of seq 12" in shown
+        assert "Transcript: 3 messages" in shown
+        assert 'title="as of seq 12"' in transcript._repr_html_()
         assert "How much is pro?" in shown
         assert "lookup_price" in shown
         assert '{"plan": "pro"}' in shown
@@ -160,10 +161,11 @@ class TestTables:
         assert "the last page" in inert(HistoryPage((_message(),), None)._repr_html_())
 
     def test_outcome_shows_status_output_and_error(self) -> None:
-        """An Outcome shows its status, turn, run, output and error."""
-        shown = inert(Outcome("failed", "turn_1", "run_1", None, "model down")._repr_html_())
-        for part in ("failed", "turn_1", "run_1", "model down"):
-            assert part in shown
+        """An Outcome shows its status, output and error; its turn and run on hover."""
+        markup = Outcome("failed", "turn_1", "run_1", None, "model down")._repr_html_()
+        for part in ("failed", "model down"):
+            assert part in inert(markup)
+        assert 'title="turn turn_1 \u00b7 run run_1"' in markup
 
     def test_inspection_lists_uncertain_calls_and_the_holder(self) -> None:
         """Uncertain calls get a table; the holder says whether it is alive."""
@@ -171,9 +173,9 @@ class TestTables:
         holder = Holder("host:1:rt_x", 2, 4.0, False, local=False)
         inspection = Inspection(9, (call,), (), "turn_1", (), (), "turn_1", "interrupted", holder)
         shown = inert(inspection._repr_html_())
-        assert "1 uncertain tool call(s)" in shown
+        assert "1 tool call uncertain" in shown
         assert "charge_card" in shown
-        assert "dead" in shown
+        assert "stopped" in shown
         assert "interrupted" in shown
 
     def test_empty_lists_say_so(self) -> None:
@@ -261,10 +263,11 @@ class TestReadable:
     def test_ids_are_shortened_with_the_whole_id_on_hover(self) -> None:
         """turn_<32 hex> shows as turn_…<last six>; the title holds the whole id."""
         turn = "turn_01a2323efad6742aa4fadb07f681cc81"
-        markup = _task(turn_id=turn)._repr_html_()
-        assert f'title="{turn}"' in markup
-        assert f"turn_\u2026{turn[-6:]}" in inert(markup)
-        assert turn not in inert(markup)
+        assert f'title="{turn}"' in html.short_id(turn)
+        assert f"turn_\u2026{turn[-6:]}" in inert(html.short_id(turn))
+        markup = _task(turn_id=turn)._repr_html_()  # a task: its text, its turn on hover
+        assert f'title="turn {turn}"' in markup
+        assert "turn_" not in inert(markup)
 
     def test_text_columns_break_between_words_and_times_stay_on_one_line(self) -> None:
         """The task column has a minimum width and overflow-wrap; times are nowrap."""
@@ -289,6 +292,7 @@ class TestReadable:
         queued = Receipt("cmd_1", "turn_1", None, "queued", "queued")._repr_html_()
         assert "Steering accepted" in inert(steer)
         assert "Material accepted" in inert(material)
-        assert "waits in the queue" in inert(queued)
+        assert "went into the queue" in inert(queued)
+        assert "queued" not in inert(queued)  # as of when it was made: accepted
         for markup in (steer, material, queued):
             assert "Receipt(" not in inert(markup)

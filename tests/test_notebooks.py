@@ -54,6 +54,21 @@ class TestTutorials:
         code = "\n".join(c.source for c in notebook.cells if c.cell_type == "code")
         assert "view.close()" not in code
 
+    @pytest.mark.parametrize("name", ["01-quickstart.ipynb", "02-steer-inject-respond.ipynb"])
+    def test_ends_with_a_live_view_waiting_for_a_click(self, name: str) -> None:
+        """01 and 02 end with a live view and an approval waiting, saying "click Approve";
+        nothing after it closes the runtime (Run All leaves the buttons working)."""
+        cells = nbformat.read(REPO / "notebooks" / name, as_version=4).cells
+        code = [c for c in cells if c.cell_type == "code"]
+        last = code[-1].source
+        assert last.rstrip().endswith("SessionView(session)"), last
+        assert "wait_until(" in last
+        assert "pending" in last
+        assert "close()" not in last
+        assert "click Approve" in last
+        tail = cells[cells.index(code[-1]) - 1 :]
+        assert any("**click Approve**" in c.source for c in tail if c.cell_type == "markdown")
+
 
 class TestRefresh:
     def test_stores_checked_outputs_as_valid_nbformat(self) -> None:

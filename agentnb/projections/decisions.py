@@ -21,6 +21,7 @@ __all__ = [
     "check_reconcile",
     "check_respond",
     "check_resume",
+    "check_unanswered",
     "check_uncertain",
     "effective_status",
     "latest_unfinished",
@@ -228,6 +229,29 @@ def check_respond(
             "answer one turn at a time"
         )
     return turns.pop(), out
+
+
+def check_unanswered(state: SessionState, inbox: InboxState, key: str, request_ids: Any) -> None:
+    """``InvalidAnswer`` ("already answered") when an answer to one of ``request_ids`` was
+    accepted and is not applied yet, unless it is this very respond again (the same ``key``:
+    a retried request gets its receipt back). Together with ``check_respond`` (which refuses
+    resolved requests) a request takes one answer: a second click cannot queue a second one.
+    """
+    wanted = set(request_ids)
+    for command in inbox.commands.values():
+        if (
+            command.kind != "respond"
+            or command.key == key
+            or command.command_id in state.handled
+            or command.command_id in inbox.rejected
+        ):
+            continue
+        both = sorted(wanted & set((command.data.get("answers") or {}).keys()))
+        if both:
+            raise InvalidAnswer(
+                f"request {both[0]} is already answered: that answer was accepted and the "
+                "turn goes on with it; see session.pending() for what still waits"
+            )
 
 
 def check_cancel(state: SessionState, inbox: InboxState, turn_id: str, *, executing: bool) -> str:

@@ -22,6 +22,7 @@ import signal
 import sys
 import threading
 import time
+import warnings
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
@@ -53,7 +54,7 @@ from agentnb.projections.state import (
     TurnState,
     next_command,
 )
-from agentnb.records import PruneReport, SessionCounts, SessionInfo, UsageTotals
+from agentnb.records import PruneReport, SessionCounts, SessionInfo, SessionInfos, UsageTotals
 from agentnb.runtime.engine import SessionDriver
 from agentnb.runtime.processes import STOP_TIMEOUT, WorkerProcess, start_workers, stop_workers
 from agentnb.runtime.recipes import WORKER_STOPPING
@@ -86,6 +87,8 @@ def _forked() -> None:
 os.register_at_fork(after_in_child=_forked)
 
 EXIT_CLOSE_TIMEOUT = 5.0
+EXIT_REASON = "the runtime was closed as the process exited; resume() continues it"
+"""Why the runs of a process that exits end (a kernel restart, in a notebook)."""
 """Seconds a runtime still open at interpreter exit gets to stop its runs and release."""
 EXIT_TOOL_GRACE = 0.5
 """Seconds a sync tool still running at interpreter exit (or a Ctrl-C out of a ``with``
@@ -381,6 +384,34 @@ def _start_loop(agent_id: str) -> tuple[asyncio.AbstractEventLoop, threading.Thr
     return loop, thread
 
 
+class SecondRuntimeWarning(UserWarning):
+    """A second executing ``Runtime`` of the same agent opened on a store this process
+    already executes it from (a setup cell run twice): the two compete for its sessions."""
+
+
+def _warn_if_twin(agent_id: str, namespace: str, store: SessionStore) -> None:
+    """Warn when an open executing runtime of this process runs ``agent_id`` on ``store``."""
+    for other in list(_open_runtimes):
+        same = other.store is store or (
+            not store.url.startswith("memory") and repr(other.store) == repr(store)
+        )
+        if (
+            same
+            and other.execute
+            and not other._closed
+            and other.agent.agent_id == agent_id
+            and other.namespace == namespace
+        ):
+            warnings.warn(
+                f"another Runtime of agent {agent_id!r} is open on {store!r} in this process "
+                "(a setup cell run twice?): both would execute its sessions. Close the first "
+                "(runtime.close()) or reuse it",
+                SecondRuntimeWarning,
+                stacklevel=3,
+            )
+            return
+
+
 def _close_at_exit() -> None:
     """Stop the runs of every open runtime, record why and release their leases, promptly:
     a sync tool that does not return is left to die with the process (its call is
@@ -392,10 +423,7 @@ def _close_at_exit() -> None:
     try:
         for runtime in runtimes:
             try:
-                runtime._shut_down(
-                    "the runtime was closed as the process exited; resume() continues it",
-                    EXIT_CLOSE_TIMEOUT,
-                )
+                runtime._shut_down(EXIT_REASON, EXIT_CLOSE_TIMEOUT)
             except Exception:
                 log.exception("closing %r at interpreter exit failed", runtime)
     finally:
@@ -573,6 +601,8 @@ class Runtime:
         """Every agent this runtime executes sessions of: its own and its sub-agents'."""
         self._owns_store = not isinstance(store, SessionStore)
         self.store = open_store(store)
+        if execute:
+            _warn_if_twin(agent.agent_id, namespace, self.store)
         self.lease_ttl = float(lease_ttl)
         self.auto_resume: bool | str = auto_resume
         self.export_to = tuple(export_to)
@@ -749,7 +779,7 @@ class Runtime:
         limit: int = 50,
         before: str | None = None,
         archived: bool | None = False,
-    ) -> list[SessionInfo]:
+    ) -> SessionInfos:
         """This agent's sessions, newest activity first, read from the catalogue's index.
 
         ``status``: one of ``SESSION_STATUSES`` or several; ``labels``: every pair must
@@ -759,19 +789,21 @@ class Runtime:
         False (the default) leaves archived sessions out, True lists only them, None both.
         Deleted sessions are never listed. ``all_keys()`` gives bare keys.
         """
-        return find_sessions(
-            self.store,
-            namespace=self.namespace,
-            agent_id=self.agent.agent_id,
-            user_id=user_id,
-            status=status,
-            labels=labels,
-            since=since,
-            until=until,
-            search=search,
-            limit=limit,
-            before=before,
-            archived=archived,
+        return SessionInfos(
+            find_sessions(
+                self.store,
+                namespace=self.namespace,
+                agent_id=self.agent.agent_id,
+                user_id=user_id,
+                status=status,
+                labels=labels,
+                since=since,
+                until=until,
+                search=search,
+                limit=limit,
+                before=before,
+                archived=archived,
+            )
         )
 
     def archive(self, key: SessionKey | str, *, user_id: str = "default") -> SessionInfo:

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import sys
+import warnings
+from pathlib import Path
 from urllib.parse import SplitResult, parse_qsl, urlsplit
 
 from agentnb.errors import InvalidInput
@@ -25,6 +28,31 @@ __all__ = [
 def default_store_url() -> str:
     """The embedded default: an SQLite file under ``./.agentnb/``."""
     return "sqlite:///.agentnb/agentnb.sqlite"
+
+
+def _warn_if_meant_absolute(path: str) -> None:
+    """A relative SQLite path whose first folder exists at ``/`` (``sqlite:///tmp/x.db``)
+    was most likely meant absolute: say which file it opens and how to write the other."""
+    parts = Path(path).parts
+    if os.path.isabs(path) or len(parts) < 2 or parts[0] in {".", "..", "~"}:
+        return
+    if not os.path.isdir(os.path.join(os.sep, parts[0])):
+        return
+    warnings.warn(
+        f"sqlite:///{path} is relative to the working directory: it opens "
+        f"{os.path.abspath(path)}. For /{path} write sqlite:////{path} (four slashes)",
+        UserWarning,
+        stacklevel=_outside_agentnb(),
+    )
+
+
+def _outside_agentnb() -> int:
+    """The ``stacklevel`` of the first caller outside this package (the user's line)."""
+    package = str(Path(__file__).resolve().parents[1])
+    frame, level = sys._getframe(1), 1
+    while frame is not None and frame.f_code.co_filename.startswith(package):
+        frame, level = frame.f_back, level + 1  # type: ignore[assignment]
+    return level
 
 
 def split_url(url: str) -> SplitResult:
@@ -78,6 +106,7 @@ def open_store(
             raise InvalidInput(
                 f"{url!r}: unknown option(s) {sorted(unknown)}; only 'synchronous' is understood"
             )
+        _warn_if_meant_absolute(path)
         from agentnb.stores.sqlite import SQLiteStore
 
         return SQLiteStore(

@@ -369,6 +369,7 @@ class SQLiteStore(SessionStore):
         self.path = Path(path)
         self.synchronous = str(synchronous).upper()
         self.url = f"sqlite:///{self.path}"
+        self._file = os.path.abspath(self.path)
         self._busy_ms = int(busy_timeout * 1000)
         self._conns = _ThreadConnections()
         self._ids: dict[SessionKey, int] = {}
@@ -637,6 +638,10 @@ class SQLiteStore(SessionStore):
                 "agentnb that wrote it (and export what you need), or point the store at a "
                 "new file"
             )
+
+    def __repr__(self) -> str:
+        # The file it opened, resolved: a relative URL depends on the working directory.
+        return f"SQLiteStore({self._file!r})"
 
     def close(self) -> None:
         super().close()

@@ -60,7 +60,8 @@ class ViewedSession(Protocol):
     ``runtime.check_open()``: raises once the runtime (or the connection) is closed;
     ``pending()`` with its sub-agents' requests (their ``path``), ``children(turn_id)`` and
     ``child(call_id)`` for the sub-agent cards (the nested view opens ``child`` the same
-    way); and the verbs its buttons call.
+    way); and the verbs its buttons call (``reconcile`` and ``resume(uncertain=)`` for the
+    recovery buttons after a process stopped under a tool call).
     """
 
     @property
@@ -93,6 +94,8 @@ class ViewedSession(Protocol):
 
     def interrupt(self, run_id: str | None = ...) -> bool: ...
 
-    def resume(self, turn_id: str) -> Any: ...
+    def resume(self, turn_id: str, *, uncertain: str = ...) -> Any: ...
+
+    def reconcile(self, outcomes: Mapping[str, Any], reason: str) -> None: ...
 
     def respond(self, request_id: str | Mapping[str, object], answer: object = ...) -> Any: ...

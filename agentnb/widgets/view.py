@@ -7,11 +7,17 @@ follows committed events after its cursor on a daemon thread and redraws at most
 and re-running the cell after a kernel restart shows the same conversation.
 
 The view speaks in the user's words: a task is named by its own text (cut to a line), a
-request by what it waits for ("waiting for your approval above"); ids stay on hover (the
+request by what it waits for ("waiting for your approval below"); ids stay on hover (the
 ``title`` of the task's text) and in ``inspect()``; errors show their message, not their
-class. Every ``HTML`` widget sits under the ``mathjax_ignore`` class, so "$5 ... $10"
-stays text. ``close()`` stops following and leaves the last drawing on screen, its
-controls disabled; when the session's runtime closes, the view says so the same way.
+class, with ids replaced by what they name. The status line is always the current state;
+the notice under the controls says what the person's last click did, in the past tense, so
+it never goes stale. After a process stopped under a tool call (a kernel restart), the
+recovery box offers the ways out as buttons: for each uncertain call "it ran — here is its
+result" or "it did not run" (``reconcile``, then ``resume``), or "continue, recording it as
+unknown" (``resume(uncertain="unknown")``). Every ``HTML`` widget sits under the
+``mathjax_ignore`` class, so "$5 ... $10" stays text. ``close()`` stops following and
+leaves the last drawing on screen, its controls disabled; when the session's runtime
+closes, the view says so the same way.
 
 Buttons only call ``Session`` operations; what they return or raise shows in the view. The
 view reads the session through ``ViewedSession`` (``agentnb.widgets.source``): a local
@@ -33,14 +39,23 @@ from __future__ import annotations
 
 import html
 import json
+import os
 import re
 import threading
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from agentnb.answers import Answer
-from agentnb.errors import AgentnbError, CannotResume, InvalidInput, NotRunning, install_hint
+from agentnb.answers import Answer, ToolOutcome
+from agentnb.errors import (
+    AgentnbError,
+    CannotResume,
+    InvalidAnswer,
+    InvalidInput,
+    NotRunning,
+    UncertainToolCalls,
+    install_hint,
+)
 from agentnb.html import INERT_MATH, STATUS_COLORS, markdown_html
 from agentnb.projections.chat import (
     ChatItem,
@@ -51,7 +66,8 @@ from agentnb.projections.chat import (
 )
 from agentnb.projections.decisions import check_resume, effective_status, latest_unfinished
 from agentnb.projections.state import PARKING, InboxState, SessionState
-from agentnb.records import Child, Interaction, Task
+from agentnb.records import Child, Interaction, Task, ToolCallRef
+from agentnb.runtime.runtime import EXIT_REASON
 from agentnb.widgets.source import ViewedSession
 
 try:
@@ -246,7 +262,10 @@ def request_html(request: Interaction) -> str:
         "external_execution": "External result needed",
         "ask_user": "Question",
     }.get(request.kind, request.kind)
-    arguments = _json_text(request.arguments) if request.arguments else ""
+    shown = dict(request.arguments or {})
+    if request.kind == "ask_user":  # the question is the prompt: no JSON repeating it
+        shown = {k: v for k, v in shown.items() if v != request.prompt and k != "question"}
+    arguments = _json_text(shown) if shown else ""
     body = f'<pre style="{_PRE}">{_esc(arguments)}</pre>' if arguments else ""
     path = ""
     if request.path:  # a sub-agent's request, answered here and routed to it
@@ -259,13 +278,15 @@ def request_html(request: Interaction) -> str:
     )
 
 
-def tasks_html(tasks: Iterable[Task]) -> str:
-    """The task list: status, the task's text and its runs (its id on hover)."""
+def tasks_html(tasks: Iterable[Task], reasons: dict[str, str] | None = None) -> str:
+    """The task list: status, the task's text and its runs (its id on hover); ``reasons``:
+    turn id -> why it stopped, in plain words (instead of the recorded error)."""
     rows = []
     for task in tasks:
         text = task.input if len(task.input) <= _MAX_TASK_TEXT else task.input[:_MAX_TASK_TEXT]
         more = "\u2026" if len(task.input) > _MAX_TASK_TEXT else ""
-        error = f' <span style="color:#c0392b;">{_esc(task.error)}</span>' if task.error else ""
+        why = (reasons or {}).get(task.turn_id) or task.error
+        error = f' <span style="color:#c0392b;">{_esc(why)}</span>' if why else ""
         runs = len(task.run_ids)
         when = f" \u00b7 started {task.started_at:%H:%M:%S}" if task.started_at else ""
         rows.append(
@@ -290,6 +311,16 @@ def task_name(text: str, width: int = _LINE) -> str:
     return f"\u201c{line}\u201d"
 
 
+def stopped_words(error: str | None, tools: Iterable[str] = ()) -> str:
+    """Why a task stopped, in plain words: a process exit is a kernel restart in a notebook."""
+    names = ", ".join(dict.fromkeys(tools))
+    if error == EXIT_REASON:
+        return f"the kernel restarted while {names} ran" if names else "the kernel restarted"
+    if names:
+        return f"its process stopped while {names} ran"
+    return error or "it was interrupted"
+
+
 _WAITS_FOR = {
     "confirmation": "your approval",
     "ask_user": "your answer",
@@ -311,32 +342,35 @@ def waiting_words(state: SessionState, executing: bool) -> tuple[str, str] | Non
         working = [c for c in state.children_of(latest.turn_id) if c.get("status") == "running"]
         if working:
             names = ", ".join(dict.fromkeys(str(c.get("name") or c["agent_id"]) for c in working))
-            return f"{name} is waiting for its sub-agent {names}, which waits for you above", (
+            return f"{name} is waiting for its sub-agent {names}, which waits for you below", (
                 latest.turn_id
             )
     if status == "suspended":
         kinds = [r.get("kind") for r in state.pending_of(latest.turn_id)]
         wanted = [_WAITS_FOR.get(str(k), "an answer") for k in dict.fromkeys(kinds)]
         what = " and ".join(wanted) or "an answer"
-        return f"{name} is waiting for {what} above", latest.turn_id
+        return f"{name} is waiting for {what} below", latest.turn_id
     if status == "failed":
         why = f": {latest.error}" if latest.error else ""
         return f"{name} failed{why}. Resume tries it again", latest.turn_id
     uncertain = state.uncertain_calls(latest.turn_id)
+    error = latest.error
     if uncertain:
-        tools = ", ".join(sorted({c.name for c in uncertain}))
+        why = stopped_words(error, sorted({c.name for c in uncertain}))
         return (
-            (
-                f"{name} stopped while {tools} ran, and whether it finished is unknown: "
-                "record what happened from code before it can resume"
-            ),
+            f"{name} stopped: {why}. Say below whether it ran, or continue recording it as unknown",
             latest.turn_id,
         )
+    if error == EXIT_REASON:
+        return f"{name} stopped: {stopped_words(error)}. Resume continues it", latest.turn_id
     return f"{name} was interrupted. Resume continues it", latest.turn_id
 
 
 def status_html(
-    running: tuple[str, str] | None, waiting: tuple[str, str] | None, queued: int
+    running: tuple[str, str] | None,
+    waiting: tuple[str, str] | None,
+    queued: int,
+    idle: str = "Ready for a task",
 ) -> str:
     """The status line: the task at work (by its text) or what the latest one waits for,
     and how many tasks wait in the queue. Ids are on hover."""
@@ -348,7 +382,7 @@ def status_html(
         text, turn_id = waiting
         parts.append(f'<span title="{_esc(turn_id)}">{_esc(text)}</span>')
     else:
-        parts.append("Ready for a task")
+        parts.append(idle)
     if queued:
         behind = " behind it" if running is None and waiting is not None else ""
         parts.append(f"{queued} more task{'s' if queued != 1 else ''} queued{behind}")
@@ -376,6 +410,56 @@ def marker_html(item: ChatItem) -> str:
         f"<span>the agent changed here{what}</span>"
         '<span style="flex:1;border-top:1px dashed #999;"></span></div>'
     )
+
+
+def steers_html(steers: Iterable[str]) -> str:
+    """Guidance accepted for the task that its next step has not read yet (shown waiting)."""
+    return "".join(
+        f'<div class="agentnb-msg agentnb-steer-waiting" style="{_BOX}'
+        f'{_ROLE_STYLE["user"]}opacity:0.75;"><span style="{_LABEL}">steer</span>'
+        f"{_esc(text)} {_badge('waiting')}</div>"
+        for text in steers
+    )
+
+
+def header_html(session: ViewedSession) -> str:
+    """The view's header: the session, and where it lives (the store's resolved file, or
+    the service), so a wrong store path shows at a glance."""
+    runtime = session.runtime
+    store = getattr(runtime, "store", None)
+    where = ""
+    if store is not None:
+        path = getattr(store, "path", None)
+        where = f"store {os.path.abspath(path)}" if path is not None else f"store {store.url}"
+    elif url := getattr(runtime, "url", None):
+        where = f"service {url}"
+    key = session.key
+    return (
+        f'<div style="font-size:0.8em;opacity:0.6;" title="{_esc(key)}">'
+        f"session {_esc(key.session_id)}" + (f" \u00b7 {_esc(where)}" if where else "") + "</div>"
+    )
+
+
+def call_words(call: ToolCallRef | Interaction) -> str:
+    """A tool call as a person reads it: ``research(topic='rust')``."""
+    args = ", ".join(f"{k}={v!r}" for k, v in (call.arguments or {}).items())
+    if len(args) > _LINE:
+        args = args[: _LINE - 1] + "\u2026"
+    return f"{call.tool_name}({args})"
+
+
+_STYLE = """<style>
+.agentnb-view { box-sizing: border-box; max-width: 100%; overflow-x: hidden; }
+.agentnb-view .agentnb-input, .agentnb-view .agentnb-args-input { box-sizing: border-box;
+  max-width: 100%; }
+.agentnb-view .agentnb-input textarea, .agentnb-view .agentnb-args-input textarea {
+  box-sizing: border-box; width: 100%; }
+.agentnb-view button:disabled, .agentnb-view .jupyter-button:disabled,
+.agentnb-view .widget-button:disabled { opacity: 0.4; filter: grayscale(1);
+  cursor: not-allowed; box-shadow: none; }
+</style>"""
+"""The view's own rules, scoped to it: its boxes never overflow sideways, disabled buttons
+look disabled (grey, faint) in JupyterLab, Notebook 7 and VS Code alike."""
 
 
 _IDS = re.compile(r"\b(?:(?:turn|task) )?((turn|run|call|req|cmd|inp)_[0-9a-f]{12,})\b")
@@ -422,11 +506,13 @@ def _still_html(view: _View | None, why: str) -> str:
             items.append(message_html(item))
     queued = sum(1 for t in view.tasks if t.status == "queued")
     requests = "".join(request_html(r) for r in view.pending.values())
+    idle = f"Closed while {view.working_on[0]} was running" if view.working_on else "Closed"
+    status = status_html(None, view.waiting, queued, idle=idle)
     return (
-        f'<div class="agentnb-status">{status_html(view.working_on, view.waiting, queued)}</div>'
+        f'<div class="agentnb-status">{status}</div>'
         f'<div class="agentnb-transcript">{"".join(items)}</div>'
         f'<div class="agentnb-pending">{requests}</div>'
-        f'<div class="agentnb-tasks">{tasks_html(view.tasks)}</div>'
+        f'<div class="agentnb-tasks">{tasks_html(view.tasks, view.reasons)}</div>'
         f'<div class="agentnb-notice">{notice_html(why)}</div>'
     )
 
@@ -439,10 +525,13 @@ class _View:
         "cursor",
         "items",
         "pending",
+        "reasons",
         "resumable",
         "running",
+        "steers",
         "tasks",
         "total",
+        "uncertain",
         "waiting",
         "working_on",
     )
@@ -459,7 +548,16 @@ class _View:
         waiting: tuple[str, str] | None,
         working_on: tuple[str, str] | None,
         children: dict[str, Child] | None = None,
+        uncertain: tuple[ToolCallRef, ...] = (),
+        reasons: dict[str, str] | None = None,
+        steers: tuple[str, ...] = (),
     ) -> None:
+        self.uncertain = uncertain
+        """The calls whose outcome a person must say before the latest task goes on."""
+        self.reasons = reasons or {}
+        """turn_id -> why that task stopped, in plain words."""
+        self.steers = steers
+        """Guidance accepted for the running task that its next step has not read yet."""
         self.children = children or {}
         """call_id -> the live state of a sub-agent call still at work."""
         self.cursor = cursor
@@ -548,7 +646,16 @@ class SessionView(w.VBox):  # type: ignore[misc]  # ipywidgets ships no type inf
             widget.add_class(name)
             return widget
 
+        self.style = classed(w.HTML(_STYLE), "agentnb-style")
+        self.header = classed(w.HTML(header_html(self.session)), "agentnb-header")
         self.status = classed(w.HTML(), "agentnb-status")
+        self.recovery = classed(w.VBox(), "agentnb-recovery")
+        self._recovery_for: tuple[str, ...] = ()
+        self._settled: dict[str, ToolOutcome] = {}
+        """call_id -> what a person said about an uncertain call (reconciled once all are)."""
+        self._answered: dict[str, str] = {}
+        """request_id -> the command id of the answer this view sent for it."""
+        self.steers = classed(w.HTML(), "agentnb-steers")
         self.error = classed(w.HTML(), "agentnb-error")
         self.notice = classed(w.HTML(), "agentnb-notice")
         self.earlier = classed(
@@ -562,7 +669,7 @@ class SessionView(w.VBox):  # type: ignore[misc]  # ipywidgets ships no type inf
         self.input = classed(
             w.Textarea(
                 placeholder="Ask the agent, steer it, or hand it material\u2026",
-                layout=w.Layout(width="100%", height="4em"),
+                layout=w.Layout(width="auto", height="4em"),
             ),
             "agentnb-input",
         )
@@ -596,10 +703,14 @@ class SessionView(w.VBox):  # type: ignore[misc]  # ipywidgets ships no type inf
             ]
         )
         parts: list[Any] = [
+            self.style,
+            self.header,
             self.status,
             self.earlier,
             self.transcript,
+            self.steers,
             self.requests,
+            self.recovery,
             self.tasks,
             self.input,
             controls,
@@ -690,6 +801,21 @@ class SessionView(w.VBox):  # type: ignore[misc]  # ipywidgets ships no type inf
             if running is not None:
                 turn = state.session.turns.get(running[0])
                 working_on = (task_name(turn.input if turn else ""), running[0])
+            resumable, uncertain = self._resumable(live)
+            latest = latest_unfinished(state.session)
+            steers: tuple[str, ...] = ()
+            if latest is not None:
+                done = state.session.applied_inputs | state.session.discarded_inputs
+                steers = tuple(
+                    c.input or ""
+                    for c in self._inbox.steers_for(latest.turn_id)
+                    if c.command_id not in done
+                )
+            reasons = {}
+            for turn in state.session.turns.values():
+                calls = state.session.uncertain_calls(turn.turn_id) if not live else []
+                if turn.error == EXIT_REASON or calls:
+                    reasons[turn.turn_id] = stopped_words(turn.error, [c.name for c in calls])
             return _View(
                 cursor=state.seq,
                 items=state.last_items(self._limit),
@@ -697,17 +823,21 @@ class SessionView(w.VBox):  # type: ignore[misc]  # ipywidgets ships no type inf
                 pending=pending,
                 tasks=tasks_of(state.session, self._inbox, executing=live),
                 running=running,
-                resumable=self._resumable(live),
+                resumable=resumable,
                 waiting=None if running else waiting_words(state.session, live),
                 working_on=working_on,
                 children=children,
+                uncertain=uncertain,
+                reasons=reasons,
+                steers=steers,
             )
 
-    def _resumable(self, live: bool) -> str | None:
-        """The turn Resume would continue, if resume() would accept it now."""
+    def _resumable(self, live: bool) -> tuple[str | None, tuple[ToolCallRef, ...]]:
+        """The turn Resume would continue, if resume() would accept it now; else the calls
+        a person must settle first, if that is what stops it."""
         latest = latest_unfinished(self._state.session)
         if latest is None:
-            return None
+            return None, ()
         try:
             check_resume(
                 self._state.session,
@@ -715,9 +845,11 @@ class SessionView(w.VBox):  # type: ignore[misc]  # ipywidgets ships no type inf
                 executing=live,
                 tool=self.session.runtime.agent.tool_named,
             )
+        except UncertainToolCalls as exc:
+            return None, tuple(exc.calls)
         except CannotResume:
-            return None
-        return latest.turn_id
+            return None, ()
+        return latest.turn_id, ()
 
     def _render(self) -> None:
         view = self._compute()
@@ -727,7 +859,9 @@ class SessionView(w.VBox):  # type: ignore[misc]  # ipywidgets ships no type inf
             self._live_children = view.children
             self._draw_items(view)
             self._draw_requests(view.pending)
-            _set(self.tasks, "value", tasks_html(view.tasks))
+            self._draw_recovery(view.uncertain)
+            _set(self.steers, "value", steers_html(view.steers))
+            _set(self.tasks, "value", tasks_html(view.tasks, view.reasons))
             queued = sum(1 for t in view.tasks if t.status == "queued")
             status = status_html(view.working_on, view.waiting, queued)
             _set(self.status, "value", status)
@@ -889,9 +1023,28 @@ class SessionView(w.VBox):  # type: ignore[misc]  # ipywidgets ships no type inf
             approve.add_class("agentnb-approve")
             reject = w.Button(description="Reject", button_style="danger")
             reject.add_class("agentnb-reject")
+            edit = w.Button(description="Edit arguments", tooltip="Approve with changed arguments")
+            edit.add_class("agentnb-edit")
+            arguments = w.Textarea(
+                value=json.dumps(request.arguments, indent=2, ensure_ascii=False),
+                layout=w.Layout(width="auto", height="6em", display="none"),
+            )
+            arguments.add_class("agentnb-args-input")
+            edited = w.Button(description="Approve with these arguments", button_style="success")
+            edited.add_class("agentnb-approve-edited")
+            edited.layout.display = "none"
+
+            def toggle(_: Any) -> None:
+                shown = arguments.layout.display != "none"
+                arguments.layout.display = edited.layout.display = "none" if shown else None
+
             approve.on_click(lambda _: self.approve(rid))
             reject.on_click(lambda _: self.reject(rid, reason.value))
-            controls = w.HBox([approve, reject, reason])
+            edit.on_click(toggle)
+            edited.on_click(lambda _: self.approve_edited(rid, arguments.value))
+            controls = w.VBox(
+                [w.HBox([approve, reject, edit, reason]), arguments, w.HBox([edited])]
+            )
         else:
             answer = w.Textarea(placeholder="Your answer", layout=w.Layout(width="60%"))
             answer.add_class("agentnb-answer-input")
@@ -901,6 +1054,56 @@ class SessionView(w.VBox):  # type: ignore[misc]  # ipywidgets ships no type inf
             controls = w.HBox([answer, send])
         card = w.VBox([text, controls])
         card.add_class("agentnb-request")
+        return card
+
+    def _draw_recovery(self, calls: tuple[ToolCallRef, ...]) -> None:
+        """The ways out after a process stopped under tool calls: one card per call (it ran,
+        with its result / it did not run) and "continue, recording it as unknown"."""
+        ids = tuple(c.call_id for c in calls)
+        if ids == self._recovery_for:
+            return
+        self._recovery_for = ids
+        self._settled = {k: v for k, v in self._settled.items() if k in ids}
+        old = self.recovery.children
+        if not calls:
+            self.recovery.children = ()
+        else:
+            cards: list[Any] = [
+                w.HTML(
+                    f'<div style="{_BOX}border-left:3px solid #e65100;"><b>Did '
+                    f"{'these calls' if len(calls) > 1 else 'this call'} run?</b> The process "
+                    "running the task stopped while it ran, so nobody recorded how it ended. "
+                    "Check, then say what happened; the task goes on from there.</div>"
+                )
+            ]
+            cards += [self._recovery_card(call) for call in calls]
+            go_on = w.Button(
+                description="Continue, recording it as unknown",
+                tooltip="The model is told the outcome is unknown and that it was not run again",
+            )
+            go_on.add_class("agentnb-continue-unknown")
+            go_on.layout.width = "auto"  # its words in full
+            go_on.on_click(lambda _: self.continue_unknown())
+            cards.append(w.HBox([go_on]))
+            self.recovery.children = tuple(cards)
+        for widget in old:
+            _close_tree(widget)
+
+    def _recovery_card(self, call: ToolCallRef) -> Any:
+        cid = call.call_id
+        text = w.HTML(f'<div title="{_esc(cid)}"><code>{_esc(call_words(call))}</code></div>')
+        result = w.Text(placeholder="What it returned (its result)", layout=w.Layout(width="auto"))
+        result.add_class("agentnb-ran-result")
+        ran = w.Button(description="It ran \u2014 here is its result", button_style="success")
+        ran.add_class("agentnb-ran")
+        ran.layout.width = "auto"
+        not_run = w.Button(description="It did not run")
+        not_run.add_class("agentnb-not-run")
+        not_run.layout.width = "auto"
+        ran.on_click(lambda _: self.settle(cid, ran=True, result=result.value))
+        not_run.on_click(lambda _: self.settle(cid, ran=False))
+        card = w.VBox([text, w.HBox([result, ran, not_run])])
+        card.add_class("agentnb-uncertain-call")
         return card
 
     def show_earlier(self) -> None:
@@ -928,17 +1131,29 @@ class SessionView(w.VBox):  # type: ignore[misc]  # ipywidgets ships no type inf
             return "the box is empty: type a task, guidance or material first."
         if isinstance(exc, NotRunning):
             return "nothing is running now, so there is nothing to steer or stop."
+        if isinstance(exc, InvalidAnswer) and "already answered" in str(exc):
+            return "this request is already answered; the task goes on with that answer."
         if not isinstance(exc, AgentnbError):
             return f"it did not work ({exc})."
         return _IDS.sub(self._name_of, str(exc))
 
     def _name_of(self, found: re.Match[str]) -> str:
-        """A task id as the task's text; other ids as they are (they are rare in messages)."""
-        if found.group(2) != "turn":
-            return found.group(0)
+        """An id as what it names: a task by its text, a tool call by its tool and
+        arguments, a request by what it asks; other ids (runs, commands) as "it"."""
+        kind, value = found.group(2), found.group(1)
         with self._lock:
-            turn = self._state.session.turns.get(found.group(1))
-        return task_name(turn.input) if turn is not None else "that task"
+            state = self._state.session
+            if kind == "turn":
+                turn = state.turns.get(value)
+                return task_name(turn.input) if turn is not None else "that task"
+            if kind == "call":
+                call = state.tool_calls.get(value)
+                return f"the call {call.name}" if call is not None else "that call"
+            if kind == "req":
+                request = state.interactions.get(value)
+                tool = request.get("tool_name") if request else None
+                return f"the request of {tool}" if tool else "that request"
+        return "it"
 
     def _task(self, turn_id: str | None) -> str:
         """The task ``turn_id`` by its text (after a refresh, the view knows it)."""
@@ -952,13 +1167,16 @@ class SessionView(w.VBox):  # type: ignore[misc]  # ipywidgets ships no type inf
     def _text(self, text: str | None) -> str:
         return self.input.value if text is None else text
 
+    # Notices say what the click did, in the past tense: the status line above says where
+    # things stand now, so a notice never contradicts it as the task moves on.
+
     def submit(self, text: str | None = None) -> Any:
         """``session.submit`` with the input box's text (or ``text``); clears the box."""
-        receipt = self._act("Submit", lambda: self.session.submit(self._text(text)))
+        submitted = self._text(text)
+        receipt = self._act("Submit", lambda: self.session.submit(submitted))
         if receipt is not None:
             self.input.value = ""
-            where = "it waits in the queue" if receipt.status == "queued" else "it is running"
-            self._say(f"Task {self._task(receipt.turn_id)} accepted: {where}.")
+            self._say(f"You submitted {task_name(submitted)}.")
         return receipt
 
     def steer(self, text: str | None = None) -> Any:
@@ -966,9 +1184,7 @@ class SessionView(w.VBox):  # type: ignore[misc]  # ipywidgets ships no type inf
         receipt = self._act("Steer", lambda: self.session.steer(self._text(text)))
         if receipt is not None:
             self.input.value = ""
-            self._say(
-                f"Guidance for {self._task(receipt.turn_id)} accepted: its next step reads it."
-            )
+            self._say(f"You steered {self._task(receipt.turn_id)}.")
         return receipt
 
     def inject(self, text: str | None = None) -> Any:
@@ -976,16 +1192,18 @@ class SessionView(w.VBox):  # type: ignore[misc]  # ipywidgets ships no type inf
         receipt = self._act("Inject", lambda: self.session.inject(self._text(text)))
         if receipt is not None:
             self.input.value = ""
-            self._say("Material accepted; the next step reads it.")
+            self._say("You handed the agent material: its next step reads it.")
         return receipt
 
     def interrupt(self) -> Any:
         """``session.interrupt`` of the run this view shows as running."""
         with self._lock:
             run_id = self._state.session.active_run
+            run = self._state.session.runs.get(run_id or "")
+        name = self._task(run.turn_id if run else None)
         stopped = self._act("Interrupt", lambda: self.session.interrupt(run_id))
         if stopped is not None:
-            self._say("Stopping at the next step." if stopped else "Nothing is running.")
+            self._say(f"You asked {name} to stop." if stopped else "Nothing was running.")
         return stopped
 
     def resume(self) -> Any:
@@ -1001,30 +1219,109 @@ class SessionView(w.VBox):  # type: ignore[misc]  # ipywidgets ships no type inf
 
         receipt = self._act("Resume", resume)
         if receipt is not None:
-            self._say(f"{self._task(receipt.turn_id)} goes on.")
+            self._say(f"You resumed {self._task(receipt.turn_id)}.")
+        return receipt
+
+    def settle(self, call_id: str, *, ran: bool, result: str = "") -> Any:
+        """Say what became of the uncertain call ``call_id``: it ran (``result``: what it
+        returned) or it did not. Once every uncertain call of the task is settled, the view
+        records them (``reconcile``) and resumes the task."""
+        calls = {c.call_id: c for c in (self._last.uncertain if self._last else ())}
+        call = calls.get(call_id)
+        if call is None:
+            _set(self.error, "value", error_html("That call is settled already."))
+            return None
+        self._settled[call_id] = (
+            ToolOutcome.success(result or "(it ran; a person recorded no result)")
+            if ran
+            else ToolOutcome.error(
+                "It did not run: the process stopped before the call happened "
+                "(a person checked). It was not run again."
+            )
+        )
+        if set(calls) - set(self._settled):
+            left = len(set(calls) - set(self._settled))
+            self._say(f"Noted for {call.tool_name}; {left} more call(s) to settle.")
+            return None
+        outcomes = {cid: self._settled[cid] for cid in calls}
+        name = self._task(call.turn_id)
+
+        def reconcile_and_resume() -> Any:
+            self.session.reconcile(outcomes, "settled by a person in the notebook view")
+            return self.session.resume(call.turn_id or "")
+
+        receipt = self._act("Settle", reconcile_and_resume)
+        self._settled.clear()
+        if receipt is not None:
+            said = "ran" if ran else "did not run"
+            self._say(f"You said {call.tool_name} {said}; {name} went on.")
+        return receipt
+
+    def continue_unknown(self) -> Any:
+        """``session.resume(turn, uncertain="unknown")``: the uncertain calls are recorded
+        as unknown (the model is told they were not run again) and the task goes on."""
+        calls = self._last.uncertain if self._last else ()
+        if not calls:
+            _set(self.error, "value", error_html("Nothing waits to be settled."))
+            return None
+        turn_id = calls[0].turn_id or ""
+        receipt = self._act("Continue", lambda: self.session.resume(turn_id, uncertain="unknown"))
+        if receipt is not None:
+            self._say(f"You continued {self._task(turn_id)}, recording the call as unknown.")
+        return receipt
+
+    def _respond(self, what: str, request_id: str, answer: object, said: str) -> Any:
+        """One answer to ``request_id``; a second click on the same card says it was
+        answered already instead of sending another."""
+        first = self._answered.get(request_id)
+        receipt = self._act(what, lambda: self.session.respond(request_id, answer))
+        if receipt is None:
+            return None
+        if first is not None and receipt.command_id == first:
+            self._say("Already answered: your first click was sent; it is not sent twice.")
+            return receipt
+        self._answered[request_id] = receipt.command_id
+        card = self._request_widgets.get(request_id)
+        for button in find_buttons(card):
+            button.disabled = True  # answered: it stays until the runtime applies it
+        self._say(f"{said} {self._task(receipt.turn_id)}.")
         return receipt
 
     def approve(self, request_id: str) -> Any:
         """``session.respond(request_id, True)``."""
-        receipt = self._act("Approve", lambda: self.session.respond(request_id, True))
-        if receipt is not None:
-            self._say(f"Approved: {self._task(receipt.turn_id)} goes on.")
-        return receipt
+        tool = self._tool_of(request_id)
+        return self._respond("Approve", request_id, True, f"You approved {tool} for")
+
+    def approve_edited(self, request_id: str, arguments: str) -> Any:
+        """``session.respond(request_id, Answer.approve(edited_args=...))`` with the card's
+        edited arguments (JSON)."""
+        try:
+            edited = json.loads(arguments)
+        except ValueError as exc:
+            _set(self.error, "value", error_html(f"Approve: the arguments are not JSON ({exc})."))
+            return None
+        if not isinstance(edited, dict):
+            _set(self.error, "value", error_html("Approve: the arguments must be a JSON object."))
+            return None
+        tool = self._tool_of(request_id)
+        answer = Answer.approve(edited_args=edited)
+        return self._respond(
+            "Approve", request_id, answer, f"You approved {tool} with changed arguments for"
+        )
 
     def reject(self, request_id: str, reason: str = "") -> Any:
         """``session.respond(request_id, Answer.reject(reason))`` (``False`` without one)."""
         answer: object = Answer.reject(reason) if reason.strip() else False
-        receipt = self._act("Reject", lambda: self.session.respond(request_id, answer))
-        if receipt is not None:
-            self._say(f"Rejected: {self._task(receipt.turn_id)} goes on without it.")
-        return receipt
+        tool = self._tool_of(request_id)
+        return self._respond("Reject", request_id, answer, f"You rejected {tool} for")
 
     def answer(self, request_id: str, text: str) -> Any:
         """``session.respond(request_id, text)`` for a question or an external result."""
-        receipt = self._act("Answer", lambda: self.session.respond(request_id, text))
-        if receipt is not None:
-            self._say(f"Answered: {self._task(receipt.turn_id)} goes on.")
-        return receipt
+        return self._respond("Answer", request_id, text, "You answered")
+
+    def _tool_of(self, request_id: str) -> str:
+        request = self._last.pending.get(request_id) if self._last else None
+        return (request.tool_name if request is not None else None) or "the call"
 
     # -- following ---------------------------------------------------------------------------
 
@@ -1141,6 +1438,16 @@ class SessionView(w.VBox):  # type: ignore[misc]  # ipywidgets ships no type inf
             except Exception as exc:  # noqa: BLE001 - drawing errors show in the view
                 _set(self.error, "value", error_html(f"Redraw failed: {exc}"))
             last = time.monotonic()
+
+
+def find_buttons(widget: Any) -> list[Any]:
+    """Every button under ``widget``."""
+    if widget is None:
+        return []
+    found = [widget] if isinstance(widget, w.Button) else []
+    for child in getattr(widget, "children", ()):
+        found += find_buttons(child)
+    return found
 
 
 def _apply_hint(card: Any, item: ChatItem) -> Any:

@@ -313,11 +313,11 @@ class TestWords:
     def test_status_names_the_task_and_what_it_waits_for(
         self, make_runtime: MakeRuntime, views: list[SessionView]
     ) -> None:
-        """A suspended task: its own text and 'waiting for your approval above', no ids."""
+        """A suspended task: its own text and 'waiting for your approval below', no ids."""
         session = _suspended(make_runtime, "ok")
         view = make_view(views, session, follow=False)
         status = view.status.value
-        assert "\u201corder two desks\u201d is waiting for your approval above" in status
+        assert "\u201corder two desks\u201d is waiting for your approval below" in status
         shown = assert_inert(status)
         for word in ("seq", "turn_", "call_", "session.", "idle", "parked"):
             assert word not in shown
@@ -329,7 +329,7 @@ class TestWords:
         session = _suspended(make_runtime, "ok")
         view = make_view(views, session, follow=False)
         view.approve(next(iter(session.pending())))
-        assert "Approved: \u201corder two desks\u201d goes on." in view.notice.value
+        assert "You approved create_order for \u201corder two desks\u201d." in view.notice.value
         assert "turn_" not in view.notice.value
 
     def test_errors_name_tasks_by_their_text_not_their_ids(
@@ -540,7 +540,8 @@ def assert_inert(markup: str) -> str:
 
 def all_markup(widget: Any) -> list[str]:
     out = []
-    if type(widget).__name__ == "HTML":
+    # The view's own stylesheet (constant, no value in it) is the one <style>.
+    if type(widget).__name__ == "HTML" and "agentnb-style" not in widget._dom_classes:
         out.append(widget.value)
     for child in getattr(widget, "children", ()):
         out += all_markup(child)
