@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterable
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
+from agentnb import _portable
 from agentnb.agent import Agent, agents_of
 from agentnb.errors import (
     Fenced,
@@ -55,7 +56,14 @@ from agentnb.projections.state import (
 )
 from agentnb.records import PruneReport, SessionCounts, SessionInfo, UsageTotals
 from agentnb.runtime.engine import SessionDriver
-from agentnb.runtime.processes import STOP_TIMEOUT, WorkerProcess, start_workers, stop_workers
+from agentnb.runtime.locate import agent_path, load_agent
+from agentnb.runtime.processes import (
+    STOP_TIMEOUT,
+    WorkerProcess,
+    start_method,
+    start_workers,
+    stop_workers,
+)
 from agentnb.runtime.recipes import WORKER_STOPPING
 from agentnb.runtime.subagents import AgentHost, session_lineage
 from agentnb.session import Session
@@ -83,7 +91,7 @@ def _forked() -> None:
     _open_runtimes = weakref.WeakSet()
 
 
-os.register_at_fork(after_in_child=_forked)
+_portable.at_fork(_forked)
 
 EXIT_CLOSE_TIMEOUT = 5.0
 """Seconds a runtime still open at interpreter exit gets to stop its runs and release."""
@@ -554,7 +562,7 @@ class Runtime:
 
     def __init__(
         self,
-        agent: Agent,
+        agent: Agent | str,
         store: str | SessionStore | None = None,
         *,
         lease_ttl: float = 10.0,
@@ -566,6 +574,8 @@ class Runtime:
         accept_agent_change: bool = False,
         processes: int = 1,
     ) -> None:
+        if isinstance(agent, str):  # "package.module:attribute"
+            agent = load_agent(agent)
         _check_options(agent, execute, accept_agent_change, limits, lease_ttl, auto_resume)
         check_processes(processes, execute)
         self.agent = agent
@@ -626,10 +636,9 @@ class Runtime:
             "limits": self.limits,
             "accept_agent_change": self.accept_agent_change,
         }
+        method, serve = _worker_target(self.agent, url, options)
         try:
-            self._workers = start_workers(
-                processes, functools.partial(_serve_forked, self.agent, url, options)
-            )
+            self._workers = start_workers(processes, serve, method=method)
         except BaseException:
             if self._owns_store:
                 self.store.close()
@@ -1520,11 +1529,6 @@ def check_processes(processes: object, execute: bool) -> None:
             "processes > 1 starts worker processes that execute; a runtime made with "
             "execute=False has none (leave processes at 1)"
         )
-    if processes > 1 and not hasattr(os, "fork"):
-        raise InvalidInput(
-            "processes > 1 needs fork(), which this platform lacks; run `agentnb worker` "
-            "processes instead"
-        )
 
 
 def shared_url(store: SessionStore) -> str:
@@ -1537,6 +1541,34 @@ def shared_url(store: SessionStore) -> str:
             "(sqlite:///path.db) or PostgreSQL, not memory://"
         )
     return url
+
+
+def _worker_target(
+    agent: Agent, url: str, options: dict[str, Any]
+) -> tuple[str, Callable[[threading.Event], None]]:
+    """How the workers start (``processes.start_method``) and what each one serves: the
+    agent itself when forked, its import path when spawned."""
+    method = start_method()
+    if method == "fork":
+        return method, functools.partial(_serve_forked, agent, url, options)
+    path = agent_path(agent)
+    if path is None:
+        if sys.platform == "linux" and not os.environ.get("AGENTNB_START_METHOD"):
+            return "fork", functools.partial(_serve_forked, agent, url, options)
+        raise InvalidInput(
+            f"processes > 1 starts its workers with spawn here, and each imports the agent "
+            f"{agent.agent_id!r} by its path, but no module holds it (defined in a notebook "
+            "cell or `python -c`?): define it at the top level of a module (agents.py) and "
+            "pass Runtime('agents:agent', processes=N), or run `agentnb worker --agent "
+            "agents:agent` processes"
+        )
+    load_agent(path)  # fails here, in the parent, rather than in every worker
+    return method, functools.partial(_serve_spawned, path, url, options)
+
+
+def _serve_spawned(path: str, url: str, options: dict[str, Any], stop: threading.Event) -> None:
+    """In a spawned worker process: import the agent by its path, serve it until ``stop``."""
+    _serve_forked(load_agent(path), url, options, stop)
 
 
 def _serve_forked(agent: Agent, url: str, options: dict[str, Any], stop: threading.Event) -> None:
