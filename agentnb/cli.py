@@ -35,6 +35,7 @@ from agentnb.errors import (
 )
 from agentnb.folds import Folds
 from agentnb.live import LiveEvent
+from agentnb.ops.cli import add_commands as ops_commands
 from agentnb.projections.chat import interactions_of, tasks_of
 from agentnb.runtime.runtime import (
     SESSION_STATUSES,
@@ -1152,7 +1153,9 @@ def _token_row(record: Any) -> dict[str, Any]:
 def _service_commands(
     command: Callable[[str, Callable[[argparse.Namespace], int], str, str], Any],
 ) -> None:
-    """``serve`` and ``token``."""
+    """``serve`` and ``token``; the operations (``backup``, ``verify``, ``restore``,
+    ``migrate``) from ``agentnb.ops.cli``."""
+    ops_commands(command, _store_url, _STORE_HELP)
     serve = command(
         "serve",
         _serve,
