@@ -51,7 +51,7 @@ from agentnb.limits import Limits
 from agentnb.log import Inbox, SessionLog
 from agentnb.models.base import Model, ModelError
 from agentnb.models.scripted import Reply, ScriptedModel, ToolCall
-from agentnb.ops import backup, migrate, restore, verify
+from agentnb.ops import Webhook, backup, migrate, restore, verify
 from agentnb.projections.chat import ChatItem, ChatSnapshot
 from agentnb.records import (
     Child,
@@ -192,6 +192,7 @@ __all__ = [
     "UncertainToolCalls",
     "UnknownRequiredEvent",
     "UsageTotals",
+    "Webhook",
     "ask_user",
     "backup",
     "connect",

@@ -36,6 +36,7 @@ from agentnb.errors import (
 from agentnb.folds import Folds
 from agentnb.live import LiveEvent
 from agentnb.ops.cli import add_commands as ops_commands
+from agentnb.ops.cli import add_webhook_options, webhooks_of
 from agentnb.projections.chat import interactions_of, tasks_of
 from agentnb.runtime.runtime import (
     SESSION_STATUSES,
@@ -1043,6 +1044,7 @@ def _serve(args: argparse.Namespace) -> int:
             execute=not args.no_execute,
             auto_resume=args.auto_resume,
             accept_agent_change=args.accept_agent_change,
+            webhooks=webhooks_of(args),
         )
     except BaseException:
         if isinstance(store, nb.SessionStore):
@@ -1210,6 +1212,7 @@ def _service_commands(
         default="127.0.0.1",
         help="proxies whose X-Forwarded-* headers are trusted (https behind a proxy)",
     )
+    add_webhook_options(serve)
     serve.add_argument(
         "--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"]
     )

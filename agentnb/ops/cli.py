@@ -5,6 +5,7 @@ to ``agentnb.cli``'s one mapping (message line, exit code)."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -12,8 +13,11 @@ from typing import Any
 from agentnb.errors import InvalidInput
 from agentnb.ops.backup import backup, restore, verify
 from agentnb.ops.migrate import migrate
+from agentnb.ops.webhooks import Webhook, parse_events
 
-__all__ = ["add_commands"]
+__all__ = ["add_commands", "add_webhook_options", "webhooks_of"]
+
+WEBHOOK_SECRET_ENV = "AGENTNB_WEBHOOK_SECRET"  # noqa: S105 - the name of a variable, not a secret
 
 Command = Callable[[str, Callable[[argparse.Namespace], int], str, str], argparse.ArgumentParser]
 
@@ -147,3 +151,29 @@ def _migrate(args: argparse.Namespace) -> int:
         f"deletions in {report.seconds:.1f}s"
     )
     return 0
+
+
+def add_webhook_options(parser: argparse.ArgumentParser) -> None:
+    """``--webhook URL`` (repeatable) and ``--webhook-events`` of ``agentnb serve``."""
+    parser.add_argument(
+        "--webhook",
+        action="append",
+        metavar="URL",
+        help="POST committed events to this URL (repeatable; signed with "
+        f"${WEBHOOK_SECRET_ENV} when set)",
+    )
+    parser.add_argument(
+        "--webhook-events",
+        default=None,
+        metavar="TYPES",
+        help="comma-separated event types the webhooks deliver (default turn/completed,"
+        "turn/failed,interaction/requested; * for every event)",
+    )
+
+
+def webhooks_of(args: argparse.Namespace) -> list[Webhook]:
+    """The webhooks ``--webhook`` asks for (none without it)."""
+    urls = getattr(args, "webhook", None) or []
+    secret = os.environ.get(WEBHOOK_SECRET_ENV) or None
+    events = parse_events(getattr(args, "webhook_events", None))
+    return [Webhook(url, events=events, secret=secret) for url in urls]

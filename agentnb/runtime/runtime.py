@@ -538,6 +538,11 @@ class Runtime:
     ``limits`` (an ``nb.Limits``) bounds the sessions' queues, what opening one may replay,
     and (optionally) how much one may hold; the defaults are the seeds' bounds.
 
+    ``webhooks`` (``nb.Webhook(url, events=..., secret=...)``) POST committed events to
+    receivers; each is an export sink like those of ``export_to`` (drained on the exporter's
+    thread, its watermark in the store): at least once, in order per session, retried with
+    backoff, never blocking a turn.
+
     ``processes=N`` (N > 1) executes on N cores: the runtime forks N worker processes, each
     serving this agent on the same store (an SQLite file or PostgreSQL, not ``memory://``)
     and claiming sessions with queued work as ``agentnb worker`` processes do, and stays
@@ -573,6 +578,7 @@ class Runtime:
         limits: Limits | None = None,
         accept_agent_change: bool = False,
         processes: int = 1,
+        webhooks: Iterable[Any] = (),
     ) -> None:
         if isinstance(agent, str):  # "package.module:attribute"
             agent = load_agent(agent)
@@ -585,7 +591,7 @@ class Runtime:
         self.store = open_store(store)
         self.lease_ttl = float(lease_ttl)
         self.auto_resume: bool | str = auto_resume
-        self.export_to = tuple(export_to)
+        self.export_to = tuple(export_to) + tuple(webhooks)  # a webhook is an export sink
         self.namespace = check_id(namespace, "namespace")
         self.owner = new_owner()
         self.execute = execute
