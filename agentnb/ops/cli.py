@@ -10,12 +10,22 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from agentnb.errors import InvalidInput
+from agentnb.errors import InvalidInput, SessionNotFound
+from agentnb.ids import SessionKey
 from agentnb.ops.backup import backup, restore, verify
 from agentnb.ops.migrate import migrate
+from agentnb.ops.schedules import (
+    CATCH_UPS,
+    OVERLAPS,
+    Schedule,
+    add_schedule,
+    remove_schedule,
+    schedules_of,
+)
 from agentnb.ops.webhooks import Webhook, parse_events
+from agentnb.stores import SessionStore, open_store
 
-__all__ = ["add_commands", "add_webhook_options", "webhooks_of"]
+__all__ = ["add_commands", "add_schedule_option", "add_webhook_options", "webhooks_of"]
 
 WEBHOOK_SECRET_ENV = "AGENTNB_WEBHOOK_SECRET"  # noqa: S105 - the name of a variable, not a secret
 
@@ -85,6 +95,104 @@ def add_commands(command: Command, store_url: Callable[[str], str], store_help: 
         metavar="KEY=VALUE",
         help="copy only sessions carrying all of these labels",
     )
+    _schedule_command(command, store_url, store_help)
+
+
+def _schedule_command(command: Command, store_url: Callable[[str], str], store_help: str) -> None:
+    p = command(
+        "schedule",
+        _schedule,
+        "add, list or remove a session's schedules (tasks submitted at due times)",
+        "Schedules submit a task at each due time (cron, every N seconds, or once at a "
+        "time); runtimes made with schedules=True and `agentnb worker --schedules` fire "
+        "them, each due time once. Example: agentnb schedule add conversation-001 "
+        "'send the daily report' --cron '0 9 * * 1-5' --tz Europe/Paris --user alice",
+    )
+    actions = p.add_subparsers(dest="action", required=True, metavar="ACTION")
+    add = actions.add_parser("add", help="add a schedule to a session")
+    add.add_argument("session", help="the session id")
+    add.add_argument("text", help="the task to submit at each due time")
+    when = add.add_mutually_exclusive_group(required=True)
+    when.add_argument("--cron", help="a cron expression, e.g. '*/15 * * * *'")
+    when.add_argument("--every", type=float, metavar="SECONDS", help="seconds between due times")
+    when.add_argument("--at", help="one due time, ISO 8601 (e.g. 2026-12-24T18:00:00+01:00)")
+    add.add_argument("--tz", default="UTC", help="the time zone cron and --at are read in")
+    add.add_argument("--overlap", choices=OVERLAPS, default="skip", help="while a turn runs")
+    add.add_argument("--catch-up", choices=CATCH_UPS, default="one", help="after downtime")
+    add.add_argument("--key", default=None, help="an idempotency key for this schedule")
+    listing = actions.add_parser("list", help="list a session's active schedules")
+    listing.add_argument("session", help="the session id")
+    remove = actions.add_parser("remove", help="remove a schedule")
+    remove.add_argument("session", help="the session id")
+    remove.add_argument("schedule_id", help="the schedule id (see agentnb schedule list)")
+    for each in (add, listing, remove):
+        each.add_argument("--store", default=None, type=store_url, help=store_help)
+        each.add_argument("--user", default=None, help="the session's user")
+        each.add_argument("--agent", default=None, help="the session's agent id")
+
+
+def add_schedule_option(parser: argparse.ArgumentParser) -> None:
+    """``--schedules`` of ``agentnb worker`` and ``agentnb serve``."""
+    parser.add_argument(
+        "--schedules",
+        action="store_true",
+        help="fire the due schedules of the agent's sessions (each due time once, "
+        "whichever worker)",
+    )
+
+
+def _key(store: SessionStore, args: argparse.Namespace) -> SessionKey:
+    keys = [
+        r.key
+        for r in store.list_sessions(user_id=args.user, agent_id=args.agent)
+        if r.key.session_id == args.session
+    ]
+    if not keys:
+        raise SessionNotFound(
+            f"no session {args.session!r} in {store.url}; see agentnb sessions (or pass --user)"
+        )
+    if len(keys) > 1:
+        raise InvalidInput(
+            f"{len(keys)} sessions are called {args.session!r}; narrow with --user/--agent"
+        )
+    return keys[0]
+
+
+def _line(s: Schedule) -> str:
+    when = s.cron or (f"every {s.every:g}s" if s.every is not None else f"at {s.at}")
+    due = s.next_due_at.isoformat(timespec="seconds") if s.next_due_at else "-"
+    return f"{s.schedule_id}  {when} ({s.tz}, overlap {s.overlap})  next {due}  {s.text}"
+
+
+def _schedule(args: argparse.Namespace) -> int:
+    from agentnb.stores import default_store_url
+
+    store = open_store(args.store or default_store_url(), create=False)
+    try:
+        key = _key(store, args)
+        if args.action == "add":
+            made = add_schedule(
+                store,
+                key,
+                args.text,
+                cron=args.cron,
+                every=args.every,
+                at=args.at,
+                tz=args.tz,
+                overlap=args.overlap,
+                catch_up=args.catch_up,
+                idempotency_key=args.key,
+            )
+            _say(f"added {_line(made)}")
+        elif args.action == "list":
+            for each in schedules_of(store, key):
+                _say(_line(each))
+        else:
+            remove_schedule(store, key, args.schedule_id)
+            _say(f"removed {args.schedule_id}")
+    finally:
+        store.close()
+    return 0
 
 
 def _say(text: str) -> None:

@@ -46,6 +46,7 @@ from agentnb.holders import holder_alive, new_owner
 from agentnb.ids import SessionKey, check_id, check_seconds
 from agentnb.limits import Limits
 from agentnb.live import LiveEvent, LiveHub, Subscription
+from agentnb.ops.schedules import Scheduler
 from agentnb.projections.decisions import effective_status
 from agentnb.projections.state import (
     PARKING,
@@ -543,6 +544,10 @@ class Runtime:
     thread, its watermark in the store): at least once, in order per session, retried with
     backoff, never blocking a turn.
 
+    ``schedules=True`` fires the due schedules (``session.schedule``) of this agent's
+    sessions; a runtime that adds a schedule fires from then on too. Firing is exactly once
+    per due time across any number of runtimes and workers (``agentnb.ops.schedules``).
+
     ``processes=N`` (N > 1) executes on N cores: the runtime forks N worker processes, each
     serving this agent on the same store (an SQLite file or PostgreSQL, not ``memory://``)
     and claiming sessions with queued work as ``agentnb worker`` processes do, and stays
@@ -579,6 +584,7 @@ class Runtime:
         accept_agent_change: bool = False,
         processes: int = 1,
         webhooks: Iterable[Any] = (),
+        schedules: bool = False,
     ) -> None:
         if isinstance(agent, str):  # "package.module:attribute"
             agent = load_agent(agent)
@@ -623,8 +629,56 @@ class Runtime:
 
         # Drains export_to in the background, for the sessions this runtime opened.
         self.exporter = LiveExporter.started(self.store, self.export_to, self.session_keys)
+        self._scheduler: Scheduler | None = None
+        self._scheduler_lock = threading.Lock()
+        if not isinstance(schedules, bool):
+            raise InvalidInput(f"schedules must be True or False, got {schedules!r}")
+        if schedules:
+            self._start_scheduler()
         _open_runtimes.add(self)
         _install_exit_hook()
+
+    def _start_scheduler(self) -> Scheduler:
+        """Fire the due schedules of this runtime's agent's sessions (started once)."""
+        with self._scheduler_lock:
+            if self._scheduler is None:
+                agent_id = self.agent.agent_id
+
+                def keys(since: float | None) -> list[SessionKey]:
+                    if since is None:
+                        records = self.store.list_sessions(
+                            namespace=self.namespace, agent_id=agent_id
+                        )
+                        return [r.key for r in records]
+                    found: list[SessionKey] = []
+                    before = None
+                    while page := self.store.find_sessions(
+                        namespace=self.namespace,
+                        agent_id=agent_id,
+                        since=since,
+                        limit=1000,
+                        before=before,
+                        archived=None,
+                    ):
+                        found += [r.key for r in page]
+                        before = page[-1].cursor
+                        if len(page) < 1000:
+                            break
+                    return found
+
+                def open_session(key: SessionKey) -> Session:
+                    return self.session(key.session_id, user_id=key.user_id)
+
+                self._scheduler = Scheduler(self.store, open_session, keys).start()
+            return self._scheduler
+
+    def schedules_changed(self, key: SessionKey) -> None:
+        """A schedule of ``key`` was added or removed through this runtime: an executing
+        runtime fires schedules from now on (``agentnb.ops.schedules``)."""
+        if self.processes > 1 or not self.execute:
+            return  # the workers (or another runtime) fire; they see it when they look
+        if key.agent_id == self.agent.agent_id and key.namespace == self.namespace:
+            self._start_scheduler().notify(key)
 
     @property
     def worker_pids(self) -> tuple[int, ...]:
@@ -1472,6 +1526,8 @@ class Runtime:
             return False
         self._closed = True
         _open_runtimes.discard(self)
+        if self._scheduler is not None:
+            self._scheduler.stop()
         if self._workers:
             stop_workers(self._workers, timeout=max(timeout, STOP_TIMEOUT))
         abandoned: list[str] = []
