@@ -116,6 +116,10 @@ class Digests:
     def event(self, row: list[Any]) -> None:
         self.events.update(encode(row) + b"\n")
 
+    def event_bytes(self, data: bytes) -> None:
+        """``event`` of a row already encoded (``encode(row)``)."""
+        self.events.update(data + b"\n")
+
     def inbox_row(self, row: list[Any]) -> None:
         self.inbox.update(encode(row) + b"\n")
 

@@ -32,7 +32,7 @@ from agentnb.stores.base import SessionStore, TokenRecord, Tombstone
 
 __all__ = ["Loader", "record_fields"]
 
-BATCH = 1_000
+BATCH = 5_000
 """Events per append (one transaction each)."""
 BATCH_BYTES = 4 << 20
 """Payload bytes per append, at most (one large event is a batch of its own)."""

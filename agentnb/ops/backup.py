@@ -122,7 +122,10 @@ class _Writer:
         self.lines = 0
 
     def line(self, value: dict[str, Any]) -> int:
-        data = encode(value)
+        return self.raw(encode(value))
+
+    def raw(self, data: bytes) -> int:
+        """Write one record already encoded (compact, keys sorted); its offset."""
         at = self.offset
         self.f.write(check_of(data) + b" " + data + b"\n")
         self.offset += len(data) + 18
@@ -247,10 +250,11 @@ def _write_archive(
             digests.inbox_row(row)
             k, fingerprint = keys.get(event.seq, (None, None))
             w.line({"r": "inbox", "s": i, "e": row, "k": k, "f": fingerprint})
+        tail = b',"r":"event","s":' + str(i).encode() + b"}"
         for raw in raw_events(source, key, head):
-            row = row_of(raw)
-            digests.event(row)
-            w.line({"r": "event", "s": i, "e": row})
+            data = encode(row_of(raw))
+            digests.event_bytes(data)
+            w.raw(b'{"e":' + data + tail)  # the keys in encode()'s sorted order
             events += 1
             if progress is not None and events % 10_000 == 0:
                 progress(key_text(key), events)
@@ -576,7 +580,7 @@ class _Applier:
             raw = raw_of(v["e"])
             if raw.seq > self.heads[0]:
                 self.pending.append(raw)
-                if len(self.pending) >= 1000:
+                if len(self.pending) >= 5_000:
                     self._drain()
         elif kind == "marks" and self.key is not None:
             self._drain()

@@ -196,7 +196,7 @@ def _copy_session(
             batch: list[RawEvent] = []
             for raw in raw_events(source, key, src_head, head):
                 batch.append(raw)
-                if len(batch) >= 1000:
+                if len(batch) >= 5_000:
                     loader.append_events(key, batch)
                     batch = []
                     lease = source.renew_lease(lease, LEASE_TTL)

@@ -313,15 +313,15 @@ class _Fold:
                 self.fired[sid] = event
 
     def all(self) -> list[Schedule]:
-        out = []
-        for sid, s in self.schedules.items():
-            fired = self.fired.get(sid)
-            last = None if fired is None else float(fired.payload["due"])
-            due = next_due(s, s.created_at if last is None else last) if s.active else None
-            out.append(
-                replace(s, last_fired=last, next_due=due, active=s.active and due is not None)
-            )
-        return out
+        return [self.view(sid) for sid in self.schedules]
+
+    def view(self, sid: str) -> Schedule:
+        """The schedule ``sid`` with its last and next due times."""
+        s = self.schedules[sid]
+        fired = self.fired.get(sid)
+        last = None if fired is None else float(fired.payload["due"])
+        due = next_due(s, s.created_at if last is None else last) if s.active else None
+        return replace(s, last_fired=last, next_due=due, active=s.active and due is not None)
 
     def read(self, store: SessionStore, key: SessionKey) -> None:
         head = store.inbox_head(key)
@@ -480,19 +480,20 @@ class Scheduler:
             _, _, key, sid = heapq.heappop(self._heap)
             fold = self._folds[key]
             fold.read(self.store, key)
-            schedule = next((s for s in fold.all() if s.schedule_id == sid), None)
-            if schedule is None or not schedule.active or schedule.next_due is None:
+            if sid not in fold.schedules:
+                continue
+            schedule = fold.view(sid)
+            if not schedule.active or schedule.next_due is None:
                 continue
             if schedule.next_due > now:  # another process fired it meanwhile
                 self._push(schedule.next_due, key, sid)
                 continue
-            self._fire(key, fold, schedule, now)
-            fold.read(self.store, key)
-            after = next((s for s in fold.all() if s.schedule_id == sid), None)
-            if after is not None and after.active:
-                self._push(after.next_due, key, sid)
+            last = self._fire(key, schedule, now)
+            self._push(next_due(schedule, last), key, sid)
 
-    def _fire(self, key: SessionKey, fold: _Fold, schedule: Schedule, now: float) -> None:
+    def _fire(self, key: SessionKey, schedule: Schedule, now: float) -> float:
+        """Fire the due times of ``schedule`` up to ``now`` as ``catch_up`` says; the last
+        due time handled (the next comes after it)."""
         dues: list[float] = []
         due = schedule.next_due
         while due is not None and due <= now and len(dues) < MAX_CATCH_UP:
@@ -506,7 +507,7 @@ class Scheduler:
             chosen = [d for d in dues if now - d <= GRACE][-1:]
         if not chosen:  # catch_up="none": every one missed; mark the latest as passed
             self._claim(key, schedule, dues[-1], "skipped", missed=len(dues) - 1)
-            return
+            return dues[-1]
         missed = len(dues) - len(chosen)
         session = self.open_session(key)
         for due in chosen:
@@ -531,6 +532,7 @@ class Scheduler:
                         session.submit(schedule.text, key=submit_key(schedule.schedule_id, due))
             except AgentnbError as exc:
                 log.warning("schedule %s of %s: %s", schedule.schedule_id, key, exc)
+        return dues[-1]
 
     def _claim(
         self, key: SessionKey, schedule: Schedule, due: float, disposition: str, *, missed: int

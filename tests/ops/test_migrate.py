@@ -58,7 +58,7 @@ AGENT = nb.Agent(
 )
 
 BIG = "big"
-BIG_EVENTS = 2_500
+BIG_EVENTS = 12_000
 
 # Migrate in a child process that kills itself (SIGKILL: nothing cleaned up, its source
 # leases left held) once the big session is half copied.
