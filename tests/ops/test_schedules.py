@@ -90,7 +90,7 @@ class TestFiring:
         the turns run; schedules() shows the last and next due times."""
         with nb.Runtime(AGENT, store=f"sqlite:///{tmp_path / 's.db'}") as runtime:
             session = runtime.session("ticks")
-            schedule = session.schedule("tick", every=1)
+            schedule = session.schedule("tick", every=1, catch_up="all")
             assert schedule.next_due == pytest.approx(schedule.created_at + 1)
             wait_for(lambda: len(fired(runtime.store, session.key)) >= 3, "3 firings")
             session.unschedule(schedule.schedule_id)
