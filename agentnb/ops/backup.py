@@ -145,7 +145,7 @@ def _consistent(store: SessionStore, out: Path) -> Iterator[tuple[SessionStore, 
         with contextlib.suppress(FileNotFoundError):
             os.unlink(f"{copy}{suffix}")
     catalogue = _catalogue_record(Path(f"{path}-catalogue"))
-    source = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    source = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
     fd = os.open(copy, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
     os.close(fd)
     try:

@@ -235,3 +235,17 @@ class TestCommands:
         bad = agentnb("verify", str(out))
         assert bad.returncode == 4
         assert "byte" in bad.stderr
+
+
+class TestPaths:
+    def test_a_store_path_with_spaces_and_hashes_backs_up(self, tmp_path: Path) -> None:
+        """The online copy opens the store file by a proper file URI, so a folder named
+        'a b#c?' works."""
+        folder = tmp_path / "a b#c?"
+        folder.mkdir()
+        src = f"sqlite:///{folder / 'src.db'}"
+        with nb.Runtime(AGENT, store=src) as runtime:
+            assert runtime.session("odd").run("go", timeout=WAIT).status == "completed"
+        made = nb.backup(src, folder / "odd.anb")
+        assert made.method == "sqlite-backup-api"
+        assert nb.verify(folder / "odd.anb").sessions == 1
