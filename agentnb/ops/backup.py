@@ -24,8 +24,9 @@ the format, per-session heads and digests; every line has its own checksum.
 
 ``verify`` reads the archive alone; ``restore`` verifies it, then writes into an empty
 store (``StoreNotEmpty`` otherwise; ``merge=True`` accepts a store whose sessions are
-all others) through ``Loader``: resumable, so a restore cut off is finished by
-``merge=True``.
+all others) through ``Loader``. A restore cut off midway leaves its sessions partly
+written: restore again into a new empty store (or finish it with ``nb.migrate`` from the
+restored part's source, which continues every session after its heads).
 """
 
 from __future__ import annotations
