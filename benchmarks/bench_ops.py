@@ -249,7 +249,7 @@ def _line(
         ok, shown = ratio >= target, f">={target:g}x"
     else:
         ok, shown = (value <= target), f"<={target:g}"
-    return {
+    record = {
         "metric": metric,
         "value": round(value, 6),
         "baseline": round(baseline, 6),
@@ -259,6 +259,8 @@ def _line(
         "ok": ok,
         **(extra or {}),
     }
+    print(f"# measured {metric}: {value:.4g} {unit}", file=sys.stderr, flush=True)
+    return record
 
 
 if __name__ == "__main__":
