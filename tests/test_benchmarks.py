@@ -193,4 +193,5 @@ def test_ops_quick_run_prints_one_json_line_per_metric() -> None:
         "migrate_events_per_s",
         "scheduler_idle_cpu",
         "schedule_lateness_p95",
+        "schedule_lateness_p95_normal",
     }
