@@ -46,7 +46,7 @@ def _reply(messages: list[nb.Message]) -> str | nb.ToolCall:
     if "mail" in words:
         return nb.ToolCall("send_mail", {"to": "ops@example.com"})
     if "slow" in words:
-        return nb.ToolCall("slow", {"seconds": 30.0})
+        return nb.ToolCall("slow", {"seconds": 3.0})
     return f"answer to {last.text}"
 
 
