@@ -12,6 +12,7 @@ from agentnb.errors import (
     AgentChanged,
     AgentnbError,
     AppendConflict,
+    ArchiveCorrupt,
     CannotResume,
     Corrupt,
     CrossSessionCursor,
@@ -36,6 +37,7 @@ from agentnb.errors import (
     SessionFull,
     SessionNotFound,
     StorageError,
+    StoreNotEmpty,
     SubagentLimitExceeded,
     ToolsetUnavailable,
     Unauthorized,
@@ -49,6 +51,7 @@ from agentnb.limits import Limits
 from agentnb.log import Inbox, SessionLog
 from agentnb.models.base import Model, ModelError
 from agentnb.models.scripted import Reply, ScriptedModel, ToolCall
+from agentnb.ops import Webhook, backup, migrate, restore, verify
 from agentnb.projections.chat import ChatItem, ChatSnapshot
 from agentnb.records import (
     Child,
@@ -113,6 +116,7 @@ __all__ = [
     "AgentnbError",
     "Answer",
     "AppendConflict",
+    "ArchiveCorrupt",
     "CannotResume",
     "ChatItem",
     "ChatSnapshot",
@@ -169,6 +173,7 @@ __all__ = [
     "SessionNotFound",
     "SessionStore",
     "StorageError",
+    "StoreNotEmpty",
     "SubagentLimitExceeded",
     "SubagentTool",
     "SummaryCompactor",
@@ -187,12 +192,17 @@ __all__ = [
     "UncertainToolCalls",
     "UnknownRequiredEvent",
     "UsageTotals",
+    "Webhook",
     "ask_user",
+    "backup",
     "connect",
     "mcp",
+    "migrate",
     "open_store",
     "register_event_type",
+    "restore",
     "subagent",
     "todo",
     "tool",
+    "verify",
 ]

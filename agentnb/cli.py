@@ -36,6 +36,8 @@ from agentnb.errors import (
 )
 from agentnb.folds import Folds
 from agentnb.live import LiveEvent
+from agentnb.ops.cli import add_commands as ops_commands
+from agentnb.ops.cli import add_schedule_option, add_webhook_options, webhooks_of
 from agentnb.projections.chat import interactions_of, tasks_of
 from agentnb.runtime.runtime import (
     SESSION_STATUSES,
@@ -877,6 +879,7 @@ def _worker(args: argparse.Namespace) -> int:
             lease_ttl=args.lease,
             accept_agent_change=args.accept_agent_change,
             limits=limits,
+            schedules=args.schedules,
         )
     except BaseException:
         if isinstance(store, nb.SessionStore):
@@ -1066,6 +1069,8 @@ def _serve(args: argparse.Namespace) -> int:
             execute=not args.no_execute,
             auto_resume=args.auto_resume,
             accept_agent_change=args.accept_agent_change,
+            webhooks=webhooks_of(args),
+            schedules=args.schedules,
         )
     except BaseException:
         if isinstance(store, nb.SessionStore):
@@ -1214,7 +1219,9 @@ def _token_row(record: Any) -> dict[str, Any]:
 def _service_commands(
     command: Callable[[str, Callable[[argparse.Namespace], int], str, str], Any],
 ) -> None:
-    """``serve`` and ``token``."""
+    """``serve`` and ``token``; the operations (``backup``, ``verify``, ``restore``,
+    ``migrate``) from ``agentnb.ops.cli``."""
+    ops_commands(command, _store_url, _STORE_HELP)
     serve = command(
         "serve",
         _serve,
@@ -1269,6 +1276,8 @@ def _service_commands(
         default="127.0.0.1",
         help="proxies whose X-Forwarded-* headers are trusted (https behind a proxy)",
     )
+    add_webhook_options(serve)
+    add_schedule_option(serve)
     serve.add_argument(
         "--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"]
     )
@@ -1446,7 +1455,7 @@ def _turn_commands(
     )
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser() -> argparse.ArgumentParser:  # noqa: PLR0915 - one statement group per command
     parser = argparse.ArgumentParser(
         prog="agentnb",
         description=(
@@ -1582,6 +1591,7 @@ def _parser() -> argparse.ArgumentParser:
         "--agent myproject.agents:cost_agent --concurrency 8 --max-queued 16",
     )
     worker.add_argument("--store", default=None, type=_store_url, help=_STORE_HELP)
+    add_schedule_option(worker)
     worker.add_argument(
         "--agent",
         required=True,

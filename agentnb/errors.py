@@ -31,9 +31,11 @@ One tree, so callers can catch as broadly or as narrowly as they need::
         ├── Fenced                   the lease epoch is stale: this writer lost its lease
         ├── LeaseHeld                another holder has a live lease on the session
         ├── Corrupt                  the stored data is not what agentnb wrote (fail closed)
-        │   └── UnknownRequiredEvent a required event type this reader does not know
+        │   ├── UnknownRequiredEvent a required event type this reader does not know
+        │   └── ArchiveCorrupt       a backup archive fails its checks (names session and byte)
         ├── RecoveryLimitExceeded    a replay would exceed its configured bound
-        └── SessionFull              a commit would pass the session's event or byte cap
+        ├── SessionFull              a commit would pass the session's event or byte cap
+        └── StoreNotEmpty            a restore or migration would overwrite sessions there
 
 Every message says what happened and what to do next. Backends translate driver errors
 (``sqlite3``, ``psycopg``) into this tree; the store contract suite checks that they do.
@@ -48,6 +50,7 @@ __all__ = [
     "AgentChanged",
     "AgentnbError",
     "AppendConflict",
+    "ArchiveCorrupt",
     "CannotResume",
     "Corrupt",
     "CrossSessionCursor",
@@ -72,6 +75,7 @@ __all__ = [
     "SessionFull",
     "SessionNotFound",
     "StorageError",
+    "StoreNotEmpty",
     "SubagentLimitExceeded",
     "ToolsetUnavailable",
     "Unauthorized",
@@ -302,6 +306,30 @@ class Corrupt(StorageError):
 
 class UnknownRequiredEvent(Corrupt):
     """A required event type that this reader has no codec for; recovery stops here."""
+
+
+class ArchiveCorrupt(Corrupt):
+    """A backup archive fails its checks: a line's checksum, a session's digest or head, or
+    its format. ``path``, ``offset`` (the byte where the failing line starts) and ``session``
+    (the session that line belongs to, None outside any) say where; nothing was restored."""
+
+    def __init__(
+        self, message: str, *, path: str = "", offset: int = 0, session: str | None = None
+    ) -> None:
+        super().__init__(message)
+        self.path = path
+        self.offset = offset
+        self.session = session
+
+
+class StoreNotEmpty(StorageError):
+    """A restore into a store that already holds sessions (restore into an empty store, or
+    pass ``merge=True`` when no session overlaps), or a merge or migration whose sessions
+    exist at the target with another log. ``sessions`` names the overlapping ones."""
+
+    def __init__(self, message: str, *, sessions: Sequence[str] = ()) -> None:
+        super().__init__(message)
+        self.sessions = tuple(sessions)
 
 
 class RecoveryLimitExceeded(StorageError):

@@ -66,6 +66,7 @@ __all__ = [
     "INBOX_TYPES",
     "PAYLOADS",
     "REASONING",
+    "SCHEDULE_TYPES",
     "SCHEMA_VERSION",
     "Event",
     "FrozenDict",
@@ -990,6 +991,49 @@ class InboxAccepted(Payload):
     """Kind-specific details: answers for respond, outcomes for reconcile, ..."""
 
 
+class ScheduleAdded(Payload):
+    """A schedule was added to the session (inbox log; ``session.schedule``): the runtime
+    submits ``text`` at each due time, with a key derived from the schedule and the time."""
+
+    schedule_id: str
+    text: str
+    cron: str | None = None
+    """A cron expression (five fields), read in ``tz``."""
+    every: float | None = None
+    """Seconds between due times, counted from ``anchor``."""
+    at: str | None = None
+    """One due time (ISO 8601, with its offset)."""
+    tz: str = "UTC"
+    overlap: str = "skip"
+    """What a firing does while a turn runs: ``skip``, ``queue`` or ``steer``."""
+    catch_up: str = "one"
+    """Missed due times after downtime: ``one`` (the latest), ``all`` or ``none``."""
+    key: str | None = None
+    """The caller's idempotency key of the ``schedule()`` call."""
+    anchor: float
+    """When it was added (seconds since the epoch): due times come after it."""
+
+
+class ScheduleRemoved(Payload):
+    """A schedule was removed (inbox log; ``session.unschedule``): it fires no more."""
+
+    schedule_id: str
+
+
+class ScheduleFired(Payload):
+    """A due time of a schedule was handled (inbox log), once per (schedule, due time)."""
+
+    schedule_id: str
+    due: float
+    """The due time (seconds since the epoch)."""
+    disposition: str
+    """``submitted``, ``queued`` (behind a running turn), ``steered`` or ``skipped``."""
+    key: str
+    """The idempotency key of the submit it made (derived from schedule and due time)."""
+    missed: int = 0
+    """Earlier due times left out by ``catch_up`` (downtime)."""
+
+
 class InboxHandled(Payload):
     """An inbox command was carried out (inbox log)."""
 
@@ -1063,9 +1107,14 @@ PAYLOADS: dict[str, type[Payload]] = {
     "inbox/accepted": InboxAccepted,
     "inbox/handled": InboxHandled,
     "inbox/rejected": InboxRejected,
+    "schedule/added": ScheduleAdded,
+    "schedule/removed": ScheduleRemoved,
+    "schedule/fired": ScheduleFired,
 }
 
-INBOX_TYPES = frozenset({"inbox/accepted", "inbox/handled", "inbox/rejected"})
+SCHEDULE_TYPES = frozenset({"schedule/added", "schedule/removed", "schedule/fired"})
+"""Schedule facts: kept in the inbox log, so any writer records them without the lease."""
+INBOX_TYPES = frozenset({"inbox/accepted", "inbox/handled", "inbox/rejected"}) | SCHEDULE_TYPES
 """Types that belong to a session's inbox log, not its execution log."""
 
 BUILTIN_TYPES = frozenset(PAYLOADS)
@@ -1084,6 +1133,9 @@ _OPTIONAL_BUILTINS = frozenset(
         "action/end",
         "task/changed",
         "presentation/hint",
+        "schedule/added",
+        "schedule/removed",
+        "schedule/fired",
     }
 )
 

@@ -10,6 +10,7 @@ import time
 from dataclasses import dataclass
 from typing import Protocol
 
+from agentnb import _portable
 from agentnb.errors import InvalidInput
 
 __all__ = [
@@ -119,7 +120,7 @@ def _forked() -> None:
     _uuid7_last = (0, 0)
 
 
-os.register_at_fork(after_in_child=_forked)
+_portable.at_fork(_forked)
 
 
 def _uuid7_hex() -> str:

@@ -17,7 +17,7 @@ import hashlib
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from agentnb.agent import check_agent
@@ -43,6 +43,7 @@ from agentnb.ids import SessionKey, check_id, check_seconds, new_id
 from agentnb.limits import Limits, check_queue, check_room, check_steering, check_text
 from agentnb.live import Subscription
 from agentnb.log import Inbox, SessionLog
+from agentnb.ops.schedules import Schedule, add_schedule, remove_schedule, schedules_of
 from agentnb.permissions import agent_digest, find_rule, rules_in_force, shared_rules
 from agentnb.projections.chat import interactions_of, tasks_of
 from agentnb.projections.decisions import (
@@ -238,6 +239,9 @@ class SessionHost(Protocol):
 
     def unarchive(self, key: SessionKey) -> SessionInfo:
         """Take ``key`` out of the archive (``Runtime.unarchive``)."""
+
+    def schedules_changed(self, key: SessionKey) -> None:
+        """A schedule of ``key`` was added or removed here: fire it (``agentnb.ops.schedules``)."""
 
 
 class Session:
@@ -852,6 +856,58 @@ class Session:
                 turn_id = event.payload["turn_id"]
         self.start()
         return Receipt(event.payload["command_id"], turn_id, None, "queued", None, self)
+
+    def schedule(
+        self,
+        text: str,
+        *,
+        cron: str | None = None,
+        every: float | timedelta | None = None,
+        at: datetime | str | None = None,
+        tz: str = "UTC",
+        overlap: str = "skip",
+        key: str | None = None,
+        catch_up: str = "one",
+    ) -> Schedule:
+        """Submit ``text`` as a task at each due time: ``cron`` (an expression read in
+        ``tz``), ``every`` seconds from now, or once ``at`` a time (exactly one of them).
+
+        Durable when it returns (``schedule/added`` in the inbox). Each due time is fired
+        once, across restarts and processes, by a runtime made with ``schedules=True`` (or
+        this one, which starts firing now), as a submit whose key derives from the schedule
+        and the due time. ``overlap`` decides a firing while a turn runs: ``"skip"`` it,
+        ``"queue"`` the task behind it, or ``"steer"`` the running turn with the text.
+        ``catch_up`` decides due times missed while no runtime ran: ``"one"`` (the latest),
+        ``"all"`` or ``"none"``. ``key`` makes the call idempotent (the same key and
+        schedule return the same ``Schedule``; another schedule, ``IdempotencyConflict``).
+        Bad values raise ``InvalidInput`` naming the field (``agentnb.ops.schedules``).
+        """
+        self.runtime.check_open()
+        found = add_schedule(
+            self.runtime.store,
+            self.key,
+            text,
+            cron=cron,
+            every=every,
+            at=at,
+            tz=tz,
+            overlap=overlap,
+            catch_up=catch_up,
+            idempotency_key=key,
+        )
+        self.runtime.schedules_changed(self.key)
+        return found
+
+    def schedules(self) -> list[Schedule]:
+        """The session's active schedules, with their last and next due times."""
+        return schedules_of(self.runtime.store, self.key)
+
+    def unschedule(self, schedule_id: str) -> None:
+        """Remove a schedule: it fires no more (``schedule/removed``). ``InvalidInput`` for
+        one that is not active."""
+        self.runtime.check_open()
+        remove_schedule(self.runtime.store, self.key, schedule_id)
+        self.runtime.schedules_changed(self.key)
 
     def permissions(self) -> PermissionRules:
         """The permission rules in force for this session's calls, oldest first: those its

@@ -41,7 +41,6 @@ import dataclasses
 import functools
 import hashlib
 import inspect
-import os
 import queue
 import re
 import threading
@@ -59,6 +58,7 @@ from pydantic.errors import PydanticSchemaGenerationError, PydanticUserError
 from pydantic.fields import FieldInfo
 from pydantic.json_schema import PydanticJsonSchemaWarning
 
+from agentnb import _portable
 from agentnb.answers import Answer
 from agentnb.errors import InvalidInput
 from agentnb.ids import SessionKey
@@ -690,7 +690,7 @@ def _forked() -> None:
     _TOOL_THREADS = _DaemonThreads()
 
 
-os.register_at_fork(after_in_child=_forked)
+_portable.at_fork(_forked)
 
 
 async def _run_in_thread(call: Callable[[], Any]) -> Any:

@@ -182,3 +182,16 @@ def test_stops_run_prints_one_json_line_per_metric() -> None:
         "time_limit_trickling_model_ms",
         "ctrl_c_exit_blocked_tool_ms",
     }
+
+
+def test_ops_quick_run_prints_one_json_line_per_metric() -> None:
+    """`bench_ops.py --quick` (a small log, few schedules) prints JSON with value, baseline,
+    ratio for backup, migration and the scheduler."""
+    records = _records("bench_ops.py", "--quick", "--events", "5000", "--schedules", "200")
+    assert {r["metric"] for r in records} == {
+        "backup_events_per_s",
+        "migrate_events_per_s",
+        "scheduler_idle_cpu",
+        "schedule_lateness_p95",
+        "schedule_lateness_p95_normal",
+    }

@@ -3,8 +3,9 @@
 ``agentnb worker --store sqlite:///...`` processes do; the runtime itself only submits and
 observes. Durability is proven by ``kill -9`` of a worker in the middle of a tool call.
 
-The agent is defined here, in the test module: the workers are forked, so they run this very
-object (a notebook's agent is never imported again). A task's text says what it does:
+The agent is defined here, at the top level of the test module: forked workers run this very
+object, spawned ones (every test of ``TestWorkerProcesses`` runs under both start methods,
+issue 36) import it again as ``tests.test_processes:AGENT``. A task's text says what it does:
 ``task <n>`` answers at once; with ``idem <s>`` it first calls an idempotent tool that takes
 ``s`` seconds, with ``risky <s>`` a non-idempotent one. Each tool says which process ran it.
 """
@@ -63,6 +64,24 @@ AGENT = nb.Agent(
     tools=[idem, risky],
 )
 
+HELPER = nb.Agent(
+    name="Helper",
+    agent_id="process-helper",
+    model=nb.ScriptedModel(lambda messages: f"helped in pid {os.getpid()}"),
+)
+BOSS = nb.Agent(
+    name="Boss",
+    agent_id="process-boss",
+    model=nb.ScriptedModel(
+        lambda messages: (
+            messages[-1].text
+            if messages[-1].role == "tool"
+            else nb.ToolCall("process-helper", {"task": "help"})
+        )
+    ),
+    tools=[nb.subagent(HELPER)],
+)
+
 
 # A process that makes a runtime with two workers, says their pids and the turn it submits,
 # then waits to be killed (its workers are then orphans: their parent is gone).
@@ -75,6 +94,14 @@ print(*runtime.worker_pids, flush=True)
 print(runtime.session("orphaned").submit("task slow idem 2.0").turn_id, flush=True)
 time.sleep(600)
 """
+
+
+@pytest.fixture(params=["fork", "spawn"])
+def start_method(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The start method the workers of this test use, forced through AGENTNB_START_METHOD."""
+    method: str = request.param
+    monkeypatch.setenv("AGENTNB_START_METHOD", method)
+    return method
 
 
 @pytest.fixture
@@ -126,6 +153,7 @@ def worker_pids(runtime: nb.Runtime) -> set[int]:
     return set(runtime.worker_pids)
 
 
+@pytest.mark.usefixtures("start_method")
 class TestWorkerProcesses:
     def test_sessions_run_in_the_worker_processes(self, make: Callable[..., nb.Runtime]) -> None:
         """24 sessions x 2 tasks with processes=2: every task completes once, in order, in a
@@ -153,24 +181,7 @@ class TestWorkerProcesses:
     def test_sub_agent_children_are_claimed_by_the_workers(self, tmp_path: Path) -> None:
         """A parent run in a worker process waits for its sub-agent's child session, which a
         worker claims from the file like any queued work; the parent completes."""
-        helper = nb.Agent(
-            name="Helper",
-            agent_id="process-helper",
-            model=nb.ScriptedModel(lambda messages: f"helped in pid {os.getpid()}"),
-        )
-        boss = nb.Agent(
-            name="Boss",
-            agent_id="process-boss",
-            model=nb.ScriptedModel(
-                lambda messages: (
-                    messages[-1].text
-                    if messages[-1].role == "tool"
-                    else nb.ToolCall("process-helper", {"task": "help"})
-                )
-            ),
-            tools=[nb.subagent(helper)],
-        )
-        runtime = nb.Runtime(boss, store=f"sqlite:///{tmp_path / 'tree.db'}", processes=2)
+        runtime = nb.Runtime(BOSS, store=f"sqlite:///{tmp_path / 'tree.db'}", processes=2)
         try:
             session = runtime.session("tree")
             outcome = session.run("delegate", timeout=WAIT)
@@ -389,3 +400,52 @@ class TestWorkerCommand:
                 worker.send_signal(signal.SIGTERM)
                 _, err = worker.communicate(timeout=WAIT)
             assert worker.returncode == 0, err
+
+
+class TestAgentPaths:
+    def test_an_agent_path_is_accepted_and_served_by_spawned_workers(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Runtime("module:attribute", processes=2) imports the agent itself, and spawned
+        workers import it by that path and run the session's turn."""
+        monkeypatch.setenv("AGENTNB_START_METHOD", "spawn")
+        url = f"sqlite:///{tmp_path / 'path.db'}"
+        with nb.Runtime("tests.test_processes:AGENT", store=url, processes=2) as runtime:
+            assert runtime.agent is AGENT
+            outcome = runtime.session("by-path").run("task 1 idem 0.01", timeout=WAIT)
+        assert outcome.status == "completed"
+        assert outcome.output is not None
+        assert int(outcome.output.split()[-1]) != os.getpid()
+
+    def test_an_agent_no_module_holds_is_refused_under_spawn(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """An agent made inside a function (as in a notebook cell) cannot be imported by a
+        spawned worker: InvalidInput says to define it in a module; nothing starts."""
+        monkeypatch.setenv("AGENTNB_START_METHOD", "spawn")
+        local = nb.Agent(name="Local", agent_id="local", model=nb.ScriptedModel(["hi"]))
+        with pytest.raises(InvalidInput, match="top level of a module"):
+            nb.Runtime(local, store=f"sqlite:///{tmp_path / 'l.db'}", processes=2)
+
+    @pytest.mark.parametrize(
+        ("spec", "message"),
+        [
+            ("no-colon", "not a path"),
+            ("tests.no_such_module:AGENT", "cannot be imported"),
+            ("tests.test_processes:NOPE", "no attribute"),
+            ("tests.test_processes:WAIT", "not an nb.Agent"),
+        ],
+    )
+    def test_bad_agent_paths_are_invalid_input(self, spec: str, message: str) -> None:
+        """A path that is malformed, names no module, no attribute or no agent raises
+        InvalidInput saying which."""
+        with pytest.raises(InvalidInput, match=message):
+            nb.Runtime(spec, store="memory://")
+
+    def test_an_unknown_start_method_is_invalid_input(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """AGENTNB_START_METHOD other than fork or spawn raises InvalidInput naming it."""
+        monkeypatch.setenv("AGENTNB_START_METHOD", "forkserver-ish")
+        with pytest.raises(InvalidInput, match="AGENTNB_START_METHOD"):
+            nb.Runtime(AGENT, store=f"sqlite:///{tmp_path / 'm.db'}", processes=2)

@@ -63,6 +63,7 @@ from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any
 
+from agentnb import _portable
 from agentnb.errors import InvalidInput
 from agentnb.events import Event
 from agentnb.export.base import sink_name
@@ -226,7 +227,7 @@ class ParquetSink:
     def _write_file(self, path: str, data: bytes) -> None:
         """Write ``path`` whole (owner-only on a local root) and flush it to disk."""
         if self.local:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _portable.O_NOFOLLOW, 0o600)
             try:
                 os.write(fd, data)
                 os.fsync(fd)
@@ -686,14 +687,11 @@ class ParquetSink:
         if not self.local:
             yield
             return
-        import fcntl
-
         fd = os.open(os.path.join(self.root, "_lock"), os.O_RDWR | os.O_CREAT, 0o600)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            yield
+            with _portable.locked_file(fd):
+                yield
         finally:
-            fcntl.flock(fd, fcntl.LOCK_UN)
             os.close(fd)
 
 

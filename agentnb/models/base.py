@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import random
 import threading
 import weakref
@@ -27,6 +26,7 @@ from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from agentnb import _portable
 from agentnb.errors import AgentnbError, InvalidInput
 from agentnb.events import Message, ToolCallData, canonical_json
 from agentnb.ids import new_id
@@ -280,7 +280,7 @@ def _forked() -> None:
     _memo_lock = threading.Lock()
 
 
-os.register_at_fork(after_in_child=_forked)
+_portable.at_fork(_forked)
 
 
 class _Held(weakref.ref[Message]):

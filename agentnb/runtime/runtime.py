@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterable
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
+from agentnb import _portable
 from agentnb.agent import Agent, agents_of
 from agentnb.errors import (
     Fenced,
@@ -46,6 +47,7 @@ from agentnb.holders import holder_alive, new_owner
 from agentnb.ids import SessionKey, check_id, check_seconds
 from agentnb.limits import Limits
 from agentnb.live import LiveEvent, LiveHub, Subscription
+from agentnb.ops.schedules import Scheduler
 from agentnb.projections.decisions import effective_status
 from agentnb.projections.state import (
     PARKING,
@@ -56,7 +58,14 @@ from agentnb.projections.state import (
 )
 from agentnb.records import PruneReport, SessionCounts, SessionInfo, SessionInfos, UsageTotals
 from agentnb.runtime.engine import SessionDriver
-from agentnb.runtime.processes import STOP_TIMEOUT, WorkerProcess, start_workers, stop_workers
+from agentnb.runtime.locate import agent_path, load_agent
+from agentnb.runtime.processes import (
+    STOP_TIMEOUT,
+    WorkerProcess,
+    start_method,
+    start_workers,
+    stop_workers,
+)
 from agentnb.runtime.recipes import WORKER_STOPPING
 from agentnb.runtime.subagents import AgentHost, session_lineage
 from agentnb.session import Session
@@ -84,7 +93,7 @@ def _forked() -> None:
     _open_runtimes = weakref.WeakSet()
 
 
-os.register_at_fork(after_in_child=_forked)
+_portable.at_fork(_forked)
 
 EXIT_CLOSE_TIMEOUT = 5.0
 EXIT_REASON = "the runtime was closed as the process exited; resume() continues it"
@@ -558,6 +567,15 @@ class Runtime:
     ``limits`` (an ``nb.Limits``) bounds the sessions' queues, what opening one may replay,
     and (optionally) how much one may hold; the defaults are the seeds' bounds.
 
+    ``webhooks`` (``nb.Webhook(url, events=..., secret=...)``) POST committed events to
+    receivers; each is an export sink like those of ``export_to`` (drained on the exporter's
+    thread, its watermark in the store): at least once, in order per session, retried with
+    backoff, never blocking a turn.
+
+    ``schedules=True`` fires the due schedules (``session.schedule``) of this agent's
+    sessions; a runtime that adds a schedule fires from then on too. Firing is exactly once
+    per due time across any number of runtimes and workers (``agentnb.ops.schedules``).
+
     ``processes=N`` (N > 1) executes on N cores: the runtime forks N worker processes, each
     serving this agent on the same store (an SQLite file or PostgreSQL, not ``memory://``)
     and claiming sessions with queued work as ``agentnb worker`` processes do, and stays
@@ -582,7 +600,7 @@ class Runtime:
 
     def __init__(
         self,
-        agent: Agent,
+        agent: Agent | str,
         store: str | SessionStore | None = None,
         *,
         lease_ttl: float = 10.0,
@@ -593,7 +611,11 @@ class Runtime:
         limits: Limits | None = None,
         accept_agent_change: bool = False,
         processes: int = 1,
+        webhooks: Iterable[Any] = (),
+        schedules: bool = False,
     ) -> None:
+        if isinstance(agent, str):  # "package.module:attribute"
+            agent = load_agent(agent)
         _check_options(agent, execute, accept_agent_change, limits, lease_ttl, auto_resume)
         check_processes(processes, execute)
         self.agent = agent
@@ -605,7 +627,7 @@ class Runtime:
             _warn_if_twin(agent.agent_id, namespace, self.store)
         self.lease_ttl = float(lease_ttl)
         self.auto_resume: bool | str = auto_resume
-        self.export_to = tuple(export_to)
+        self.export_to = tuple(export_to) + tuple(webhooks)  # a webhook is an export sink
         self.namespace = check_id(namespace, "namespace")
         self.owner = new_owner()
         self.execute = execute
@@ -637,8 +659,56 @@ class Runtime:
 
         # Drains export_to in the background, for the sessions this runtime opened.
         self.exporter = LiveExporter.started(self.store, self.export_to, self.session_keys)
+        self._scheduler: Scheduler | None = None
+        self._scheduler_lock = threading.Lock()
+        if not isinstance(schedules, bool):
+            raise InvalidInput(f"schedules must be True or False, got {schedules!r}")
+        if schedules:
+            self._start_scheduler()
         _open_runtimes.add(self)
         _install_exit_hook()
+
+    def _start_scheduler(self) -> Scheduler:
+        """Fire the due schedules of this runtime's agent's sessions (started once)."""
+        with self._scheduler_lock:
+            if self._scheduler is None:
+                agent_id = self.agent.agent_id
+
+                def keys(since: float | None) -> list[SessionKey]:
+                    if since is None:
+                        records = self.store.list_sessions(
+                            namespace=self.namespace, agent_id=agent_id
+                        )
+                        return [r.key for r in records]
+                    found: list[SessionKey] = []
+                    before = None
+                    while page := self.store.find_sessions(
+                        namespace=self.namespace,
+                        agent_id=agent_id,
+                        since=since,
+                        limit=1000,
+                        before=before,
+                        archived=None,
+                    ):
+                        found += [r.key for r in page]
+                        before = page[-1].cursor
+                        if len(page) < 1000:
+                            break
+                    return found
+
+                def open_session(key: SessionKey) -> Session:
+                    return self.session(key.session_id, user_id=key.user_id)
+
+                self._scheduler = Scheduler(self.store, open_session, keys).start()
+            return self._scheduler
+
+    def schedules_changed(self, key: SessionKey) -> None:
+        """A schedule of ``key`` was added or removed through this runtime: an executing
+        runtime fires schedules from now on (``agentnb.ops.schedules``)."""
+        if self.processes > 1 or not self.execute:
+            return  # the workers (or another runtime) fire; they see it when they look
+        if key.agent_id == self.agent.agent_id and key.namespace == self.namespace:
+            self._start_scheduler().notify(key)
 
     @property
     def worker_pids(self) -> tuple[int, ...]:
@@ -656,10 +726,9 @@ class Runtime:
             "limits": self.limits,
             "accept_agent_change": self.accept_agent_change,
         }
+        method, serve = _worker_target(self.agent, url, options)
         try:
-            self._workers = start_workers(
-                processes, functools.partial(_serve_forked, self.agent, url, options)
-            )
+            self._workers = start_workers(processes, serve, method=method)
         except BaseException:
             if self._owns_store:
                 self.store.close()
@@ -1489,6 +1558,8 @@ class Runtime:
             return False
         self._closed = True
         _open_runtimes.discard(self)
+        if self._scheduler is not None:
+            self._scheduler.stop()
         if self._workers:
             stop_workers(self._workers, timeout=max(timeout, STOP_TIMEOUT))
         abandoned: list[str] = []
@@ -1552,11 +1623,6 @@ def check_processes(processes: object, execute: bool) -> None:
             "processes > 1 starts worker processes that execute; a runtime made with "
             "execute=False has none (leave processes at 1)"
         )
-    if processes > 1 and not hasattr(os, "fork"):
-        raise InvalidInput(
-            "processes > 1 needs fork(), which this platform lacks; run `agentnb worker` "
-            "processes instead"
-        )
 
 
 def shared_url(store: SessionStore) -> str:
@@ -1569,6 +1635,34 @@ def shared_url(store: SessionStore) -> str:
             "(sqlite:///path.db) or PostgreSQL, not memory://"
         )
     return url
+
+
+def _worker_target(
+    agent: Agent, url: str, options: dict[str, Any]
+) -> tuple[str, Callable[[threading.Event], None]]:
+    """How the workers start (``processes.start_method``) and what each one serves: the
+    agent itself when forked, its import path when spawned."""
+    method = start_method()
+    if method == "fork":
+        return method, functools.partial(_serve_forked, agent, url, options)
+    path = agent_path(agent)
+    if path is None:
+        if sys.platform == "linux" and not os.environ.get("AGENTNB_START_METHOD"):
+            return "fork", functools.partial(_serve_forked, agent, url, options)
+        raise InvalidInput(
+            f"processes > 1 starts its workers with spawn here, and each imports the agent "
+            f"{agent.agent_id!r} by its path, but no module holds it (defined in a notebook "
+            "cell or `python -c`?): define it at the top level of a module (agents.py) and "
+            "pass Runtime('agents:agent', processes=N), or run `agentnb worker --agent "
+            "agents:agent` processes"
+        )
+    load_agent(path)  # fails here, in the parent, rather than in every worker
+    return method, functools.partial(_serve_spawned, path, url, options)
+
+
+def _serve_spawned(path: str, url: str, options: dict[str, Any], stop: threading.Event) -> None:
+    """In a spawned worker process: import the agent by its path, serve it until ``stop``."""
+    _serve_forked(load_agent(path), url, options, stop)
 
 
 def _serve_forked(agent: Agent, url: str, options: dict[str, Any], stop: threading.Event) -> None:

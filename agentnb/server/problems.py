@@ -65,6 +65,8 @@ STATUS: dict[type[BaseException], int] = {
     errors.SubagentLimitExceeded: 409,
     errors.ToolsetUnavailable: 503,
     errors.Corrupt: 500,
+    errors.ArchiveCorrupt: 422,  # an archive the caller named, not the store
+    errors.StoreNotEmpty: 409,
     TimeoutError: 504,
 }
 """Status of each error class; a class not listed takes its nearest listed ancestor's."""

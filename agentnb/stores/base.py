@@ -1220,6 +1220,22 @@ class SessionStore(ABC):
             raise InvalidInput(f"session {key}: watermark {seq} is past the head {head}")
         return self._advance_watermark(key, sink, seq)
 
+    @_guarded
+    def watermarks(self, key: SessionKey) -> dict[str, int]:
+        """Every export sink's watermark of the session, by sink name (what a backup or a
+        migration carries over, ``agentnb.ops``)."""
+        return self._watermarks(_key(key))
+
+    @_guarded
+    def inbox_keys(self, key: SessionKey, after: int, limit: int) -> list[tuple[int, str, str]]:
+        """``(seq, dedupe_key, fingerprint)`` of the inbox records after ``after`` (up to
+        ``limit`` seqs on) that were accepted under a ``dedupe_key``: what a backup or a
+        migration needs so that a re-sent command is recognised on the copy too."""
+        key = _key(key)
+        _check_seq(after, "after")
+        _check_limit(limit)
+        return self._inbox_keys(key, after, after + limit)
+
     # -- misc --------------------------------------------------------------------------------
 
     @_guarded
@@ -1683,6 +1699,14 @@ class SessionStore(ABC):
 
     @abstractmethod
     def _advance_watermark(self, key: SessionKey, sink: str, seq: int) -> int: ...
+
+    @abstractmethod
+    def _watermarks(self, key: SessionKey) -> dict[str, int]: ...
+
+    @abstractmethod
+    def _inbox_keys(
+        self, key: SessionKey, after: int, through: int
+    ) -> list[tuple[int, str, str]]: ...
 
     @abstractmethod
     def put_blob(self, data: bytes) -> str:

@@ -307,6 +307,15 @@ class MemoryStore(SessionStore):
             marks[sink] = max(marks.get(sink, 0), seq)
             return marks[sink]
 
+    def _watermarks(self, key: SessionKey) -> dict[str, int]:
+        with self._lock:
+            return dict(sorted(self._get(key).watermarks.items()))
+
+    def _inbox_keys(self, key: SessionKey, after: int, through: int) -> list[tuple[int, str, str]]:
+        with self._lock:
+            found = self._get(key).dedupe.items()
+            return sorted((seq, k, d) for k, (d, seq) in found if after < seq <= through)
+
     def put_blob(self, data: bytes) -> str:
         digest = blob_digest(data)
         with self._lock:

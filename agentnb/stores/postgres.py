@@ -1363,6 +1363,27 @@ class PostgresStore(SessionStore):
         )
         return int(row[0]) if row else 0
 
+    def _watermarks(self, key: SessionKey) -> dict[str, int]:
+        sid = self._sid(key)
+        rows = self._query(
+            lambda c: c.execute(
+                "SELECT sink, seq FROM agentnb.watermarks WHERE session = %s ORDER BY sink",
+                (sid,),
+            ).fetchall()
+        )
+        return {str(sink): int(seq) for sink, seq in rows}
+
+    def _inbox_keys(self, key: SessionKey, after: int, through: int) -> list[tuple[int, str, str]]:
+        sid = self._sid(key)
+        rows = self._query(
+            lambda c: c.execute(
+                "SELECT seq, dedupe_key, digest FROM agentnb.inbox WHERE session = %s "
+                "AND seq > %s AND seq <= %s AND dedupe_key IS NOT NULL ORDER BY seq",
+                (sid, after, through),
+            ).fetchall()
+        )
+        return [(int(seq), str(k), str(d or "")) for seq, k, d in rows]
+
     def _advance_watermark(self, key: SessionKey, sink: str, seq: int) -> int:
         sid = self._sid(key)
         row = self._write(

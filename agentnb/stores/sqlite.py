@@ -33,7 +33,6 @@ connection discipline that splitting would spread across modules.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import functools
 import hashlib
 import json
@@ -49,6 +48,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
+from agentnb import _portable
 from agentnb.errors import Corrupt, IdempotencyConflict, InvalidInput, SessionNotFound, StorageError
 from agentnb.events import Event
 from agentnb.ids import Clock, SessionKey, check_id
@@ -574,7 +574,7 @@ class SQLiteStore(SessionStore):
     def _recorded_sessions(self) -> int | None:
         """The highest session id the -catalogue record knows (None: no record)."""
         try:
-            fd = os.open(self._catalogue, os.O_RDONLY | os.O_NOFOLLOW)
+            fd = os.open(self._catalogue, os.O_RDONLY | _portable.O_NOFOLLOW)
         except FileNotFoundError:
             return None
         except OSError as exc:
@@ -1224,6 +1224,23 @@ class SQLiteStore(SessionStore):
         ).fetchone()
         return int(row[0]) if row else 0
 
+    def _watermarks(self, key: SessionKey) -> dict[str, int]:
+        conn = self._conn()
+        rows = conn.execute(
+            "SELECT sink, seq FROM watermarks WHERE session=? ORDER BY sink",
+            (self._sid(key, conn),),
+        ).fetchall()
+        return {str(sink): int(seq) for sink, seq in rows}
+
+    def _inbox_keys(self, key: SessionKey, after: int, through: int) -> list[tuple[int, str, str]]:
+        conn = self._conn()
+        rows = conn.execute(
+            "SELECT seq, dedupe_key, digest FROM inbox WHERE session=? AND seq>? AND seq<=? "
+            "AND dedupe_key IS NOT NULL ORDER BY seq",
+            (self._sid(key, conn), after, through),
+        ).fetchall()
+        return [(int(seq), str(k), str(d or "")) for seq, k, d in rows]
+
     def _advance_watermark(self, key: SessionKey, sink: str, seq: int) -> int:
         sid = self._sid(key)
         with self._write() as c:
@@ -1630,26 +1647,23 @@ class _Writers:
             return
         try:
             if self.fd is None:
-                self.fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+                self.fd = os.open(
+                    self.path, os.O_RDONLY | _portable.O_NOFOLLOW | _portable.O_CLOEXEC
+                )
             fd = self.fd
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            if _portable.try_lock_file(fd):
                 return
-            except BlockingIOError:
-                pass
             deadline = time.monotonic() + timeout
             pause = 20e-6
             while True:
                 time.sleep(pause)
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                if _portable.try_lock_file(fd):
                     return
-                except BlockingIOError:
-                    if time.monotonic() >= deadline:
-                        raise StorageError(
-                            f"{self.path} stayed locked by a writer of another process for "
-                            f"{timeout:g}s; retry later"
-                        ) from None
+                if time.monotonic() >= deadline:
+                    raise StorageError(
+                        f"{self.path} stayed locked by a writer of another process for "
+                        f"{timeout:g}s; retry later"
+                    ) from None
                 pause = min(pause * 2, 500e-6)
         except BaseException:
             self.depth -= 1
@@ -1659,7 +1673,7 @@ class _Writers:
         """Give the file's turn back (before the thread's)."""
         self.depth -= 1
         if self.depth == 0 and self.fd is not None:
-            fcntl.flock(self.fd, fcntl.LOCK_UN)
+            _portable.unlock_file(self.fd)
 
     def forked(self) -> None:
         """In a forked child: the lock of another thread is nobody's, and the file's turn is
@@ -1698,10 +1712,10 @@ def _forked() -> None:
         writers.forked()
 
 
-os.register_at_fork(after_in_child=_forked)
+_portable.at_fork(_forked)
 
 
-_CREATE = os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW
+_CREATE = os.O_CREAT | os.O_EXCL | os.O_WRONLY | _portable.O_NOFOLLOW
 
 
 def _tombstone_row(row: tuple[Any, ...]) -> Tombstone:
@@ -1746,7 +1760,8 @@ def _refuse_foreign(path: Path, info: os.stat_result) -> None:
             f"{path} is a symbolic link; agentnb does not follow links for store files. "
             "Name the real file, or a new path"
         )
-    if info.st_uid != os.geteuid():
+    uid = _portable.effective_uid()
+    if uid is not None and info.st_uid != uid:
         raise InvalidInput(
             f"{path} belongs to another user (uid {info.st_uid}); agentnb opens only store "
             "files you own. Copy it to a file of your own, or run as its owner"

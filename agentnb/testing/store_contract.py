@@ -860,6 +860,18 @@ class StoreContract:
         assert store.watermark(key, "a") == 4
         assert store.watermark(key, "b") == 2
         assert store.watermark(other, "a") == 0
+        assert store.watermarks(key) == {"a": 4, "b": 2}
+        assert store.watermarks(other) == {}
+
+    def test_inbox_keys_list_the_keyed_records(self, store: SessionStore, key: SessionKey) -> None:
+        """inbox_keys gives (seq, dedupe key, fingerprint) of the records accepted under a
+        key, in a seq range, and none of the others (what a backup carries over)."""
+        store.inbox_append(key, command("a"), dedupe_key="k1", fingerprint="f1")
+        store.inbox_append(key, command("b"))
+        store.inbox_append(key, command("c"), dedupe_key="k3", fingerprint="f3")
+        assert store.inbox_keys(key, 0, 10) == [(1, "k1", "f1"), (3, "k3", "f3")]
+        assert store.inbox_keys(key, 1, 1) == []
+        assert store.inbox_keys(key, 2, 5) == [(3, "k3", "f3")]
 
     # -- lifecycle: metadata, finding, deleting -------------------------------------------------
 

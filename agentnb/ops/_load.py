@@ -1,0 +1,247 @@
+"""Writing a store's logical contents into another store, through the store port only.
+
+``Loader`` is what restore and migrate share. It writes each record with the port's own
+verbs (``create_session``, ``inbox_append``, ``append``, ``update_session``,
+``advance_watermark``, ``set_archived``, the token and deletion verbs), so every backend,
+third-party ones too, keeps its own invariants (catalogue counts, pending-work marks,
+blob placement) exactly as if the work had happened there. The times the port stamps are
+the source's: while a record is written the target's clock is pinned, in this thread only,
+to the time the record carries (its creation, its events' ``occurred_at``, ...).
+
+Resumable by construction: every write is skipped when the target already holds it (a
+session's logs continue after the target's heads; a batch of events is one atomic append
+with a batch id derived from its seqs, so a lost acknowledgement replays as a no-op), so
+running a killed restore or migration again finishes it and writes nothing twice. Before
+continuing a log the loader checks that the target's last event is the source's event at
+that seq (same id): a target holding another history for the key is ``StoreNotEmpty``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from agentnb.errors import StoreNotEmpty
+from agentnb.events import Event
+from agentnb.ids import Clock, SessionKey
+from agentnb.ops._format import key_text
+from agentnb.stores._rows import RawEvent
+from agentnb.stores.base import SessionStore, TokenRecord, Tombstone
+
+__all__ = ["Loader", "record_fields"]
+
+BATCH = 5_000
+"""Events per append (one transaction each)."""
+BATCH_BYTES = 4 << 20
+"""Payload bytes per append, at most (one large event is a batch of its own)."""
+
+
+class _PinnedClock:
+    """The target's clock, answering a pinned time in the thread that pinned it."""
+
+    def __init__(self, inner: Clock) -> None:
+        self.inner = inner
+        self.local = threading.local()
+
+    def now(self) -> float:
+        at: float | None = getattr(self.local, "at", None)
+        return self.inner.now() if at is None else at
+
+
+def record_fields(record: Any) -> dict[str, Any]:
+    """The catalogue fields a copy carries over (the rest the target computes itself)."""
+    return {
+        "created_at": record.created_at,
+        "updated_at": record.updated_at,
+        "last_activity": record.last_activity,
+        "title": record.title,
+        "labels": dict(record.labels),
+        "archived_at": record.archived_at,
+    }
+
+
+class Loader:
+    """Writes sessions, tokens and deletions into ``target`` (see the module docstring)."""
+
+    def __init__(self, target: SessionStore) -> None:
+        self.target = target
+        self.events = 0
+        """Events written by this loader (skipped ones not counted)."""
+        self.inbox = 0
+
+    @contextlib.contextmanager
+    def pinned(self) -> Iterator[None]:
+        """Pin the target's clock for the block (restored afterwards)."""
+        original = self.target.clock
+        clock = _PinnedClock(original)
+        self.target.clock = clock
+        self._clock = clock
+        try:
+            yield
+        finally:
+            self.target.clock = original
+
+    def _at(self, when: float | None) -> contextlib.AbstractContextManager[None]:
+        clock = getattr(self, "_clock", None)
+
+        @contextlib.contextmanager
+        def pin() -> Iterator[None]:
+            if clock is None or when is None:
+                yield
+                return
+            clock.local.at = float(when)
+            try:
+                yield
+            finally:
+                clock.local.at = None
+
+        return pin()
+
+    # -- sessions ----------------------------------------------------------------------------
+
+    def begin(self, key: SessionKey, fields: dict[str, Any]) -> tuple[int, int]:
+        """Create the session (at its creation time) if it is not there; the target's heads,
+        where its logs continue."""
+        with self._at(fields.get("created_at")):
+            self.target.create_session(key)
+        return self.target.heads(key)
+
+    def check_continues(self, key: SessionKey, head: int, event_id: str | None) -> None:
+        """``StoreNotEmpty`` unless the target's event at ``head`` is ``event_id``."""
+        if head == 0:
+            return
+        (last,) = self.target.read_raw(key, head - 1, 1)
+        if event_id is None or last.event_id != event_id:
+            raise StoreNotEmpty(
+                f"session {key_text(key)} exists at the target with another history (its "
+                f"event {head} is {last.event_id}, the source's is {event_id}); delete it there "
+                "or leave it out (--session)",
+                sessions=[key_text(key)],
+            )
+
+    def inbox_record(
+        self, key: SessionKey, raw: RawEvent, dedupe_key: str | None, fingerprint: str | None
+    ) -> None:
+        """Accept one inbox record (its seq must be the target's next)."""
+        event = raw.to_event().with_seq(0)
+        with self._at(raw.occurred_us / 1e6):
+            record, created = self.target.inbox_append(
+                key, event, dedupe_key=dedupe_key, fingerprint=fingerprint or None
+            )
+        if created and record.seq != raw.seq:
+            raise StoreNotEmpty(
+                f"session {key_text(key)}: its inbox record {raw.seq} landed as {record.seq} at "
+                "the target (another writer added commands there); copy it again into a "
+                "store nobody else writes to",
+                sessions=[key_text(key)],
+            )
+        self.inbox += int(created)
+
+    def append_events(self, key: SessionKey, raws: Sequence[RawEvent]) -> None:
+        """Commit ``raws`` (contiguous seqs after the target's head) in batches."""
+        batch: list[Event] = []
+        size = 0
+        for raw in raws:
+            if batch and (len(batch) >= BATCH or size + len(raw.payload_json) > BATCH_BYTES):
+                self._commit(key, batch)
+                batch, size = [], 0
+            batch.append(raw.to_event())
+            size += len(raw.payload_json)
+        if batch:
+            self._commit(key, batch)
+
+    def _commit(self, key: SessionKey, batch: list[Event]) -> None:
+        first, last = batch[0].seq, batch[-1].seq
+        with self._at(batch[-1].occurred_at.timestamp()):
+            self.target.append(
+                key, batch, expected_seq=first - 1, batch_id=f"ops-copy-{first}-{last}"
+            )
+        self.events += len(batch)
+
+    def finish(self, key: SessionKey, fields: dict[str, Any], marks: dict[str, int]) -> None:
+        """Title, labels, watermarks and the archive flag, once the logs are in."""
+        with self._at(fields.get("updated_at")):
+            self.target.update_session(key, title=fields.get("title"), labels=fields["labels"])
+        head = self.target.head(key)
+        for sink, seq in sorted(marks.items()):
+            self.target.advance_watermark(key, sink, min(int(seq), head))
+        if fields.get("archived_at") is not None:
+            with self._at(fields["archived_at"]):
+                self.target.set_archived(key, True)
+
+    # -- store-wide records ------------------------------------------------------------------
+
+    def tokens(self, records: Sequence[TokenRecord]) -> None:
+        """Add the tokens (digests only) with their times, unless the target has them;
+        revocations last, earliest first, so each keeps its own time (revoking a token
+        revokes its sign-ins)."""
+        added = []
+        for record in records:
+            if self.target.get_token(record.token_id) is not None:
+                continue
+            with self._at(record.created_at):
+                self.target.add_token(
+                    record.token_id,
+                    record.user_id,
+                    record.digest,
+                    label=record.label,
+                    expires_at=record.expires_at,
+                    parent=record.parent,
+                )
+            if record.last_used_at is not None:
+                with self._at(record.last_used_at):
+                    self.target.touch_token(record.token_id)
+            added.append(record)
+        revoked = [r for r in added if r.revoked_at is not None]
+        for record in sorted(revoked, key=lambda r: r.revoked_at or 0.0):
+            with self._at(record.revoked_at):
+                self.target.revoke_token(record.token_id)
+
+    def tombstone(self, tomb: Tombstone) -> None:
+        """Leave the deleted session's tombstone, so its id never comes back there."""
+        if self.target.tombstone(tomb.key) is not None:
+            return
+        with self._at(tomb.deleted_at):
+            self.target.create_session(tomb.key)
+            self.target.delete_session(tomb.key, by=tomb.deleted_by, reason=tomb.reason)
+
+
+def token_fields(record: TokenRecord) -> dict[str, Any]:
+    return {
+        "token_id": record.token_id,
+        "user_id": record.user_id,
+        "label": record.label,
+        "created_at": record.created_at,
+        "last_used_at": record.last_used_at,
+        "revoked_at": record.revoked_at,
+        "expires_at": record.expires_at,
+        "parent": record.parent,
+        "digest": record.digest,
+    }
+
+
+def token_of(fields: dict[str, Any]) -> TokenRecord:
+    return TokenRecord(
+        fields["token_id"],
+        fields["user_id"],
+        fields["label"],
+        fields["created_at"],
+        fields["last_used_at"],
+        fields["revoked_at"],
+        fields["expires_at"],
+        fields["parent"],
+        digest=fields["digest"],
+    )
+
+
+def tombstone_fields(tomb: Tombstone) -> dict[str, Any]:
+    k = tomb.key
+    return {
+        "key": [k.namespace, k.user_id, k.agent_id, k.session_id],
+        "deleted_at": tomb.deleted_at,
+        "deleted_by": tomb.deleted_by,
+        "reason": tomb.reason,
+        "events": tomb.events,
+    }
