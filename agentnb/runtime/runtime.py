@@ -542,6 +542,13 @@ def _check_options(
         raise InvalidInput(f"auto_resume must be False, True or 'unknown', got {auto_resume!r}")
 
 
+def _check_schedules(schedules: object) -> bool:
+    """``schedules`` as given to ``Runtime``: True or False, else ``InvalidInput``."""
+    if not isinstance(schedules, bool):
+        raise InvalidInput(f"schedules must be True or False, got {schedules!r}")
+    return schedules
+
+
 class Runtime:
     """Executes an agent's sessions in the background, on one store.
 
@@ -661,9 +668,7 @@ class Runtime:
         self.exporter = LiveExporter.started(self.store, self.export_to, self.session_keys)
         self._scheduler: Scheduler | None = None
         self._scheduler_lock = threading.Lock()
-        if not isinstance(schedules, bool):
-            raise InvalidInput(f"schedules must be True or False, got {schedules!r}")
-        if schedules:
+        if _check_schedules(schedules):
             self._start_scheduler()
         _open_runtimes.add(self)
         _install_exit_hook()

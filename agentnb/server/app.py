@@ -171,6 +171,27 @@ def _mount_doors(app: FastAPI, max_body: int) -> None:
     app.mount(openai_api.PREFIX, openai_api.create_door(app, max_body))
 
 
+def _serve_page(app: FastAPI) -> None:
+    """The chat page at ``/``, its favicon and its static files."""
+    static = resources.files("agentnb.server") / "static"
+
+    @app.get("/", include_in_schema=False)
+    def page() -> Response:
+        return FileResponse(str(static / "index.html"), headers=_PAGE_HEADERS)
+
+    @app.get("/favicon.ico", include_in_schema=False)
+    def favicon() -> Response:
+        # Browsers ask for /favicon.ico on every load; an SVG answers it (and the page's
+        # <link rel="icon">).
+        return FileResponse(str(static / "favicon.svg"), media_type="image/svg+xml")
+
+    @app.get("/static/{name}", include_in_schema=False)
+    def static_file(name: str) -> Response:
+        if name not in _STATIC:
+            raise StarletteHTTPException(404)
+        return FileResponse(str(static / name), media_type=_STATIC[name], headers=_PAGE_HEADERS)
+
+
 def create_app(
     runtime: Runtime,
     *,
@@ -270,23 +291,7 @@ def create_app(
     if docs_assets is not None:
         _serve_docs(app, docs_assets)
 
-    static = resources.files("agentnb.server") / "static"
-
-    @app.get("/", include_in_schema=False)
-    def page() -> Response:
-        return FileResponse(str(static / "index.html"), headers=_PAGE_HEADERS)
-
-    @app.get("/favicon.ico", include_in_schema=False)
-    def favicon() -> Response:
-        # Browsers ask for /favicon.ico on every load; an SVG answers it (and the page's
-        # <link rel="icon">).
-        return FileResponse(str(static / "favicon.svg"), media_type="image/svg+xml")
-
-    @app.get("/static/{name}", include_in_schema=False)
-    def static_file(name: str) -> Response:
-        if name not in _STATIC:
-            raise StarletteHTTPException(404)
-        return FileResponse(str(static / name), media_type=_STATIC[name], headers=_PAGE_HEADERS)
+    _serve_page(app)
 
     if origins:
         app.add_middleware(
