@@ -25,7 +25,7 @@ from agentnb.models.base import ModelError
 from agentnb.projections.state import Command
 from agentnb.records import UsageTotals
 from agentnb.runtime.context import ContextKeeper
-from agentnb.runtime.model_call import ModelCall, ReplyTooLarge
+from agentnb.runtime.model_call import ModelCall
 from agentnb.runtime.recipes import Recipes
 from agentnb.runtime.scope import RunHost, StopRun, TurnCancelled
 from agentnb.runtime.tool_call import ToolRunner
@@ -150,7 +150,7 @@ class RunLoop:
                         applied,
                         error=str(exc),
                         step_id=step_id,
-                        stop_reason=exc.stop_reason if isinstance(exc, ReplyTooLarge) else None,
+                        stop_reason=exc.stop_reason,
                     )
                     return
                 if calls:

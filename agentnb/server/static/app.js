@@ -461,6 +461,13 @@
     if (item.role === "assistant") {
       if (["waiting", "streaming", "finishing"].includes(item.status)) node.classList.add("drafting");
       node.append(label("assistant", item.status));
+      if (item.reasoning) {
+        // Reasoning is a closed fold of plain text (never Markdown, never HTML).
+        const thinking = el("details", "thinking");
+        thinking.append(el("summary", "", `Thinking (${item.reasoning.length} characters)`));
+        thinking.append(el("div", "text", item.reasoning));
+        node.append(thinking);
+      }
       const md = el("div", "md");
       md.innerHTML = item.html || ""; // rendered by the server: raw HTML disabled, text escaped
       node.append(md, el("span", "live"));
