@@ -259,6 +259,17 @@ class OpenAIChatModel(Model):
                 self._counter_known = True
             return self._counter
 
+    def _estimated(self, request: ModelRequest, produced: list[str]) -> Usage:
+        """The usage of a reply whose server reported none: ``count_tokens`` of the request,
+        the reply's text and tool calls counted by the same tokenizer (or the estimate)."""
+        counter = self._text_counter()
+        count = counter[1] if counter is not None else estimate_text_tokens
+        return Usage(
+            input_tokens=self.count_tokens(request.messages, request.tools),
+            output_tokens=count("".join(produced)),
+            estimated=True,
+        )
+
     def _calibrate(self, request: ModelRequest, usage: Usage) -> None:
         # Tracks tokenizers the estimate does not know (vLLM-served models, other providers):
         # the ratio of what the server counted to what the estimate said, never below 1.
@@ -393,6 +404,8 @@ class OpenAIChatModel(Model):
     async def _stream(self, request: ModelRequest) -> AsyncIterator[StreamItem]:
         failure: ModelError | None = None
         streamed = False
+        counted = False
+        produced: list[str] = []
         deadline = self._deadline(request)
         loop = asyncio.get_running_loop()
         try:
@@ -415,6 +428,15 @@ class OpenAIChatModel(Model):
                         raise self._late(deadline[1]) from None
                     if isinstance(item, Usage):
                         self._calibrate(request, item)
+                        counted = True
+                    elif isinstance(item, TextDelta):
+                        produced.append(item.text)
+                    elif isinstance(item, ToolCallDelta):
+                        produced.extend(s for s in (item.name, item.arguments_delta) if s)
+                    elif isinstance(item, Finish) and not counted:
+                        # A server that sends no usage (llama.cpp's streams): counted here,
+                        # and marked as the adapter's own count.
+                        yield self._estimated(request, produced)
                     streamed = streamed or isinstance(item, TextDelta | ToolCallDelta)
                     yield item
         except ModelError as exc:
