@@ -19,10 +19,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 import agentnb as nb
 from agentnb import analysis
 from agentnb.events import Message
+from agentnb.export import Exporter
+from agentnb.export.otel import OTelSink
 from agentnb.models import ContextTooLong, ModelError, ModelRequest
 from agentnb.models.anthropic import AnthropicModel
 from tests.models.fakes import (
@@ -252,6 +255,38 @@ class TestThinkingRoundTrip:
         assert fake.refusals == []
 
 
+class TestParallelTools:
+    def test_parallel_calls_are_answered_in_one_user_message(self, fake: FakeProvider) -> None:
+        """Two tool_use blocks: both results go back together, after the thinking block."""
+        fake.script(
+            Stream(
+                anthropic_reply(
+                    thinking=THOUGHT,
+                    signature=SIGNATURE,
+                    tool_uses=[
+                        ("toolu_a", "lookup", '{"city": "Rome"}'),
+                        ("toolu_b", "lookup", '{"city": "Oslo"}'),
+                    ],
+                )
+            ),
+            Stream(anthropic_reply(text="Both sunny.")),
+        )
+        model = _model(fake, thinking={"budget_tokens": 2048})
+        runtime = nb.Runtime(_agent(model), store="memory://")
+        try:
+            outcome = runtime.session("s1").run("Rome and Oslo?", timeout=WAIT)
+        finally:
+            runtime.close()
+        assert outcome.status == "completed", outcome.error
+        assert fake.refusals == []
+        results = fake.requests[1]["messages"][2]
+        assert results["role"] == "user"
+        assert [(b["type"], b["tool_use_id"]) for b in results["content"]] == [
+            ("tool_result", "toolu_a"),
+            ("tool_result", "toolu_b"),
+        ]
+
+
 class TestCaching:
     def test_breakpoints_sit_on_the_tools_the_instructions_and_the_newest_message(
         self, fake: FakeProvider
@@ -460,7 +495,7 @@ class TestErrors:
 
 class TestSecrets:
     def test_the_key_is_sent_but_never_shown(self, fake: FakeProvider, tmp_path: Path) -> None:
-        """The key goes in the auth header; not in the repr, an error, the log or exports."""
+        """The key goes in the auth header; not in the repr, an error, the log, exports, OTel."""
         echo = {"type": "error", "error": {"type": "authentication_error", "message": f"bad {KEY}"}}
         fake.script(Failure(401, echo))
         model = _model(fake)
@@ -472,8 +507,14 @@ class TestSecrets:
             session = runtime.session("s1")
             outcome = session.run("hi", timeout=WAIT)
             frame = analysis.model_calls(session)
+            memory = InMemorySpanExporter()
+            Exporter(runtime.store, OTelSink(memory)).drain()
+            spans = memory.get_finished_spans()
         finally:
             runtime.close()
+        assert spans
+        assert KEY not in "".join(str(dict(span.attributes or {})) for span in spans)
+        assert KEY not in "".join(str(event.attributes) for span in spans for event in span.events)
         sent = fake.headers[0]
         assert KEY in (sent.get("x-api-key"), sent.get("authorization", "").removeprefix("Bearer "))
         assert outcome.status == "failed"
