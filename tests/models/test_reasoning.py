@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 import agentnb as nb
 from agentnb import analysis
 from agentnb.projections.chat import ChatState
@@ -103,3 +105,10 @@ class TestThinkingFold:
         assert seen[0]
         assert THOUGHT.startswith(seen[0])
         assert seen[-1] == THOUGHT
+
+
+class TestScriptedReasoning:
+    def test_a_reply_with_reasoning_that_is_not_text_is_refused(self) -> None:
+        """Reply(reasoning=...) takes a string; anything else is InvalidInput."""
+        with pytest.raises(nb.InvalidInput, match="reasoning"):
+            nb.Reply(text="x", reasoning=["not", "text"])  # type: ignore[arg-type]
