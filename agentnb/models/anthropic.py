@@ -106,7 +106,8 @@ class AnthropicModel(Model):
     and cache-write counts added up), ``cached_tokens`` the cache reads, ``cache_write_tokens``
     the cache writes, ``reasoning_tokens`` the thinking tokens when reported. Stop reasons:
     ``end_turn`` and ``stop_sequence`` → ``stop``, ``tool_use`` → ``tool_calls``,
-    ``max_tokens`` → ``length``, ``refusal`` → ``content_filter``, ``pause_turn`` as it is.
+    ``max_tokens`` → ``length``, ``refusal`` → ``content_filter``, ``pause_turn`` as it is (the
+    runtime then takes another step, which sends the paused reply back to be continued).
 
     **Failures.** Every failure leaves as a ``ModelError``. Rate limits (429), overload (529),
     other 5xx, 408/409 and lost connections are ``retryable`` (the server's ``x-should-retry``

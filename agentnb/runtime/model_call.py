@@ -105,6 +105,8 @@ class ModelCall:
         self.flush_before_side_effect = flush
         self.bad_arguments: dict[str, str] = {}
         """Tool calls of the last reply whose arguments were not a JSON object: why."""
+        self.finish_reason: str | None = None
+        """The finish reason of the last completed reply."""
 
     async def call(self, turn_id: str, run_id: str) -> tuple[str, list[ToolCallData]]:
         """Call the model on the working context: (its text, its tool calls)."""
@@ -312,6 +314,7 @@ class ModelCall:
         """Record a completed reply (``model/end``, then the assistant message)."""
         w = self.host.writer
         self.bad_arguments = {}
+        self.finish_reason = collector.finish_reason
         tool_calls = collector.tool_calls(problems=self.bad_arguments)
         message = Message(
             id=f"msg_{call_id}",

@@ -35,6 +35,10 @@ __all__ = ["RunLoop"]
 log = logging.getLogger("agentnb.runtime")
 
 
+PAUSED = "pause_turn"
+"""The finish reason of a reply the provider paused (Anthropic's ``pause_turn``): the run
+takes another step, which sends the paused reply back so the model continues it."""
+
 class RunLoop:
     """Runs the host's turns step by step, with the parts that each step uses."""
 
@@ -159,6 +163,8 @@ class RunLoop:
                             turn_id, run_id, "suspended", applied, step_id=step_id
                         )
                         return
+                elif self.model.finish_reason == PAUSED:
+                    pass  # the provider paused a long turn: one more step sends it back
                 elif await self.complete(turn_id, run_id, step_id, applied):
                     return
                 # Tool results to reason about, or steering that arrived during the final

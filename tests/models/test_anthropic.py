@@ -391,6 +391,27 @@ class TestStopReasons:
         ]
 
 
+class TestPauseTurn:
+    def test_a_paused_turn_is_sent_back_so_the_model_continues(self, fake: FakeProvider) -> None:
+        """pause_turn is not the answer: the next step sends the paused reply back."""
+        fake.script(
+            Stream(anthropic_reply(text="Part one, ", stop_reason="pause_turn")),
+            Stream(anthropic_reply(text="part two.")),
+        )
+        runtime = nb.Runtime(_agent(_model(fake)), store="memory://")
+        try:
+            session = runtime.session("s1")
+            outcome = session.run("go on", timeout=WAIT)
+            ends = [e.payload["finish_reason"] for e in _events(session) if e.type == "model/end"]
+        finally:
+            runtime.close()
+        assert (outcome.status, outcome.output) == ("completed", "part two.")
+        assert ends == ["pause_turn", "stop"]
+        last = fake.requests[1]["messages"][-1]
+        assert last["role"] == "assistant"
+        assert last["content"][0]["text"] == "Part one, "
+
+
 class TestErrors:
     def test_a_429_is_retried_after_the_servers_retry_after(self, fake: FakeProvider) -> None:
         """429 with retry-after: model/retry waits at least that long, then the call works."""
