@@ -39,6 +39,7 @@ PAUSED = "pause_turn"
 """The finish reason of a reply the provider paused (Anthropic's ``pause_turn``): the run
 takes another step, which sends the paused reply back so the model continues it."""
 
+
 class RunLoop:
     """Runs the host's turns step by step, with the parts that each step uses."""
 
