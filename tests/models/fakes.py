@@ -23,7 +23,7 @@ import json
 import socket
 import threading
 from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -490,5 +490,3 @@ def _split(text: str, pieces: int) -> list[str]:
     size = max(1, -(-len(text) // pieces))
     return [text[i : i + size] for i in range(0, len(text), size)]
 
-
-Check = Callable[[dict[str, Any]], None]

@@ -9,7 +9,6 @@ fail instead. The text a 135M model writes is not asserted, only what agentnb re
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Iterator
 
 import pytest
@@ -107,14 +106,11 @@ class TestRealModel:
             assert interrupted.status == "interrupted"
             ends = [e.payload for e in _events(session) if e.type == "model/end"]
             assert [e["status"] for e in ends] == ["cancelled"]
-            started = time.monotonic()
             resumed = session.resume(interrupted.turn_id).wait(timeout=WAIT)
-            took = time.monotonic() - started
         finally:
             runtime.close()
         assert resumed.status == "completed", resumed.error
         assert resumed.output
-        assert took < WAIT  # the server was free again: the cancelled generation let go
 
     def test_kill_9_of_the_server_mid_stream_ends_the_turn_and_resume_continues(
         self, llama: LlamaServer
