@@ -489,4 +489,3 @@ def _split(text: str, pieces: int) -> list[str]:
         return []
     size = max(1, -(-len(text) // pieces))
     return [text[i : i + size] for i in range(0, len(text), size)]
-
