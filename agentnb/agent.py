@@ -29,6 +29,7 @@ from agentnb.errors import AgentChanged, InvalidInput
 from agentnb.events import AgentBinding, AgentRebound, Payload, canonical_json, freeze_json
 from agentnb.ids import check_id, check_seconds
 from agentnb.models.base import Model, check_context_window
+from agentnb.models.strings import from_string
 from agentnb.tools import Tool, Toolset, tool
 
 __all__ = [
@@ -81,7 +82,7 @@ class Agent:
         self,
         name: str,
         agent_id: str,
-        model: Model,
+        model: Model | str,
         tools: Iterable[Tool | Toolset | Callable[..., Any]] = (),
         instructions: str = "",
         max_steps: int = 25,
@@ -93,10 +94,12 @@ class Agent:
     ) -> None:
         check_id(name, "name")
         check_id(agent_id, "agent_id")
+        if isinstance(model, str):
+            model = from_string(model)  # its name is the string: the fingerprint holds it
         if not isinstance(model, Model):
             raise InvalidInput(
-                f"model must be an agentnb Model (e.g. nb.ScriptedModel), got "
-                f"{type(model).__name__}"
+                f"model must be an agentnb Model (e.g. nb.ScriptedModel) or a model string "
+                f'such as "anthropic:claude-sonnet-4-5", got {type(model).__name__}'
             )
         if not isinstance(instructions, str):
             raise InvalidInput("instructions must be a string")

@@ -72,6 +72,7 @@ __all__ = [
     "FrozenDict",
     "Message",
     "Payload",
+    "ReasoningPart",
     "ToolCallData",
     "canonical_json",
     "check_readable",
@@ -390,6 +391,32 @@ class ToolCallData(Payload):
     arguments: dict[str, Any] = Field(default_factory=dict)
 
 
+def _empty(value: object) -> bool:
+    # Fields added after logs were written: left out when empty, so older events keep their
+    # bytes and a reply without reasoning stores exactly what it stored before.
+    return not value
+
+
+class ReasoningPart(Payload):
+    """One block of reasoning (thinking) an assistant message carries, as the provider sent it.
+
+    ``text`` is what shows as "Thinking" (Anthropic's thinking text; the joined summaries of
+    an OpenAI reasoning item). The other fields are the provider's opaque parts, sent back
+    unchanged on the next call of a tool loop (the provider refuses, or forgets, reasoning
+    that comes back altered): ``signature`` (Anthropic), ``data`` (Anthropic's redacted
+    thinking, or OpenAI's ``encrypted_content``), ``id`` and ``summary`` (an OpenAI reasoning
+    item's id and summary texts). ``provider`` names the API that made it (``"anthropic"``,
+    ``"openai"``); an adapter sends back only its own provider's parts.
+    """
+
+    provider: str | None = None
+    text: str = ""
+    signature: str | None = Field(default=None, exclude_if=_empty)
+    data: str | None = Field(default=None, exclude_if=_empty)
+    id: str | None = Field(default=None, exclude_if=_empty)
+    summary: tuple[str, ...] = Field(default=(), exclude_if=_empty)
+
+
 class Message(Payload):
     """One complete conversation message (the public ``Message`` record)."""
 
@@ -403,6 +430,8 @@ class Message(Payload):
     turn_id: str | None = None
     name: str | None = None
     """For ``tool`` messages: the tool's name."""
+    reasoning: tuple[ReasoningPart, ...] = Field(default=(), exclude_if=_empty)
+    """For ``assistant`` messages: the reasoning blocks of the reply, in stream order."""
 
 
 def message_of(data: Mapping[str, Any]) -> Message:
@@ -572,6 +601,20 @@ class ToolCallFragment(Payload):
     arguments_delta: str = ""
 
 
+class ReasoningFragment(Payload):
+    """A streamed piece of the reply's reasoning: ``text`` to show, and on a part's last piece
+    its opaque fields (see ``ReasoningPart``). ``index`` numbers the reasoning parts of the
+    reply from 0."""
+
+    index: int = 0
+    text: str = ""
+    provider: str | None = Field(default=None, exclude_if=_empty)
+    signature: str | None = Field(default=None, exclude_if=_empty)
+    data: str | None = Field(default=None, exclude_if=_empty)
+    id: str | None = Field(default=None, exclude_if=_empty)
+    summary: tuple[str, ...] | None = Field(default=None, exclude_if=_empty)
+
+
 class ModelChunk(Payload):
     """A group of streamed pieces of a model reply, committed together."""
 
@@ -582,6 +625,8 @@ class ModelChunk(Payload):
     tool_call_fragments: tuple[ToolCallFragment, ...] = ()
     pieces: int = 1
     """How many streamed chunks this event carries."""
+    reasoning_fragments: tuple[ReasoningFragment, ...] = Field(default=(), exclude_if=_empty)
+    """Reasoning pieces among them, in stream order (their own kind: never in ``text``)."""
 
 
 class ModelEnd(Payload):
@@ -596,6 +641,12 @@ class ModelEnd(Payload):
     """The part of ``input_tokens`` served from the provider's prompt cache (None: unknown)."""
     reasoning_tokens: int | None = None
     """The part of ``output_tokens`` spent on hidden reasoning (None: unknown)."""
+    cache_write_tokens: int | None = Field(default=None, exclude_if=_empty)
+    """The part of ``input_tokens`` written to the provider's prompt cache (None: unknown)."""
+    reasoning_chars: int | None = Field(default=None, exclude_if=_empty)
+    """Characters of reasoning text the reply streamed (left out when none)."""
+    usage_estimated: bool = Field(default=False, exclude_if=_empty)
+    """The server reported no usage: the tokens are the adapter's own count."""
     latency_ms: float | None = None
     finish_reason: str | None = None
     error: str | None = None
@@ -1329,6 +1380,8 @@ def _plan(type_: str, model: type[Payload]) -> _Plan:
             floats.add(name)
         if not info.is_required():
             default = info.get_default(call_default_factory=True)
+            if info.exclude_if is not None and info.exclude_if(default):
+                continue  # stored only when set (see _empty)
             annotation = Any if info.annotation is None else info.annotation
             defaults[name] = TypeAdapter(annotation).dump_python(default, mode="json")
     plan = _PLANS[type_] = _Plan(freeze_json(defaults), frozenset(floats))

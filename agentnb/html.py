@@ -304,8 +304,26 @@ def tasks_html(tasks: Iterable[Any]) -> str:
 # -- messages ---------------------------------------------------------------------------------
 
 
+def thinking_html(text: str, *, redacted: bool = False) -> str:
+    """Reasoning (thinking) as a closed fold titled "Thinking": escaped text, never Markdown.
+
+    ``redacted``: the provider sent the reasoning encrypted only (nothing to show)."""
+    if not text:
+        if not redacted:
+            return ""
+        return f'<div class="agentnb-thinking" style="{_MUTED}">Thinking (redacted)</div>'
+    return (
+        f'<details class="agentnb-thinking"><summary style="cursor:pointer;{_MUTED}">'
+        f"Thinking ({len(text)} characters)</summary>"
+        f'<div style="{_TEXT}{_MUTED}">{esc(text)}</div></details>'
+    )
+
+
 def _message_text(message: Message) -> str:
     parts = []
+    if message.reasoning:
+        text = "\n\n".join(part.text for part in message.reasoning if part.text)
+        parts.append(thinking_html(text, redacted=True))
     if message.text:
         assistant = message.role == "assistant"
         parts.append(_folded_markdown(message.text) if assistant else fold(message.text))

@@ -67,6 +67,7 @@ class UsageTotals:
     output_tokens: int = 0
     cached_tokens: int = 0
     reasoning_tokens: int = 0
+    cache_write_tokens: int = 0
     model_calls: int = 0
     tool_calls: int = 0
     steps: int = 0

@@ -191,6 +191,10 @@ GROUP BY in_step;
 --   status: completed | failed | cancelled, or incomplete when no model/end was committed.
 --   purpose: reasoning (a step of the agent) or the auxiliary job, e.g. compaction (the
 --   summariser; request/prepared.purpose). The tokens of turns and runs count every call.
+--   cached_tokens / cache_write_tokens: the part of input_tokens read from / written to the
+--   provider's prompt cache; reasoning_tokens: the part of output_tokens spent reasoning;
+--   reasoning_chars: characters of reasoning text the reply streamed (0: none);
+--   usage_estimated: the server sent no usage, the adapter counted the tokens.
 CREATE OR REPLACE VIEW model_calls AS
 WITH tagged AS (
   SELECT * FROM stepped_events
@@ -209,6 +213,16 @@ SELECT
   coalesce(arg_max(status, seq) FILTER (WHERE type = 'model/end'), 'incomplete') AS status,
   arg_max(input_tokens, seq) FILTER (WHERE type = 'model/end') AS input_tokens,
   arg_max(output_tokens, seq) FILTER (WHERE type = 'model/end') AS output_tokens,
+  arg_max(TRY_CAST(json_extract(payload, '$.cached_tokens') AS BIGINT), seq)
+    FILTER (WHERE type = 'model/end') AS cached_tokens,
+  arg_max(TRY_CAST(json_extract(payload, '$.cache_write_tokens') AS BIGINT), seq)
+    FILTER (WHERE type = 'model/end') AS cache_write_tokens,
+  arg_max(TRY_CAST(json_extract(payload, '$.reasoning_tokens') AS BIGINT), seq)
+    FILTER (WHERE type = 'model/end') AS reasoning_tokens,
+  coalesce(arg_max(TRY_CAST(json_extract(payload, '$.reasoning_chars') AS BIGINT), seq)
+    FILTER (WHERE type = 'model/end' AND status = 'completed'), 0) AS reasoning_chars,
+  coalesce(arg_max(TRY_CAST(json_extract(payload, '$.usage_estimated') AS BOOLEAN), seq)
+    FILTER (WHERE type = 'model/end' AND status = 'completed'), false) AS usage_estimated,
   arg_max(latency_ms, seq) FILTER (WHERE type = 'model/end') AS latency_ms,
   arg_max(finish_reason, seq) FILTER (WHERE type = 'model/end') AS finish_reason,
   coalesce(arg_max(error, seq) FILTER (WHERE type = 'model/end'),

@@ -16,6 +16,8 @@ token counting with its memo, backoff) are one contract.
 
 from __future__ import annotations
 
+import contextlib
+import email.utils
 import json
 import math
 import random
@@ -24,11 +26,12 @@ import weakref
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC
 from typing import Any, NamedTuple
 
 from agentnb import _portable
 from agentnb.errors import AgentnbError, InvalidInput
-from agentnb.events import Message, ToolCallData, canonical_json
+from agentnb.events import Message, ReasoningPart, ToolCallData, canonical_json
 from agentnb.ids import new_id
 
 __all__ = [
@@ -36,10 +39,12 @@ __all__ = [
     "REPLY_TOKENS",
     "Backoff",
     "Completion",
+    "ContextTooLong",
     "Finish",
     "Model",
     "ModelError",
     "ModelRequest",
+    "ReasoningDelta",
     "StreamCollector",
     "StreamItem",
     "TextDelta",
@@ -49,6 +54,7 @@ __all__ = [
     "count_tokens_with",
     "estimate_text_tokens",
     "estimate_tokens",
+    "retry_after_of",
 ]
 
 
@@ -76,18 +82,43 @@ class ToolCallDelta:
 
 
 @dataclass(frozen=True)
+class ReasoningDelta:
+    """The next piece of the reply's reasoning (thinking), its own kind: never reply text.
+
+    ``index`` numbers the reasoning parts of one reply from 0; the ``text`` pieces of one
+    index, concatenated in stream order, are that part's text. The provider's opaque fields
+    (``signature``, ``data``, ``id``, ``summary``: see ``agentnb.events.ReasoningPart``) come
+    on any piece of the part, usually its last, and the last value given wins. ``provider``
+    names the API (``"anthropic"``, ``"openai"``).
+    """
+
+    text: str = ""
+    index: int = 0
+    provider: str | None = None
+    signature: str | None = None
+    data: str | None = None
+    id: str | None = None
+    summary: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True)
 class Usage:
     """Tokens the call consumed, as the provider counts them.
 
-    ``cached_tokens`` (the part of ``input_tokens`` served from the provider's prompt cache) and
+    ``cached_tokens`` (the part of ``input_tokens`` served from the provider's prompt cache),
+    ``cache_write_tokens`` (the part of ``input_tokens`` written to that cache) and
     ``reasoning_tokens`` (the part of ``output_tokens`` spent on hidden reasoning) are None when
-    the provider does not report them.
+    the provider does not report them. ``input_tokens`` counts every input token, cached or
+    not (Anthropic reports the three apart: its adapter adds them up). ``estimated`` is True
+    when the server sent no usage and the adapter counted the tokens itself.
     """
 
     input_tokens: int
     output_tokens: int
     cached_tokens: int | None = None
     reasoning_tokens: int | None = None
+    cache_write_tokens: int | None = None
+    estimated: bool = False
 
 
 @dataclass(frozen=True)
@@ -97,7 +128,7 @@ class Finish:
     reason: str
 
 
-StreamItem = TextDelta | ToolCallDelta | Usage | Finish
+StreamItem = TextDelta | ReasoningDelta | ToolCallDelta | Usage | Finish
 
 
 @dataclass(frozen=True)
@@ -139,6 +170,8 @@ class ModelError(AgentnbError):
 
     retryable: bool = False
     retry_after: float | None = None
+    stop_reason: str | None = None
+    """The ``stop_reason`` the failed turn records (None: none of the named ones)."""
 
     def __init__(
         self, message: str, retryable: bool = False, *, retry_after: float | None = None
@@ -157,6 +190,42 @@ class ModelError(AgentnbError):
             retry_after = float(retry_after)
         self.retryable = retryable
         self.retry_after = retry_after
+
+
+class ContextTooLong(ModelError):
+    """The provider refused the request: the prompt is longer than the model's context window.
+
+    Never retryable as it is: compact the context (``Agent(compaction=...)``, e.g.
+    ``nb.SummaryCompactor``), or give the agent's ``context_window`` so the runtime fits
+    the context before it calls. The turn fails with ``stop_reason`` ``context_overflow``.
+    """
+
+    stop_reason = "context_overflow"
+
+
+def retry_after_of(headers: Mapping[str, str], now: float) -> float | None:
+    """The wait the server asked for: ``retry-after-ms``, else ``Retry-After`` in seconds or as
+    an HTTP date (a date in the past means now); None when absent or unreadable."""
+    millis = headers.get("retry-after-ms")
+    if millis is not None:
+        with contextlib.suppress(ValueError):
+            seconds = float(millis) / 1000
+            if math.isfinite(seconds) and seconds >= 0:
+                return seconds
+    value = headers.get("retry-after")
+    if value is None:
+        return None
+    value = value.strip()
+    with contextlib.suppress(ValueError):
+        seconds = float(value)
+        return seconds if math.isfinite(seconds) and seconds >= 0 else None
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, when.timestamp() - now)
 
 
 def _check_seconds(name: str, value: object, *, positive: bool = False) -> float:
@@ -237,6 +306,7 @@ class Completion(NamedTuple):
     tool_calls: list[ToolCallData]
     usage: Usage | None
     finish_reason: str | None
+    reasoning: tuple[ReasoningPart, ...] = ()
 
 
 MESSAGE_TOKENS = 3
@@ -413,9 +483,10 @@ class Model(ABC):
     **What ``stream(request)`` returns.** An async iterator, usually an async generator, that
     yields, in this order:
 
-    1. zero or more ``TextDelta`` and ``ToolCallDelta`` items, in the order the model produced
-       them. Fragments of different tool calls may interleave; consumers group them by
-       ``index`` (``StreamCollector`` does). A call's first fragment carries its ``name``.
+    1. zero or more ``TextDelta``, ``ReasoningDelta`` and ``ToolCallDelta`` items, in the order
+       the model produced them. Fragments of different tool calls (and reasoning parts) may
+       interleave; consumers group them by ``index`` (``StreamCollector`` does). A call's first
+       fragment carries its ``name``.
     2. at most one ``Usage``.
     3. exactly one ``Finish``, after which the iterator ends.
 
@@ -490,6 +561,7 @@ class Model(ABC):
             tool_calls=collector.tool_calls(new_call_id),
             usage=collector.usage,
             finish_reason=collector.finish_reason,
+            reasoning=collector.reasoning(),
         )
 
 
@@ -502,8 +574,16 @@ class _PartialCall:
         self.arguments: list[str] = []
 
 
+class _PartialReasoning:
+    __slots__ = ("fields", "text")
+
+    def __init__(self) -> None:
+        self.text: list[str] = []
+        self.fields: dict[str, Any] = {}
+
+
 class StreamCollector:
-    """Reassembles stream items into text, tool calls, usage and finish reason.
+    """Reassembles stream items into text, reasoning, tool calls, usage and finish reason.
 
     Feed it every item in stream order with ``add``; fragments of interleaved tool calls are
     grouped by their ``index``. It enforces the stream contract of ``Model``: nothing may follow
@@ -513,6 +593,7 @@ class StreamCollector:
     def __init__(self) -> None:
         self._text: list[str] = []
         self._calls: dict[int, _PartialCall] = {}
+        self._reasoning: dict[int, _PartialReasoning] = {}
         self.usage: Usage | None = None
         self.finish_reason: str | None = None
 
@@ -529,6 +610,16 @@ class StreamCollector:
             if item.name is not None:
                 call.name = item.name
             call.arguments.append(item.arguments_delta)
+        elif isinstance(item, ReasoningDelta):
+            part = self._reasoning.get(item.index)
+            if part is None:
+                part = self._reasoning[item.index] = _PartialReasoning()
+            if item.text:
+                part.text.append(item.text)
+            for name in ("provider", "signature", "data", "id", "summary"):
+                value = getattr(item, name)
+                if value is not None:
+                    part.fields[name] = value
         elif isinstance(item, Usage):
             if self.usage is not None:
                 raise ModelError("the model stream yielded Usage twice")
@@ -542,6 +633,18 @@ class StreamCollector:
     def text(self) -> str:
         """The text so far."""
         return "".join(self._text)
+
+    def reasoning(self) -> tuple[ReasoningPart, ...]:
+        """The reasoning parts so far, in index order."""
+        return tuple(
+            ReasoningPart(text="".join(part.text), **part.fields)
+            for _, part in sorted(self._reasoning.items())
+        )
+
+    @property
+    def reasoning_chars(self) -> int:
+        """Characters of reasoning text so far."""
+        return sum(len(t) for part in self._reasoning.values() for t in part.text)
 
     def arguments_json(self, index: int) -> str:
         """The raw argument text of call ``index`` so far."""

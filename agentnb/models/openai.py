@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-import email.utils
 import importlib
 import json
 import math
@@ -19,10 +18,9 @@ import threading
 import time
 import weakref
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable, Mapping
-from datetime import UTC
 from types import ModuleType
 from typing import Any, Literal
-from urllib.parse import quote, quote_plus, unquote, urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 from agentnb.errors import install_hint
 
@@ -50,7 +48,13 @@ from agentnb.models.base import (
     count_tokens_with,
     estimate_text_tokens,
     estimate_tokens,
+    retry_after_of,
 )
+from agentnb.models.secrets import Secret as _Secret
+from agentnb.models.secrets import clean_key as _clean_key
+from agentnb.models.secrets import cut as _cut
+from agentnb.models.secrets import mask_userinfo as _mask_userinfo
+from agentnb.models.secrets import scrub as _scrub
 
 __all__ = ["OpenAIChatModel"]
 
@@ -68,44 +72,6 @@ MAX_ERROR_TEXT = 600
 """Longest error message the adapter raises (cut after redaction, never before)."""
 _DETAIL = 300
 """Longest piece of a server's answer quoted in an error."""
-_REDACTED = "***"
-_PREFIX = 8
-"""An echoed run of at least this many leading characters of the key is redacted too."""
-
-
-class _Secret:
-    """Holds a credential so that no repr, vars() dump or traceback shows it."""
-
-    __slots__ = ("_value",)
-
-    def __init__(self, value: str | None) -> None:
-        self._value = value
-
-    def reveal(self) -> str | None:
-        return self._value
-
-    def __repr__(self) -> str:
-        return "'***'" if self._value else "None"
-
-
-def _clean_key(value: object, source: str) -> str | None:
-    """The key without surrounding whitespace (a key read from a file ends in a newline).
-
-    A key with a character that cannot go in an HTTP header is refused here, before any
-    request: otherwise the HTTP library's error would quote the whole header, key included.
-    """
-    if value is None:
-        return None
-    if not isinstance(value, str):
-        raise InvalidInput(f"{source} must be a str, got {type(value).__name__}")
-    key = value.strip()
-    for position, char in enumerate(key):
-        if not " " < char <= "~":
-            raise InvalidInput(
-                f"{source} has a character that cannot go in an HTTP header at position "
-                f"{position} (a space, control or non-ASCII character); copy the key again"
-            )
-    return key or None
 
 
 def _check_request_options(
@@ -135,50 +101,6 @@ def _check_request_options(
 def _check_timeout(name: str, value: object, also: str = "") -> None:
     if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
         raise InvalidInput(f"{name} must be a number of seconds > 0{also}, got {value!r}")
-
-
-def _mask_userinfo(url: str) -> str:
-    """``url`` with any ``user:password@`` part shown as ``***@``."""
-    return re.sub(r"^([A-Za-z][A-Za-z0-9+.-]*://)[^/?#]*@", rf"\1{_REDACTED}@", url)
-
-
-def _forms(secret: str) -> set[str]:
-    """The ways a secret can appear in text: raw, repr-, JSON-, bytes- and percent-escaped."""
-    return {
-        secret,
-        repr(secret)[1:-1],
-        json.dumps(secret)[1:-1],
-        json.dumps(secret, ensure_ascii=False)[1:-1],
-        repr(secret.encode())[2:-1],
-        quote(secret, safe=""),
-        quote(secret),
-        quote_plus(secret),
-    }
-
-
-def _scrub(text: str, secrets: Iterable[str], prefixed: str | None) -> str:
-    """``text`` with every form of every secret replaced, longest first; and any run of at
-    least ``_PREFIX`` characters along ``prefixed`` (a server may echo a cut-off key)."""
-    for form in sorted({f for s in secrets for f in _forms(s)}, key=len, reverse=True):
-        if form:
-            text = text.replace(form, _REDACTED)
-    if prefixed and len(prefixed) >= _PREFIX:
-        start = text.find(prefixed[:_PREFIX])
-        while start >= 0:
-            end = start + _PREFIX
-            while (
-                end < len(text)
-                and end - start < len(prefixed)
-                and (text[end] == prefixed[end - start])
-            ):
-                end += 1
-            text = text[:start] + _REDACTED + text[end:]
-            start = text.find(prefixed[:_PREFIX], start + len(_REDACTED))
-    return text
-
-
-def _cut(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 class OpenAIChatModel(Model):
@@ -339,6 +261,17 @@ class OpenAIChatModel(Model):
                 self._counter_known = True
             return self._counter
 
+    def _estimated(self, request: ModelRequest, produced: list[str]) -> Usage:
+        """The usage of a reply whose server reported none: ``count_tokens`` of the request,
+        the reply's text and tool calls counted by the same tokenizer (or the estimate)."""
+        counter = self._text_counter()
+        count = counter[1] if counter is not None else estimate_text_tokens
+        return Usage(
+            input_tokens=self.count_tokens(request.messages, request.tools),
+            output_tokens=count("".join(produced)),
+            estimated=True,
+        )
+
     def _calibrate(self, request: ModelRequest, usage: Usage) -> None:
         # Tracks tokenizers the estimate does not know (vLLM-served models, other providers):
         # the ratio of what the server counted to what the estimate said, never below 1.
@@ -473,6 +406,8 @@ class OpenAIChatModel(Model):
     async def _stream(self, request: ModelRequest) -> AsyncIterator[StreamItem]:
         failure: ModelError | None = None
         streamed = False
+        counted = False
+        produced: list[str] = []
         deadline = self._deadline(request)
         loop = asyncio.get_running_loop()
         try:
@@ -495,6 +430,15 @@ class OpenAIChatModel(Model):
                         raise self._late(deadline[1]) from None
                     if isinstance(item, Usage):
                         self._calibrate(request, item)
+                        counted = True
+                    elif isinstance(item, TextDelta):
+                        produced.append(item.text)
+                    elif isinstance(item, ToolCallDelta):
+                        produced.extend(s for s in (item.name, item.arguments_delta) if s)
+                    elif isinstance(item, Finish) and not counted:
+                        # A server that sends no usage (llama.cpp's streams): counted here,
+                        # and marked as the adapter's own count.
+                        yield self._estimated(request, produced)
                     streamed = streamed or isinstance(item, TextDelta | ToolCallDelta)
                     yield item
         except ModelError as exc:
@@ -614,7 +558,7 @@ class OpenAIChatModel(Model):
         return ModelError(
             f"{self.base_url} answered HTTP {status}: {detail}{hint}",
             retryable=retryable,
-            retry_after=_retry_after(response.headers, time.time()) if retryable else None,
+            retry_after=retry_after_of(response.headers, time.time()) if retryable else None,
         )
 
     def _not_a_stream(self, content_type: str, text: str) -> ModelError:
@@ -692,31 +636,6 @@ def _usage(data: Mapping[str, Any]) -> Usage:
             _count(completion.get("reasoning_tokens")) if isinstance(completion, dict) else None
         ),
     )
-
-
-def _retry_after(headers: httpx.Headers, now: float) -> float | None:
-    """The wait the server asked for: ``retry-after-ms``, else ``Retry-After`` in seconds or as
-    an HTTP date (a date in the past means now); None when absent or unreadable."""
-    millis = headers.get("retry-after-ms")
-    if millis is not None:
-        with contextlib.suppress(ValueError):
-            seconds = float(millis) / 1000
-            if math.isfinite(seconds) and seconds >= 0:
-                return seconds
-    value = headers.get("retry-after")
-    if value is None:
-        return None
-    value = value.strip()
-    with contextlib.suppress(ValueError):
-        seconds = float(value)
-        return seconds if math.isfinite(seconds) and seconds >= 0 else None
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError, IndexError):
-        return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    return max(0.0, when.timestamp() - now)
 
 
 def _encoding_for(model: str) -> str | None:

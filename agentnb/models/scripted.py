@@ -17,6 +17,7 @@ from agentnb.models.base import (
     Model,
     ModelError,
     ModelRequest,
+    ReasoningDelta,
     StreamItem,
     TextDelta,
     ToolCallDelta,
@@ -63,6 +64,8 @@ class Reply:
     ``ScriptedModel`` says. ``finish_reason`` overrides the default (``"tool_calls"`` when there
     are tool calls, else ``"stop"``). ``error``, if set, is raised after the text and tool-call
     pieces were streamed, before usage and finish: a call that fails part-way through its reply.
+    ``reasoning`` is thinking streamed before the text (``ReasoningDelta`` pieces), recorded
+    as the message's reasoning part.
     """
 
     text: str = ""
@@ -70,10 +73,15 @@ class Reply:
     usage: tuple[int, int] | None = None
     finish_reason: str | None = None
     error: BaseException | None = None
+    reasoning: str = ""
 
     def __post_init__(self) -> None:
         if not isinstance(self.text, str):
             raise InvalidInput(f"Reply text must be a string, got {type(self.text).__name__}")
+        if not isinstance(self.reasoning, str):
+            raise InvalidInput(
+                f"Reply reasoning must be a string, got {type(self.reasoning).__name__}"
+            )
         if isinstance(self.tool_calls, ToolCall):
             calls: tuple[ToolCall, ...] = (self.tool_calls,)
         else:
@@ -208,8 +216,10 @@ class ScriptedModel(Model):
 
         size = self.chunk_size
         pieces: list[StreamItem] = [
-            TextDelta(reply.text[i : i + size]) for i in range(0, len(reply.text), size)
+            ReasoningDelta(reply.reasoning[i : i + size])
+            for i in range(0, len(reply.reasoning), size)
         ]
+        pieces += [TextDelta(reply.text[i : i + size]) for i in range(0, len(reply.text), size)]
         arguments = [canonical_json(call.arguments) for call in reply.tool_calls]
         fragments = [
             [
@@ -234,6 +244,7 @@ class ScriptedModel(Model):
             yield Usage(
                 input_tokens=self.count_tokens(messages, tools),
                 output_tokens=estimate_text_tokens(reply.text)
+                + estimate_text_tokens(reply.reasoning)
                 + sum(
                     estimate_text_tokens(call.name) + estimate_text_tokens(args)
                     for call, args in zip(reply.tool_calls, arguments, strict=True)

@@ -119,6 +119,9 @@ class ChatItem:
     ``status``)."""
     hint: str | None = None
     """The newest ``presentation/hint`` about this item (``expand``, ``collapse``, ...)."""
+    reasoning: str = ""
+    """For assistant replies: the reasoning (thinking) text, streamed so far or final; shown
+    as a closed "Thinking" fold."""
 
     def to_dict(self) -> dict[str, Any]:
         """A plain JSON object (the shape ``to_json`` writes)."""
@@ -144,6 +147,7 @@ class ChatItem:
             "subagent": self.subagent,
             "plan": list(self.plan),
             "hint": self.hint,
+            "reasoning": self.reasoning,
         }
 
 
@@ -183,11 +187,16 @@ class ChatSnapshot:
 PROGRESS_KEEP = 100
 """Progress reports a tool card keeps (the newest ones)."""
 
-CHAT_VERSION = 4
+CHAT_VERSION = 5
 
 ItemsLoader = Callable[[int, int], list["ChatItem"]]
 """(through_seq, count) -> the newest ``count`` chat items of the log at or below that seq."""
 """Bumped whenever the chat fold changes: older snapshots are then ignored and rebuilt."""
+
+
+def reasoning_text(message: Mapping[str, Any]) -> str:
+    """The reasoning text a message object carries, its parts one after another."""
+    return "\n\n".join(p.get("text") or "" for p in message.get("reasoning") or () if p.get("text"))
 
 
 def _plain(value: Any) -> Any:
@@ -217,6 +226,7 @@ class _Item:
         "model_call_id",
         "plan",
         "progress",
+        "reasoning",
         "request",
         "result",
         "role",
@@ -255,6 +265,7 @@ class _Item:
         self.subagent: Mapping[str, Any] | None = None
         self.plan: list[Any] = []
         self.hint: str | None = None
+        self.reasoning = ""
         self.index: int | None = None
         """For a card built from streamed fragments: the fragment index in its reply."""
         for name, value in fields.items():
@@ -285,6 +296,7 @@ class _Item:
                 subagent=self.subagent,
                 plan=tuple(self.plan),
                 hint=self.hint,
+                reasoning=self.reasoning,
             )
         return self._frozen
 
@@ -585,7 +597,9 @@ class ChatState:
             return
         key, item = self._reply(event, p["model_call_id"])
         # A retried call streams again from the start: its earlier draft is discarded.
-        self._set(key, item, text="", status="waiting", run_id=event.run_id, error=None)
+        self._set(
+            key, item, text="", reasoning="", status="waiting", run_id=event.run_id, error=None
+        )
         for card_key in self._drafts.get(key, {}).values():
             card = self._items[card_key]
             self._set(card_key, card, arguments_text="", arguments=None, status="generating")
@@ -596,7 +610,14 @@ class ChatState:
         key, item = self._reply(event, p["model_call_id"])
         if item.status not in {"waiting", "streaming"}:
             return  # a completed reply is never overwritten by its draft
-        self._set(key, item, text=item.text + p.get("text", ""), status="streaming")
+        thought = "".join(f.get("text", "") for f in p.get("reasoning_fragments", ()))
+        self._set(
+            key,
+            item,
+            text=item.text + p.get("text", ""),
+            reasoning=item.reasoning + thought,
+            status="streaming",
+        )
         drafts = self._drafts.setdefault(key, {})
         for fragment in p.get("tool_call_fragments", ()):
             index = fragment["index"]
@@ -678,6 +699,7 @@ class ChatState:
             key,
             item,
             text=message.get("text") or "",
+            reasoning=reasoning_text(message),
             status="completed",
             tool_call_ids=tuple(c["call_id"] for c in calls),
             run_id=event.run_id or item.run_id,

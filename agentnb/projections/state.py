@@ -577,6 +577,7 @@ class SessionState:
             output_tokens=p.get("output_tokens") or 0,
             cached_tokens=p.get("cached_tokens") or 0,
             reasoning_tokens=p.get("reasoning_tokens") or 0,
+            cache_write_tokens=p.get("cache_write_tokens") or 0,
             unreported_calls=0 if reported else 1,
         )
 
@@ -702,6 +703,7 @@ class SessionState:
             output_tokens=used.get("output_tokens", 0),
             cached_tokens=used.get("cached_tokens", 0),
             reasoning_tokens=used.get("reasoning_tokens", 0),
+            cache_write_tokens=used.get("cache_write_tokens", 0),
             model_calls=used.get("model_calls", 0),
             unreported_calls=used.get("unreported_calls", 0),
             compaction_calls=used.get("compaction_calls", 0),

@@ -20,6 +20,7 @@ from agentnb.limits import Limits
 from agentnb.models.base import (
     ModelError,
     ModelRequest,
+    ReasoningDelta,
     StreamCollector,
     TextDelta,
     ToolCallDelta,
@@ -61,7 +62,7 @@ class ReplyTooLarge(ModelError):
 
     def __init__(self, message: str, stop_reason: str) -> None:
         super().__init__(message)
-        self.stop_reason = stop_reason
+        self.stop_reason: str | None = stop_reason
 
 
 class Size:
@@ -75,7 +76,7 @@ class Size:
 
     def add(self, item: object) -> None:
         limits = self.limits
-        if isinstance(item, TextDelta):
+        if isinstance(item, TextDelta | ReasoningDelta):
             self.chars += len(item.text)
         elif isinstance(item, ToolCallDelta):
             self.chars += len(item.arguments_delta)
@@ -104,6 +105,8 @@ class ModelCall:
         self.flush_before_side_effect = flush
         self.bad_arguments: dict[str, str] = {}
         """Tool calls of the last reply whose arguments were not a JSON object: why."""
+        self.finish_reason: str | None = None
+        """The finish reason of the last completed reply."""
 
     async def call(self, turn_id: str, run_id: str) -> tuple[str, list[ToolCallData]]:
         """Call the model on the working context: (its text, its tool calls)."""
@@ -261,7 +264,7 @@ class ModelCall:
             async for item in stream:
                 size.add(item)  # before the piece is kept: a reply past its bound stops here
                 collector.add(item)
-                if isinstance(item, TextDelta | ToolCallDelta):
+                if isinstance(item, TextDelta | ReasoningDelta | ToolCallDelta):
                     piece = group.add(item)
                     host.publish("model/chunk", turn_id, run_id, model_call_id=call_id, **piece)
                 if host.stop.is_set():
@@ -311,6 +314,7 @@ class ModelCall:
         """Record a completed reply (``model/end``, then the assistant message)."""
         w = self.host.writer
         self.bad_arguments = {}
+        self.finish_reason = collector.finish_reason
         tool_calls = collector.tool_calls(problems=self.bad_arguments)
         message = Message(
             id=f"msg_{call_id}",
@@ -318,6 +322,7 @@ class ModelCall:
             text=collector.text,
             tool_calls=tuple(tool_calls),
             turn_id=turn_id,
+            reasoning=collector.reasoning(),
         )
         try:
             reply = Event.create(
@@ -329,21 +334,24 @@ class ModelCall:
         except InvalidInput as exc:
             raise ModelError(f"the model's reply cannot be recorded: {exc}") from None
         usage = collector.usage
-        w.add(
-            "model/end",
-            {
-                "model_call_id": call_id,
-                "status": "completed",
-                "model": self.host.agent.model.name,
-                "input_tokens": usage.input_tokens if usage else None,
-                "output_tokens": usage.output_tokens if usage else None,
-                "cached_tokens": usage.cached_tokens if usage else None,
-                "reasoning_tokens": usage.reasoning_tokens if usage else None,
-                "latency_ms": round((time.monotonic() - started) * 1000, 3),
-                "finish_reason": collector.finish_reason,
-            },
-            turn_id=turn_id,
-            run_id=run_id,
-        )
+        end = {
+            "model_call_id": call_id,
+            "status": "completed",
+            "model": self.host.agent.model.name,
+            "input_tokens": usage.input_tokens if usage else None,
+            "output_tokens": usage.output_tokens if usage else None,
+            "cached_tokens": usage.cached_tokens if usage else None,
+            "reasoning_tokens": usage.reasoning_tokens if usage else None,
+            "latency_ms": round((time.monotonic() - started) * 1000, 3),
+            "finish_reason": collector.finish_reason,
+        }
+        # Stored only when there is something to say (older logs keep their bytes).
+        if usage is not None and usage.cache_write_tokens is not None:
+            end["cache_write_tokens"] = usage.cache_write_tokens
+        if usage is not None and usage.estimated:
+            end["usage_estimated"] = True
+        if collector.reasoning_chars:
+            end["reasoning_chars"] = collector.reasoning_chars
+        w.add("model/end", end, turn_id=turn_id, run_id=run_id)
         w.add_event(reply)
         return collector.text, tool_calls

@@ -25,7 +25,7 @@ from agentnb.models.base import ModelError
 from agentnb.projections.state import Command
 from agentnb.records import UsageTotals
 from agentnb.runtime.context import ContextKeeper
-from agentnb.runtime.model_call import ModelCall, ReplyTooLarge
+from agentnb.runtime.model_call import ModelCall
 from agentnb.runtime.recipes import Recipes
 from agentnb.runtime.scope import RunHost, StopRun, TurnCancelled
 from agentnb.runtime.tool_call import ToolRunner
@@ -33,6 +33,11 @@ from agentnb.runtime.tool_call import ToolRunner
 __all__ = ["RunLoop"]
 
 log = logging.getLogger("agentnb.runtime")
+
+
+PAUSED = "pause_turn"
+"""The finish reason of a reply the provider paused (Anthropic's ``pause_turn``): the run
+takes another step, which sends the paused reply back so the model continues it."""
 
 
 class RunLoop:
@@ -150,7 +155,7 @@ class RunLoop:
                         applied,
                         error=str(exc),
                         step_id=step_id,
-                        stop_reason=exc.stop_reason if isinstance(exc, ReplyTooLarge) else None,
+                        stop_reason=exc.stop_reason,
                     )
                     return
                 if calls:
@@ -159,6 +164,8 @@ class RunLoop:
                             turn_id, run_id, "suspended", applied, step_id=step_id
                         )
                         return
+                elif self.model.finish_reason == PAUSED:
+                    pass  # the provider paused a long turn: one more step sends it back
                 elif await self.complete(turn_id, run_id, step_id, applied):
                     return
                 # Tool results to reason about, or steering that arrived during the final

@@ -29,7 +29,7 @@ from agentnb.events import Event, canonical_json
 from agentnb.folds import committing
 from agentnb.ids import SessionKey, new_id
 from agentnb.limits import Limits, check_room
-from agentnb.models.base import TextDelta, ToolCallDelta
+from agentnb.models.base import ReasoningDelta, TextDelta, ToolCallDelta
 from agentnb.projections.state import INSIDE_A_STEP, SessionState
 from agentnb.stores.base import Lease, SessionStore
 
@@ -182,11 +182,12 @@ class ChunkGroup:
         self.ids = (turn_id, run_id)
         self.text: list[str] = []
         self.fragments: list[dict[str, Any]] = []
+        self.reasoning: list[dict[str, Any]] = []
         self.start = 0
         self.pieces = 0
         self.opened = time.monotonic()
 
-    def add(self, item: TextDelta | ToolCallDelta) -> dict[str, Any]:
+    def add(self, item: TextDelta | ReasoningDelta | ToolCallDelta) -> dict[str, Any]:
         """Take one piece; returns it as live-notification data. ``piece`` is its place in
         the reply's stream: the ``model/chunk`` that commits it covers ``[index, index +
         pieces)``, so a live observer can tell which pieces a commit already holds."""
@@ -195,6 +196,15 @@ class ChunkGroup:
         if isinstance(item, TextDelta):
             self.text.append(item.text)
             return {"text": item.text, "piece": piece}
+        if isinstance(item, ReasoningDelta):
+            # Reasoning is its own kind of piece: the fields a part has not set stay out.
+            thought: dict[str, Any] = {"index": item.index, "text": item.text}
+            for name in ("provider", "signature", "data", "id", "summary"):
+                value = getattr(item, name)
+                if value:
+                    thought[name] = list(value) if name == "summary" else value
+            self.reasoning.append(thought)
+            return {"reasoning": thought, "piece": piece}
         fragment = {
             "index": item.index,
             "call_id": item.call_id,
@@ -210,18 +220,16 @@ class ChunkGroup:
             self.opened = now
 
     def close(self) -> None:
-        if not self.text and not self.fragments:
+        if not self.text and not self.fragments and not self.reasoning:
             return
-        self.writer.add(
-            "model/chunk",
-            {
-                "model_call_id": self.call_id,
-                "index": self.start,
-                "text": "".join(self.text),
-                "tool_call_fragments": self.fragments,
-                "pieces": self.pieces - self.start,
-            },
-            turn_id=self.ids[0],
-            run_id=self.ids[1],
-        )
-        self.text, self.fragments, self.start = [], [], self.pieces
+        payload: dict[str, Any] = {
+            "model_call_id": self.call_id,
+            "index": self.start,
+            "text": "".join(self.text),
+            "tool_call_fragments": self.fragments,
+            "pieces": self.pieces - self.start,
+        }
+        if self.reasoning:
+            payload["reasoning_fragments"] = self.reasoning
+        self.writer.add("model/chunk", payload, turn_id=self.ids[0], run_id=self.ids[1])
+        self.text, self.fragments, self.reasoning, self.start = [], [], [], self.pieces

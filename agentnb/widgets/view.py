@@ -56,7 +56,7 @@ from agentnb.errors import (
     UncertainToolCalls,
     install_hint,
 )
-from agentnb.html import INERT_MATH, STATUS_COLORS, markdown_html
+from agentnb.html import INERT_MATH, STATUS_COLORS, markdown_html, thinking_html
 from agentnb.projections.chat import (
     ChatItem,
     ChatSnapshot,
@@ -143,14 +143,15 @@ def message_html(item: ChatItem) -> str:
         tail = " " + _badge(item.status)
     if item.error:
         tail += f'<div style="color:#c0392b;">{_esc(item.error)}</div>'
-    if not text and not tail and role == "assistant":
+    thinking = thinking_html(item.reasoning) if role == "assistant" else ""
+    if not text and not tail and not thinking and role == "assistant":
         return ""  # a reply that only calls tools: its cards say it
     style = _BOX + _ROLE_STYLE.get(role, _ROLE_STYLE["system"])
-    if markdown:  # blocks from the renderer: newlines between them are not text
+    if markdown or thinking:  # blocks from the renderer: newlines between them are not text
         style += "white-space:normal;"
     return (
         f'<div class="agentnb-msg" style="{style}">'
-        f'<span style="{_LABEL}">{_esc(label)}</span>{text}{tail}</div>'
+        f'<span style="{_LABEL}">{_esc(label)}</span>{thinking}{text}{tail}</div>'
     )
 
 

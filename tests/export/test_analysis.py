@@ -780,8 +780,21 @@ DTYPES = {
             "string",
         ),
         **dict.fromkeys(["started_at", "ended_at"], "datetime64[us, UTC]"),
-        **dict.fromkeys(["attempts", "retries", "input_tokens", "output_tokens"], "Int64"),
+        **dict.fromkeys(
+            [
+                "attempts",
+                "retries",
+                "input_tokens",
+                "output_tokens",
+                "cached_tokens",
+                "cache_write_tokens",
+                "reasoning_tokens",
+                "reasoning_chars",
+            ],
+            "Int64",
+        ),
         **dict.fromkeys(["latency_ms"], "Float64"),
+        "usage_estimated": "boolean",
     },
     "tool_calls": {
         **dict.fromkeys(

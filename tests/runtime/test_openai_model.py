@@ -93,6 +93,11 @@ def items(model: OpenAIChatModel, req: ModelRequest | None = None) -> list[Strea
     return asyncio.run(collect())
 
 
+def pieces(out: list[Any]) -> list[Any]:
+    """The stream without the usage the adapter estimated (the server sent none)."""
+    return [item for item in out if not (isinstance(item, Usage) and item.estimated)]
+
+
 class TestStreaming:
     def test_text_stream(self) -> None:
         """Content deltas become TextDelta items, then Usage, then Finish."""
@@ -132,10 +137,16 @@ class TestStreaming:
         assert result.finish_reason == "tool_calls"
         assert result.usage == Usage(20, 9)
 
-    def test_usage_is_optional(self) -> None:
-        """A stream without usage ends with Finish only."""
+    def test_a_stream_without_usage_gets_an_estimated_one(self) -> None:
+        """A server that sends no usage (llama.cpp): the adapter counts, marked estimated."""
         out = items(replying(sse(delta(content="x"), finish("length"))))
-        assert out == [TextDelta("x"), Finish("length")]
+        assert out[0] == TextDelta("x")
+        assert out[2] == Finish("length")
+        usage = out[1]
+        assert isinstance(usage, Usage)
+        assert usage.estimated
+        assert usage.output_tokens == 1
+        assert usage.input_tokens > 0
 
     def test_comments_and_blank_lines_are_ignored(self) -> None:
         """SSE comments, event fields and keep-alive lines are skipped."""
@@ -182,12 +193,12 @@ class TestStreaming:
     def test_events_after_done_are_ignored(self) -> None:
         """Anything after [DONE] is read past, not turned into reply pieces."""
         body = sse(delta(content="a"), finish("stop")) + sse(delta(content="late"), done=False)
-        assert items(replying(body)) == [TextDelta("a"), Finish("stop")]
+        assert pieces(items(replying(body))) == [TextDelta("a"), Finish("stop")]
 
     def test_keep_alive_events_without_data_are_skipped(self) -> None:
         """An event whose data is empty (a keep-alive) yields nothing."""
         body = b"data:\n\n" + sse(delta(content="ok"), finish("stop"))
-        assert items(replying(body)) == [TextDelta("ok"), Finish("stop")]
+        assert pieces(items(replying(body))) == [TextDelta("ok"), Finish("stop")]
 
     def test_error_chunk_in_stream(self) -> None:
         """An error object inside the stream raises ModelError with its message."""

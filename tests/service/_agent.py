@@ -107,6 +107,8 @@ def _reply(messages: list[nb.Message]) -> str | nb.ToolCall | nb.Reply:
         return nb.ToolCall("todo", {"steps": [{"content": w} for w in words[1:] or ["think"]]})
     if verb == "fail":
         raise nb.ModelError("the scripted model was told to fail")
+    if verb == "think":
+        return nb.Reply(text="Thought it **through**.", reasoning="Weigh <b>both</b> first.")
     return " + ".join([f"You said: {task.text}", *steers])
 
 

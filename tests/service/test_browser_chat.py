@@ -288,3 +288,30 @@ def test_sub_agent_card_approval_child_chat_plan_and_an_mcp_question(
         finally:
             browser.close()
     assert (tmp_path / "effects.log").read_text().splitlines() == ["book 7"]
+
+
+def test_reasoning_shows_as_a_closed_thinking_fold(served: tuple[ServerProcess, str]) -> None:
+    """A reply's reasoning is a closed "Thinking" fold of escaped text above its answer."""
+    from playwright.sync_api import expect, sync_playwright
+
+    server, token = served
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS, headless=True)
+        try:
+            page = browser.new_page(viewport={"width": 1200, "height": 700})
+            sign_in(page, server.url, token)
+            page.locator("#input").fill("think")
+            page.locator("#submit").click()
+            reply = page.locator("#items .item-assistant").last
+            expect(reply).to_contain_text("Thought it through.", timeout=STEP)
+            fold = reply.locator("details.thinking")
+            expect(fold).to_have_count(1)
+            expect(fold.locator("summary")).to_have_text("Thinking (24 characters)")
+            assert fold.get_attribute("open") is None  # closed until the reader opens it
+            shot(page, "thinking-closed")
+            fold.locator("summary").click()
+            expect(fold.locator(".text")).to_have_text("Weigh <b>both</b> first.")
+            assert fold.locator("b").count() == 0  # text, never markup
+            shot(page, "thinking-open")
+        finally:
+            browser.close()

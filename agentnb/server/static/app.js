@@ -632,6 +632,13 @@
         note.textContent = open ? "Hide the earlier answer" : "An earlier answer, cut off when the task stopped; the answer below replaces it. Show it";
       });
       node.append(note);
+      if (item.reasoning) {
+        // Reasoning is a closed fold of plain text (never Markdown, never HTML).
+        const thinking = el("details", "thinking");
+        thinking.append(el("summary", "", `Thinking (${item.reasoning.length} characters)`));
+        thinking.append(el("div", "text", item.reasoning));
+        node.append(thinking);
+      }
       const md = el("div", "md");
       md.innerHTML = item.html || ""; // rendered by the server: raw HTML disabled, text escaped
       node.append(md, el("span", "live"));
