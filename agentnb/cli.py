@@ -1068,6 +1068,7 @@ def _serve(args: argparse.Namespace) -> int:
             auth=auth,
             cors_origins=args.cors_origin or (),
             max_body=args.max_body,
+            allowed_hosts=args.allowed_host or (),
             ready=ready,
             log_level=args.log_level,
             proxy_headers=True,
@@ -1178,6 +1179,13 @@ def _service_commands(
         default="token",
         help="token (default): bearer tokens and the page's sign-in; none: every request "
         "acts for user 'default' (loopback hosts only)",
+    )
+    serve.add_argument(
+        "--allowed-host",
+        action="append",
+        metavar="NAME",
+        help="with --auth none, a host name the service answers to besides localhost, "
+        "127.0.0.1 and [::1] (repeat)",
     )
     serve.add_argument(
         "--cors-origin",
