@@ -139,7 +139,8 @@ def parse_cursor(text: str | None, session_id: str, head: int) -> int:
     if text is None or text == "":
         return 0
     sid, sep, seq_text = text.rpartition(":")
-    if not sep or not seq_text.isdigit() or len(seq_text) > 18:
+    # ASCII digits only: str.isdigit() takes '²' (which int() refuses) and '٣' (read as 3).
+    if not sep or not seq_text.isascii() or not seq_text.isdigit() or len(seq_text) > 18:
         raise InvalidCursor(
             f"cursor {text[:80]!r} is not '<session_id>:<seq>'; reload the snapshot of "
             f"{session_id} and stream after its cursor"

@@ -4,6 +4,7 @@ headers are refused without auth, crafted cursors are 400s, and small leaks stay
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import os
 import socket
@@ -362,3 +363,50 @@ class TestSmallLeaks:
             got = client.get("/v1/sessions/", headers={"Host": "evil.example"})
         assert got.status_code in (307, 308)
         assert got.headers["location"] == "/v1/sessions"
+
+
+def _b64(raw: bytes) -> str:
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+class TestCraftedCursors:
+    @pytest.mark.parametrize("seq", ["\u00b2", "\u0663", "\uff11", "1\u00b2"])
+    def test_a_stream_cursor_takes_ascii_digits_only(
+        self, server: tuple[ServerProcess, str], seq: str
+    ) -> None:
+        """A stream cursor whose seq is a superscript, an Arabic-Indic or a full-width
+        digit is a 400 InvalidCursor, never a 500 or another number."""
+        with _client(server) as client:
+            client.post("/v1/sessions", json={"session_id": "ans1"})
+            got = client.get("/v1/sessions/ans1/stream", params={"after": f"ans1:{seq}"})
+        problem(got, 400, "InvalidCursor")
+
+    @pytest.mark.parametrize(
+        "raw",
+        [
+            b"[1.5, 12345678901234567890123456789]",
+            b"[" * 5000 + b"]" * 5000,
+            b"[1e999, 3]",
+            b"[NaN, 3]",
+            b'{"a": 1}',
+        ],
+        ids=["29-digit row", "5000 brackets", "infinite", "nan", "object"],
+    )
+    def test_a_crafted_listing_cursor_is_a_400(
+        self, server: tuple[ServerProcess, str], raw: bytes
+    ) -> None:
+        """A listing cursor holding a huge integer, deep nesting, or no finite number is a
+        400 InvalidCursor."""
+        with _client(server) as client:
+            got = client.get("/v1/sessions", params={"before": _b64(raw)})
+        problem(got, 400, "InvalidCursor")
+
+    def test_a_real_listing_cursor_still_pages(self, server: tuple[ServerProcess, str]) -> None:
+        """The cursor the listing hands out still pages."""
+        with _client(server) as client:
+            for sid in ("page1", "page2", "page3"):
+                client.post("/v1/sessions", json={"session_id": sid})
+            first = client.get("/v1/sessions", params={"limit": 2}).json()
+            assert first["next_cursor"]
+            more = client.get("/v1/sessions", params={"limit": 2, "before": first["next_cursor"]})
+        assert more.status_code == 200, more.text
