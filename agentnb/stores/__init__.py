@@ -7,6 +7,7 @@ from urllib.parse import SplitResult, parse_qsl, urlsplit
 
 from agentnb.errors import InvalidInput
 from agentnb.ids import Clock
+from agentnb.stores import pgurl
 from agentnb.stores.base import Lease, SessionRecord, SessionStore, Tombstone
 from agentnb.stores.memory import MemoryStore
 
@@ -59,6 +60,11 @@ def open_store(
         raise InvalidInput(
             f"store must be a URL string or a SessionStore, got {type(url).__name__}"
         )
+    if pgurl.is_postgres(url):
+        pgurl.check(url)  # before anything reads it another way than libpq will
+        from agentnb.stores.postgres import PostgresStore
+
+        return PostgresStore(url, clock=clock, create=create)
     parts = split_url(url)
     scheme = parts.scheme.lower()
     if scheme == "memory":
@@ -86,10 +92,6 @@ def open_store(
             synchronous=options.get("synchronous", "FULL"),
             create=create,
         )
-    if scheme in ("postgresql", "postgres"):
-        from agentnb.stores.postgres import PostgresStore
-
-        return PostgresStore(url, clock=clock, create=create)
     shown = url
     if scheme and "@" in parts.netloc:  # never echo credentials, whatever the scheme
         shown = url.replace(parts.netloc, "***@" + parts.netloc.rpartition("@")[2], 1)
