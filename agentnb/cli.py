@@ -100,6 +100,8 @@ def exit_code(exc: AgentnbError) -> int:
 _UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 """Characters a terminal acts on instead of showing (C0 and C1 controls: escape sequences
 that set window titles, clear the screen, colour text; bidirectional overrides)."""
+_BIDI = re.compile("[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+"""Bidirectional controls, escaped in ``--json`` output."""
 
 
 def _visible(text: str) -> str:
@@ -189,7 +191,10 @@ def _without_nulls(value: Any) -> Any:
 
 
 def _print_json(value: Any) -> None:
-    print(json.dumps(_jsonable(value), ensure_ascii=False, indent=2))
+    # Bidirectional controls as \\u escapes (the same JSON value): raw, they would show a
+    # terminal's neighbouring text reversed.
+    text = json.dumps(_jsonable(value), ensure_ascii=False, indent=2)
+    print(_BIDI.sub(lambda m: f"\\u{ord(m.group()):04x}", text))
 
 
 def _table(columns: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:

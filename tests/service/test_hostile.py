@@ -410,3 +410,45 @@ class TestCraftedCursors:
             assert first["next_cursor"]
             more = client.get("/v1/sessions", params={"limit": 2, "before": first["next_cursor"]})
         assert more.status_code == 200, more.text
+
+
+RLO = "\u202e"
+"""RIGHT-TO-LEFT OVERRIDE: shows the text after it reversed ('gpj.exe' as 'exe.jpg')."""
+
+
+class TestBidiControls:
+    def test_html_reprs_show_bidi_controls_by_their_code(self, tmp_path: Path) -> None:
+        """A session titled with U+202E shows it as [U+202E] in its HTML repr, never raw."""
+        runtime = nb.Runtime(
+            nb.Agent(name="bidi", agent_id="bidi", model=nb.ScriptedModel([])),
+            store=f"sqlite:///{tmp_path / 'b.sqlite'}",
+            execute=False,
+        )
+        try:
+            session = runtime.session("s1")
+            session.update(title=f"invoice{RLO}gpj.exe")
+            shown = runtime.sessions()[0]._repr_html_()
+        finally:
+            runtime.close()
+        assert RLO not in shown
+        assert "invoice[U+202E]gpj.exe" in shown
+
+    def test_json_output_escapes_bidi_controls(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """``agentnb sessions --json`` writes U+202E as a \\u escape: the same JSON value."""
+        import json
+
+        from agentnb.cli import main
+
+        url = f"sqlite:///{tmp_path / 'j.sqlite'}"
+        store = nb.open_store(url)
+        key = nb.SessionKey("default", "u", "a", "s1")
+        store.create_session(key)
+        store.update_session(key, title=f"x{RLO}y")
+        store.close()
+        assert main(["sessions", "--json", "--store", url]) == 0
+        out = capsys.readouterr().out
+        assert RLO not in out
+        assert "\\u202e" in out
+        assert json.loads(out)[0]["title"] == f"x{RLO}y"
