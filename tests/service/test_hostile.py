@@ -452,3 +452,42 @@ class TestBidiControls:
         assert RLO not in out
         assert "\\u202e" in out
         assert json.loads(out)[0]["title"] == f"x{RLO}y"
+
+
+@contextlib.contextmanager
+def _unwritable(path: Path) -> Iterator[None]:
+    """``path`` made immutable (``chattr +i``: not even root may write it), or a skip."""
+    import shutil
+    import subprocess
+
+    chattr = shutil.which("chattr")
+    if chattr is None or subprocess.run([chattr, "+i", str(path)], check=False).returncode:
+        pytest.skip("needs chattr +i (root on a file system with immutable files)")
+    try:
+        yield
+    finally:
+        subprocess.run([chattr, "-i", str(path)], check=True)
+
+
+class TestReadOnlyFile:
+    def test_reading_commands_read_a_file_they_may_not_write(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """``agentnb sessions`` and ``show`` list and show a store file that may not be
+        written; a change is refused with an error, and the file is unchanged."""
+        from agentnb.cli import main
+
+        path = tmp_path / "ro.sqlite"
+        store = nb.open_store(f"sqlite:///{path}")
+        key = nb.SessionKey("default", "u", "a", "kept")
+        store.create_session(key)
+        store.close()
+        before = path.read_bytes()
+        url = f"sqlite:///{path}"
+        with _unwritable(path):
+            assert main(["sessions", "--store", url]) == 0
+            assert "kept" in capsys.readouterr().out
+            assert main(["show", "kept", "--user", "u", "--store", url]) == 0
+            assert main(["archive", "kept", "--user", "u", "--store", url]) != 0
+            assert "readonly" in capsys.readouterr().err.replace("-", "").replace(" ", "")
+        assert path.read_bytes() == before
