@@ -60,13 +60,13 @@ def open_store(
         raise InvalidInput(
             f"store must be a URL string or a SessionStore, got {type(url).__name__}"
         )
+    parts = split_url(url)
+    scheme = parts.scheme.lower()
     if pgurl.is_postgres(url):
-        pgurl.check(url)  # before anything reads it another way than libpq will
+        pgurl.check(url)  # urlsplit is not libpq: what libpq will read decides from here
         from agentnb.stores.postgres import PostgresStore
 
         return PostgresStore(url, clock=clock, create=create)
-    parts = split_url(url)
-    scheme = parts.scheme.lower()
     if scheme == "memory":
         return MemoryStore(clock=clock)
     if scheme == "sqlite":
