@@ -109,6 +109,8 @@ def exit_code(exc: AgentnbError) -> int:
 _UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 """Characters a terminal acts on instead of showing (C0 and C1 controls: escape sequences
 that set window titles, clear the screen, colour text; bidirectional overrides)."""
+_BIDI = re.compile("[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+"""Bidirectional controls, escaped in ``--json`` output."""
 
 
 def _visible(text: str) -> str:
@@ -198,7 +200,10 @@ def _without_nulls(value: Any) -> Any:
 
 
 def _print_json(value: Any) -> None:
-    print(json.dumps(_jsonable(value), ensure_ascii=False, indent=2))
+    # Bidirectional controls as \\u escapes (the same JSON value): raw, they would show a
+    # terminal's neighbouring text reversed.
+    text = json.dumps(_jsonable(value), ensure_ascii=False, indent=2)
+    print(_BIDI.sub(lambda m: f"\\u{ord(m.group()):04x}", text))
 
 
 def _table(columns: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
@@ -1113,6 +1118,7 @@ def _serve(args: argparse.Namespace) -> int:
             auth=auth,
             cors_origins=args.cors_origin or (),
             max_body=args.max_body,
+            allowed_hosts=args.allowed_host or (),
             ready=ready,
             log_level=args.log_level,
             proxy_headers=True,
@@ -1247,6 +1253,13 @@ def _service_commands(
         default="token",
         help="token (default): bearer tokens and the page's sign-in; none: every request "
         "acts for user 'default' (loopback hosts only)",
+    )
+    serve.add_argument(
+        "--allowed-host",
+        action="append",
+        metavar="NAME",
+        help="with --auth none, a host name the service answers to besides localhost, "
+        "127.0.0.1 and [::1] (repeat)",
     )
     serve.add_argument(
         "--cors-origin",

@@ -21,7 +21,7 @@ One tree, so callers can catch as broadly or as narrowly as they need::
     ├── Unauthorized                 the service refused the credentials (none, wrong, revoked)
     ├── HistoryError                 history paging
     │   ├── InvalidLimit
-    │   ├── InvalidCursor
+    │   ├── InvalidCursor            (also an InvalidInput)
     │   ├── CrossSessionCursor
     │   ├── ExpiredCursor
     │   └── HistoryTooLarge
@@ -264,8 +264,9 @@ class InvalidLimit(HistoryError, ValueError):
     """A page limit outside 1..256."""
 
 
-class InvalidCursor(HistoryError, ValueError):
-    """A cursor that is malformed or was tampered with."""
+class InvalidCursor(HistoryError, InvalidInput):
+    """A cursor that is malformed or was tampered with (of a history page, a stream or a
+    listing); an ``InvalidInput`` too, as every argument the caller got wrong."""
 
 
 class CrossSessionCursor(HistoryError, ValueError):

@@ -161,9 +161,15 @@ def _markdown() -> Any:
     return renderer
 
 
+BIDI_CONTROLS = re.compile("[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+"""Bidirectional controls: text holding them (U+202E, right-to-left override, ...) would
+show its neighbours reversed, so the HTML shows them as ``[U+202E]``."""
+
+
 def esc(value: object) -> str:
-    """Any value as inert HTML text."""
-    return html.escape(value if isinstance(value, str) else str(value), quote=True)
+    """Any value as inert HTML text (bidirectional controls shown by their code)."""
+    text = html.escape(value if isinstance(value, str) else str(value), quote=True)
+    return BIDI_CONTROLS.sub(lambda m: f"[U+{ord(m.group()):04X}]", text)
 
 
 def badge(status: object) -> str:

@@ -17,7 +17,16 @@ reconnect cost.
    until the head's frame arrives, on a session of 10,000 events vs one of 100 (both
    built by the runtime); target <= 1.5 (a cursor read, not a replay).
 
-    python benchmarks/bench_server.py [--quick] [--only latency|turns|reconnect]
+5. ``stream_fds_last_vs_first`` and ``stream_rss_last_vs_first``: the server's open
+   descriptors and resident memory after each of 10 rounds of 200 page streams opened and
+   reset (an abortive close, as a killed tab), after one round that warms the thread pools;
+   the last round against the first; target
+   <= 1.1 (flat: a stream's feed leaves nothing behind).
+6. ``healthz_p95_under_header_attack``: ``/healthz`` latency p95 while 4 clients send
+   64 MiB request headers (each refused with a 431 after ``guard.MAX_HEAD`` bytes, then
+   sent again); baseline: the p95 without the attack; target p95 <= 50 ms.
+
+    python benchmarks/bench_server.py [--quick] [--only latency|turns|reconnect|leak|heads]
 
 Prints one JSON line per metric (``metric``, ``value``, ``baseline``, ``ratio`` and
 details), then a table. On a small machine the follower process and the server share the
@@ -28,11 +37,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import re
 import resource
+import socket
 import statistics
+import struct
 import subprocess
 import sys
 import tempfile
@@ -88,7 +100,7 @@ def serve(store: str) -> None:
     import uvicorn
 
     from agentnb.log import SessionLog
-    from agentnb.server import bind, create_app
+    from agentnb.server import bind, create_app, guard
 
     _raise_fd_limit()
     runtime = nb.Runtime(_agent(), store=store)
@@ -132,7 +144,16 @@ def serve(store: str) -> None:
         done.wait(600)
         return {"commits": commits}
 
-    config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", backlog=4096)
+    http, http_options = guard.protocol()  # as ``agentnb serve`` runs it
+    config = uvicorn.Config(
+        app,
+        host="127.0.0.1",
+        port=0,
+        log_level="error",
+        backlog=4096,
+        http=http,
+        **http_options,
+    )
     sock = bind(config)
     print(json.dumps({"port": sock.getsockname()[1], "pid": os.getpid()}), flush=True)
     try:
@@ -410,6 +431,130 @@ def reconnects(
     return {sid: statistics.median(t) for sid, t in times.items()}
 
 
+# -- leaks and hostile heads ---------------------------------------------------------------------
+
+
+def _descriptors(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+async def _open_and_reset(port: int, token: str, sid: str) -> None:
+    """Open a page stream, read its first bytes, and reset the connection (RST)."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(
+        f"GET /v1/sessions/{sid}/stream?mode=page HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        f"Authorization: Bearer {token}\r\n\r\n".encode()
+    )
+    await reader.readuntil(b"connected")
+    sock = writer.get_extra_info("socket")
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    writer.transport.abort()
+
+
+def stream_leak(server: Server, token: str, streams: int, rounds: int) -> dict[str, Any]:
+    """Descriptors and RSS of the server after each round of ``streams`` page streams."""
+    import httpx
+
+    sids = [f"leak{i}" for i in range(streams)]
+    with _client(server, Authorization=f"Bearer {token}") as client:
+        for sid in sids:
+            client.post("/v1/sessions", json={"session_id": sid})
+
+    async def one_round() -> None:
+        for start in range(0, streams, 50):
+            await asyncio.gather(
+                *(_open_and_reset(server.port, token, s) for s in sids[start : start + 50])
+            )
+
+    # One round first, not counted: the thread pools (anyio's, up to 40 threads, each with
+    # its connection while it lives) and the store's idle connections fill once.
+    asyncio.run(one_round())
+    fds, rss = [], []
+    for _ in range(rounds):
+        asyncio.run(one_round())
+        httpx.get(f"{server.url}/healthz", timeout=30)
+        time.sleep(0.5)
+        fds.append(_descriptors(server.pid))
+        rss.append(round(_rss_kib(server.pid) / 1024, 1))
+    return {"fds": fds, "rss_mib": rss}
+
+
+def _attack(port: int, stop: threading.Event, refused: list[int]) -> None:
+    """Send 64 MiB headers again and again until ``stop``; count the 431s."""
+    filler = b"a" * (1 << 16)
+    while not stop.is_set():
+        with socket.create_connection(("127.0.0.1", port), 30) as sock:
+            try:
+                sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Big: ")
+                for _ in range((64 << 20) // len(filler)):
+                    sock.sendall(filler)
+                    if stop.is_set():
+                        break
+            except OSError:
+                pass
+            with contextlib.suppress(OSError):
+                if sock.recv(64).startswith(b"HTTP/1.1 431"):
+                    refused.append(1)
+
+
+def attack_process(port: int) -> None:
+    """The attack process: 4 threads sending 64 MiB headers until stdin closes; prints the
+    431s they were answered."""
+    stop = threading.Event()
+    refused: list[int] = []
+    threads = [threading.Thread(target=_attack, args=(port, stop, refused)) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    print("started", flush=True)
+    sys.stdin.read()
+    stop.set()
+    for thread in threads:
+        thread.join(60)
+    print(json.dumps(refused), flush=True)
+
+
+def header_attack(server: Server, seconds: float) -> dict[str, Any]:
+    """``/healthz`` latencies without and then during the attack of 4 clients."""
+    import httpx
+
+    def probe(duration: float) -> list[float]:
+        times = []
+        with httpx.Client(base_url=server.url, timeout=30) as client:
+            end = time.monotonic() + duration
+            while time.monotonic() < end:
+                t0 = time.perf_counter()
+                client.get("/healthz")
+                times.append((time.perf_counter() - t0) * 1000)
+                time.sleep(0.01)
+        return times
+
+    quiet = probe(seconds / 2)
+    # The attackers in a process of their own: their sending does not slow the probe.
+    attackers = subprocess.Popen(
+        [sys.executable, str(HERE), "--role", "attack", "--port", str(server.port)],
+        stdout=subprocess.PIPE,
+        stdin=subprocess.PIPE,
+        text=True,
+    )
+    assert attackers.stdout is not None
+    assert attackers.stdin is not None
+    attackers.stdout.readline()  # started
+    try:
+        loud = probe(seconds)
+    finally:
+        attackers.stdin.close()  # stop
+        refused = json.loads(attackers.stdout.readline() or "[]")
+        attackers.wait(60)
+        attackers.stdout.close()
+    return {
+        "quiet_p95_ms": round(_percentile(quiet, 95), 2),
+        "p95_ms": round(_percentile(loud, 95), 2),
+        "probes": len(loud),
+        "refused_431": len(refused),
+        "rss_mib": round(_rss_kib(server.pid) / 1024, 1),
+    }
+
+
 # -- main -------------------------------------------------------------------------------------
 
 
@@ -429,9 +574,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer followers, turns, events")
     parser.add_argument(
-        "--only", choices=["latency", "turns", "reconnect"], help="measure one part (1-2, 3 or 4)"
+        "--only",
+        choices=["latency", "turns", "reconnect", "leak", "heads"],
+        help="measure one part (1-2, 3, 4, 5 or 6)",
     )
-    parser.add_argument("--role", choices=["main", "server", "followers"], default="main")
+    parser.add_argument("--role", choices=["main", "server", "followers", "attack"], default="main")
     parser.add_argument("--store")
     parser.add_argument("--port", type=int)
     parser.add_argument("--token")
@@ -442,6 +589,9 @@ def main() -> None:
     args = parser.parse_args()
     if args.role == "server":
         serve(args.store)
+        return
+    if args.role == "attack":
+        attack_process(args.port)
         return
     if args.role == "followers":
         followers(args.port, args.token, args.prefix, args.sessions, args.per, args.expect, 120)
@@ -474,6 +624,10 @@ def main() -> None:
                 heads = {"h100": short_head, "hlong": long_head}
                 reconnect = reconnects(server, token, heads, rounds_)
                 short, long = reconnect["h100"], reconnect["hlong"]
+            if part in (None, "leak"):
+                leak = stream_leak(server, token, 200, 10)
+            if part in (None, "heads"):
+                attack = header_attack(server, 4.0 if args.quick else 10.0)
         finally:
             server.close()
     if part in (None, "latency"):
@@ -499,6 +653,23 @@ def main() -> None:
                 events=[short_head, long_head],
                 target=1.5,
                 unit="ms",
+            )
+        )
+    if part in (None, "leak"):
+        records.append(
+            _record("stream_fds_last_vs_first", leak["fds"][-1], leak["fds"][0], target=1.1, **leak)
+        )
+        records.append(
+            _record("stream_rss_last_vs_first", leak["rss_mib"][-1], leak["rss_mib"][0], target=1.1)
+        )
+    if part in (None, "heads"):
+        records.append(
+            _record(
+                "healthz_p95_under_header_attack",
+                attack["p95_ms"],
+                attack["quiet_p95_ms"],
+                target_ms=50,
+                **attack,
             )
         )
     print()

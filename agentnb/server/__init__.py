@@ -87,6 +87,7 @@ def serve(
     auth: bool = True,
     cors_origins: Iterable[str] = (),
     max_body: int = 1 << 20,
+    allowed_hosts: Iterable[str] = (),
     ready: Callable[[int], None] | None = None,
     **uvicorn_options: Any,
 ) -> None:
@@ -95,7 +96,8 @@ def serve(
     accept, e.g. after a restart). On the way out, streams end, the worker loop lets its
     runs go, and the runtime is closed (runs in flight stop and are recorded as interrupted).
 
-    ``auth=False`` is refused unless ``host`` is loopback. ``ready`` is called with the
+    ``auth=False`` is refused unless ``host`` is loopback; such a service answers only to
+    loopback host names and ``allowed_hosts`` (``create_app``). ``ready`` is called with the
     port once the server listens (port 0 picks a free one).
     """
     if not auth and not is_loopback(host):
@@ -103,7 +105,13 @@ def serve(
             f"--auth none serves every request as one user: only on a loopback host "
             f"(127.0.0.1, ::1, localhost), not {host!r}; issue tokens with agentnb token add"
         )
-    app = create_app(runtime, auth=auth, cors_origins=cors_origins, max_body=max_body)
+    app = create_app(
+        runtime,
+        auth=auth,
+        cors_origins=cors_origins,
+        max_body=max_body,
+        allowed_hosts=allowed_hosts,
+    )
     if "http" not in uvicorn_options:  # bounded request heads (agentnb.server.guard)
         http, http_options = guard.protocol()
         uvicorn_options = {"http": http, **http_options, **uvicorn_options}

@@ -9,6 +9,7 @@ processes) and a restarted server carries on from the store.
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, MutableMapping
 from importlib import resources
 from typing import Any
@@ -33,9 +34,12 @@ from agentnb.server.problems import (
     problem_body,
     problem_of,
 )
+from agentnb.server.revocations import TokenWatch
 from agentnb.server.stream import Feeds
 
 __all__ = ["create_app"]
+
+log = logging.getLogger("agentnb.server")
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -110,6 +114,26 @@ def _serve_docs(app: FastAPI, assets: Any) -> None:
             media_type=_DOCS_ASSETS[name],
             headers={"Cache-Control": "public, max-age=86400"},
         )
+
+
+def _serve_health(app: FastAPI, runtime: Runtime) -> None:
+    """``/healthz`` (the process is up) and ``/readyz`` (its store answers). Neither needs
+    a token, so neither names the store (a file path, a user and host): ready or not."""
+
+    @app.get("/healthz", tags=["health"], summary="The process is up")
+    def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/readyz", tags=["health"], summary="The store is reachable")
+    def readyz() -> Response:
+        try:
+            runtime.check_open()
+            runtime.store.get_token("tok_readyz")  # one indexed read of the store
+        except StorageError as exc:
+            log.warning("/readyz: the store is not ready: %s", exc)
+            detail = "the store cannot be reached; the service's log says why"
+            return _problem_response(503, problem_body(503, "StorageError", detail, "/readyz"))
+        return JSONResponse({"status": "ready"})
 
 
 def _problem_response(status: int, body: dict[str, Any]) -> JSONResponse:
@@ -192,12 +216,45 @@ def _serve_page(app: FastAPI) -> None:
         return FileResponse(str(static / name), media_type=_STATIC[name], headers=_PAGE_HEADERS)
 
 
+class _RelativeRedirects:
+    """Redirects of this app (a path's trailing slash) name a path, never a host: the
+    router builds an absolute URL from the request's ``Host``, which a client chooses."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def relative(message: Message) -> None:
+            if message["type"] == "http.response.start" and 300 <= message["status"] < 400:
+                message["headers"] = [
+                    (name, _path_of(value) if name.lower() == b"location" else value)
+                    for name, value in message.get("headers", ())
+                ]
+            await send(message)
+
+        await self.app(scope, receive, relative)
+
+
+def _path_of(location: bytes) -> bytes:
+    """``location``'s path and query (``/`` for none)."""
+    if b"://" not in location[:16]:
+        return location
+    rest = location.split(b"://", 1)[1]
+    slash = rest.find(b"/")
+    return b"/" if slash < 0 else rest[slash:]
+
+
 def create_app(
     runtime: Runtime,
     *,
     auth: bool = True,
     cors_origins: Iterable[str] = (),
     max_body: int = 1 << 20,
+    allowed_hosts: Iterable[str] = (),
 ) -> FastAPI:
     """The service of ``runtime`` as an ASGI app: the ``/v1`` API, the chat page at ``/``,
     ``/healthz``, ``/readyz``, the OpenAPI schema at ``/openapi.json`` and docs at ``/docs``
@@ -205,7 +262,8 @@ def create_app(
 
     ``auth``: every request needs a bearer token or the page's sign-in (``agentnb token
     add``); False lets every request act for the user ``default`` (keep such an app on
-    loopback). ``cors_origins``: origins other pages may call the API from (none by
+    loopback; it answers only to loopback host names and ``allowed_hosts``, see
+    ``agentnb.server.auth``). ``cors_origins``: origins other pages may call the API from (none by
     default). ``max_body``: the largest request body, in bytes. The runtime stays the
     caller's: close it after the server stops (``Runtime.close`` stops and records the runs
     in flight); streams end when the app shuts down.
@@ -216,12 +274,15 @@ def create_app(
         raise InvalidInput(f"max_body must be bytes (an int of at least 1024), got {max_body!r}")
     origins = [cors_origins] if isinstance(cors_origins, str) else list(cors_origins)
     feeds = Feeds(runtime)
+    hosts = [allowed_hosts] if isinstance(allowed_hosts, str) else list(allowed_hosts)
+    watch = TokenWatch(Auth(runtime.store, enabled=auth, allowed_hosts=hosts))
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         try:
             yield
         finally:
+            watch.close()
             feeds.close()
 
     docs_assets = _docs_assets()
@@ -238,8 +299,8 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.runtime = runtime
-    app.state.auth = Auth(runtime.store, enabled=auth)
-    app.state.feeds = feeds
+    app.state.auth = watch.auth
+    app.state.feeds, app.state.token_watch = feeds, watch
 
     @app.exception_handler(AgentnbError)
     @app.exception_handler(TimeoutError)
@@ -274,19 +335,7 @@ def create_app(
         app.include_router(router, prefix="/v1")
     _mount_doors(app, max_body)
 
-    @app.get("/healthz", tags=["health"], summary="The process is up")
-    def healthz() -> dict[str, str]:
-        return {"status": "ok"}
-
-    @app.get("/readyz", tags=["health"], summary="The store is reachable")
-    def readyz() -> Response:
-        try:
-            runtime.check_open()
-            runtime.store.get_token("tok_readyz")  # one indexed read of the store
-        except StorageError as exc:
-            body = problem_body(503, "StorageError", str(exc), "/readyz")
-            return _problem_response(503, body)
-        return JSONResponse({"status": "ready", "store": runtime.store.url.split("?")[0]})
+    _serve_health(app, runtime)
 
     if docs_assets is not None:
         _serve_docs(app, docs_assets)
@@ -302,4 +351,5 @@ def create_app(
             expose_headers=["Retry-After", "Location"],
         )
     app.add_middleware(_BodyLimit, limit=max_body, skip=(openai_api.PREFIX + "/",))
+    app.add_middleware(_RelativeRedirects)
     return app

@@ -8,7 +8,11 @@ in a URL would end up in logs. A request authenticated by the cookie that change
 answered; the cookie is ``SameSite=Strict`` as well. Tokens are checked by
 ``agentnb.tokens.verify`` (digests only, constant-time comparison) on every request, so a
 revoked token, or a signed-out page, is refused at once. ``create_app(auth=False)`` makes
-every request act for the user ``default`` (``agentnb serve`` allows that on loopback only).
+every request act for the user ``default`` (``agentnb serve`` allows that on loopback only);
+such a service answers only to loopback host names (``LOOPBACK_HOSTS`` and the
+``allowed_hosts`` given: a foreign ``Host`` is DNS rebinding) with a 421, and refuses a
+change with another site's ``Origin`` or a body that is not JSON unless it carries the
+page's CSRF header (``GET /v1/auth/me`` answers it).
 
 ``open_session`` resolves the session a route names, for the principal's user. A route's
 ``{session_id}`` is a session id or, for a sub-agent's child session (whose own id is
@@ -22,8 +26,10 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Annotated
+from urllib.parse import urlsplit
 
 from fastapi import Path, Request, Security
 from fastapi.security import APIKeyCookie, HTTPAuthorizationCredentials, HTTPBearer
@@ -40,6 +46,8 @@ __all__ = [
     "CHILDREN",
     "COOKIE",
     "CSRF_HEADER",
+    "LOOPBACK_HOSTS",
+    "NO_AUTH",
     "SESSION",
     "Auth",
     "Principal",
@@ -54,6 +62,21 @@ _SAFE = frozenset({"GET", "HEAD", "OPTIONS"})
 DEFAULT_USER = "default"
 CHILDREN = "/children/"
 """What joins a parent's session id and a call id in a child session's address."""
+
+
+LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "[::1]", "::1"})
+"""The host names a service without auth answers to (besides ``--allowed-host`` values)."""
+NO_AUTH = "agentnb/no-auth"
+"""What a service without auth derives its page's CSRF value from."""
+_JSON_TYPES = frozenset({"application/json", "application/problem+json"})
+
+
+def _host_of(netloc: str) -> str:
+    """The host name of a ``Host`` header or an origin's authority, without its port."""
+    netloc = netloc.strip().lower()
+    if netloc.startswith("["):
+        return netloc[: netloc.find("]") + 1] if "]" in netloc else netloc
+    return netloc.rsplit(":", 1)[0] if netloc.count(":") == 1 else netloc
 
 
 class _SessionRef(Convertor[str]):
@@ -110,9 +133,12 @@ class Principal:
 class Auth:
     """Checks credentials against the store's tokens (or lets everyone in as ``default``)."""
 
-    def __init__(self, store: SessionStore, *, enabled: bool) -> None:
+    def __init__(
+        self, store: SessionStore, *, enabled: bool, allowed_hosts: Iterable[str] = ()
+    ) -> None:
         self.store = store
         self.enabled = enabled
+        self.allowed_hosts = LOOPBACK_HOSTS | {h.lower() for h in allowed_hosts}
         self._csrf_key = hmac.new(store.secret(), b"agentnb/csrf/v1", hashlib.sha256).digest()
 
     def csrf_of(self, token_id: str) -> str:
@@ -122,6 +148,7 @@ class Auth:
     def principal(self, request: Request, bearer: str | None, cookie: str | None) -> Principal:
         """The request's principal; ``Unauthorized`` or a 403 ``Problem`` if it has none."""
         if not self.enabled:
+            self._check_unauthenticated(request)
             return Principal(DEFAULT_USER)
         if bearer is not None:
             record = tokens.verify(self.store, bearer)
@@ -143,6 +170,35 @@ class Auth:
             "no credentials: send 'Authorization: Bearer <token>' (agentnb token add USER), "
             "or sign in on the chat page"
         )
+
+    def _check_unauthenticated(self, request: Request) -> None:
+        """Without auth, only this machine's names may be asked for (a page whose name
+        rebinds to 127.0.0.1 is same-origin to its browser, but sends its own name as
+        ``Host``), and a change must come from this service's own page: with its CSRF
+        header, or JSON (or no body) and no ``Origin`` of another site."""
+        host = _host_of(request.headers.get("host", ""))
+        if host not in self.allowed_hosts:
+            raise Problem(
+                421,
+                f"this service runs without auth and answers only to {sorted(self.allowed_hosts)}"
+                f", not to the host name {host[:80]!r}; open it as http://127.0.0.1:<port>/ "
+                "(or start it with --allowed-host NAME)",
+            )
+        if request.method in _SAFE:
+            return
+        sent = request.headers.get(CSRF_HEADER, "")
+        if hmac.compare_digest(sent.encode(), self.csrf_of(NO_AUTH).encode()):
+            return
+        origin = request.headers.get("origin")
+        if origin is not None and _host_of(urlsplit(origin).netloc) not in self.allowed_hosts:
+            raise Problem(403, f"a change from another site ({origin[:80]!r}) is refused")
+        kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        if kind and kind not in _JSON_TYPES:
+            raise Problem(
+                403,
+                f"a change must be JSON (Content-Type: application/json) or carry the page's "
+                f"{CSRF_HEADER} header, not {kind[:80]!r}",
+            )
 
     def still_valid(self, principal: Principal) -> bool:
         """Whether the principal's token (and its parent) is still usable (streams recheck)."""

@@ -11,8 +11,8 @@ sees them, so the cost of a hostile head is one scan of at most ``MAX_HEAD`` byt
 - a head still incomplete ``HEAD_TIMEOUT`` seconds after its first byte, ``408``.
 
 Each answer is an RFC 9457 problem with ``Connection: close``; the server then stops
-reading (what the client sends on is dropped) and closes the connection shortly after, so
-the client reads the answer instead of a reset. ``protocol()`` picks this class, or, when
+reading (the client's sending stalls) and closes the connection ``LINGER`` seconds after,
+so the client reads the answer before the connection goes. ``protocol()`` picks this class, or, when
 httptools is missing, h11 with its own bound on an incomplete head (``h11_options``).
 """
 
@@ -183,6 +183,8 @@ def protocol() -> tuple[Any, dict[str, Any]]:
             self.transport.write(_refusal(status))
             if self.transport.can_write_eof():
                 self.transport.write_eof()
+            # Read no more: the client's sending stalls instead of costing this loop.
+            self.transport.pause_reading()
             self.loop.call_later(LINGER, self.transport.close)
 
     return GuardedHttpToolsProtocol, {}

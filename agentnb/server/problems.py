@@ -79,6 +79,7 @@ HTTP_PROBLEMS: dict[int, tuple[str, str]] = {
     405: ("MethodNotAllowed", "this route does not take that method; see /docs"),
     413: ("PayloadTooLarge", "the request body is larger than the service accepts"),
     415: ("UnsupportedMediaType", "send JSON (Content-Type: application/json)"),
+    421: ("MisdirectedRequest", "this service does not answer to that host name"),
     500: ("InternalError", "the service failed unexpectedly; its log says why"),
 }
 """Problems of the HTTP layer itself (no agentnb error behind them): status -> (type, title)."""

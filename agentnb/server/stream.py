@@ -7,7 +7,7 @@ once, and a second waits for the inbox (the page's queue). The feed encodes each
 into a frame and keeps the newest ``RING`` frames; a stream sends the frames after its cursor
 from there, or reads older ones from the store by cursor (never a replay). Nothing polls: a
 stream sleeps until its feed wakes it, sending ``: keepalive`` every ``KEEPALIVE`` seconds
-(and checking that its token was not revoked meanwhile).
+(a stream whose token is revoked ends within a second: ``agentnb.server.revocations``).
 
 The wire (``text/event-stream``; ``retry:`` first)::
 
@@ -72,9 +72,10 @@ from agentnb.projections.state import KEEP_TURNS, InboxState
 from agentnb.projections.subagents import key_of
 from agentnb.records import Child, Interaction
 from agentnb.runtime.runtime import Runtime
-from agentnb.server.auth import SESSION, Auth, Principal, SessionId, current_user, open_session
+from agentnb.server.auth import SESSION, Principal, SessionId, current_user, open_session
 from agentnb.server.problems import PROBLEM_RESPONSES
 from agentnb.server.render import item_json, panel
+from agentnb.server.revocations import TokenWatch
 from agentnb.session import Session
 
 __all__ = [
@@ -138,7 +139,8 @@ def parse_cursor(text: str | None, session_id: str, head: int) -> int:
     if text is None or text == "":
         return 0
     sid, sep, seq_text = text.rpartition(":")
-    if not sep or not seq_text.isdigit() or len(seq_text) > 18:
+    # ASCII digits only: str.isdigit() takes '²' (which int() refuses) and '٣' (read as 3).
+    if not sep or not seq_text.isascii() or not seq_text.isdigit() or len(seq_text) > 18:
         raise InvalidCursor(
             f"cursor {text[:80]!r} is not '<session_id>:<seq>'; reload the snapshot of "
             f"{session_id} and stream after its cursor"
@@ -691,16 +693,26 @@ async def _events(
     sub: Subscriber,
     start: int,
     principal: Principal,
-    auth: Auth,
+    watch: TokenWatch,
 ) -> AsyncIterator[str]:
     """The stream of one subscriber (see the module docstring)."""
     mode = sub.mode
     pos = start
     # A page that starts before the fold, or catches up from the store, is owed every item.
     owed = mode == "page" and feed.fold_from is not None and pos < feed.fold_from
+    revoked: list[str] = []
+
+    def end(reason: str) -> None:  # the token stopped working (the watch, on the loop)
+        revoked.append(reason)
+        sub.wake.set()
+
+    release = watch.hold(principal, end)
     try:
         yield f"retry: {RETRY_MS}\n: connected\n\n"
         while True:
+            if revoked:
+                yield _sse("end", {"reason": revoked[0]})
+                return
             out: list[str] = []
             # Live pieces first: one that came before a batch's frames was made before that
             # batch committed it (the loop runs the feed's hand-overs in order), and a client
@@ -734,11 +746,9 @@ async def _events(
             try:
                 await asyncio.wait_for(sub.wake.wait(), KEEPALIVE)
             except TimeoutError:
-                if not await anyio.to_thread.run_sync(auth.still_valid, principal):
-                    yield _sse("end", {"reason": "the token was revoked or the sign-in ended"})
-                    return
                 yield ": keepalive\n\n"
     finally:
+        release()
         feed.unsubscribe(sub)
 
 
@@ -777,9 +787,8 @@ async def stream(
     feeds: Feeds = request.app.state.feeds
     feed = await feeds.get(session, fold=mode == "page")
     sub = feed.subscribe(mode)
-    auth: Auth = request.app.state.auth
     return StreamingResponse(
-        _events(feed, sub, start, principal, auth),
+        _events(feed, sub, start, principal, request.app.state.token_watch),
         media_type="text/event-stream",
         headers={
             "Cache-Control": "no-cache",

@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from agentnb import tokens
 from agentnb.errors import InvalidInput, Unauthorized
-from agentnb.server.auth import COOKIE, Auth, Principal, current_user
+from agentnb.server.auth import COOKIE, NO_AUTH, Auth, Principal, current_user
 from agentnb.server.problems import PROBLEM_RESPONSES
 
 __all__ = ["router"]
@@ -62,7 +62,7 @@ def _auth(request: Request) -> Auth:
 
 def _me(auth: Auth, principal: Principal) -> dict[str, Any]:
     if principal.token_id is None:
-        return {"user_id": principal.user_id, "auth": "none", "csrf": None}
+        return {"user_id": principal.user_id, "auth": "none", "csrf": auth.csrf_of(NO_AUTH)}
     if principal.signed_in:
         return {
             "user_id": principal.user_id,
@@ -109,6 +109,7 @@ def sign_out(request: Request, principal: User) -> Response:
     auth = _auth(request)
     if principal.signed_in and principal.token_id is not None:
         tokens.revoke(auth.store, principal.token_id)
+        request.app.state.token_watch.check_now()  # its streams end now
     response = Response(status_code=204)
     response.delete_cookie(COOKIE, path="/", httponly=True, samesite="strict")
     return response
@@ -130,4 +131,6 @@ def revoke_token(request: Request, token_id: str, principal: User) -> dict[str, 
     record = store.get_token(token_id)
     if record is None or record.user_id != principal.user_id:
         raise InvalidInput(f"you have no token {token_id!r}; see GET /v1/tokens")
-    return _token_info(tokens.revoke(store, token_id))
+    revoked = tokens.revoke(store, token_id)
+    request.app.state.token_watch.check_now()  # its streams (and its sign-ins') end now
+    return _token_info(revoked)

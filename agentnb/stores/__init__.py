@@ -10,6 +10,7 @@ from urllib.parse import SplitResult, parse_qsl, urlsplit
 
 from agentnb.errors import InvalidInput
 from agentnb.ids import Clock
+from agentnb.stores import pgurl
 from agentnb.stores.base import Lease, SessionRecord, SessionStore, Tombstone
 from agentnb.stores.memory import MemoryStore
 
@@ -89,6 +90,11 @@ def open_store(
         )
     parts = split_url(url)
     scheme = parts.scheme.lower()
+    if pgurl.is_postgres(url):
+        pgurl.check(url)  # urlsplit is not libpq: what libpq will read decides from here
+        from agentnb.stores.postgres import PostgresStore
+
+        return PostgresStore(url, clock=clock, create=create)
     if scheme == "memory":
         return MemoryStore(clock=clock)
     if scheme == "sqlite":
@@ -115,10 +121,6 @@ def open_store(
             synchronous=options.get("synchronous", "FULL"),
             create=create,
         )
-    if scheme in ("postgresql", "postgres"):
-        from agentnb.stores.postgres import PostgresStore
-
-        return PostgresStore(url, clock=clock, create=create)
     shown = url
     if scheme and "@" in parts.netloc:  # never echo credentials, whatever the scheme
         shown = url.replace(parts.netloc, "***@" + parts.netloc.rpartition("@")[2], 1)

@@ -106,6 +106,7 @@ import contextlib
 import functools
 import json
 import math
+import re
 import threading
 import time
 from abc import ABC, abstractmethod
@@ -119,6 +120,7 @@ from agentnb.errors import (
     Fenced,
     IdempotencyConflict,
     InboxChanged,
+    InvalidCursor,
     InvalidInput,
     LeaseHeld,
     SessionArchived,
@@ -575,21 +577,26 @@ def encode_cursor(last_activity: float, row: int) -> str:
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
+_CURSOR = re.compile(rb"\[(-?[0-9]{1,20}(?:\.[0-9]{1,20})?(?:e[-+]?[0-9]{1,3})?), ([0-9]{1,18})\]")
+"""What ``encode_cursor`` writes: a finite number and a row id, nothing nested."""
+
+
 def decode_cursor(cursor: object) -> tuple[float, int]:
-    """(last_activity, row) of a cursor from ``encode_cursor``, or ``InvalidInput``."""
-    try:
-        if not isinstance(cursor, str):
-            raise TypeError(type(cursor).__name__)
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
-        activity, row = json.loads(raw)
-        if not isinstance(activity, int | float) or not isinstance(row, int):
-            raise ValueError(cursor)
-        return float(activity), row
-    except (ValueError, TypeError, binascii.Error):
-        raise InvalidInput(
-            f"before={cursor!r} is not a cursor of this listing; pass the cursor of the last "
+    """(last_activity, row) of a cursor from ``encode_cursor``, or ``InvalidCursor`` (an
+    ``InvalidInput``) for anything else: the text is matched whole before any number is
+    read, so a crafted one (deep nesting, a huge integer) is refused like a garbled one."""
+    found = None
+    if isinstance(cursor, str) and len(cursor) <= 128 and cursor.isascii():
+        with contextlib.suppress(ValueError, binascii.Error):
+            found = _CURSOR.fullmatch(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
+    activity = float(found.group(1)) if found else math.nan
+    if found is None or not math.isfinite(activity):
+        shown = repr(cursor[:80]) if isinstance(cursor, str) else f"a {type(cursor).__name__}"
+        raise InvalidCursor(
+            f"before={shown} is not a cursor of this listing; pass the cursor of the last "
             "record of the previous page (or None for the first page)"
-        ) from None
+        )
+    return activity, int(found.group(2))
 
 
 def decide_tombstone_mark(sink: str, old: int, seq: int, top: int) -> int:

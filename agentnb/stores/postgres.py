@@ -48,7 +48,6 @@ import time
 import weakref
 from collections.abc import Callable
 from typing import Any, NoReturn, TypeVar
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from agentnb.errors import (
     Corrupt,
@@ -93,6 +92,10 @@ from agentnb.stores.base import (
     submit_delta,
     submit_text,
 )
+from agentnb.stores.pgurl import check as check_url
+from agentnb.stores.pgurl import redact as redact_url
+from agentnb.stores.pgurl import scrub as scrub_url
+from agentnb.stores.pgurl import secrets as url_secrets
 
 try:  # the postgres extra
     import psycopg
@@ -483,27 +486,6 @@ class _DatabaseClock:
         self.offset = server_now - (sent + received) / 2
 
 
-def _redact(url: str) -> str:
-    """``url`` with any password masked (in the authority and in the query)."""
-    try:
-        parts = urlsplit(url)
-        netloc = parts.netloc
-        if "@" in netloc:
-            userinfo, _, hostport = netloc.rpartition("@")
-            if ":" in userinfo:
-                userinfo = userinfo.split(":", 1)[0] + ":***"
-            netloc = f"{userinfo}@{hostport}"
-        query = parts.query
-        if query:
-            pairs = parse_qsl(query, keep_blank_values=True)
-            query = urlencode(
-                [(k, "***" if "password" in k.lower() else v) for k, v in pairs], safe="/:,"
-            )
-        return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
-    except ValueError:
-        return "postgresql://(unreadable URL)"
-
-
 class PostgresStore(SessionStore):
     """A ``SessionStore`` in a PostgreSQL database, shared by many processes and machines.
 
@@ -531,13 +513,14 @@ class PostgresStore(SessionStore):
         super().__init__(clock=clock or self._db_clock)
         if not isinstance(url, str):
             raise InvalidInput(f"url must be a string, got {type(url).__name__}")
-        self.url = _redact(url)
+        check_url(url)
+        self.url = redact_url(url)
         if not isinstance(pool_size, int) or isinstance(pool_size, bool) or pool_size < 1:
             raise InvalidInput(f"pool_size must be a positive int, got {pool_size!r}")
         check_seconds(connect_timeout, "connect_timeout")
         check_seconds(lock_timeout, "lock_timeout")
         self._conninfo, self._where = _parse(url, self.url, connect_timeout)
-        self._secrets = _secrets_of(url)
+        self._secrets = url_secrets(url)
         self._lock_timeout = lock_timeout
         self._ids: dict[SessionKey, int] = {}
         self._keys: dict[int, SessionKey] = {}  # the other way: who a notification is for
@@ -1957,7 +1940,7 @@ def _parse(url: str, shown: str, connect_timeout: float) -> tuple[str, str]:
         params = conninfo_to_dict(url)
     except psycopg.ProgrammingError as exc:
         raise InvalidInput(
-            f"{shown} is not a PostgreSQL URL ({_scrub(str(exc), url)}); write "
+            f"{shown} is not a PostgreSQL URL ({scrub_url(str(exc), url)}); write "
             "postgresql://user:password@host:port/dbname"
         ) from None
     if "connect_timeout" not in params:
@@ -1967,17 +1950,3 @@ def _parse(url: str, shown: str, connect_timeout: float) -> tuple[str, str]:
     db = str(params.get("dbname") or params.get("user") or "")
     where = f"{host}:{port}/{db}" if not host.startswith("/") else f"{host} (socket)/{db}"
     return psycopg.conninfo.make_conninfo("", **params), where
-
-
-def _secrets_of(url: str) -> list[str]:
-    try:
-        params = conninfo_to_dict(url)
-    except psycopg.ProgrammingError:
-        return []
-    return [str(v) for k, v in params.items() if "password" in k and v]
-
-
-def _scrub(text: str, url: str) -> str:
-    for secret in _secrets_of(url):
-        text = text.replace(secret, "***")
-    return text

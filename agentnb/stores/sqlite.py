@@ -375,6 +375,8 @@ class SQLiteStore(SessionStore):
         self._ids: dict[SessionKey, int] = {}
         self._group = _GroupCommit()
         self._create = create
+        self.read_only = False
+        """The file is not writable here: opened read-only (every write is refused)."""
         self._catalogue = Path(f"{self.path}{CATALOGUE}")
         self._pending_watchers: list[Callable[[SessionKey | None], None]] = []
         self._pending_lock = threading.Lock()
@@ -407,6 +409,9 @@ class SQLiteStore(SessionStore):
                 info = _lstat(self.path)
         if info is not None:
             _check_store_file(self.path, info)
+            if info.st_size and not os.access(self.path, os.W_OK):
+                self.read_only = True  # a reader of a file it may not change (see _connect)
+                return
             if not info.st_size:
                 os.chmod(self.path, 0o600)  # empty: nobody's data yet, and the mode SQLite copies
         loose = info is not None and info.st_size and stat.S_IMODE(info.st_mode) & 0o077
@@ -419,6 +424,10 @@ class SQLiteStore(SessionStore):
             if self._closed:
                 raise StorageError(f"store {self.url} is closed")
             try:
+                if self.read_only:
+                    conn = self._connect_read_only()
+                    self._conns.put("conn", conn)
+                    return conn
                 conn = sqlite3.connect(
                     self.path,
                     isolation_level=None,
@@ -451,6 +460,34 @@ class SQLiteStore(SessionStore):
                 ) from None
             self._conns.put("conn", conn)
         return conn
+
+    def _connect_read_only(self) -> _Connection:
+        """A connection to a file this process may not write (``mode=ro``), or, when SQLite
+        cannot share its WAL index read-only either (no ``-shm`` it may use), to the file
+        as it is (``immutable=1``: a reader of a file nobody writes now)."""
+        uri = self.path.resolve().as_uri()
+        for options in ("mode=ro", "mode=ro&immutable=1"):
+            conn = sqlite3.connect(
+                f"{uri}?{options}",
+                uri=True,
+                isolation_level=None,
+                check_same_thread=False,
+                timeout=self._busy_ms / 1000,
+                factory=_Connection,
+            )
+            try:
+                conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+            except sqlite3.OperationalError:
+                conn.close()
+                continue
+            conn.path = self.path
+            conn.create_function("agentnb_fold", 1, _fold, deterministic=True)
+            conn.execute(f"PRAGMA busy_timeout={self._busy_ms}")
+            return conn
+        raise StorageError(
+            f"{self.path} is not writable here and SQLite cannot read it read-only either; "
+            "read it as a user who may write it, or copy it"
+        )
 
     @contextlib.contextmanager
     def _write(self) -> Iterator[_Connection]:
@@ -519,6 +556,14 @@ class SQLiteStore(SessionStore):
             old = conn.execute("SELECT value FROM agentnb_meta WHERE key='format'").fetchone()
             if old is None or old[0] not in _MIGRATABLE:
                 self._check_format(old)
+        if self.read_only:
+            if old is None or old[0] != FORMAT:
+                raise InvalidInput(
+                    f"{self.path} is not writable here and its store is in an older format "
+                    f"({old[0] if old else 'none'}); open it once where it is writable (that "
+                    "migrates it), then read it here"
+                )
+            return
         with self._write() as c:
             recorded = self._recorded_sessions()
             top = self._top_session(c)

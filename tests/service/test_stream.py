@@ -256,7 +256,7 @@ class TestKeepalive:
         assert comments[0] == "connected"
 
     def test_revoked_token_ends_an_open_stream(self, quick: Any) -> None:
-        """A stream whose token is revoked ends at its next keepalive, saying so."""
+        """A stream whose token is revoked by another process ends, saying so."""
         server, url = quick
         token = issue(url, "alice")
         headers = {"Authorization": f"Bearer {token}"}

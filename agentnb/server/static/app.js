@@ -266,7 +266,8 @@
       const row = el("li", "session-row");
       row.dataset.id = id;
       if (id === page.sessionId) row.classList.add("current");
-      row.append(el("span", "row-title", info.title || "untitled session"));
+      // <bdi>: a title's bidirectional controls (U+202E, ...) stay inside it.
+      row.append(el("bdi", "row-title", info.title || "untitled session"));
       row.title = id;
       const meta = el("span", "small muted");
       meta.append(badge(info.status), " ", plural(info.counts.turns, "task"));
@@ -281,7 +282,7 @@
   // line (known once a task is submitted, so the list's next load fills it in).
   function showTitle(title) {
     const node = $("title");
-    node.textContent = title || "untitled session";
+    node.replaceChildren(el("bdi", "", title || "untitled session"));
     node.title = page.sessionId || "";
   }
 
