@@ -482,3 +482,31 @@ SELECT
   json_extract_string(payload, '$.previous') AS previous
 FROM events
 WHERE type = 'task/changed';
+
+-- feedback: the ratings of turns in force (session.feedback), one row each: feedback/added
+-- less those a later feedback/removed retracted. score: 1 thumbs up, 0 thumbs down (any
+-- number); negative: a score of 0 or below, or the label 'negative'; given_by: the by= of
+-- the call (a user id, or 'evaluator:NAME' for the scores of an nb.evals replay).
+CREATE OR REPLACE VIEW feedback AS
+WITH removed AS (
+  SELECT namespace, user_id, agent_id, session_id,
+         json_extract_string(payload, '$.feedback_id') AS feedback_id
+  FROM events WHERE type = 'feedback/removed'
+)
+SELECT
+  a.namespace, a.user_id, a.agent_id, a.session_id, a.turn_id, a.seq, a.occurred_at,
+  json_extract_string(a.payload, '$.feedback_id') AS feedback_id,
+  TRY_CAST(json_extract_string(a.payload, '$.score') AS DOUBLE) AS score,
+  json_extract_string(a.payload, '$.label') AS label,
+  json_extract_string(a.payload, '$.comment') AS comment,
+  json_extract_string(a.payload, '$.by') AS given_by,
+  coalesce(TRY_CAST(json_extract_string(a.payload, '$.score') AS DOUBLE) <= 0, false)
+    OR coalesce(json_extract_string(a.payload, '$.label') = 'negative', false) AS negative
+FROM events AS a
+WHERE a.type = 'feedback/added'
+  AND NOT EXISTS (
+    SELECT 1 FROM removed AS r
+    WHERE r.namespace = a.namespace AND r.user_id = a.user_id AND r.agent_id = a.agent_id
+      AND r.session_id = a.session_id
+      AND r.feedback_id = json_extract_string(a.payload, '$.feedback_id')
+  );

@@ -23,7 +23,7 @@ from starlette.middleware.cors import CORSMiddleware
 from agentnb import __version__
 from agentnb.errors import AgentnbError, InvalidInput, StorageError
 from agentnb.runtime.runtime import Runtime
-from agentnb.server import sessions, stream, tokens, turns
+from agentnb.server import feedback, sessions, stream, tokens, turns
 from agentnb.server.auth import Auth
 from agentnb.server.problems import (
     HTTP_PROBLEMS,
@@ -234,7 +234,7 @@ def create_app(
         status, body = problem_of(exc, request.url.path)
         return _problem_response(status, body)
 
-    for router in (sessions.router, turns.router, stream.router, tokens.router):
+    for router in (sessions.router, turns.router, feedback.router, stream.router, tokens.router):
         app.include_router(router, prefix="/v1")
 
     @app.get("/healthz", tags=["health"], summary="The process is up")
