@@ -104,6 +104,11 @@ def __getattr__(name: str) -> Any:
         from agentnb import client
 
         return getattr(client, name)
+    # Evaluation (pydantic-evals, pandas): imported on first use of nb.evals.
+    if name == "evals":
+        import importlib
+
+        return importlib.import_module("agentnb.evals")
     raise AttributeError(f"module 'agentnb' has no attribute {name!r}")
 
 
@@ -189,6 +194,7 @@ __all__ = [
     "UsageTotals",
     "ask_user",
     "connect",
+    "evals",
     "mcp",
     "open_store",
     "register_event_type",

@@ -15,9 +15,9 @@ import pytest
 
 import agentnb as nb
 from agentnb import analysis, tokens
+from agentnb.errors import InvalidInput, SessionDeleted, UnknownTurn
 from agentnb.export import Exporter
 from agentnb.export.parquet import ParquetSink
-from agentnb.errors import InvalidInput, SessionDeleted, UnknownTurn
 
 
 def agent() -> nb.Agent:
@@ -153,7 +153,11 @@ class TestFeedbackDurable:
         """feedback() returned in a process killed at once: a new runtime reads it back."""
         url = f"sqlite:///{tmp_path / 'db.sqlite'}"
         done = subprocess.run(
-            [sys.executable, "-c", CHILD, url], capture_output=True, text=True, timeout=120
+            [sys.executable, "-c", CHILD, url],
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=120,
         )
         assert done.returncode == -signal.SIGKILL, done.stderr
         turn, fid = done.stdout.split()
@@ -177,8 +181,7 @@ class TestFeedbackExports:
         for source in (tmp_path / "export", runtime.store):
             with analysis.connection(source) as con:
                 rows = con.sql(
-                    "SELECT feedback_id, turn_id, score, comment, given_by, negative "
-                    "FROM feedback"
+                    "SELECT feedback_id, turn_id, score, comment, given_by, negative FROM feedback"
                 ).fetchall()
             assert rows == [(kept, turn, 0.0, "<script>alert(1)</script>", "bob", True)]
 
