@@ -182,3 +182,13 @@ def test_stops_run_prints_one_json_line_per_metric() -> None:
         "time_limit_trickling_model_ms",
         "ctrl_c_exit_blocked_tool_ms",
     }
+
+
+def test_evals_quick_run_prints_one_json_line_per_metric() -> None:
+    """`bench_evals.py --quick` prints the replay against fresh turns and the dataset builds."""
+    records = _records("bench_evals.py", "--quick")
+    assert [r["metric"] for r in records] == [
+        "replay of 20 recorded turns (s)",
+        "dataset from 1000 turns (s)",
+        "dataset from 1000 exported turns (s)",
+    ]

@@ -429,8 +429,6 @@ def dataset(
     those rated at all; ``since`` / ``until``: bounds on the turn's start (inclusive /
     exclusive); ``expected``: expected outputs by turn id (else the recorded output).
     """
-    from agentnb import analysis
-
     wanted = _statuses(turns)
     if feedback not in (None, "negative", "positive", "any"):
         raise InvalidInput(
@@ -441,29 +439,21 @@ def dataset(
             raise InvalidInput(f"{what} must be a timezone-aware datetime")
     if sessions is not None and (isinstance(sessions, str) or not sessions):
         raise InvalidInput("sessions must be a non-empty collection of session ids")
-    store, label = _store_of(source)
-    keep = None if labels is None else _labelled(store, source, labels)
-    where, params = ["type IN (" + ", ".join("?" * len(_TYPES)) + ")"], list(_TYPES)
-    if sessions is not None:
-        where.append("session_id IN (" + ", ".join("?" * len(sessions)) + ")")
-        params += list(sessions)
-    if agent_id is not None:
-        where.append("agent_id = ?")
-        params.append(agent_id)
-    sql = (
-        "SELECT namespace, user_id, agent_id, session_id, type, seq, epoch_us(occurred_at), "
-        "turn_id, payload FROM events WHERE " + " AND ".join(where) + " "
-        "ORDER BY namespace, user_id, agent_id, session_id, seq"
-    )
-    with analysis.connection(store if store is not None else source) as con:
-        rows = con.execute(sql, params).fetchall()
-    found: list[EvalCase] = []
-    for key, group in _by_session(rows):
-        if keep is not None and key not in keep:
-            continue
-        for case in cases_of(key, group):
-            if _wanted(case, wanted, feedback, since, until):
-                found.append(case)
+    store, label, opened = _store_of(source)
+    try:
+        keep = None if labels is None else _labelled(store, source, labels)
+        if store is not None:
+            groups = _live_groups(store, sessions, agent_id)
+        else:
+            groups = _export_groups(source, sessions, agent_id)
+        found: list[EvalCase] = []
+        for key, group in groups:
+            if keep is not None and key not in keep:
+                continue
+            found += (c for c in cases_of(key, group) if _wanted(c, wanted, feedback, since, until))
+    finally:
+        if opened:
+            store.close()
     built = Dataset(found, name=name or label)
     return built.with_expected(expected) if expected else built
 
@@ -482,46 +472,93 @@ def _statuses(turns: object) -> frozenset[str] | None:
     return frozenset(str(t) for t in turns)
 
 
-def _store_of(source: Any) -> tuple[Any, str]:
-    """(the live store object to read, or None to let ``analysis`` open ``source``; a name)."""
+def _store_of(source: Any) -> tuple[Any, str, bool]:
+    """(the live store to read, or None to let ``analysis`` read ``source``; a name for the
+    dataset; whether the store was opened here and is closed after)."""
+    from agentnb.stores import open_store
     from agentnb.stores.base import SessionStore
 
     store = getattr(source, "store", None)
     if isinstance(store, SessionStore) and hasattr(source, "agent"):
-        return store, source.agent.agent_id
+        return store, source.agent.agent_id, False
     if isinstance(source, SessionStore):
-        return source, "agentnb"
-    return None, Path(str(source)).name or "agentnb"
+        return source, "agentnb", False
+    if isinstance(source, str) and source.startswith(_STORE_URLS):
+        return open_store(source, create=False), Path(source).name or "agentnb", True
+    return None, Path(str(source)).name or "agentnb", False
 
 
 def _labelled(store: Any, source: Any, labels: Mapping[str, str]) -> set[tuple[str, ...]]:
     """The keys of the sessions with ``labels`` (from the catalogue of a live store)."""
-    from agentnb.stores import open_store
-
-    opened = None
     if store is None:
-        if not (isinstance(source, str) and source.startswith(_STORE_URLS)):
-            raise InvalidInput(
-                "labels= needs a live store (a Runtime or a store URL): exports hold no labels"
-            )
-        store = opened = open_store(source, create=False)
-    try:
-        found: set[tuple[str, ...]] = set()
-        before = None
-        while True:
-            page = store.find_sessions(labels=dict(labels), limit=1000, before=before)
-            found |= {
-                (r.key.namespace, r.key.user_id, r.key.agent_id, r.key.session_id) for r in page
-            }
-            if len(page) < 1000:
-                return found
-            before = page[-1].cursor
-    finally:
-        if opened is not None:
-            opened.close()
+        raise InvalidInput(
+            "labels= needs a live store (a Runtime or a store URL): exports hold no labels"
+        )
+    found: set[tuple[str, ...]] = set()
+    before = None
+    while True:
+        page = store.find_sessions(labels=dict(labels), limit=1000, before=before)
+        found |= {(r.key.namespace, r.key.user_id, r.key.agent_id, r.key.session_id) for r in page}
+        if len(page) < 1000:
+            return found
+        before = page[-1].cursor
 
 
 _STORE_URLS = ("sqlite:", "memory:", "postgresql:", "postgres:")
+
+
+def _live_groups(
+    store: Any, sessions: Collection[str] | None, agent_id: str | None
+) -> Iterator[tuple[tuple[str, str, str, str], list[Row]]]:
+    """Each session's rows of the case types, read from a live store in their stored form
+    (``read_raw``: no payload is decoded unless a case needs it), sessions in key order."""
+    from agentnb.stores.base import MAX_READ_LIMIT
+
+    wanted = frozenset(_TYPES)
+    keys = sorted(
+        (r.key for r in store.list_sessions()),
+        key=lambda k: (k.namespace, k.user_id, k.agent_id, k.session_id),
+    )
+    for k in keys:
+        if (sessions is not None and k.session_id not in sessions) or (
+            agent_id is not None and k.agent_id != agent_id
+        ):
+            continue
+        rows: list[Row] = []
+        pos = 0
+        while batch := store.read_raw(k, pos, MAX_READ_LIMIT):
+            rows += [
+                (e.type, e.seq, e.occurred_us, e.turn_id, decode_json(e.payload_json))
+                for e in batch
+                if e.type in wanted
+            ]
+            if len(batch) < MAX_READ_LIMIT:
+                break
+            pos = batch[-1].seq
+        yield (k.namespace, k.user_id, k.agent_id, k.session_id), rows
+
+
+def _export_groups(
+    source: Any, sessions: Collection[str] | None, agent_id: str | None
+) -> Iterator[tuple[tuple[str, str, str, str], list[Row]]]:
+    """The same rows from an export (or anything else ``agentnb.analysis`` reads), by SQL."""
+    from agentnb import analysis
+
+    where, params = ["type IN (" + ", ".join("?" * len(_TYPES)) + ")"], list(_TYPES)
+    if sessions is not None:
+        where.append("session_id IN (" + ", ".join("?" * len(sessions)) + ")")
+        params += list(sessions)
+    if agent_id is not None:
+        where.append("agent_id = ?")
+        params.append(agent_id)
+    sql = (
+        "SELECT namespace, user_id, agent_id, session_id, type, seq, epoch_us(occurred_at), "
+        "turn_id, payload FROM events WHERE " + " AND ".join(where) + " "
+        "ORDER BY namespace, user_id, agent_id, session_id, seq"
+    )
+    with analysis.connection(source) as con:
+        rows = con.execute(sql, params).fetchall()
+    return _by_session(rows)
 
 
 def _by_session(
