@@ -95,4 +95,14 @@ class ViewedSession(Protocol):
 
     def resume(self, turn_id: str) -> Any: ...
 
+    def feedback(
+        self,
+        turn_id: str,
+        *,
+        score: float | None = ...,
+        label: str | None = ...,
+        comment: str | None = ...,
+        by: str | None = ...,
+    ) -> str: ...
+
     def respond(self, request_id: str | Mapping[str, object], answer: object = ...) -> Any: ...
