@@ -26,9 +26,8 @@ class _Rates(Protocol):
 
 def rated_html(score: float, comment: str) -> str:
     """What the bar says once a rating is recorded (the comment escaped)."""
-    thumb = "\N{THUMBS UP SIGN}" if score > 0 else "\N{THUMBS DOWN SIGN}"
     said = f": {html.escape(comment)}" if comment.strip() else ""
-    return f'<span class="agentnb-rated">recorded {thumb}{said}</span>'
+    return f'<span class="agentnb-rated">recorded as {"good" if score > 0 else "bad"}{said}</span>'
 
 
 def rating_bar(view: _Rates, item: ChatItem, bars: dict[str, Any]) -> Any | None:
@@ -49,9 +48,10 @@ def rating_bar(view: _Rates, item: ChatItem, bars: dict[str, Any]) -> Any | None
 
 
 def _bar(view: _Rates, turn_id: str) -> Any:
-    small = w.Layout(width="38px")
-    up = w.Button(description="\N{THUMBS UP SIGN}", tooltip="a good answer", layout=small)
-    down = w.Button(description="\N{THUMBS DOWN SIGN}", tooltip="a bad answer", layout=small)
+    # Font Awesome icons (JupyterLab and Notebook ship them): emoji need a font a machine may lack
+    small = w.Layout(width="40px")
+    up = w.Button(icon="thumbs-up", tooltip="thumbs up: a good answer", layout=small)
+    down = w.Button(icon="thumbs-down", tooltip="thumbs down: a bad answer", layout=small)
     comment = w.Text(placeholder="why? (optional)", layout=w.Layout(width="260px"))
     said = w.HTML("")
 

@@ -46,7 +46,7 @@ class TestRatingBar:
         assert len(bars(view)) == 2
 
     def test_thumbs_down_with_a_comment_records_feedback(self, make_runtime, views) -> None:
-        """👎 with a comment records score 0 and the comment on the answer's turn."""
+        """Thumbs down with a comment records score 0 and the comment on the answer's turn."""
         session = make_runtime(nb.ScriptedModel(["an answer"])).session("s")
         turn = session.run("a question").turn_id
         view = SessionView(session, follow=False)
@@ -62,7 +62,7 @@ class TestRatingBar:
         assert comment.value == ""
 
     def test_thumbs_up(self, make_runtime, views) -> None:
-        """👍 records score 1 with no comment."""
+        """Thumbs up records score 1 with no comment."""
         session = make_runtime(nb.ScriptedModel(["an answer"])).session("s")
         session.run("a question")
         view = SessionView(session, follow=False)

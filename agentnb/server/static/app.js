@@ -465,11 +465,48 @@
       md.innerHTML = item.html || ""; // rendered by the server: raw HTML disabled, text escaped
       node.append(md, el("span", "live"));
       if (item.error) node.append(el("div", "error", item.error));
+      if (item.status === "completed" && item.turn_id && item.text) node.append(ratingBar(item));
     } else {
       const source = item.source && item.source !== "submit" ? ` (${item.source})` : "";
       node.append(label(`${item.role}${source}`), el("div", "text", item.text));
     }
     return node;
+  }
+
+  // Thumbs up / down and a comment under an answer: one POST .../turns/{turn}/feedback
+  // (session.feedback). What it recorded shows as text (textContent: never markup).
+  function ratingBar(item) {
+    const bar = el("div", "rating");
+    const comment = el("input", "rating-comment");
+    comment.type = "text";
+    comment.placeholder = "why? (optional)";
+    comment.maxLength = 2000;
+    const said = el("span", "rated");
+    const send = async (score) => {
+      const why = comment.value.trim();
+      const body = why ? { score, comment: why } : { score };
+      const path = sessionPath(`/turns/${encodeURIComponent(item.turn_id)}/feedback`);
+      const r = await act(() => api("POST", path, body), () => "Thanks: your rating is recorded.");
+      if (r) {
+        said.textContent = `recorded as ${score > 0 ? "good" : "bad"}${why ? ": " + why : ""}`;
+        comment.value = "";
+      }
+    };
+    const thumb = (cls, text, title, score) => {
+      const b = el("button", cls, text);
+      b.type = "button";
+      b.title = title;
+      b.addEventListener("click", () => send(score));
+      return b;
+    };
+    bar.append(
+      // words, not emoji: a machine without an emoji font shows those as empty boxes
+      thumb("thumb-up", "\u25B2 good", "thumbs up: a good answer", 1),
+      thumb("thumb-down", "\u25BC bad", "thumbs down: a bad answer", 0),
+      comment,
+      said,
+    );
+    return bar;
   }
 
   function applyHint(node, item, open) {
