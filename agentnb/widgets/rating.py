@@ -31,14 +31,15 @@ def rated_html(score: float, comment: str) -> str:
 
 
 def rating_bar(view: _Rates, item: ChatItem, bars: dict[str, Any]) -> Any | None:
-    """The rating bar of a completed assistant reply (made once, kept in ``bars``), or None
-    for any other item."""
+    """The rating bar of a completed assistant answer (made once, kept in ``bars``), or None
+    for any other item (a reply that also calls tools is a step, not the answer)."""
     if not (
         item.kind == "message"
         and item.role == "assistant"
         and item.status == "completed"
         and item.turn_id
         and item.text.strip()
+        and not item.tool_call_ids  # a step on the way: the turn's answer comes after it
     ):
         return None
     bar = bars.get(item.id)

@@ -465,7 +465,8 @@
       md.innerHTML = item.html || ""; // rendered by the server: raw HTML disabled, text escaped
       node.append(md, el("span", "live"));
       if (item.error) node.append(el("div", "error", item.error));
-      if (item.status === "completed" && item.turn_id && item.text) node.append(ratingBar(item));
+      const answer = item.status === "completed" && item.turn_id && item.text && !item.tool_call_ids.length;
+      if (answer) node.append(ratingBar(item)); // a reply that also calls tools is a step
     } else {
       const source = item.source && item.source !== "submit" ? ` (${item.source})` : "";
       node.append(label(`${item.role}${source}`), el("div", "text", item.text));
