@@ -556,9 +556,39 @@ def _export_groups(
         "turn_id, payload FROM events WHERE " + " AND ".join(where) + " "
         "ORDER BY namespace, user_id, agent_id, session_id, seq"
     )
+    files = _parquet_files(source)
+    if files:  # a local Parquet export: its files alone, not every view over them
+        from agentnb.export.columns import connect
+
+        con = connect()
+        try:
+            relation = con.read_parquet(files, hive_partitioning=False, union_by_name=True)
+            relation.create_view("events")
+            rows = con.execute(sql, params).fetchall()
+        finally:
+            con.close()
+        return _by_session(rows)
     with analysis.connection(source) as con:
         rows = con.execute(sql, params).fetchall()
     return _by_session(rows)
+
+
+def _parquet_files(source: Any) -> list[str] | None:
+    """The files a local Parquet export folder's manifest lists, or None for another source."""
+    from agentnb.export.parquet import ParquetSink
+
+    if isinstance(source, ParquetSink):
+        sink = source
+    elif isinstance(source, str | Path) and not str(source).startswith(("parquet:", "duckdb:")):
+        if not Path(source).is_dir():
+            return None
+        sink = ParquetSink(str(source), read_only=True)
+    else:
+        return None
+    if not sink.local:
+        return None
+    files: list[str] = sink.files()
+    return files
 
 
 def _by_session(
