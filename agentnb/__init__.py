@@ -107,6 +107,11 @@ def __getattr__(name: str) -> Any:
         from agentnb import client
 
         return getattr(client, name)
+    # Evaluation (pydantic-evals, pandas): imported on first use of nb.evals.
+    if name == "evals":
+        import importlib
+
+        return importlib.import_module("agentnb.evals")
     raise AttributeError(f"module 'agentnb' has no attribute {name!r}")
 
 
@@ -196,6 +201,7 @@ __all__ = [
     "ask_user",
     "backup",
     "connect",
+    "evals",
     "mcp",
     "migrate",
     "open_store",

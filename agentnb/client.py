@@ -812,6 +812,27 @@ class RemoteSession:
         check_id(rule_id, "rule_id")
         self._call("DELETE", f"/permissions/{_seg(rule_id)}")
 
+    def feedback(
+        self,
+        turn_id: str,
+        *,
+        score: float | None = None,
+        label: str | None = None,
+        comment: str | None = None,
+        by: str | None = None,
+    ) -> str:
+        """Rate a turn's answer (``Session.feedback``); ``by`` defaults to the token's user.
+        Returns the feedback id."""
+        check_id(turn_id, "turn_id")
+        body = {"score": score, "label": label, "comment": comment, "by": by}
+        data = self._call("POST", f"/turns/{_seg(turn_id)}/feedback", json_body=body)
+        return str(data["feedback_id"])
+
+    def retract_feedback(self, feedback_id: str) -> None:
+        """Take back a rating (``Session.retract_feedback``)."""
+        check_id(feedback_id, "feedback_id")
+        self._call("DELETE", f"/feedback/{_seg(feedback_id)}")
+
     def pending(self) -> Requests:
         """Open requests, its sub-agents' too (each with its ``path`` and ``session``):
         ``respond`` here routes them (``Session.pending``)."""

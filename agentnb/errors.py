@@ -4,6 +4,7 @@ One tree, so callers can catch as broadly or as narrowly as they need::
 
     AgentnbError
     ├── InvalidInput                 bad argument from the caller; nothing was written
+    │   └── UnknownTurn              a turn id that is not this session's (feedback)
     ├── IdempotencyConflict          a key or batch id reused with other content
     ├── NotRunning                   the turn or run named is not the active one
     ├── InvalidAnswer                a respond() that cannot apply; nothing was written
@@ -19,6 +20,7 @@ One tree, so callers can catch as broadly or as narrowly as they need::
     ├── ToolsetUnavailable           a toolset (an MCP server) would not start or list its tools
     ├── SubagentLimitExceeded        a sub-agent call past the depth or children-per-turn bound
     ├── Unauthorized                 the service refused the credentials (none, wrong, revoked)
+    ├── EvalRegression               nb.evals.assert_no_regression: cases scored lower than before
     ├── HistoryError                 history paging
     │   ├── InvalidLimit
     │   ├── InvalidCursor            (also an InvalidInput)
@@ -54,6 +56,7 @@ __all__ = [
     "CannotResume",
     "Corrupt",
     "CrossSessionCursor",
+    "EvalRegression",
     "ExpiredCursor",
     "Fenced",
     "HistoryError",
@@ -81,6 +84,7 @@ __all__ = [
     "Unauthorized",
     "UncertainToolCalls",
     "UnknownRequiredEvent",
+    "UnknownTurn",
     "describe",
     "install_hint",
 ]
@@ -92,6 +96,10 @@ class AgentnbError(Exception):
 
 class InvalidInput(AgentnbError, ValueError):
     """An argument the caller passed cannot be used; nothing was written."""
+
+
+class UnknownTurn(InvalidInput):
+    """The turn named is not a turn of this session (unknown, or another session's)."""
 
 
 class IdempotencyConflict(AgentnbError):
@@ -192,6 +200,15 @@ class QueueFull(AgentnbError):
         super().__init__(message)
         self.queue = queue
         self.limit = limit
+
+
+class EvalRegression(AgentnbError, AssertionError):
+    """``nb.evals.assert_no_regression``: cases of an experiment scored lower than in its
+    baseline. The message holds their table; ``cases`` their names."""
+
+    def __init__(self, message: str, *, cases: Sequence[str] = ()) -> None:
+        super().__init__(message)
+        self.cases = tuple(cases)
 
 
 class Unauthorized(AgentnbError):

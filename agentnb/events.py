@@ -1000,6 +1000,34 @@ class PresentationHint(Payload):
     data: dict[str, Any] = Field(default_factory=dict)
 
 
+class FeedbackAdded(Payload):
+    """``feedback/added``: a person (or a judge) rated a turn's answer.
+
+    Written by the runtime when it carries out the ``feedback`` command that
+    ``session.feedback`` accepted; the envelope's ``turn_id`` is the turn rated. At least one
+    of ``score``, ``label`` and ``comment`` is set. A turn may hold many; a retraction
+    (``feedback/removed``) takes one back. Nothing in the session's state depends on it.
+    """
+
+    feedback_id: str
+    """Stable id (``fb_...``): what ``session.feedback`` returns, ``retract_feedback`` takes."""
+    score: float | None = None
+    """A number: thumbs are 1 (up) and 0 (down); 0 or below counts as negative."""
+    label: str | None = None
+    """A short tag (``positive``, ``negative``, ``wrong-tool``, ...)."""
+    comment: str | None = None
+    by: str | None = None
+    """Who gave it (a user id, ``judge:...``); None when the caller did not say."""
+    command_id: str | None = None
+
+
+class FeedbackRemoved(Payload):
+    """``feedback/removed``: a ``feedback/added`` was retracted (it no longer counts)."""
+
+    feedback_id: str
+    command_id: str | None = None
+
+
 class InboxStarted(Payload):
     """The runtime started handling an inbox command (execution log)."""
 
@@ -1025,6 +1053,7 @@ CommandKind = Literal[
     "compact",
     "update",
     "revoke",
+    "feedback",
 ]
 
 
@@ -1154,6 +1183,8 @@ PAYLOADS: dict[str, type[Payload]] = {
     "presentation/hint": PresentationHint,
     "inbox/started": InboxStarted,
     "inbox/applied": InboxApplied,
+    "feedback/added": FeedbackAdded,
+    "feedback/removed": FeedbackRemoved,
     # inbox log
     "inbox/accepted": InboxAccepted,
     "inbox/handled": InboxHandled,
@@ -1187,6 +1218,8 @@ _OPTIONAL_BUILTINS = frozenset(
         "schedule/added",
         "schedule/removed",
         "schedule/fired",
+        "feedback/added",
+        "feedback/removed",
     }
 )
 

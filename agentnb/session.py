@@ -34,8 +34,10 @@ from agentnb.errors import (
     NotRunning,
     SessionNotFound,
     StorageError,
+    UnknownTurn,
 )
 from agentnb.events import Event, Message, PlanItem, canonical_json
+from agentnb.feedback import check_feedback, live_feedback
 from agentnb.folds import ChatFolds, Folds, load_context
 from agentnb.history import DEFAULT_REPLAY_LIMIT, HistoryPage, HistoryPages, read_history
 from agentnb.holders import holder_alive, holder_of
@@ -959,6 +961,70 @@ class Session:
             self.start()
         else:
             self.runtime.session(holder.session_id, user_id=holder.user_id).start()
+
+    # -- feedback ----------------------------------------------------------------------------
+
+    def feedback(
+        self,
+        turn_id: str,
+        *,
+        score: float | None = None,
+        label: str | None = None,
+        comment: str | None = None,
+        by: str | None = None,
+        timeout: float = 30.0,
+    ) -> str:
+        """Rate a turn's answer: thumbs are ``score=1`` (up) and ``score=0`` (down); a
+        ``label`` tags it (``"negative"`` marks it bad like a score of 0 or below), a
+        ``comment`` says why, ``by`` who. Returns the feedback id (``retract_feedback``).
+
+        A ``feedback`` command in the inbox (durable when it is accepted); the runtime that
+        executes the session records ``feedback/added`` for it, and this returns once that
+        is committed, or at once while a turn runs (it is recorded when that run ends).
+        ``UnknownTurn`` for a turn that is not this session's, ``SessionDeleted`` for a
+        deleted session, ``InvalidInput`` for a bad rating: nothing is written then.
+        """
+        check_id(turn_id, "turn_id")
+        fields = check_feedback(score=score, label=label, comment=comment, by=by)
+        _check_wait(timeout)
+        self.runtime.check_open()
+        with self._lock:
+            state, _ = self._refresh()
+            if turn_id not in state.turns and state.retired_turns:
+                state, _ = self._whole()
+        if turn_id not in state.turns:
+            raise UnknownTurn(
+                f"turn {turn_id!r} is not a turn of session {self.key}; rate a turn of this "
+                "session (see session.tasks()), or the session that holds it"
+            )
+        feedback_id = new_id("fb")
+        data = {"action": "added", "feedback_id": feedback_id, "turn_id": turn_id, **fields}
+        self._feedback_command(data, state, timeout)
+        return feedback_id
+
+    def retract_feedback(self, feedback_id: str, *, timeout: float = 30.0) -> None:
+        """Take back a rating ``feedback`` returned (``feedback/removed``): it no longer
+        counts in datasets and exports. ``InvalidInput`` for an id that is not a rating of
+        this session in force (unknown, or retracted already); nothing is written then."""
+        check_id(feedback_id, "feedback_id")
+        _check_wait(timeout)
+        self.runtime.check_open()
+        with self._lock:
+            state, _ = self._refresh()
+        rating = live_feedback(self.log.scan()).get(feedback_id)
+        if rating is None:
+            raise InvalidInput(
+                f"there is no feedback {feedback_id!r} in force in session {self.key} "
+                "(unknown, or retracted already)"
+            )
+        data = {"action": "removed", "feedback_id": feedback_id, "turn_id": rating.turn_id}
+        self._feedback_command(data, state, timeout)
+
+    def _feedback_command(self, data: dict[str, Any], state: SessionState, timeout: float) -> None:
+        event, _ = self.inbox.accept("feedback", data=data)
+        self.start()
+        if state.active_run is None:
+            self._await_handled(event.payload["command_id"], timeout)
 
     def interrupt(self, run_id: str | None = None) -> bool:
         """Ask the running run to stop at its next chunk or step boundary.

@@ -516,3 +516,82 @@ SELECT
   json_extract_string(payload, '$.previous') AS previous
 FROM events
 WHERE type = 'task/changed';
+
+-- feedback: the ratings of turns in force (session.feedback), one row each: feedback/added
+-- less those a later feedback/removed retracted. score: 1 thumbs up, 0 thumbs down (any
+-- number); negative: a score of 0 or below, or the label 'negative'; given_by: the by= of
+-- the call (a user id, or 'evaluator:NAME' for the scores of an nb.evals replay).
+CREATE OR REPLACE VIEW feedback AS
+WITH removed AS (
+  SELECT namespace, user_id, agent_id, session_id,
+         json_extract_string(payload, '$.feedback_id') AS feedback_id
+  FROM events WHERE type = 'feedback/removed'
+)
+SELECT
+  a.namespace, a.user_id, a.agent_id, a.session_id, a.turn_id, a.seq, a.occurred_at,
+  json_extract_string(a.payload, '$.feedback_id') AS feedback_id,
+  TRY_CAST(json_extract_string(a.payload, '$.score') AS DOUBLE) AS score,
+  json_extract_string(a.payload, '$.label') AS label,
+  json_extract_string(a.payload, '$.comment') AS comment,
+  json_extract_string(a.payload, '$.by') AS given_by,
+  coalesce(TRY_CAST(json_extract_string(a.payload, '$.score') AS DOUBLE) <= 0, false)
+    OR coalesce(json_extract_string(a.payload, '$.label') = 'negative', false) AS negative
+FROM events AS a
+WHERE a.type = 'feedback/added'
+  AND NOT EXISTS (
+    SELECT 1 FROM removed AS r
+    WHERE r.namespace = a.namespace AND r.user_id = a.user_id AND r.agent_id = a.agent_id
+      AND r.session_id = a.session_id
+      AND r.feedback_id = json_extract_string(a.payload, '$.feedback_id')
+  );
+
+-- experiment_cases: each case an nb.evals replay ran (its sessions live in the namespace
+-- evals/EXPERIMENT; each session is one case, named by the recorded turn it replays), with
+-- the replay's turn: input, output, status, duration, tokens, tool calls, the calls the
+-- recording held no result for (unrecorded_calls) and the agent's fingerprint
+-- (agentnb.permissions.agent_digest of its agent/bound payload).
+CREATE OR REPLACE VIEW experiment_cases AS
+WITH bound AS (
+  SELECT namespace, user_id, agent_id, session_id,
+         arg_max(left(sha256(payload), 32), seq) AS agent_fingerprint
+  FROM events WHERE type IN ('agent/bound') AND namespace LIKE 'evals/%'
+  GROUP BY ALL
+), unrecorded AS (
+  SELECT namespace, user_id, agent_id, session_id, turn_id, count(*) AS unrecorded_calls
+  FROM events
+  WHERE type = 'tool/result' AND namespace LIKE 'evals/%'
+    AND output LIKE 'Error: UnrecordedCall: no recorded result for %'
+  GROUP BY ALL
+)
+SELECT
+  substr(t.namespace, 7) AS experiment, t.session_id AS case_name, t.namespace, t.user_id,
+  t.agent_id, t.turn_id, t.input, t.output, t.status, t.started_at, t.ended_at, t.duration_ms,
+  t.input_tokens, t.output_tokens, t.model_calls, t.tool_calls,
+  coalesce(u.unrecorded_calls, 0) AS unrecorded_calls, b.agent_fingerprint
+FROM turns AS t
+LEFT JOIN bound AS b USING (namespace, user_id, agent_id, session_id)
+LEFT JOIN unrecorded AS u USING (namespace, user_id, agent_id, session_id, turn_id)
+WHERE t.namespace LIKE 'evals/%';
+
+-- scores: each score an evaluator gave a replayed case (recorded as feedback by
+-- 'evaluator:NAME'): value (booleans 1/0), label (a text result), reason, when.
+CREATE OR REPLACE VIEW scores AS
+SELECT
+  c.experiment, c.case_name, f.turn_id, substr(f.given_by, 11) AS score, f.score AS value,
+  f.label, f.comment AS reason, f.occurred_at AS scored_at, c.agent_id, c.agent_fingerprint
+FROM feedback AS f
+JOIN experiment_cases AS c USING (namespace, user_id, agent_id, turn_id)
+WHERE f.given_by LIKE 'evaluator:%';
+
+-- experiments: one row per nb.evals experiment: its agent(s), cases, when it ran, tokens,
+-- mean duration and unrecorded calls.
+CREATE OR REPLACE VIEW experiments AS
+SELECT
+  experiment, any_value(agent_id) AS agent_id,
+  count(DISTINCT agent_fingerprint) AS fingerprints, any_value(agent_fingerprint) AS agent_fingerprint,
+  count(*) AS cases, count(*) FILTER (WHERE status = 'completed') AS completed,
+  min(started_at) AS started_at, max(ended_at) AS ended_at,
+  sum(input_tokens) AS input_tokens, sum(output_tokens) AS output_tokens,
+  avg(duration_ms) AS mean_duration_ms, sum(unrecorded_calls) AS unrecorded_calls
+FROM experiment_cases
+GROUP BY experiment;

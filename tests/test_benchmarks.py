@@ -204,3 +204,13 @@ def test_models_quick_run_prints_one_json_line_per_metric() -> None:
         "anthropic_cpu_per_token",
         "responses_cpu_per_token",
     }
+
+
+def test_evals_quick_run_prints_one_json_line_per_metric() -> None:
+    """`bench_evals.py --quick` prints the replay against fresh turns and the dataset builds."""
+    records = _records("bench_evals.py", "--quick")
+    assert [r["metric"] for r in records] == [
+        "replay of 20 recorded turns (s)",
+        "dataset from 1000 turns (s)",
+        "dataset from 1000 exported turns (s)",
+    ]

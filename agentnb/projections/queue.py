@@ -93,7 +93,9 @@ def parked_error(state: SessionState, turn_id: str, blocking: TurnState, status:
     )
 
 
-_QUEUED = frozenset({"submit", "resume", "respond", "cancel", "reconcile", "compact", "revoke"})
+_QUEUED = frozenset(
+    {"submit", "resume", "respond", "cancel", "reconcile", "compact", "revoke", "feedback"}
+)
 """The commands that wait in the queue until the runtime carries them out."""
 
 

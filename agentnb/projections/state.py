@@ -879,10 +879,15 @@ def next_command(inbox: InboxState, state: SessionState) -> Command | None:
             if parked:
                 continue
             return command
-        if command.kind in {"resume", "respond", "cancel", "reconcile", "compact", "revoke"}:
+        if command.kind in _BETWEEN_RUNS:
             return command
     return None
 
+
+_BETWEEN_RUNS = frozenset(
+    {"resume", "respond", "cancel", "reconcile", "compact", "revoke", "feedback"}
+)
+"""Commands that run between runs, ahead of submits parked behind the latest turn."""
 
 KEEP_TURNS = 20
 """Finished turns a fold keeps (in memory and in its snapshot) besides the unfinished ones."""

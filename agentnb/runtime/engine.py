@@ -514,6 +514,8 @@ class SessionDriver:
             await runs.context.compact_command(command)
         elif kind == "revoke":
             await self.recipes.revoke(command)
+        elif kind == "feedback":
+            await self.recipes.feedback(command)
         else:
             await self.recipes.reject(command, f"{kind} commands are not dispatched")
 

@@ -470,6 +470,32 @@ class Recipes:
                 host.inbox_log.accept, "update", data={"labels": {PERMISSIONS_LABEL: None}}
             )
 
+    async def feedback(self, command: Command) -> None:
+        """Record a rating of a turn (``feedback/added``) or its retraction
+        (``feedback/removed``), as ``session.feedback`` / ``retract_feedback`` accepted it."""
+        w = self.host.writer
+        data = command.data
+        turn_id = data.get("turn_id")
+        w.add(
+            "inbox/started",
+            {"command_id": command.command_id, "kind": "feedback"},
+            turn_id=turn_id,
+        )
+        if data.get("action") == "removed":
+            w.add(
+                "feedback/removed",
+                {"feedback_id": data["feedback_id"], "command_id": command.command_id},
+                turn_id=turn_id,
+            )
+        else:
+            fields = {k: data.get(k) for k in ("score", "label", "comment", "by")}
+            w.add(
+                "feedback/added",
+                {"feedback_id": data["feedback_id"], **fields, "command_id": command.command_id},
+                turn_id=turn_id,
+            )
+        await w.flush()
+
     async def cancel(self, command: Command) -> None:
         """Cancel a turn that waits (parked, suspended, queued behind others)."""
         host = self.host

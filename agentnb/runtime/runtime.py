@@ -299,7 +299,9 @@ def prunable(
         before = page[-1].cursor
 
 
-_STARTS = frozenset({"submit", "resume", "respond", "cancel", "reconcile", "compact", "revoke"})
+_STARTS = frozenset(
+    {"submit", "resume", "respond", "cancel", "reconcile", "compact", "revoke", "feedback"}
+)
 """Commands a runtime dispatches (steering and material wait for a run to pick them up)."""
 
 

@@ -24,7 +24,17 @@ from starlette.middleware.cors import CORSMiddleware
 from agentnb import __version__
 from agentnb.errors import AgentnbError, InvalidInput, StorageError
 from agentnb.runtime.runtime import Runtime
-from agentnb.server import agui, aisdk, openai_api, schedules, sessions, stream, tokens, turns
+from agentnb.server import (
+    agui,
+    aisdk,
+    feedback,
+    openai_api,
+    schedules,
+    sessions,
+    stream,
+    tokens,
+    turns,
+)
 from agentnb.server.auth import Auth
 from agentnb.server.problems import (
     HTTP_PROBLEMS,
@@ -331,7 +341,14 @@ def create_app(
         status, body = problem_of(exc, request.url.path)
         return _problem_response(status, body)
 
-    for router in (sessions.router, turns.router, stream.router, tokens.router, schedules.router):
+    for router in (
+        sessions.router,
+        turns.router,
+        feedback.router,
+        stream.router,
+        tokens.router,
+        schedules.router,
+    ):
         app.include_router(router, prefix="/v1")
     _mount_doors(app, max_body)
 

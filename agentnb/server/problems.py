@@ -63,6 +63,7 @@ STATUS: dict[type[BaseException], int] = {
     errors.Fenced: 409,
     errors.SessionFull: 409,
     errors.SubagentLimitExceeded: 409,
+    errors.EvalRegression: 409,
     errors.ToolsetUnavailable: 503,
     errors.Corrupt: 500,
     errors.ArchiveCorrupt: 422,  # an archive the caller named, not the store

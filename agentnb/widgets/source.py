@@ -98,4 +98,14 @@ class ViewedSession(Protocol):
 
     def reconcile(self, outcomes: Mapping[str, Any], reason: str) -> None: ...
 
+    def feedback(
+        self,
+        turn_id: str,
+        *,
+        score: float | None = ...,
+        label: str | None = ...,
+        comment: str | None = ...,
+        by: str | None = ...,
+    ) -> str: ...
+
     def respond(self, request_id: str | Mapping[str, object], answer: object = ...) -> Any: ...

@@ -68,6 +68,7 @@ from agentnb.projections.decisions import check_resume, effective_status, latest
 from agentnb.projections.state import PARKING, InboxState, SessionState
 from agentnb.records import Child, Interaction, Task, ToolCallRef
 from agentnb.runtime.runtime import EXIT_REASON
+from agentnb.widgets.rating import rating_bar
 from agentnb.widgets.source import ViewedSession
 
 try:
@@ -623,6 +624,8 @@ class SessionView(w.VBox):  # type: ignore[misc]  # ipywidgets ships no type inf
         self._closed = False
         self._item_widgets: dict[str, tuple[ChatItem, Any]] = {}
         self._request_widgets: dict[str, Any] = {}
+        self._rating_bars: dict[str, Any] = {}
+        """Answer item id -> its thumbs and comment box (``agentnb.widgets.rating``)."""
         self._live_children: dict[str, Child] = {}
         """The sub-agent calls at work at the last drawing (their cards follow the child)."""
         self.nested: dict[str, SessionView] = {}
@@ -895,6 +898,9 @@ class SessionView(w.VBox):  # type: ignore[misc]  # ipywidgets ships no type inf
                     self._update_item_widget(widget, item)
             new[item.id] = (item, widget)
             children.append(widget)
+            bar = rating_bar(self, item, self._rating_bars)
+            if bar is not None:
+                children.append(bar)
         for key, (_, widget) in old.items():
             if key not in new:
                 nested = self.nested.pop(key, None)
@@ -1287,6 +1293,14 @@ class SessionView(w.VBox):  # type: ignore[misc]  # ipywidgets ships no type inf
             button.disabled = True  # answered: it stays until the runtime applies it
         self._say(f"{said} {self._task(receipt.turn_id)}.")
         return receipt
+
+    def rate(self, turn_id: str, score: float, comment: str = "") -> str | None:
+        """``session.feedback(turn_id, score=, comment=)`` (the thumbs under an answer)."""
+        result: str | None = self._act(
+            "Feedback",
+            lambda: self.session.feedback(turn_id, score=score, comment=comment.strip() or None),
+        )
+        return result
 
     def approve(self, request_id: str) -> Any:
         """``session.respond(request_id, True)``."""

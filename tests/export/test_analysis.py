@@ -230,12 +230,14 @@ class TestFrames:
 
 EXPECTED_ROWS: dict[str, int | None] = {
     "approvals": 2,
+    "cases_got_worse": 0,  # no nb.evals experiments here: tests/evals/test_experiment.py
     "context_growth": None,  # one row per model call: counted from the store
     "cost_per_agent": None,  # one row per session (each its own tree's root): counted
     "failed_turns": 1,
     "interrupted_runs": 2,
     "model_retries": 1,
     "parked_sessions": 2,
+    "score_by_fingerprint": 0,  # likewise
     "session_activity": 2,
     "slowest_tools": 4,
     "steering_per_turn": 1,
@@ -263,7 +265,9 @@ class TestQueries:
     ) -> None:
         """Each query returns the same, expected number of rows from Parquet and DuckDB."""
         with_turn = name in {"turn_events", "subagent_work"}
-        params = {"turn_id": known_session.turns["T5"]} if with_turn else {}
+        params: dict[str, str] = {"turn_id": known_session.turns["T5"]} if with_turn else {}
+        if name == "cases_got_worse":
+            params = {"baseline": "v1", "candidate": "v2"}
         expected = EXPECTED_ROWS[name]
         if name == "cost_per_agent":
             expected = len(known_session.head)
@@ -975,8 +979,11 @@ class TestDtypes:
     ) -> None:
         """Audit query columns are never numpy object, int64 or bool: sums are Int64 too."""
         with_turn = name in {"turn_events", "subagent_work"}
-        params = {"turn_id": known_session.turns["T5"]} if with_turn else {}
+        params: dict[str, str] = {"turn_id": known_session.turns["T5"]} if with_turn else {}
+        if name == "cases_got_worse":
+            params = {"baseline": "v1", "candidate": "v2"}
         df = analysis.query(name, f"duckdb:{known_duckdb}", **params)
-        assert len(df) or name == "subagent_work"  # no sub-agents in this store
+        # no sub-agents nor experiments in this store
+        assert len(df) or name in {"subagent_work", "cases_got_worse", "score_by_fingerprint"}
         loose = {c: str(t) for c, t in df.dtypes.items() if str(t) in {"object", "int64", "bool"}}
         assert not loose, loose

@@ -97,6 +97,11 @@ def test_drive_a_session_view_in_a_browser(
             page.locator(".agentnb-tool").get_by_text("create_order \u00b7 success").click()
             expect(page.locator(".agentnb-tool-body")).to_contain_text('"qty": 2', timeout=STEP)
             expect(page.locator(".agentnb-tool-body")).to_contain_text("ordered 2 x desk")
+            # Under the answer: thumbs and a comment box (session.feedback); markup stays text.
+            rating = page.locator(".agentnb-rating").last
+            rating.locator("input").fill("<b>too slow</b>")
+            rating.locator(".agentnb-thumb-down").click()
+            expect(rating).to_contain_text("recorded as bad: <b>too slow</b>", timeout=STEP)
             screenshot(page.locator(".agentnb-view"), f"session_view-{request.node.callspec.id}")
         finally:
             browser.close()

@@ -644,6 +644,8 @@
       md.innerHTML = item.html || ""; // rendered by the server: raw HTML disabled, text escaped
       node.append(md, el("span", "live"));
       if (item.error) node.append(el("div", "error", item.error));
+      const answer = item.status === "completed" && item.turn_id && item.text && !item.tool_call_ids.length;
+      if (answer) node.append(ratingBar(item)); // a reply that also calls tools is a step
     } else {
       const source = item.source && item.source !== "submit" ? ` (${SOURCES[item.source] || item.source})` : "";
       const who = item.role === "user" ? "you" : item.role;
@@ -651,6 +653,42 @@
       if (item.source === "inject") node.classList.add("item-material");
     }
     return node;
+  }
+
+  // Thumbs up / down and a comment under an answer: one POST .../turns/{turn}/feedback
+  // (session.feedback). What it recorded shows as text (textContent: never markup).
+  function ratingBar(item) {
+    const bar = el("div", "rating");
+    const comment = el("input", "rating-comment");
+    comment.type = "text";
+    comment.placeholder = "why? (optional)";
+    comment.maxLength = 2000;
+    const said = el("span", "rated");
+    const send = async (score) => {
+      const why = comment.value.trim();
+      const body = why ? { score, comment: why } : { score };
+      const path = sessionPath(`/turns/${encodeURIComponent(item.turn_id)}/feedback`);
+      const r = await act(() => api("POST", path, body), () => "Thanks: your rating is recorded.");
+      if (r) {
+        said.textContent = `recorded as ${score > 0 ? "good" : "bad"}${why ? ": " + why : ""}`;
+        comment.value = "";
+      }
+    };
+    const thumb = (cls, text, title, score) => {
+      const b = el("button", cls, text);
+      b.type = "button";
+      b.title = title;
+      b.addEventListener("click", () => send(score));
+      return b;
+    };
+    bar.append(
+      // words, not emoji: a machine without an emoji font shows those as empty boxes
+      thumb("thumb-up", "\u25B2 good", "thumbs up: a good answer", 1),
+      thumb("thumb-down", "\u25BC bad", "thumbs down: a bad answer", 0),
+      comment,
+      said,
+    );
+    return bar;
   }
 
   function applyHint(node, item, open) {

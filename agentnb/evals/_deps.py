@@ -1,0 +1,11 @@
+"""pydantic-evals, imported once with the install hint (the ``evals`` extra)."""
+
+from __future__ import annotations
+
+try:
+    import pydantic_evals
+    import pydantic_evals.evaluators
+except ImportError as exc:  # pragma: no cover - the extra is installed in dev
+    raise ImportError('agentnb.evals needs pydantic-evals: pip install "agentnb[evals]"') from exc
+
+__all__ = ["pydantic_evals"]
