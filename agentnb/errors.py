@@ -261,7 +261,7 @@ def describe(exc: BaseException, limit: int = 2000, *, typed: bool = True) -> st
 
 DISTRIBUTION = "agentnb-sessions"
 """The name this project is (to be) published under: ``agentnb`` in the package index is
-another project, so no advice here ever says ``pip install agentnb``."""
+another project, so no advice here names that distribution."""
 
 
 def install_hint(extra: str) -> str:

@@ -5,7 +5,7 @@ agent that never run a recorded side effect again (``replay``), scores by pydant
 evaluators and agentnb's (``ToolTrajectory``, ``NoUnrecordedCalls``, ``TokensBelow``,
 ``LatencyBelow``, ``SameAnswerAs``; ``judge_model`` for ``LLMJudge``), experiments as
 dataframes (``Experiment.frame/summary/compare/diff/plot/to_parquet``) and a regression gate
-(``assert_no_regression``). Needs the ``evals`` extra (``pip install "agentnb[evals]"``).
+(``assert_no_regression``). Needs the ``evals`` extra (``pip install -e ".[evals]"``).
 See docs/evals.md.
 """
 

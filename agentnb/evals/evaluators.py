@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from agentnb.errors import InvalidInput
+from agentnb.errors import InvalidInput, install_hint
 from agentnb.evals._deps import pydantic_evals
 from agentnb.events import Message, decode_json
 from agentnb.ids import new_id
@@ -177,7 +177,7 @@ def judge_model(model: Model, *, name: str | None = None) -> FunctionModel:
         from pydantic_ai import messages as pm
         from pydantic_ai.models.function import AgentInfo, FunctionModel
     except ImportError as exc:  # pragma: no cover - pydantic-evals depends on pydantic-ai-slim
-        raise ImportError('judge_model needs pydantic-ai: pip install "agentnb[evals]"') from exc
+        raise ImportError("judge_model needs pydantic-ai: " + install_hint("evals")) from exc
 
     async def ask(messages: list[pm.ModelMessage], info: AgentInfo) -> pm.ModelResponse:
         tools: list[dict[str, Any]] = [

@@ -15,11 +15,13 @@ import weakref
 from collections.abc import AsyncIterator, Mapping
 from typing import Any, Literal
 
+from agentnb.errors import install_hint
+
 try:
     import anthropic
 except ImportError as exc:  # pragma: no cover - exercised by a test that hides the SDK
     raise ImportError(
-        'AnthropicModel needs the anthropic SDK: pip install "agentnb[anthropic]"', name=exc.name
+        "AnthropicModel needs the anthropic SDK: " + install_hint("anthropic"), name=exc.name
     ) from exc
 
 from agentnb.errors import InvalidInput

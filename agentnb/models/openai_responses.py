@@ -14,11 +14,13 @@ import weakref
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
+from agentnb.errors import install_hint
+
 try:
     import openai
 except ImportError as exc:  # pragma: no cover - exercised by a test that hides the SDK
     raise ImportError(
-        'OpenAIResponsesModel needs the openai SDK: pip install "agentnb[openai]"', name=exc.name
+        "OpenAIResponsesModel needs the openai SDK: " + install_hint("openai"), name=exc.name
     ) from exc
 
 from agentnb.errors import InvalidInput

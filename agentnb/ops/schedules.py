@@ -43,7 +43,7 @@ from datetime import datetime, timedelta
 from typing import Any, Protocol
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from agentnb.errors import AgentnbError, InvalidInput, NotRunning
+from agentnb.errors import AgentnbError, InvalidInput, NotRunning, install_hint
 from agentnb.events import SCHEDULE_TYPES, Event, canonical_json
 from agentnb.ids import SessionKey, check_id, new_id
 from agentnb.stores.base import SessionStore
@@ -121,9 +121,7 @@ def _croniter() -> Any:
     try:
         import croniter  # type: ignore[import-untyped]
     except ImportError:
-        raise ImportError(
-            'cron schedules need croniter: pip install "agentnb[schedules]"'
-        ) from None
+        raise ImportError("cron schedules need croniter: " + install_hint("schedules")) from None
     return croniter
 
 

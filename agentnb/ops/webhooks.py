@@ -20,8 +20,7 @@ delivered survives restarts. From that come the guarantees:
 
 The body is JSON: ``{"delivery_id", "webhook", "session": {namespace, user_id, agent_id,
 session_id}, "seq", "event_id", "type", "turn_id", "run_id", "occurred_at", "data"}``,
-``data`` being the event's committed payload. Needs httpx (``pip install
-"agentnb[webhooks]"``).
+``data`` being the event's committed payload. Needs httpx (``pip install -e ".[webhooks]"``).
 """
 
 from __future__ import annotations
@@ -35,7 +34,7 @@ from urllib.parse import urlsplit
 
 import orjson
 
-from agentnb.errors import InvalidInput, StorageError
+from agentnb.errors import InvalidInput, StorageError, install_hint
 from agentnb.events import Event, canonical_json
 from agentnb.ids import SessionKey
 from agentnb.stores._rows import RawEvent
@@ -117,7 +116,7 @@ class Webhook:
         try:
             import httpx
         except ImportError:
-            raise ImportError('webhooks need httpx: pip install "agentnb[webhooks]"') from None
+            raise ImportError("webhooks need httpx: " + install_hint("webhooks")) from None
         from agentnb.export.base import sink_name
 
         self.url = url

@@ -42,7 +42,7 @@ from fastapi.responses import StreamingResponse
 from pydantic import ValidationError
 
 from agentnb.answers import Answer
-from agentnb.errors import InvalidAnswer, InvalidInput
+from agentnb.errors import InvalidAnswer, InvalidInput, install_hint
 from agentnb.events import Event, Message
 from agentnb.server.auth import Principal, check_session_id, current_user, open_session
 from agentnb.server.doors import committed
@@ -55,7 +55,7 @@ try:
     from ag_ui.encoder import EventEncoder
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError(
-        'the AG-UI door needs the ag-ui-protocol package: pip install "agentnb[server]"'
+        "the AG-UI door needs the ag-ui-protocol package: " + install_hint("server")
     ) from exc
 
 __all__ = ["RESPONSE_SCHEMAS", "RunTranslator", "router"]

@@ -10,12 +10,13 @@ from __future__ import annotations
 import html
 from typing import Any, Protocol
 
+from agentnb.errors import install_hint
 from agentnb.projections.chat import ChatItem
 
 try:
     import ipywidgets as w
 except ImportError as exc:  # pragma: no cover - the view imports ipywidgets first
-    raise ImportError('SessionView needs ipywidgets: pip install "agentnb[widgets]"') from exc
+    raise ImportError("SessionView needs ipywidgets: " + install_hint("widgets")) from exc
 
 __all__ = ["rated_html", "rating_bar"]
 
