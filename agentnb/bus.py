@@ -17,6 +17,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import threading
+import weakref
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
@@ -44,7 +45,7 @@ class BusSubscription:
     ``close()`` ends it. Never blocks the publisher.
     """
 
-    __slots__ = ("_bus", "_events", "_items", "_lock", "closed", "maxsize", "slot")
+    __slots__ = ("__weakref__", "_bus", "_events", "_items", "_lock", "closed", "maxsize", "slot")
 
     def __init__(self, bus: CommitBus, slot: _Slot, maxsize: int) -> None:
         self._bus = bus
@@ -84,7 +85,9 @@ class CommitBus:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._subs: dict[_Slot, tuple[BusSubscription, ...]] = {}
+        self._subs: dict[_Slot, tuple[weakref.ref[BusSubscription], ...]] = {}
+        """Held weakly: a subscription nobody holds any more (a follow never iterated to
+        its end) leaves the bus by itself."""
         self._watchers: dict[
             tuple[SessionKey | None, bool], tuple[Callable[[SessionKey, Batch], None], ...]
         ] = {}
@@ -98,17 +101,33 @@ class CommitBus:
         if isinstance(maxsize, bool) or not isinstance(maxsize, int) or maxsize < 1:
             raise InvalidInput(f"maxsize must be a positive int (events), got {maxsize!r}")
         sub = BusSubscription(self, (key, inbox), maxsize)
+        slot = sub.slot
+
+        def gone(ref: weakref.ref[BusSubscription]) -> None:
+            self._drop(slot, ref)
+
         with self._lock:
-            self._subs[sub.slot] = (*self._subs.get(sub.slot, ()), sub)
+            self._subs[slot] = (*self._subs.get(slot, ()), weakref.ref(sub, gone))
         return sub
+
+    def subscribers(self, key: SessionKey, *, inbox: bool = False) -> int:
+        """How many subscriptions of ``key``'s log (its inbox's) are open now."""
+        return sum(1 for ref in self._subs.get((key, inbox), ()) if ref() is not None)
 
     def _unsubscribe(self, sub: BusSubscription) -> None:
         with self._lock:
-            left = tuple(s for s in self._subs.get(sub.slot, ()) if s is not sub)
-            if left:
-                self._subs[sub.slot] = left
-            else:
-                self._subs.pop(sub.slot, None)
+            left = tuple(r for r in self._subs.get(sub.slot, ()) if r() is not sub)
+            self._set(sub.slot, left)
+
+    def _drop(self, slot: _Slot, ref: weakref.ref[BusSubscription]) -> None:
+        with self._lock:
+            self._set(slot, tuple(r for r in self._subs.get(slot, ()) if r is not ref))
+
+    def _set(self, slot: _Slot, refs: tuple[weakref.ref[BusSubscription], ...]) -> None:
+        if refs:
+            self._subs[slot] = refs
+        else:
+            self._subs.pop(slot, None)
 
     def watch(
         self,
@@ -143,8 +162,10 @@ class CommitBus:
         if not subs and not watchers:
             return
         batch = tuple(events)
-        for sub in subs:
-            sub._offer(batch)
+        for ref in subs:
+            sub = ref()
+            if sub is not None:
+                sub._offer(batch)
         for callback in watchers:
             with contextlib.suppress(Exception):
                 callback(key, batch)

@@ -110,7 +110,7 @@ class Follow:
 
     Stops when ``stop`` is set, when ``idle_timeout`` seconds pass with no new event, or when
     the store is closed; otherwise it waits for new commits. It reads through a ``Tail``
-    (made when the iteration starts, closed when it ends): this process's commits come by the
+    (made with the follow, closed when an iteration ends): this process's commits come by the
     bus, not back from the store.
     """
 
@@ -123,7 +123,9 @@ class Follow:
         stop: threading.Event | None,
     ) -> None:
         self._make_tail = tail
-        self._tail: Tail | None = None
+        # Made now: whatever commits after ``follow()`` comes by the bus, however late the
+        # iteration starts (a tail nobody iterates leaves the bus when it is collected).
+        self._tail: Tail | None = tail(after)
         self._wait = wait
         self.position = after
         """Seq of the last event yielded."""

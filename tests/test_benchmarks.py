@@ -182,3 +182,11 @@ def test_stops_run_prints_one_json_line_per_metric() -> None:
         "time_limit_trickling_model_ms",
         "ctrl_c_exit_blocked_tool_ms",
     }
+
+
+def test_fanout_quick_run_prints_one_json_line_per_configuration() -> None:
+    """`bench_fanout.py --turns 5` exits 0 and prints a line for the followed and the
+    exporting configurations, each against the bare run."""
+    records = _records("bench_fanout.py", "--turns", "5")
+    assert {r["metric"] for r in records} == {"fanout_cpu_followed", "fanout_cpu_followed_export"}
+    assert all(r["frames_missing"] == 0 for r in records)

@@ -4,6 +4,7 @@ the store, and sees every event once, in order."""
 
 from __future__ import annotations
 
+import gc
 import threading
 from pathlib import Path
 
@@ -160,3 +161,12 @@ class TestFollow:
         follow.close()
         assert [e.seq for e in got] == [2, 3]
         assert all(a is b for a, b in zip(got, committed, strict=True))
+
+    def test_a_follow_never_iterated_leaves_the_bus(self, store: nb.SessionStore) -> None:
+        """A follow made and dropped without iterating holds no buffer on the bus once it
+        is collected: commits after it cost nothing."""
+        follow = SessionLog(store, KEY).follow(after=0)
+        assert store.bus.subscribers(KEY) == 1
+        del follow
+        gc.collect()
+        assert store.bus.subscribers(KEY) == 0
