@@ -389,3 +389,29 @@ class TestWorkerCommand:
                 worker.send_signal(signal.SIGTERM)
                 _, err = worker.communicate(timeout=WAIT)
             assert worker.returncode == 0, err
+
+
+class TestFollowersAcrossProcesses:
+    def test_a_workers_commits_reach_a_view_of_the_notebook(
+        self, make: Callable[..., nb.Runtime]
+    ) -> None:
+        """With processes=2 a worker process commits the turn; the notebook's SessionView
+        (whose commit bus never carries those commits) folds every one of them from the
+        store."""
+        pytest.importorskip("ipywidgets")
+        from agentnb.widgets import SessionView
+
+        runtime = make(processes=2)
+        assert runtime.execute is False  # every commit of the turn is a worker's
+        session = runtime.session("viewed")
+        view = SessionView(session, redraw_interval=0.0)
+        try:
+            assert session.run("task 0", timeout=60).status == "completed"
+            head = session.log.head()
+            deadline = time.monotonic() + 60
+            while view.cursor < head:
+                assert time.monotonic() < deadline, "the view never reached the worker's commits"
+                time.sleep(0.05)
+            assert session.snapshot().cursor == head
+        finally:
+            view.close()
