@@ -18,6 +18,7 @@ import collections
 import functools
 import json
 import logging
+import math
 import threading
 import weakref
 import zlib
@@ -149,6 +150,21 @@ class Folds:
         self._reset()
         self._replayed = [0, 0]
         """Events and payload bytes the refresh under way has folded."""
+        self._offered: collections.deque[Sequence[Event]] = collections.deque()
+        """Commits handed over by the commit bus, not folded yet (``offer``)."""
+
+    def offer(self, events: Sequence[Event]) -> None:
+        """Hand over committed events from any thread without waiting (the commit bus):
+        folded by the next ``take_offered`` or ``refresh``, which then never reads them
+        back, even when a refresh under way learned of their commit first."""
+        self._offered.append(events)
+        if len(self._offered) > _OFFERED_MAX:
+            self._offered.popleft()  # nobody reads: the log has them
+
+    def take_offered(self) -> None:
+        """Fold the offered commits that follow the fold (the caller owns the folds)."""
+        while self._offered:
+            self.feed(self._offered.popleft())
 
     def _reset(self) -> None:
         """Back to nothing folded: the next refresh starts from the newest snapshot."""
@@ -294,10 +310,15 @@ class Folds:
     def _fold_log(self, head: int) -> None:
         """Fold the execution log's new events up to ``head``, decoding only the types the
         fold reads."""
+        self.take_offered()
         pos = self.state.seq
         if self.limits is not None and head > pos:
             self._replay(0, 0, ahead=head - pos)
         while pos < head:
+            self.take_offered()  # what the bus brought meanwhile is not read back
+            if self.state.seq > pos:
+                pos = self.state.seq
+                continue
             page = self.store.read_raw(self.key, pos, min(MAX_READ_LIMIT, head - pos))
             if not page:
                 raise Corrupt(
@@ -344,6 +365,10 @@ class Folds:
 
 _INBOX_PAGE = 1000
 """Inbox records read at most per read."""
+_OFFERED_MAX = 10_000
+"""Commits the session folds keep for their next reader (past them it reads the log)."""
+_FED_MAX = 10_000
+"""Commits the chat fold keeps for its next reader (past them it reads the log)."""
 _CHAT = "chat-state"
 _ITEMS_WINDOW = 256
 """Events read per step when older chat items are read back from the log."""
@@ -379,6 +404,10 @@ class ChatFolds:
 
     Items of finished turns older than the newest ``KEEP_TURNS`` are retired (read back from
     the log by page when asked for), so the fold and its snapshot stay bounded.
+
+    One per session per runtime (``Runtime.chat_folds``), fed by the commit bus: snapshots,
+    the ``SessionView`` and the server's page streams all read this one (``current``), so a
+    committed event is folded into the chat once in the process.
     """
 
     def __init__(self, store: SessionStore, key: SessionKey) -> None:
@@ -387,17 +416,32 @@ class ChatFolds:
         self.chat = self._new(None)
         self._loaded = False
         self._saved_seq = 0
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
         self._fed: collections.deque[Sequence[Event]] = collections.deque()
-        """Commits of this process's driver not folded yet (folded at the next read)."""
+        """Commits of this process not folded yet (folded at the next read)."""
+
+    @property
+    def lock(self) -> threading.RLock:
+        """Held while the shared fold is read (``current``) or folded on."""
+        return self._lock
+
+    def current(self, at_least: int) -> Any:
+        """The one chat fold of the session, holding at least ``(0, at_least]`` (and what
+        was fed beyond it): shared, so the caller holds ``lock`` while it reads it, and
+        never folds on it. The log is read only for what nobody fed."""
+        with self._lock:
+            return self._refresh(at_least, newest=True)
 
     def feed(self, events: Sequence[Event]) -> None:
-        """Hand over events the driver just committed, so the fold need not read them back.
+        """Hand over committed events (the commit bus's, or a follower's from another
+        process), so the fold need not read them back.
 
         Never blocks the committer: they are folded by the next reader (or snapshot)."""
         self._fed.append(events)
+        if len(self._fed) > _FED_MAX:
+            self._fed.popleft()  # nobody reads: the oldest are read from the log if asked for
 
-    def _take_fed(self, head: int) -> None:
+    def _take_fed(self, head: float) -> None:
         """Under the lock: fold the fed events that follow the fold, up to ``head``."""
         while self._fed:
             batch = self._fed.popleft()
@@ -405,9 +449,12 @@ class ChatFolds:
                 if event.seq > head:  # asked for an older prefix: keep the rest for later
                     self._fed.appendleft(batch[i:])
                     return
+                if event.seq > self.chat.seq + 1:  # a gap nobody fed: read it from the log
+                    for missed in self.store.scan(self.key, self.chat.seq, event.seq - 1):
+                        self.chat.apply(missed)
                 if event.seq == self.chat.seq + 1:
                     self.chat.apply(event)
-                # older ones are folded already; after a gap the log is read instead
+                # older ones are folded already
 
     def _new(self, data: dict[str, Any] | None) -> Any:
         """A chat fold (from a dump, or empty) wired to read the log when it must."""
@@ -454,16 +501,17 @@ class ChatFolds:
         if through - self._saved_seq >= CHAT_SNAPSHOT_EVERY:
             self.refresh(through)
 
-    def _refresh(self, head: int) -> Any:
-        """The chat fold of exactly ``(0, head]``; a newer snapshot is saved when due."""
+    def _refresh(self, head: int, *, newest: bool = False) -> Any:
+        """The chat fold of exactly ``(0, head]`` (``newest``: of at least that, with all
+        that was fed); a newer snapshot is saved when due."""
         if not self._loaded:
             self._load(head)
-        if self.chat.seq > head:  # asked for an older prefix: fold it from scratch
+        if self.chat.seq > head and not newest:  # an older prefix: fold it from scratch
             older = self._new(None)
             for event in _scan(self.store, self.key, 0, head):
                 older.apply(event)
             return older
-        self._take_fed(head)
+        self._take_fed(math.inf if newest else head)
         if self.chat.seq < head:
             for event in _scan(self.store, self.key, self.chat.seq, head):
                 self.chat.apply(event)

@@ -10,7 +10,6 @@ inbox and the projections.
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import functools
 import hashlib
@@ -255,8 +254,6 @@ class Session:
         self.log = SessionLog(runtime.store, key)
         self.inbox = Inbox(runtime.store, key)
         self._lock = threading.RLock()
-        self._fed: collections.deque[Sequence[Event]] = collections.deque()
-        """Commits of this process not folded yet (a reader held the session)."""
         self._folds = Folds(runtime.store, key, limits=runtime.limits)
         self._chat = runtime.chat_folds(key)
         self._holder_until = 0.0
@@ -268,7 +265,7 @@ class Session:
         """Fold events its runtime just committed for this session: readers need not read
         them back. While a reader holds the session they wait for its next read (the
         committer never blocks on a reader)."""
-        self._fed.append(events)
+        self._folds.offer(events)  # a refresh under way takes them instead of reading them
         if not self._lock.acquire(blocking=False):
             return
         try:
@@ -278,8 +275,7 @@ class Session:
 
     def _take_fed(self) -> None:
         """Under the lock: fold the commits fed since the last read, in order."""
-        while self._fed:
-            self._folds.feed(self._fed.popleft())
+        self._folds.take_offered()
 
     def _refresh(self) -> tuple[SessionState, InboxState]:
         """Fold whatever was committed since the last read (both logs)."""
@@ -732,6 +728,15 @@ class Session:
         chat: ChatState = self._chat.copy(self.log.head())
         with self._lock:
             return chat, InboxState.load(self._folds.refresh_inbox().dump())
+
+    def shared_chat(self) -> tuple[ChatFolds, InboxState]:
+        """The session's one chat fold in this process, which the commit bus feeds (read
+        it with ``current(seq)`` under its ``lock``; never fold on it), and a private copy
+        of the inbox fold at its head: for the readers that follow the session (the
+        ``SessionView``, the server's page streams)."""
+        self._chat.current(self.log.head())
+        with self._lock:
+            return self._chat, InboxState.load(self._folds.refresh_inbox().dump())
 
     def executing(self) -> bool:
         """Whether some runtime (here or elsewhere) holds the lease and executes now (or this

@@ -214,3 +214,11 @@ def test_evals_quick_run_prints_one_json_line_per_metric() -> None:
         "dataset from 1000 turns (s)",
         "dataset from 1000 exported turns (s)",
     ]
+
+
+def test_fanout_quick_run_prints_one_json_line_per_configuration() -> None:
+    """`bench_fanout.py --turns 5` exits 0 and prints a line for the followed and the
+    exporting configurations, each against the bare run."""
+    records = _records("bench_fanout.py", "--turns", "5")
+    assert {r["metric"] for r in records} == {"fanout_cpu_followed", "fanout_cpu_followed_export"}
+    assert all(r["frames_missing"] == 0 for r in records)

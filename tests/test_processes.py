@@ -449,3 +449,29 @@ class TestAgentPaths:
         monkeypatch.setenv("AGENTNB_START_METHOD", "forkserver-ish")
         with pytest.raises(InvalidInput, match="AGENTNB_START_METHOD"):
             nb.Runtime(AGENT, store=f"sqlite:///{tmp_path / 'm.db'}", processes=2)
+
+
+class TestFollowersAcrossProcesses:
+    def test_a_workers_commits_reach_a_view_of_the_notebook(
+        self, make: Callable[..., nb.Runtime]
+    ) -> None:
+        """With processes=2 a worker process commits the turn; the notebook's SessionView
+        (whose commit bus never carries those commits) folds every one of them from the
+        store."""
+        pytest.importorskip("ipywidgets")
+        from agentnb.widgets import SessionView
+
+        runtime = make(processes=2)
+        assert runtime.execute is False  # every commit of the turn is a worker's
+        session = runtime.session("viewed")
+        view = SessionView(session, redraw_interval=0.0)
+        try:
+            assert session.run("task 0", timeout=60).status == "completed"
+            head = session.log.head()
+            deadline = time.monotonic() + 60
+            while view.cursor < head:
+                assert time.monotonic() < deadline, "the view never reached the worker's commits"
+                time.sleep(0.05)
+            assert session.snapshot().cursor == head
+        finally:
+            view.close()

@@ -17,10 +17,11 @@ from __future__ import annotations
 import contextlib
 import logging
 import re
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from agentnb.errors import InvalidInput, SessionDeleted
+from agentnb.events import Event
 from agentnb.export.columns import Batch, RawColumns
 from agentnb.ids import SessionKey, check_id
 from agentnb.log import SessionLog
@@ -120,7 +121,11 @@ class Exporter:
         user_id: str | None = None,
         agent_id: str | None = None,
         keys: Iterable[SessionKey] | None = None,
+        held: Callable[[SessionKey, int, int], Sequence[Event] | None] | None = None,
     ) -> None:
+        """``held(key, after, limit)``: committed events of ``key`` after ``after`` (at most
+        ``limit``, gapless) that the caller holds in memory, or None to read the store (the
+        live exporter's events from the commit bus)."""
         if not isinstance(sink, ExportSink):
             raise InvalidInput(
                 f"sink must have a name and an accept(events) method, got {type(sink).__name__}"
@@ -139,6 +144,7 @@ class Exporter:
                 f"source must be a SessionLog or a SessionStore, got {type(source).__name__}"
             )
         self.sink = sink
+        self.held = held
         self.batch_size = batch_size
         self.progress = progress
         self._filters = {"namespace": namespace, "user_id": user_id, "agent_id": agent_id}
@@ -258,8 +264,13 @@ class Exporter:
             pos = start
             while pos < head:
                 room = self.batch_size - size
+                limit = min(room, head - pos, MAX_READ_LIMIT)
+                events = self.held(key, pos, limit) if self.held is not None else None
                 try:
-                    table = self.store.read_arrow(key, pos, min(room, head - pos, MAX_READ_LIMIT))
+                    if events:
+                        table = RawColumns.table_of(events)
+                    else:
+                        table = self.store.read_arrow(key, pos, limit)
                 except SessionDeleted:
                     break  # deleted while the drain runs: its tombstone follows
                 if not table.num_rows:

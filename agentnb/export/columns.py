@@ -280,6 +280,14 @@ class RawColumns(Sequence[RawEvent]):
         steps = pc.subtract(seq.slice(1), seq.slice(0, n - 1))
         return bool(pc.all(pc.equal(steps, 1)).as_py())
 
+    @staticmethod
+    def table_of(events: Sequence[Event]) -> pa.Table:
+        """Committed events held in memory as the table ``read_arrow`` would read for them
+        (their payloads' canonical text, which a frozen payload keeps: nothing re-encoded)."""
+        from agentnb.stores._arrow import from_raw
+
+        return from_raw([RawEvent.of(e) for e in events])
+
     @classmethod
     def concat(cls, parts: Sequence[pa.Table]) -> RawColumns:
         """The tables of ``read_arrow`` pages as one (no pages: no events)."""

@@ -7,6 +7,11 @@ manual drain. It never runs on the runtime's loop: a slow or failing sink cannot
 block the agent. A failing sink is retried with exponential backoff (with jitter); its error
 and lag are shown by ``status()``; nothing is lost, since the watermark only moves after a
 successful ``accept``.
+
+The events this process commits come to it by the store's commit bus as they were
+committed: a drain hands them to the sinks without reading them back (``HELD_EVENTS`` per
+session at most). The store is read for the rest: a start after a restart, a gap, a sink
+far behind, other processes' commits.
 """
 
 from __future__ import annotations
@@ -20,13 +25,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentnb.errors import AgentnbError, InvalidInput, SessionDeleted
+from agentnb.events import Event
 from agentnb.export.base import Exporter, ExportSink
 from agentnb.ids import SessionKey
 from agentnb.stores.base import SessionStore
 
-__all__ = ["ExportStatus", "LiveExporter"]
+__all__ = ["HELD_EVENTS", "ExportStatus", "LiveExporter"]
 
 log = logging.getLogger("agentnb.export")
+
+HELD_EVENTS = 50_000
+"""Events of one session a live exporter holds from the commit bus for its next drain;
+past it (a sink far behind) the drain reads them from the store."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +101,11 @@ class LiveExporter:
         self._idle = threading.Condition()
         self._passes = 0
         self._thread: threading.Thread | None = None
+        self._held: dict[SessionKey, list[Event]] = {}
+        """Per session, the newest gapless run of events this process committed (from the
+        store's commit bus): what the next drain hands the sinks without reading them back."""
+        self._held_lock = threading.Lock()
+        self._unwatch: Callable[[], None] | None = None
 
     @classmethod
     def started(
@@ -110,6 +125,8 @@ class LiveExporter:
     # -- control -----------------------------------------------------------------------------
 
     def start(self) -> None:
+        if self._unwatch is None:
+            self._unwatch = self.store.bus.watch(None, self._on_commit)
         if self._thread is None:
             self._thread = threading.Thread(target=self._loop, daemon=True, name="agentnb-export")
             self._thread.start()
@@ -142,6 +159,11 @@ class LiveExporter:
         self._wake.set()
         self._thread.join(timeout)
         self._thread = None
+        if self._unwatch is not None:
+            self._unwatch()
+            self._unwatch = None
+        with self._held_lock:
+            self._held.clear()
 
     def status(self, key: SessionKey | None = None) -> tuple[ExportStatus, ...]:
         """One ``ExportStatus`` per sink; ``lag`` for ``key`` only when given."""
@@ -167,23 +189,76 @@ class LiveExporter:
             )
         return tuple(out)
 
+    # -- the commit bus (the committer's thread: never blocks) -----------------------------
+
+    def _on_commit(self, key: SessionKey, batch: Sequence[Event]) -> None:
+        with self._held_lock:
+            run = self._held.get(key)
+            if run is None or (run and run[-1].seq + 1 != batch[0].seq):
+                run = self._held[key] = []  # a gap (a commit the bus did not carry): the store
+            if len(run) + len(batch) > HELD_EVENTS:
+                run.clear()  # a drain far behind reads the store; the bus never waits for it
+            if len(batch) <= HELD_EVENTS:
+                run.extend(batch)
+        self._wake.set()
+
+    def _take_held(self, key: SessionKey, after: int, limit: int) -> list[Event] | None:
+        """The held events of ``key`` after ``after`` (at most ``limit``), when the run held
+        covers the next one; else None (the drain reads the store)."""
+        with self._held_lock:
+            run = self._held.get(key)
+            if not run or run[0].seq > after + 1 or run[-1].seq <= after:
+                return None
+            start = after + 1 - run[0].seq
+            return run[start : start + limit]
+
+    def _trim_held(self, cut: dict[SessionKey, int]) -> None:
+        """After a pass every sink took: drop what it delivered (at or below ``cut``, the
+        runs' ends when the pass began) and the runs of sessions this exporter does not
+        drain."""
+        drained = set(self._keys()) if self._keys else None
+        with self._held_lock:
+            for key in list(self._held):
+                if drained is not None and key not in drained:
+                    del self._held[key]
+                elif key in cut:
+                    keep = [e for e in self._held[key] if e.seq > cut[key]]
+                    if keep:
+                        self._held[key] = keep
+                    else:
+                        del self._held[key]
+
     # -- the thread --------------------------------------------------------------------------
 
-    def _exporter(self, sink: ExportSink, key: SessionKey | None = None) -> Exporter:
+    def _exporter(
+        self, sink: ExportSink, key: SessionKey | None = None, *, held: bool = False
+    ) -> Exporter:
         keys = [key] if key is not None else (list(self._keys()) if self._keys else None)
-        return Exporter(self.store, sink, keys=keys, batch_size=self.batch_size, progress=False)
+        return Exporter(
+            self.store,
+            sink,
+            keys=keys,
+            batch_size=self.batch_size,
+            progress=False,
+            held=self._take_held if held else None,
+        )
 
     def _drain_all(self, *, force: bool = False) -> float:
         """One pass over the sinks; returns seconds until the next retry is due (or inf)."""
         next_due = float("inf")
+        with self._held_lock:
+            cut = {key: run[-1].seq for key, run in self._held.items() if run}
+        failed = False
         for state in self._states:
             now = time.monotonic()
             if not force and state.retry_at > now:
                 next_due = min(next_due, state.retry_at - now)
+                failed = True  # not taken by this sink: kept for its retry
                 continue
             try:
-                state.delivered += self._exporter(state.sink).drain()
+                state.delivered += self._exporter(state.sink, held=True).drain()
             except Exception as exc:  # noqa: BLE001 - any sink failure is retried, never raised
+                failed = True
                 state.failures += 1
                 state.last_error = f"{type(exc).__name__}: {exc}"
                 backoff = min(self.retry_max, self.retry_initial * 2 ** (state.failures - 1))
@@ -198,6 +273,8 @@ class LiveExporter:
                 )
             else:
                 state.failures, state.last_error, state.retry_at = 0, None, 0.0
+        if not failed:
+            self._trim_held(cut)
         return next_due
 
     def _heads(self) -> dict[SessionKey, int]:

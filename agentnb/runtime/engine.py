@@ -299,10 +299,9 @@ class SessionDriver:
             log.info("session %s: chat snapshot not refreshed: %s", self.key, describe(exc))
 
     def _committed(self, events: list[Event]) -> None:
-        """After each commit: tell live observers, hand the events to the chat fold, and now
-        and then snapshot the folds."""
+        """After each commit: tell live observers (the chat fold took the events from the
+        commit bus), and now and then snapshot the folds."""
         self.runtime.committed(self.key, events)
-        self.chat_folds.feed(events)
         if self.writer.pending:
             return  # the state is ahead of the log; snapshot a committed one later
         due = self.folds.due_snapshots()

@@ -25,7 +25,7 @@ import time
 import warnings
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
@@ -551,6 +551,11 @@ def _check_schedules(schedules: object) -> bool:
     return schedules
 
 
+def _ended_clean(task: asyncio.Task[None]) -> bool:
+    """Whether a driver's task ended without an error (its folds can be taken over)."""
+    return task.done() and not task.cancelled() and task.exception() is None
+
+
 class Runtime:
     """Executes an agent's sessions in the background, on one store.
 
@@ -659,6 +664,9 @@ class Runtime:
         self._chat_lock = threading.Lock()
         self._lock = threading.Lock()
         self._closed = False
+        # Every commit through this runtime's store object reaches the session's folds as
+        # committed, before any waiter can see its head: nobody reads it back.
+        self._unwatch = self.store.bus.watch(None, self._on_commit)
         self._loop, self._thread = _start_loop(agent.agent_id)
         self._toolsets: list[OpenToolset] = []
         if any(a.toolsets for a in self.agents.values()):
@@ -1091,7 +1099,13 @@ class Runtime:
                 driver.hand_over(accepted)
             driver.wake.set()
             return driver
-        driver = SessionDriver(self, key, folds=self._take_folds(key), lease=lease)
+        folds = self._take_folds(key)
+        task = driver.task if driver is not None else None
+        if folds is None and driver is not None and task is not None and _ended_clean(task):
+            # Its end's callback has not run yet: take over the folds it leaves right away
+            # (else this driver would fold the whole log again, a copy of every message).
+            folds = driver.reusable_folds
+        driver = SessionDriver(self, key, folds=folds, lease=lease)
         self._drivers[key] = driver
         driver.task = self._loop.create_task(driver.run(), name=f"agentnb-session-{key}")
         driver.task.add_done_callback(functools.partial(self._driver_done, driver))
@@ -1107,7 +1121,7 @@ class Runtime:
             log.error("session %s: execution stopped by an error", driver.key, exc_info=exc)
             return
         folds = driver.reusable_folds
-        if folds is not None:
+        if folds is not None and self._drivers.get(driver.key) is driver:  # else taken over
             self._keep_folds(driver.key, folds)
 
     def _take_folds(self, key: SessionKey) -> Folds | None:
@@ -1135,12 +1149,19 @@ class Runtime:
             return None
         return driver.given_up
 
-    def committed(self, key: SessionKey, events: list[Event]) -> None:
-        """A driver committed ``events`` of ``key``: the session's fold takes them as they
-        are (nobody reads them back), and live observers are told."""
+    def _on_commit(self, key: SessionKey, events: Sequence[Event]) -> None:
+        """On the commit bus (the committer's thread): the session handle's folds and the
+        chat fold of ``key`` take the committed events as they are."""
         session = self._sessions.get(key)
         if session is not None:
             session.feed(events)
+        chat = self._chat_folds.get(key)
+        if chat is not None:
+            chat.feed(events)
+
+    def committed(self, key: SessionKey, events: list[Event]) -> None:
+        """A driver committed ``events`` of ``key`` (its folds took them from the commit
+        bus): live observers are told."""
         last = events[-1]
         self.hub.publish(
             LiveEvent(
@@ -1598,6 +1619,7 @@ class Runtime:
                 self._loop.close()
             if self.exporter is not None:
                 self.exporter.close()
+            self._unwatch()
             if self._owns_store:
                 self.store.close()
         return interrupted

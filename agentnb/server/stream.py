@@ -2,9 +2,13 @@
 
 One *feed* per followed session, shared by every stream of it: one thread waits for the
 store's commit notifications (``SessionStore.wait_for_head``: the in-process wake-up, or
-LISTEN/NOTIFY on PostgreSQL; what ``session.log.follow`` waits on) and reads each new batch
-once, and a second waits for the inbox (the page's queue). The feed encodes each event once
-into a frame and keeps the newest ``RING`` frames; a stream sends the frames after its cursor
+LISTEN/NOTIFY on PostgreSQL; what ``session.log.follow`` waits on) and takes each new batch
+once, through a ``Tail``: the events this process committed come by the commit bus as they
+were committed (never read back), others' from the store. A second waits for the inbox (the
+page's queue). Page streams read the session's one chat fold (``Session.shared_chat``), the
+one its view and its snapshots read. The feed makes each frame once, splicing the payload's
+canonical text (the text of its store row) into the envelope, and keeps the newest ``RING``
+frames; a stream sends the frames after its cursor
 from there, or reads older ones from the store by cursor (never a replay). Nothing polls: a
 stream sleeps until its feed wakes it, sending ``: keepalive`` every ``KEEPALIVE`` seconds
 (a stream whose token is revoked ends within a second: ``agentnb.server.revocations``).
@@ -63,12 +67,13 @@ from fastapi.responses import StreamingResponse
 
 from agentnb.children import children_of, descendant_requests
 from agentnb.errors import AgentnbError, InvalidCursor, InvalidInput, SessionNotFound, StorageError
-from agentnb.events import Event
-from agentnb.folds import Folds
+from agentnb.events import Event, canonical_json
+from agentnb.folds import ChatFolds, Folds
 from agentnb.ids import SessionKey
 from agentnb.live import LiveEvent
+from agentnb.log import Tail
 from agentnb.projections.chat import ChatItem, ChatState
-from agentnb.projections.state import KEEP_TURNS, InboxState
+from agentnb.projections.state import InboxState
 from agentnb.projections.subagents import key_of
 from agentnb.records import Child, Interaction
 from agentnb.runtime.runtime import Runtime
@@ -159,16 +164,19 @@ def parse_cursor(text: str | None, session_id: str, head: int) -> int:
     return seq
 
 
-def _sse(event: str, data: Any, id_: str | None = None) -> str:
+def _json(data: Any) -> str:
     # orjson (the log's codec) writes what the compact standard encoder writes, several
-    # times faster: every committed event of every followed session passes here. An
-    # integer past 64 bits, which it does not take, goes through the standard library.
+    # times faster. An integer past 64 bits, which it does not take, goes through the
+    # standard library.
     try:
-        text = orjson.dumps(data).decode()
+        return orjson.dumps(data).decode()
     except TypeError:
-        text = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+        return json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+
+
+def _sse(event: str, data: Any, id_: str | None = None) -> str:
     head = f"id: {id_}\n" if id_ is not None else ""
-    return f"{head}event: {event}\ndata: {text}\n\n"
+    return f"{head}event: {event}\ndata: {_json(data)}\n\n"
 
 
 def _frame_data(event: Event, *, raw: bool) -> dict[str, Any]:
@@ -188,6 +196,32 @@ def _frame_data(event: Event, *, raw: bool) -> dict[str, Any]:
     return data
 
 
+def _committed(session_id: str, event: Event, *, raw: bool, more: dict[str, Any] | None) -> str:
+    """The ``committed`` SSE event of ``event``: its envelope encoded here, its payload the
+    canonical text the event already holds (the text its store row has), spliced in."""
+    envelope = {
+        "seq": event.seq,
+        "event_id": event.event_id,
+        "type": event.type,
+        "turn_id": event.turn_id,
+        "run_id": event.run_id,
+        "occurred_at": event.occurred_at.isoformat(),
+        "required": event.required,
+    }
+    head = orjson.dumps(envelope).decode()[:-1]
+    if not raw and event.type in PRIVATE_TYPES:
+        body = ',"data":null,"omitted":true'
+    else:
+        body = ',"data":' + canonical_json(event.payload)
+    tail = "}"
+    if more:
+        tail = "," + _json(more)[1:]
+    return (
+        f"id: {format_cursor(session_id, event.seq)}\nevent: committed\n"
+        f"data: {head}{body}{tail}\n\n"
+    )
+
+
 @dataclass(slots=True)
 class Frame:
     """One committed event, encoded once per mode (lazily)."""
@@ -204,19 +238,14 @@ class Frame:
 
     def text(self, mode: Mode, reset: tuple[ChatItem, ...] | None = None) -> str:
         if reset is not None:  # the page's catch-up ends here: every item, once
-            data = _frame_data(self.event, raw=False)
-            data["items"] = _items_of(reset, None)
-            data["removed"] = []
-            data["reset"] = True
-            return _sse("committed", data, format_cursor(self.session_id, self.seq))
+            every: dict[str, Any] = {"items": _items_of(reset, None), "removed": [], "reset": True}
+            return _committed(self.session_id, self.event, raw=False, more=every)
         key = "page" if mode == "page" and self.items else ("raw" if mode == "raw" else "frames")
         text = self._text.get(key)
         if text is None:
-            data = _frame_data(self.event, raw=key == "raw")
-            if key == "page":
-                data.update(self.items or {})
-            text = self._text[key] = _sse(
-                "committed", data, format_cursor(self.session_id, self.seq)
+            more = self.items if key == "page" else None
+            text = self._text[key] = _committed(
+                self.session_id, self.event, raw=key == "raw", more=more
             )
         return text
 
@@ -274,7 +303,8 @@ class Feed:
         self._lock = threading.Lock()
         self._pos = head
         self._inbox_pos = inbox_head
-        self._chat: ChatState | None = None
+        self._fold: ChatFolds | None = None
+        """The session's one chat fold (shared with its view and snapshots; page streams)."""
         self._inbox: InboxState | None = None
         self._items: tuple[ChatItem, ...] = ()
         self._executing = session.executing()
@@ -296,6 +326,11 @@ class Feed:
         self._watched: set[SessionKey] = set()
         """Children a thread watches now (under ``_lock``)."""
         self._unwatch = feeds.runtime.hub.watch(self._on_live, session=self.key)
+        store = session.runtime.store
+        # Read by the feed's own threads only (each its own): this process's commits come
+        # by the bus, not back from the store.
+        self._log_tail = Tail(store, self.key, head)
+        self._inbox_tail: Tail | None = None
         self._inbox_thread: threading.Thread | None = None
         threading.Thread(
             target=self._follow_log, daemon=True, name=f"agentnb-feed-{self.key.session_id}"
@@ -308,6 +343,9 @@ class Feed:
         self.subscribers.add(sub)
         if mode != "frames" and self._inbox_thread is None:
             # The panel and the status follow the inbox too; browser frames do not need it.
+            self._inbox_tail = Tail(
+                self.session.runtime.store, self.key, self._inbox_pos, inbox=True
+            )
             self._inbox_thread = threading.Thread(
                 target=self._follow_inbox,
                 daemon=True,
@@ -334,6 +372,9 @@ class Feed:
         """Stop the threads (they return within a store wake-up)."""
         self._unwatch()
         self._stop.set()
+        self._log_tail.close()
+        if self._inbox_tail is not None:
+            self._inbox_tail.close()
         with self._lock:
             keys = [self.key, *self._watched]
         with contextlib.suppress(StorageError):  # a closed store woke its waiters itself
@@ -396,21 +437,34 @@ class Feed:
     def attach_fold(self) -> None:
         """Fold the chat and the inbox for page streams (a worker thread; once)."""
         with self._lock:
-            if self._chat is not None:
+            if self._fold is not None:
                 return
-        chat, inbox = self.session.chat_copy()  # at the log's head, at least the feed's
+        fold, inbox = self.session.shared_chat()
         with self._lock:
-            if self._chat is not None:
+            if self._fold is not None:
                 return
-            self._chat, self._inbox = chat, inbox
-            self._items = chat.items
-            state = self._page_state()
-            self._watch_children()
-        self._post(self._folded, chat.seq, self._items, state)
+            self._fold, self._inbox = fold, inbox
+            with fold.lock:
+                chat = fold.current(self._pos)  # at least the feed's position
+                seq, self._items = chat.seq, chat.items
+                state = self._page_state()
+                self._watch_children()
+        self._post(self._folded, seq, self._items, state)
+
+    def _chat(self) -> ChatState:
+        """The shared chat fold at the feed's position at least (under its lock)."""
+        assert self._fold is not None
+        chat: ChatState = self._fold.current(self._pos)
+        return chat
 
     def _page_state(self) -> str:
         """The panel event, under ``_lock`` with a fold attached."""
-        assert self._chat is not None
+        assert self._fold is not None
+        assert self._inbox is not None
+        with self._fold.lock:
+            return self._panel(self._chat())
+
+    def _panel(self, chat: ChatState) -> str:
         assert self._inbox is not None
         runtime = self.session.runtime
         calls = self._open_calls()
@@ -418,12 +472,12 @@ class Feed:
         children: list[Child] = []
         if calls:
             try:
-                asks = descendant_requests(self._chat.session, self._open_child)
+                asks = descendant_requests(chat.session, self._open_child)
                 children = children_of(runtime.store, calls, self._child_folds)
             except AgentnbError as exc:  # a child's trouble never ends its parent's stream
                 log.info("stream of %s: its children are not readable now: %s", self.key, exc)
         state = panel(
-            self._chat,
+            chat,
             self._inbox,
             executing=self._executing,
             tool=runtime.agent.tool_named,
@@ -436,8 +490,10 @@ class Feed:
 
     def _open_calls(self) -> list[Any]:
         """The fold's sub-agent calls without a result yet, under ``_lock``."""
-        assert self._chat is not None
-        return [c for c in self._chat.session.children.values() if c.get("status") == "running"]
+        assert self._fold is not None
+        with self._fold.lock:
+            children = self._chat().session.children
+            return [c for c in children.values() if c.get("status") == "running"]
 
     def _open_child(self, key: SessionKey) -> Session | None:
         try:
@@ -447,7 +503,7 @@ class Feed:
 
     def _watch_children(self) -> None:
         """Start a watcher for each open call's child not watched yet; under ``_lock``."""
-        if self._chat is None:
+        if self._fold is None:
             return
         for call in self._open_calls():
             key = key_of(call["child"])
@@ -467,7 +523,7 @@ class Feed:
         try:
             while not self._stop.is_set():
                 with self._lock:
-                    if self._chat is None or all(
+                    if self._fold is None or all(
                         key_of(c["child"]) != key for c in self._open_calls()
                     ):
                         return  # the call has its result: the parent's item says the rest
@@ -496,7 +552,7 @@ class Feed:
         return _sse("status", status)
 
     def _states(self) -> tuple[str, str]:
-        page = self._page_state() if self._chat is not None else ""
+        page = self._page_state() if self._fold is not None else ""
         return page, self._status()
 
     def _post(self, callback: Callable[..., None], *args: Any) -> None:
@@ -545,7 +601,7 @@ class Feed:
                 self._post(self._publish_state, *texts)
             return
         while not self._stop.is_set():
-            events = session.log.read_after(self._pos, READ)
+            events = self._log_tail.read(READ)
             if not events:
                 return
             executing = session.executing()
@@ -553,15 +609,14 @@ class Feed:
             with self._lock:
                 self._pos = events[-1].seq
                 self._executing = executing
-                if self._chat is not None:
+                if self._fold is not None:
                     before = self._items
-                    for event in events:
-                        self._chat.apply(event)  # at or below the fold: ignored
-                    after = self._chat.items
+                    with self._fold.lock:
+                        # This process's commits it has from the bus; others' come here.
+                        self._fold.feed(events)
+                        after = self._chat().items  # bounded: the shared fold retires
                     frames[-1].items = _diff(before, after)
-                    if len(self._chat.session.turns) > 2 * KEEP_TURNS:
-                        self._chat.retire()  # bounded; the page keeps what it was sent
-                    self._items = self._chat.items
+                    self._items = after
                     self._watch_children()
                 texts = self._states()
                 items = self._items
@@ -582,7 +637,13 @@ class Feed:
             return
         with self._lock:
             folding = self._inbox is not None
-        records = session.inbox.read_after(self._inbox_pos, 1000) if folding else []
+        tail = self._inbox_tail
+        assert tail is not None  # made before the thread
+        if folding:
+            records = tail.read(1000)
+        else:
+            tail.skip_to(seq)
+            records = []
         executing = session.executing()
         with self._lock:
             if self._inbox is not None:

@@ -114,6 +114,7 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from agentnb.bus import CommitBus
 from agentnb.errors import (
     AppendConflict,
     Corrupt,
@@ -729,6 +730,8 @@ class SessionStore(ABC):
         self._heads_seen: dict[SessionKey, int] = {}
         """The last seq each session's appends through this object committed (``head_hint``)."""
         self._hints_lock = threading.Lock()
+        self.bus = CommitBus()
+        """What this object commits, handed to this process's followers (``agentnb.bus``)."""
 
     # -- catalogue ---------------------------------------------------------------------------
 
@@ -1023,6 +1026,8 @@ class SessionStore(ABC):
             self.clock.now(),
             expected_inbox=expected_inbox,
         )
+        # On the bus before the hint moves: a waiter that sees the new head finds its events.
+        self.bus.publish(key, batch)
         self._saw(self._heads_seen, key, batch[-1].seq)
         if wake:
             self._notify(key, inbox=False)
@@ -1125,6 +1130,8 @@ class SessionStore(ABC):
         record = self._inbox_append(
             key, stamped, dedupe_key, fingerprint or event_digest([stamped]), self.clock.now()
         )
+        if record[1]:
+            self.bus.publish(key, (record[0],), inbox=True)
         self._saw_inbox(key, record[0].seq)
         if record[1]:
             self._notify(key)  # both logs' waiters: a record in the inbox can settle a turn

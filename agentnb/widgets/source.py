@@ -21,6 +21,8 @@ __all__ = ["ViewedSession"]
 
 
 class _Log(Protocol):
+    def head(self) -> int: ...
+
     def read_after(self, seq: int, limit: int = ...) -> list[Event]: ...
 
     def follow(

@@ -43,8 +43,8 @@ import os
 import re
 import threading
 import time
-from collections.abc import Callable, Iterable
-from typing import Any
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Protocol
 
 from agentnb.answers import Answer, ToolOutcome
 from agentnb.errors import (
@@ -576,10 +576,49 @@ class _View:
         """The running task's name (its text) and turn id."""
 
 
-def read_fold(session: ViewedSession) -> tuple[ChatState, InboxState]:
-    """The view's one read: exactly ``(0, head]`` of the log (a copy of the session's cached
-    chat fold) and a copy of its inbox fold at the inbox head."""
-    return session.chat_copy()
+class _Fold(Protocol):
+    """A chat fold the view reads under ``lock``: the session's shared one (``ChatFolds``,
+    fed by the commit bus) or the view's own (``_OwnFold``)."""
+
+    @property
+    def lock(self) -> threading.RLock: ...
+
+    def feed(self, events: Sequence[Any]) -> None: ...
+
+    def current(self, at_least: int) -> ChatState: ...
+
+
+class _OwnFold:
+    """The view's own chat fold, for a session that shares none with it (a
+    ``RemoteSession``): the face of the shared one, folded from the session's log."""
+
+    def __init__(self, chat: ChatState, session: ViewedSession) -> None:
+        self.lock = threading.RLock()
+        self.chat = chat
+        self._log = session.log
+
+    def feed(self, events: Sequence[Any]) -> None:
+        with self.lock:
+            for event in events:
+                self.chat.apply(event)  # at or below the fold: ignored
+
+    def current(self, at_least: int) -> ChatState:
+        with self.lock:
+            while self.chat.seq < at_least and (events := self._log.read_after(self.chat.seq, 256)):
+                self.feed(events)
+            return self.chat
+
+
+def read_fold(session: ViewedSession) -> tuple[_Fold, InboxState]:
+    """The view's one read: the session's chat fold (shared with every reader of this
+    process when the session offers it, ``shared_chat``; else a copy of exactly ``(0,
+    head]`` of the log) and a copy of its inbox fold at the inbox head."""
+    shared = getattr(session, "shared_chat", None)
+    if shared is not None:
+        fold, inbox = shared()
+        return fold, inbox
+    chat, inbox = session.chat_copy()
+    return _OwnFold(chat, session), inbox
 
 
 class SessionView(w.VBox):  # type: ignore[misc]  # ipywidgets ships no type information
@@ -614,10 +653,12 @@ class SessionView(w.VBox):  # type: ignore[misc]  # ipywidgets ships no type inf
         self.page = max(1, int(page))
         self.redraw_interval = max(0.0, float(redraw_interval))
         self._limit = self.max_items
-        self._lock = threading.RLock()
+        self._fold, self._inbox = read_fold(session)
+        self._lock = self._fold.lock
         """Guards the fold (``_state``, ``_inbox``): the follower and actions both feed it."""
+        self._seen = self._fold.current(0).seq
+        """The newest seq the view was told of (its follower's, or a refresh's head)."""
         self._draw_lock = threading.Lock()
-        self._state, self._inbox = read_fold(session)
         self._stop = threading.Event()
         self._dirty = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -749,16 +790,20 @@ class SessionView(w.VBox):  # type: ignore[misc]  # ipywidgets ships no type inf
             return self._state.snapshot(self._inbox, executing=live)
 
     @property
+    def _state(self) -> ChatState:
+        """The chat fold, holding at least what the view was told of; read under the lock."""
+        return self._fold.current(self._seen)
+
+    @property
     def cursor(self) -> int:
         """The seq of the last committed event folded into the view."""
-        return self._state.seq
+        with self._lock:
+            return self._state.seq
 
     def _catch_up(self) -> None:
         """Fold what was committed since the cursor (both logs); caller holds the lock."""
-        session = self.session
-        while events := session.log.read_after(self._state.seq, 256):
-            for event in events:
-                self._state.apply(event)
+        self._seen = max(self._seen, self.session.log.head())
+        self._fold.current(self._seen)
         self._fold_inbox()
 
     def _fold_inbox(self) -> None:
@@ -1407,8 +1452,10 @@ class SessionView(w.VBox):  # type: ignore[misc]  # ipywidgets ships no type inf
         follow = self.session.log.follow(after=self._state.seq, stop=self._stop)
         try:
             for event in follow:
-                with self._lock:
-                    self._state.apply(event)  # at or below the cursor: ignored
+                # The session's shared fold has it from the bus already (this process's
+                # commits); another process's commits are handed over here.
+                self._fold.feed((event,))
+                self._seen = max(self._seen, event.seq)
                 self._dirty.set()
         except Exception as exc:  # noqa: BLE001 - a broken follow shows in the view
             _set(self.error, "value", error_html(f"Following the log stopped: {exc}"))
