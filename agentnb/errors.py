@@ -49,6 +49,7 @@ from collections.abc import Sequence
 from typing import Any
 
 __all__ = [
+    "DISTRIBUTION",
     "AgentChanged",
     "AgentnbError",
     "AppendConflict",

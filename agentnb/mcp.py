@@ -55,7 +55,7 @@ import threading
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from agentnb.errors import InvalidInput, ToolsetUnavailable, describe, install_hint
+from agentnb.errors import DISTRIBUTION, InvalidInput, ToolsetUnavailable, describe, install_hint
 from agentnb.tools import (
     InvalidToolArguments,
     NeedsAnswer,
@@ -758,6 +758,6 @@ def _version() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
     try:
-        return version("agentnb")
+        return version(DISTRIBUTION)
     except PackageNotFoundError:
         return "0"

@@ -145,6 +145,9 @@ def test_server_quick_run_prints_one_json_line_per_metric() -> None:
         "idle_stream_memory_kib",
         "http_turns_per_s_vs_inprocess",
         "reconnect_1k_vs_100",
+        "stream_fds_last_vs_first",
+        "stream_rss_last_vs_first",
+        "healthz_p95_under_header_attack",
     }
 
 

@@ -27,6 +27,9 @@ REPO = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.timeout(900)
 
 NOTEBOOKS = sorted(p.name for p in (REPO / "notebooks").glob("*.ipynb"))
+NEEDS_A_BUILD = {"06-a-real-model.ipynb"}
+"""Notebooks that need llama.cpp's server, which .ci/run builds from source with portable
+flags: Binder's requirements cannot build it, so there the notebook says so at its first cell."""
 
 
 @dataclass(frozen=True)
@@ -115,7 +118,7 @@ class TestBinder:
         assert (installed / "py.typed").is_file(), "the wheel must ship py.typed"
         assert (installed / "_exporters" / "schema.sql").is_file()
 
-    @pytest.mark.parametrize("notebook", NOTEBOOKS)
+    @pytest.mark.parametrize("notebook", sorted(set(NOTEBOOKS) - NEEDS_A_BUILD))
     def test_notebook_runs(self, binder: BinderEnv, notebook: str, tmp_path: Path) -> None:
         """Every notebook executes top to bottom with the Binder environment's kernel."""
         _run(

@@ -11,6 +11,7 @@ import pytest
 
 import agentnb as nb
 from agentnb.cli import EXIT_FAILED, EXIT_NOT_FOUND, main
+from agentnb.errors import install_hint
 
 REPO = Path(nb.__file__).resolve().parent.parent
 
@@ -67,7 +68,7 @@ class TestMissingExtra:
         )
         assert done.returncode == EXIT_FAILED, done.stderr
         line = _error_line(done.stderr)
-        assert 'pip install "agentnb[postgres]"' in line
+        assert install_hint("postgres") in line
         assert "Traceback" not in done.stderr
 
 

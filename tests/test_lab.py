@@ -27,6 +27,10 @@ USES = {
 }
 
 
+NAME = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["name"]
+"""The distribution's name, which its extras use to pull in each other."""
+
+
 def _extras() -> dict[str, list[str]]:
     data = tomllib.loads((REPO / "pyproject.toml").read_text())
     extras: dict[str, list[str]] = data["project"]["optional-dependencies"]
@@ -37,7 +41,7 @@ def _closure(name: str, extras: dict[str, list[str]]) -> set[str]:
     """The extra ``name`` and every agentnb extra it pulls in (``agentnb[x]``)."""
     found = {name}
     for requirement in extras[name]:
-        inner = re.fullmatch(r"agentnb\[([\w,-]+)\]", requirement.split(";")[0].strip())
+        inner = re.fullmatch(re.escape(NAME) + r"\[([\w,-]+)\]", requirement.split(";")[0].strip())
         if inner:
             for part in inner.group(1).split(","):
                 found |= _closure(part, extras)

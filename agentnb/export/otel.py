@@ -40,7 +40,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from agentnb.errors import InvalidInput, StorageError, install_hint
+from agentnb.errors import DISTRIBUTION, InvalidInput, StorageError, install_hint
 from agentnb.events import decode_json
 from agentnb.export.base import sink_name
 from agentnb.export.columns import Batch
@@ -626,6 +626,6 @@ def _version() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
     try:
-        return version("agentnb")
+        return version(DISTRIBUTION)
     except PackageNotFoundError:
         return "0"

@@ -20,6 +20,7 @@ from agentnb.cli import (
     NULL,
     main,
 )
+from agentnb.errors import DISTRIBUTION
 from tests.export.conftest import ALICE, BOB, Known
 
 
@@ -103,7 +104,7 @@ class TestVersion:
         """agentnb --version prints the version pip installed and exits 0."""
         code, out, _ = _run(["--version"], capsys)
         assert code == EXIT_OK
-        assert out.strip() == f"agentnb {importlib.metadata.version('agentnb')}"
+        assert out.strip() == f"agentnb {importlib.metadata.version(DISTRIBUTION)}"
 
     def test_python_m_agentnb_is_the_cli(self) -> None:
         """python -m agentnb runs the same command line as the agentnb script."""
