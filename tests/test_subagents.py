@@ -1073,7 +1073,7 @@ class TestChat:
         assert "suspended" in session.children()[0]._repr_html_()
         assert "from" in show(session.pending())._repr_html_()
         inspected = session.inspect()._repr_html_()
-        assert "1 sub-agent(s) at work" in inspected
+        assert "1 sub-agent at work" in inspected
         assert "<b>pens</b>" not in inspected
 
     @pytest.mark.parametrize("door", DOORS, indirect=True)

@@ -250,10 +250,10 @@ class TestResumeAndCancelCommands:
             assert client.open("p").tasks()[-1].status == "cancelled"
 
     def test_cancel_an_unknown_turn(self, url: str, capsys: Any) -> None:
-        """A turn the session does not have is a usage error naming it."""
+        """A turn the session does not have is not found (exit 3), naming it."""
         with nb.Runtime(agent, store=url, execute=False) as client:
             client.session("u").submit("hello")
-        assert main(["cancel", "u", "turn_nope", "--store", url]) == 2
+        assert main(["cancel", "u", "turn_nope", "--store", url]) == 3
         assert "turn_nope" in capsys.readouterr().err
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable, Iterator
 from html.parser import HTMLParser
@@ -10,6 +11,7 @@ from typing import Any
 import pytest
 
 import agentnb as nb
+from agentnb.errors import install_hint
 from agentnb.projections.chat import ChatItem
 from agentnb.records import Interaction, Task
 from agentnb.widgets import SessionView
@@ -506,7 +508,7 @@ def test_import_error_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setitem(sys.modules, "ipywidgets", None)
     monkeypatch.delitem(sys.modules, "agentnb.widgets.view")
-    with pytest.raises(ImportError, match=r'pip install "agentnb\[widgets\]"'):
+    with pytest.raises(ImportError, match=re.escape(install_hint("widgets"))):
         from agentnb.widgets import SessionView  # noqa: F401
     monkeypatch.setitem(sys.modules, "agentnb.widgets.view", view_module)
 
