@@ -49,7 +49,7 @@ import json
 import math
 import re
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal, NoReturn, get_args
@@ -432,6 +432,13 @@ class Message(Payload):
     """For ``tool`` messages: the tool's name."""
     reasoning: tuple[ReasoningPart, ...] = Field(default=(), exclude_if=_empty)
     """For ``assistant`` messages: the reasoning blocks of the reply, in stream order."""
+
+    def __repr_args__(self) -> Iterator[tuple[str | None, Any]]:
+        # A message without reasoning (most of them) reads as it did before reasoning was
+        # recorded: the empty field is left out of the repr as it is left out of the bytes.
+        for name, value in super().__repr_args__():
+            if name != "reasoning" or value:
+                yield name, value
 
 
 def message_of(data: Mapping[str, Any]) -> Message:
