@@ -11,12 +11,12 @@ goes on with the answer (or, when the wake-up starts none, its latest run as it 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, MutableMapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
 
+from agentnb import states
 from agentnb.errors import AgentnbError, InvalidAnswer
 from agentnb.events import Event
-from agentnb.folds import Folds
 from agentnb.holders import holder_alive
 from agentnb.ids import SessionKey
 from agentnb.log import Inbox
@@ -52,32 +52,25 @@ def _executing(store: SessionStore, key: SessionKey) -> bool:
     return lease is not None and holder_alive(lease.owner) is not False
 
 
-def children_of(
-    store: SessionStore,
-    calls: Iterable[Mapping[str, Any]],
-    folds: MutableMapping[SessionKey, Folds] | None = None,
-) -> list[Child]:
+def children_of(store: SessionStore, calls: Iterable[Mapping[str, Any]]) -> list[Child]:
     """``Child`` records of sub-agent calls (``SessionState.children`` values), each with its
-    child's task as it stands now. ``folds``: the children's folds, kept between calls by a
-    reader that asks again and again (each read then folds only what is new)."""
+    child's task as it stands now (from the child's shared folds, ``agentnb.states``)."""
     out: list[Child] = []
     for call in calls:
         key = key_of(call["child"])
+        progress = None
         try:
             before = _executing(store, key)  # and after: see ``SubagentCalls._look``
-            if folds is None:
-                state, inbox = Folds(store, key).refresh()
-            else:
-                state, inbox = folds.setdefault(key, Folds(store, key)).refresh()
-            executing = before or _executing(store, key)
+            with states.read(store, key) as (state, inbox):
+                executing = before or _executing(store, key)
+                progress = child_progress(state, inbox, call["call_id"], executing=executing)
         except AgentnbError:  # not made yet (the call was just spawned), deleted, or
-            state = None  # unreadable: the parent's record is what is known
-        if state is None:
+            pass  # unreadable: the parent's record is what is known
+        if progress is None:
             status = call.get("status", "running")
             turn = None
             output, error, usage = call.get("output"), call.get("error"), None
         else:
-            progress = child_progress(state, inbox, call["call_id"], executing=executing)
             status, turn = progress.status, progress.turn_id
             output, error = progress.output, progress.error
             usage = UsageTotals.of(progress.usage)

@@ -22,6 +22,7 @@ from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 import agentnb as nb
+from agentnb import states
 from agentnb.children import children_of
 from agentnb.errors import (
     AgentnbError,
@@ -34,7 +35,6 @@ from agentnb.errors import (
     SessionNotFound,
     StorageError,
 )
-from agentnb.folds import Folds
 from agentnb.live import LiveEvent
 from agentnb.ops.cli import add_commands as ops_commands
 from agentnb.ops.cli import add_schedule_option, add_webhook_options, webhooks_of
@@ -465,9 +465,9 @@ def _sessions(args: argparse.Namespace) -> int:
         out: list[dict[str, Any]] = []
         for info in infos:  # one page: folding each of its logs stays bounded
             key = info.key
-            state, inbox = Folds(store, key).refresh()
-            executing = _executing(store, key)
-            tasks = tasks_of(state, inbox, executing=executing)
+            with states.read(store, key) as (state, inbox):
+                executing = _executing(store, key)
+                tasks = tasks_of(state, inbox, executing=executing)
             started = [t for t in tasks if t.status != "queued"]
             out.append(
                 {
@@ -659,13 +659,14 @@ def _show(args: argparse.Namespace) -> int:
     store = _open_existing_store(args.store)
     try:
         key = _keys(store, args.session, args.user, args.agent)
-        state, inbox = Folds(store, key).refresh()
-        executing = _executing(store, key)
-        tasks = tasks_of(state, inbox, executing=executing)
-        parked = _parked(state, inbox, executing)
-        pending = list(interactions_of(state).values())
-        messages = list(state.context)
-        children = children_of(store, state.children_of(None))
+        with states.read(store, key) as (state, inbox):
+            executing = _executing(store, key)
+            tasks = tasks_of(state, inbox, executing=executing)
+            parked = _parked(state, inbox, executing)
+            pending = list(interactions_of(state).values())
+            messages = list(state.context)
+            spawned = state.children_of(None)
+        children = children_of(store, spawned)
     finally:
         store.close()
     if args.json:
@@ -769,23 +770,24 @@ def _resume(args: argparse.Namespace) -> int:
     store = _open_existing_store(args.store)
     try:
         key = _keys(store, args.session, args.user, args.agent)
-        state, _ = Folds(store, key).refresh()
-        turn_id = args.turn
-        if turn_id is None:
-            latest = latest_unfinished(state)
-            if latest is None:
-                raise nb.CannotResume(
-                    f"session {key} has no unfinished turn to resume; see agentnb show"
-                )
-            turn_id = latest.turn_id
+        with states.read(store, key) as (state, _):
+            turn_id = args.turn
+            if turn_id is None:
+                latest = latest_unfinished(state)
+                if latest is None:
+                    raise nb.CannotResume(
+                        f"session {key} has no unfinished turn to resume; see agentnb show"
+                    )
+                turn_id = latest.turn_id
+            uncertain = state.uncertain_calls(turn_id)
 
-        def recorded(name: str) -> Any:
-            # No agent here: what its dispatch recorded says whether a call may run again
-            # (the runtime that carries the resume out checks with its own tools).
-            calls = [c for c in state.uncertain_calls(turn_id) if c.name == name]
-            return SimpleNamespace(idempotent=bool(calls) and all(c.idempotent for c in calls))
+            def recorded(name: str) -> Any:
+                # No agent here: what its dispatch recorded says whether a call may run
+                # again (the runtime that carries the resume out checks with its own tools).
+                calls = [c for c in uncertain if c.name == name]
+                return SimpleNamespace(idempotent=bool(calls) and all(c.idempotent for c in calls))
 
-        check_resume(state, turn_id, executing=_executing(store, key), tool=recorded)
+            check_resume(state, turn_id, executing=_executing(store, key), tool=recorded)
         event, _ = nb.Inbox(store, key).accept("resume", turn_id=turn_id)
         result = _carried_out(store, key, event, args.wait)
     finally:
@@ -801,15 +803,15 @@ def _cancel(args: argparse.Namespace) -> int:
     store = _open_existing_store(args.store)
     try:
         key = _keys(store, args.session, args.user, args.agent)
-        state, inbox = Folds(store, key).refresh()
-        submitted = (c.turn_id for c in inbox.commands.values() if c.kind == "submit")
-        if args.turn not in state.turns and args.turn not in submitted:
-            return _not_found(
-                f"session {key.session_id} has no task {args.turn!r}; agentnb show "
-                f"{key.session_id} lists its tasks and their turn ids"
-            )
-        how = check_cancel(state, inbox, args.turn, executing=_executing(store, key))
-        event = accept_cancel(nb.Inbox(store, key), state, inbox, args.turn, how)
+        with states.read(store, key) as (state, inbox):
+            submitted = (c.turn_id for c in inbox.commands.values() if c.kind == "submit")
+            if args.turn not in state.turns and args.turn not in submitted:
+                return _not_found(
+                    f"session {key.session_id} has no task {args.turn!r}; agentnb show "
+                    f"{key.session_id} lists its tasks and their turn ids"
+                )
+            how = check_cancel(state, inbox, args.turn, executing=_executing(store, key))
+            event = accept_cancel(nb.Inbox(store, key), state, inbox, args.turn, how)
         result = "done" if event is None else _carried_out(store, key, event, args.wait)
     finally:
         store.close()
@@ -822,18 +824,18 @@ def _carried_out(store: nb.SessionStore, key: nb.SessionKey, event: Any, wait: f
     import time
 
     command_id = event.payload["command_id"]
-    folds = Folds(store, key)
     deadline = time.monotonic() + wait
     while True:
-        state, inbox = folds.refresh()
-        if command_id in inbox.rejected:
-            return f"rejected: {inbox.rejected[command_id]}"
-        if command_id in state.handled or command_id in state.run_of_command:
-            return "done"
+        with states.read(store, key) as (state, inbox):
+            if command_id in inbox.rejected:
+                return f"rejected: {inbox.rejected[command_id]}"
+            if command_id in state.handled or command_id in state.run_of_command:
+                return "done"
+            seen = state.seq
         left = deadline - time.monotonic()
         if left <= 0:
             return "waiting"
-        store.wait_for_head(key, state.seq, min(0.5, left))
+        store.wait_for_head(key, seen, min(0.5, left))
 
 
 def _report(

@@ -27,8 +27,8 @@ import hashlib
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from agentnb import states
 from agentnb.events import canonical_json
-from agentnb.folds import Folds
 from agentnb.ids import SessionKey
 from agentnb.projections.state import InboxState, SessionState
 from agentnb.stores.base import MAX_LIST_LIMIT, SessionRecord, SessionStore
@@ -94,23 +94,16 @@ def _rule_holders(store: SessionStore, key: SessionKey) -> list[SessionRecord]:
 
 
 def shared_rules(
-    store: SessionStore,
-    key: SessionKey,
-    digest: str,
-    cache: dict[SessionKey, Folds] | None = None,
+    store: SessionStore, key: SessionKey, digest: str
 ) -> list[tuple[SessionKey, dict[str, Any]]]:
     """(session, rule) for the agent-scoped rules in force that other sessions of ``key``'s
-    namespace, user and agent granted under the agent ``digest``. ``cache`` keeps their
-    folds between calls, so a later look reads only what was committed since."""
+    namespace, user and agent granted under the agent ``digest`` (read from their shared
+    folds, ``agentnb.states``: a later look folds only what was committed since)."""
     found: list[tuple[SessionKey, dict[str, Any]]] = []
     for record in _rule_holders(store, key):
-        folds = cache.get(record.key) if cache is not None else None
-        if folds is None:
-            folds = Folds(store, record.key)
-            if cache is not None:
-                cache[record.key] = folds
-        state, inbox = folds.refresh()
-        for rule in rules_in_force(state, inbox).values():
+        with states.read(store, record.key) as (state, inbox):
+            rules = list(rules_in_force(state, inbox).values())
+        for rule in rules:
             if rule["scope"] == "agent" and rule["agent"] == digest:
                 found.append((record.key, rule))
     return found
@@ -124,6 +117,7 @@ def find_rule(
     if rule_id in rules_in_force(state, inbox):
         return key
     for record in _rule_holders(store, key):
-        if rule_id in rules_in_force(*Folds(store, record.key).refresh()):
-            return record.key
+        with states.read(store, record.key) as (held, held_inbox):
+            if rule_id in rules_in_force(held, held_inbox):
+                return record.key
     return None

@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
+from agentnb import states
 from agentnb.agent import check_agent
 from agentnb.answers import ToolOutcome
 from agentnb.children import children_of, descendant_requests, route_answers
@@ -166,8 +167,12 @@ def accept_cancel(
         )
         # A runtime that picked the turn before this commits its start only if the inbox
         # did not move; if it did start first, say so.
-        again = refresh or Folds(log.store, log.key).refresh
-        if turn_id in again()[0].turns:
+        if refresh is not None:
+            started = turn_id in refresh()[0].turns
+        else:
+            with states.read(log.store, log.key) as (now, _):
+                started = turn_id in now.turns
+        if started:
             raise NotRunning(
                 f"turn {turn_id} started before the cancel arrived; interrupt() it, then cancel it"
             )

@@ -178,3 +178,60 @@ class TestOneFoldPerProcess:
         end = _settle(session, view, rt, streams)
         seqs = range(start + 1, end + 1)
         assert {s: counted.state[s] for s in seqs} == dict.fromkeys(seqs, 1)
+
+
+class TestSharedStates:
+    """``agentnb.states``: the readers that are not a session's handle (children, the
+    permission lookups, archive, usage, the CLI) share one fold per session per store object."""
+
+    def test_a_commit_of_this_process_is_not_read_back(self, tmp_path: Path) -> None:
+        """After the first read, what the process commits reaches the shared fold from the
+        bus: later reads fold nothing from the store, and see the new head."""
+        from agentnb import states
+
+        with nb.Runtime(_agent(), store=f"sqlite:///{tmp_path / 'db.sqlite'}") as rt:
+            session = rt.session("s")
+            session.run("what does basic cost?", timeout=WAIT)
+            registry = states.states_of(rt.store)
+            with states.read(rt.store, session.key) as (state, _):
+                assert state.seq == session.log.head()
+            folded = registry.folded_from_store
+            session.run("and basic again?", timeout=WAIT)
+            with states.read(rt.store, session.key) as (state, inbox):
+                assert state.seq == session.log.head()
+                assert len(state.turns) == 2 and inbox.seq == rt.store.inbox_head(session.key)
+            assert registry.folded_from_store == folded
+
+    def test_another_processes_commit_is_read_from_the_store(self, tmp_path: Path) -> None:
+        """Commits made through another store object (another process) are not on this
+        bus: the next read folds them from the store."""
+        from agentnb import states
+
+        url = f"sqlite:///{tmp_path / 'db.sqlite'}"
+        with nb.Runtime(_agent(), store=url) as rt:
+            rt.session("s").run("what does basic cost?", timeout=WAIT)
+            key = rt.session("s").key
+            registry = states.states_of(rt.store)
+            with states.read(rt.store, key):
+                pass
+            folded = registry.folded_from_store
+            with nb.Runtime(_agent(), store=url) as other:
+                other.session("s").run("and basic again?", timeout=WAIT)
+                head = other.session("s").log.head()
+            with states.read(rt.store, key) as (state, _):
+                assert state.seq == head
+            assert registry.folded_from_store == folded + 1
+
+    def test_a_deleted_session_starts_anew(self, tmp_path: Path) -> None:
+        """Reading a deleted session raises ``SessionNotFound`` and forgets its fold, so a
+        session made again under the same key is folded from its own log."""
+        from agentnb import states
+
+        with nb.Runtime(_agent(), store=f"sqlite:///{tmp_path / 'db.sqlite'}") as rt:
+            session = rt.session("s")
+            session.run("what does basic cost?", timeout=WAIT)
+            with states.read(rt.store, session.key):
+                pass
+            session.delete()
+            with pytest.raises(nb.SessionNotFound), states.read(rt.store, session.key):
+                pass

@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
-from agentnb import _portable
+from agentnb import _portable, states
 from agentnb.agent import Agent, agents_of
 from agentnb.errors import (
     Fenced,
@@ -160,8 +160,8 @@ _RAW: dict[str, frozenset[str]] = {
 
 def session_usage(store: SessionStore, key: SessionKey) -> UsageTotals:
     """The session's usage totals: its folds' snapshot plus the events after it."""
-    state, _ = Folds(store, key).refresh()
-    return UsageTotals.of(state.usage)
+    with states.read(store, key) as (state, _):
+        return UsageTotals.of(state.usage)
 
 
 def session_info(
@@ -335,10 +335,11 @@ def archive_session(store: SessionStore, key: SessionKey) -> SessionInfo:
     decided by ``check_archive`` at the inbox head the flag is set against, again if a
     command came in meanwhile."""
     for _ in range(10):
-        state, inbox = Folds(store, key).refresh()
-        check_archive(key, state, inbox)
+        with states.read(store, key) as (state, inbox):
+            check_archive(key, state, inbox)
+            seen = inbox.seq
         try:
-            record = store.set_archived(key, True, expected_inbox=inbox.seq)
+            record = store.set_archived(key, True, expected_inbox=seen)
         except InboxChanged:
             continue  # a command came in meanwhile: decide again
         return session_info(record, now=store.clock.now(), store=store)

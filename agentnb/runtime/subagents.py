@@ -71,6 +71,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from agentnb import states
 from agentnb.agent import Agent, SubagentTool
 from agentnb.children import wake
 from agentnb.errors import (
@@ -85,7 +86,6 @@ from agentnb.errors import (
     describe,
 )
 from agentnb.events import Event, ToolCallData
-from agentnb.folds import Folds
 from agentnb.holders import holder_alive
 from agentnb.ids import SessionKey, new_id
 from agentnb.limits import check_subagent
@@ -153,16 +153,17 @@ def cancel_child(
     makes it idempotent; an ended task is left as it is.
     """
     before = lease_alive(store, child)  # and after: see ``SubagentCalls._look``
-    state, inbox = Folds(store, child).refresh()
-    submit = next((c for c in inbox.commands.values() if c.key == submit_key(call_id)), None)
-    if submit is None or submit.turn_id is None:
-        return
-    turn_id = submit.turn_id
-    executing = before or lease_alive(store, child)
-    try:
-        how = check_cancel(state, inbox, turn_id, executing=executing)
-    except InvalidInput:
-        return  # it completed: nothing to cancel
+    with states.read(store, child) as (state, inbox):
+        submit = next((c for c in inbox.commands.values() if c.key == submit_key(call_id)), None)
+        if submit is None or submit.turn_id is None:
+            return
+        turn_id = submit.turn_id
+        executing = before or lease_alive(store, child)
+        try:
+            how = check_cancel(state, inbox, turn_id, executing=executing)
+        except InvalidInput:
+            return  # it completed: nothing to cancel
+        active_run = state.active_run
     box = Inbox(store, child)
     if how == "done":
         return
@@ -178,8 +179,8 @@ def cancel_child(
             turn_id=turn_id,
         )
         return
-    if how == "running" and state.active_run is not None:
-        box.accept("interrupt", key=f"{key}:stop", turn_id=turn_id, run_id=state.active_run)
+    if how == "running" and active_run is not None:
+        box.accept("interrupt", key=f"{key}:stop", turn_id=turn_id, run_id=active_run)
     box.accept("cancel", key=key, turn_id=turn_id)
 
 
@@ -215,7 +216,6 @@ class SubagentCalls:
         """Calls dispatched since the last ``settle`` (their children not started yet)."""
         self.waiting = False
         """Whether the run waits for children now (a worker's slot is free meanwhile)."""
-        self._folds: dict[SessionKey, Folds] = {}
 
     # -- deciding ----------------------------------------------------------------------------
 
@@ -358,88 +358,79 @@ class SubagentCalls:
             host.kick(c.child)
         waiting = False
         open_calls = list(calls)
-        try:
-            while open_calls:
-                looks = await asyncio.gather(
-                    *(asyncio.to_thread(self._look, c) for c in open_calls)
-                )
-                still: list[_Call] = []
-                for c, progress in zip(open_calls, looks, strict=True):
-                    if progress.state == "settled":
-                        self._record(turn_id, run_id, c, progress)
-                    elif (
-                        progress.state == "waiting"
-                        and c.attempt > 1
-                        and not c.resumed
-                        and (progress.status == "interrupted")
-                    ):
-                        # Attached again in a new run: the child was interrupted with its
-                        # parent (or cut off); it goes on with it.
-                        c.resumed = True
-                        await asyncio.to_thread(self._resume_child, run_id, c, progress)
-                        host.kick(c.child)
-                        still.append(c)
-                    elif progress.state == "waiting":
-                        waiting = True
-                        host.writer.add(
-                            "action/end",
-                            {
-                                "call_id": c.call.call_id,
-                                "name": c.tool.name,
-                                "status": "suspended",
-                                "action_id": c.action_id,
-                            },
-                            turn_id=turn_id,
-                            run_id=run_id,
-                        )
-                        # Views open the card of a sub-agent that waits for a person.
-                        host.writer.add(
-                            "presentation/hint",
-                            {"hint": "expand", "target": c.call.call_id},
-                            turn_id=turn_id,
-                            run_id=run_id,
-                        )
-                    else:
-                        still.append(c)
-                open_calls = still
-                if not open_calls:
-                    break
-                if host.stop.is_set() or await self._wait(open_calls):
-                    await self._stop_children(run_id, open_calls)
-                    for c in open_calls:
-                        host.writer.add(
-                            "action/end",
-                            {
-                                "call_id": c.call.call_id,
-                                "name": c.tool.name,
-                                "status": "interrupted",
-                                "action_id": c.action_id,
-                            },
-                            turn_id=turn_id,
-                            run_id=run_id,
-                        )
-                    raise StopRun
-        finally:
-            for c in calls:
-                self._folds.pop(c.child, None)
+        while open_calls:
+            looks = await asyncio.gather(*(asyncio.to_thread(self._look, c) for c in open_calls))
+            still: list[_Call] = []
+            for c, progress in zip(open_calls, looks, strict=True):
+                if progress.state == "settled":
+                    self._record(turn_id, run_id, c, progress)
+                elif (
+                    progress.state == "waiting"
+                    and c.attempt > 1
+                    and not c.resumed
+                    and (progress.status == "interrupted")
+                ):
+                    # Attached again in a new run: the child was interrupted with its
+                    # parent (or cut off); it goes on with it.
+                    c.resumed = True
+                    await asyncio.to_thread(self._resume_child, run_id, c, progress)
+                    host.kick(c.child)
+                    still.append(c)
+                elif progress.state == "waiting":
+                    waiting = True
+                    host.writer.add(
+                        "action/end",
+                        {
+                            "call_id": c.call.call_id,
+                            "name": c.tool.name,
+                            "status": "suspended",
+                            "action_id": c.action_id,
+                        },
+                        turn_id=turn_id,
+                        run_id=run_id,
+                    )
+                    # Views open the card of a sub-agent that waits for a person.
+                    host.writer.add(
+                        "presentation/hint",
+                        {"hint": "expand", "target": c.call.call_id},
+                        turn_id=turn_id,
+                        run_id=run_id,
+                    )
+                else:
+                    still.append(c)
+            open_calls = still
+            if not open_calls:
+                break
+            if host.stop.is_set() or await self._wait(open_calls):
+                await self._stop_children(run_id, open_calls)
+                for c in open_calls:
+                    host.writer.add(
+                        "action/end",
+                        {
+                            "call_id": c.call.call_id,
+                            "name": c.tool.name,
+                            "status": "interrupted",
+                            "action_id": c.action_id,
+                        },
+                        turn_id=turn_id,
+                        run_id=run_id,
+                    )
+                raise StopRun
         return waiting
 
     def _look(self, c: _Call) -> ChildProgress:
         """In a worker thread: where the call's child stands, from its folds."""
         store = self.host.store
-        folds = self._folds.get(c.child)
-        if folds is None:
-            folds = self._folds[c.child] = Folds(store, c.child)
         # Whether anyone executes the child is read before and after its folds: a run seen
         # open with no holder on both sides was cut off (one that ended in between was not).
         before = lease_alive(store, c.child)
         try:
-            state, inbox = folds.refresh()
+            with states.read(store, c.child) as (state, inbox):
+                c.head = state.seq
+                executing = before or lease_alive(store, c.child)
+                progress = child_progress(state, inbox, c.call.call_id, executing=executing)
         except SessionNotFound as exc:
             return ChildProgress("settled", "failed", error=f"its session is gone: {describe(exc)}")
-        c.head = state.seq
-        executing = before or lease_alive(store, c.child)
-        progress = child_progress(state, inbox, c.call.call_id, executing=executing)
         if progress.state == "absent":  # accepted just before: looked too early
             return ChildProgress("moving", "queued")
         return progress
@@ -557,16 +548,16 @@ class SubagentCalls:
         """(turn, run) of the child's open run; a task accepted but not started yet is waited
         for up to ``_START_WAIT`` seconds (an interrupt names a run), else None."""
         store = self.host.store
-        folds = Folds(store, c.child)
         deadline = time.monotonic() + _START_WAIT
         while True:
-            state, inbox = folds.refresh()
-            if state.active_run is not None:
-                return state.runs[state.active_run].turn_id, state.active_run
-            progress = child_progress(state, inbox, c.call.call_id, executing=True)
+            with states.read(store, c.child) as (state, inbox):
+                if state.active_run is not None:
+                    return state.runs[state.active_run].turn_id, state.active_run
+                progress = child_progress(state, inbox, c.call.call_id, executing=True)
+                seen = state.seq
             if progress.status != "queued" or time.monotonic() >= deadline:
                 return None
-            store.wait_for_head(c.child, state.seq, 0.05)
+            store.wait_for_head(c.child, seen, 0.05)
 
     async def cancel_turn(self, command: Command) -> None:
         """Before a parked turn's cancel is recorded: cancel its children's tasks (unless
@@ -618,10 +609,10 @@ class SubagentCalls:
 
     def _usage_of(self, child: SessionKey, call_id: str) -> dict[str, int]:
         try:
-            state, inbox = Folds(self.host.store, child).refresh()
+            with states.read(self.host.store, child) as (state, inbox):
+                return child_progress(state, inbox, call_id, executing=False).usage
         except SessionNotFound:
             return {}
-        return child_progress(state, inbox, call_id, executing=False).usage
 
     # -- wake-ups ----------------------------------------------------------------------------
 

@@ -27,8 +27,6 @@ from agentnb.agent import SubagentTool
 from agentnb.answers import Answer
 from agentnb.errors import InvalidInput, describe
 from agentnb.events import Event, ToolCallData
-from agentnb.folds import Folds
-from agentnb.ids import SessionKey
 from agentnb.permissions import agent_digest, matching_rule, rules_in_force, shared_rules
 from agentnb.runtime.plan import record_plan
 from agentnb.runtime.recipes import Recipes
@@ -259,8 +257,6 @@ class ToolRunner:
         self.flush_before_side_effect = flush
         self.bad_arguments = bad_arguments
         """Why calls of the last model reply had arguments that were not a JSON object."""
-        self.shared_folds: dict[SessionKey, Folds] = {}
-        """Folds of the other sessions whose agent-wide permission rules were looked at."""
         self.subagents = SubagentCalls(host, recipes, flush)
 
     async def calls(self, turn_id: str, run_id: str, calls: list[ToolCallData]) -> bool:
@@ -372,9 +368,7 @@ class ToolRunner:
         own = rules_in_force(host.state, host.inbox).values()
         rule = matching_rule(own, call.name, call.arguments, digest)
         if rule is None:
-            shared = await asyncio.to_thread(
-                shared_rules, host.store, host.key, digest, self.shared_folds
-            )
+            shared = await asyncio.to_thread(shared_rules, host.store, host.key, digest)
             rule = matching_rule((r for _, r in shared), call.name, call.arguments, digest)
         return rule
 

@@ -68,7 +68,7 @@ from fastapi.responses import StreamingResponse
 from agentnb.children import children_of, descendant_requests
 from agentnb.errors import AgentnbError, InvalidCursor, InvalidInput, SessionNotFound, StorageError
 from agentnb.events import Event, canonical_json
-from agentnb.folds import ChatFolds, Folds
+from agentnb.folds import ChatFolds
 from agentnb.ids import SessionKey
 from agentnb.live import LiveEvent
 from agentnb.log import Tail
@@ -321,8 +321,6 @@ class Feed:
         self._linger: asyncio.TimerHandle | None = None
         self._stop = threading.Event()
         self._poll = max(POLL, session.runtime.store.poll_interval)
-        self._child_folds: dict[SessionKey, Folds] = {}
-        """The open calls' children's folds (the panel reads them again at each commit)."""
         self._watched: set[SessionKey] = set()
         """Children a thread watches now (under ``_lock``)."""
         self._unwatch = feeds.runtime.hub.watch(self._on_live, session=self.key)
@@ -473,7 +471,7 @@ class Feed:
         if calls:
             try:
                 asks = descendant_requests(chat.session, self._open_child)
-                children = children_of(runtime.store, calls, self._child_folds)
+                children = children_of(runtime.store, calls)
             except AgentnbError as exc:  # a child's trouble never ends its parent's stream
                 log.info("stream of %s: its children are not readable now: %s", self.key, exc)
         state = panel(
@@ -544,7 +542,6 @@ class Feed:
         finally:
             with self._lock:
                 self._watched.discard(key)
-                self._child_folds.pop(key, None)
 
     def _status(self) -> str:
         """The raw streams' status event, under ``_lock`` (or before the threads)."""

@@ -732,6 +732,9 @@ class SessionStore(ABC):
         self._hints_lock = threading.Lock()
         self.bus = CommitBus()
         """What this object commits, handed to this process's followers (``agentnb.bus``)."""
+        self.states: object | None = None
+        """The process's shared folds of this object's sessions (``agentnb.states``, which
+        sets it at its first use; the store never reads it)."""
 
     # -- catalogue ---------------------------------------------------------------------------
 
