@@ -235,3 +235,35 @@ class TestSharedStates:
             session.delete()
             with pytest.raises(nb.SessionNotFound), states.read(rt.store, session.key):
                 pass
+
+
+class TestEnqueueOnTheLoop:
+    """The routes that only accept a command run on the server's loop when the store's I/O
+    is local: no hand-off to the threadpool and back."""
+
+    @pytest.mark.parametrize("local", [True, False])
+    def test_a_submit_runs_on_the_servers_loop_thread(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, local: bool
+    ) -> None:
+        """A submit over HTTP is accepted on the thread that runs the server's loop; a store
+        whose I/O is not local (PostgreSQL) is called from a worker thread instead."""
+        threads: list[str] = []
+        submit = nb.Session.submit
+
+        def recording(self: nb.Session, *args: Any, **kwargs: Any) -> Any:
+            threads.append(threading.current_thread().name)
+            return submit(self, *args, **kwargs)
+
+        monkeypatch.setattr(nb.Session, "submit", recording)
+        with nb.Runtime(_agent(), store=f"sqlite:///{tmp_path / 'db.sqlite'}") as rt:
+            monkeypatch.setattr(rt.store, "local_io", local)
+            rt.session("s")
+            with (
+                ServerThread(rt, auth=False) as server,
+                httpx.Client(base_url=server.url, timeout=WAIT) as client,
+            ):
+                reply = client.post("/v1/sessions/s/turns", json={"input": "hi"})
+                assert reply.status_code == 202, reply.text
+                loop_thread = server._thread.name
+        assert len(threads) == 1
+        assert (threads[0] == loop_thread) is local

@@ -177,7 +177,7 @@ class TestDelegation:
             "task": "help",
             "status": "running",
         }
-        (child,) = children_of(store, [call], {})
+        (child,) = children_of(store, [call])
         assert (child.key, child.status, child.usage, child.child_turn_id) == (
             key,
             "running",

@@ -26,13 +26,14 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Annotated
+from typing import Annotated, Any, TypeVar
 from urllib.parse import urlsplit
 
 from fastapi import Path, Request, Security
 from fastapi.security import APIKeyCookie, HTTPAuthorizationCredentials, HTTPBearer
+from starlette.concurrency import run_in_threadpool
 from starlette.convertors import Convertor, register_url_convertor
 
 from agentnb import tokens
@@ -54,7 +55,10 @@ __all__ = [
     "SessionId",
     "current_user",
     "open_session",
+    "short_call",
 ]
+
+T = TypeVar("T")
 
 COOKIE = "agentnb_session"
 CSRF_HEADER = "X-CSRF-Token"
@@ -214,7 +218,16 @@ class Auth:
         return True
 
 
-def current_user(
+async def short_call(store: SessionStore, fn: Callable[..., T], /, *args: Any) -> T:
+    """``fn(*args)``, a short store call (a token check, a command accepted into an inbox):
+    inline on the server's loop when the store's I/O is local (no hand-off to a worker
+    thread and back), else in the threadpool."""
+    if store.local_io:
+        return fn(*args)
+    return await run_in_threadpool(fn, *args)
+
+
+async def current_user(
     request: Request,
     bearer: HTTPAuthorizationCredentials | None = Security(_bearer),  # noqa: B008
     cookie: str | None = Security(_cookie),
@@ -223,7 +236,8 @@ def current_user(
     auth: Auth = request.app.state.auth
     if bearer is not None and bearer.scheme.lower() != "bearer":
         raise Unauthorized("only 'Authorization: Bearer <token>' is accepted")
-    return auth.principal(request, None if bearer is None else bearer.credentials, cookie)
+    credentials = None if bearer is None else bearer.credentials
+    return await short_call(auth.store, auth.principal, request, credentials, cookie)
 
 
 def check_session_id(session_id: str) -> str:

@@ -9,7 +9,8 @@ submit is the verb's ``key``: the same key and input give the same receipt, othe
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from collections.abc import Callable
+from typing import Annotated, Any, Literal, TypeVar
 
 from fastapi import APIRouter, Depends, Header, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
@@ -18,11 +19,19 @@ from agentnb import wire
 from agentnb.answers import Answer, ToolOutcome
 from agentnb.errors import InvalidAnswer
 from agentnb.records import InputReceipt, Receipt, Task
-from agentnb.server.auth import SESSION, Principal, SessionId, current_user, open_session
+from agentnb.server.auth import (
+    SESSION,
+    Principal,
+    SessionId,
+    current_user,
+    open_session,
+    short_call,
+)
 from agentnb.server.problems import PROBLEM_RESPONSES
 
 __all__ = ["answer_of", "router"]
 
+T = TypeVar("T")
 router = APIRouter(tags=["turns"], responses=PROBLEM_RESPONSES)
 User = Annotated[Principal, Depends(current_user)]
 
@@ -146,6 +155,13 @@ def _outcome(value: OutcomeModel) -> ToolOutcome:
 
 
 # -- routes ------------------------------------------------------------------------------------
+# The verbs that only accept a command (submit, resume, send, steer, inject, answers,
+# interrupt) run on the server's loop when the store's I/O is local: no hand-off to the
+# threadpool and back for a turn's start. ``cancel`` waits for its commit: a worker thread.
+
+
+async def _enqueue(request: Request, accept: Callable[[], T]) -> T:
+    return await short_call(request.app.state.runtime.store, accept)
 
 
 @router.post(
@@ -154,15 +170,18 @@ def _outcome(value: OutcomeModel) -> ToolOutcome:
     status_code=202,
     summary="session.submit(input, key=Idempotency-Key)",
 )
-def submit(
+async def submit(
     request: Request,
     session_id: SessionId,
     principal: User,
     body: NewTurn,
     idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key")] = None,
 ) -> Any:
-    session = open_session(request, session_id, principal)
-    return wire.dump(session.submit(body.input, key=idempotency_key, timeout=body.timeout))
+    def accept() -> Receipt:
+        session = open_session(request, session_id, principal)
+        return session.submit(body.input, key=idempotency_key, timeout=body.timeout)
+
+    return wire.dump(await _enqueue(request, accept))
 
 
 @router.get(
@@ -180,7 +199,7 @@ def task(request: Request, session_id: SessionId, turn_id: str, principal: User)
     status_code=202,
     summary="session.resume(turn_id, uncertain=)",
 )
-def resume(
+async def resume(
     request: Request,
     session_id: SessionId,
     turn_id: str,
@@ -188,8 +207,12 @@ def resume(
     body: Resume | None = None,
 ) -> Any:
     uncertain = body.uncertain if body is not None else "refuse"
-    session = open_session(request, session_id, principal)
-    return wire.dump(session.resume(turn_id, uncertain=uncertain))
+
+    def accept() -> Receipt:
+        session = open_session(request, session_id, principal)
+        return session.resume(turn_id, uncertain=uncertain)
+
+    return wire.dump(await _enqueue(request, accept))
 
 
 @router.post(
@@ -209,8 +232,11 @@ def cancel(request: Request, session_id: SessionId, turn_id: str, principal: Use
     status_code=202,
     summary="session.send(input)",
 )
-def send(request: Request, session_id: SessionId, principal: User, body: Text) -> Any:
-    return wire.dump(open_session(request, session_id, principal).send(body.input))
+async def send(request: Request, session_id: SessionId, principal: User, body: Text) -> Any:
+    def accept() -> Receipt:
+        return open_session(request, session_id, principal).send(body.input)
+
+    return wire.dump(await _enqueue(request, accept))
 
 
 @router.post(
@@ -219,8 +245,11 @@ def send(request: Request, session_id: SessionId, principal: User, body: Text) -
     status_code=202,
     summary="session.steer(input, task=)",
 )
-def steer(request: Request, session_id: SessionId, principal: User, body: Steer) -> Any:
-    return wire.dump(open_session(request, session_id, principal).steer(body.input, body.task))
+async def steer(request: Request, session_id: SessionId, principal: User, body: Steer) -> Any:
+    def accept() -> InputReceipt:
+        return open_session(request, session_id, principal).steer(body.input, body.task)
+
+    return wire.dump(await _enqueue(request, accept))
 
 
 @router.post(
@@ -229,8 +258,11 @@ def steer(request: Request, session_id: SessionId, principal: User, body: Steer)
     status_code=202,
     summary="session.inject(material)",
 )
-def inject(request: Request, session_id: SessionId, principal: User, body: Material) -> Any:
-    return wire.dump(open_session(request, session_id, principal).inject(body.material))
+async def inject(request: Request, session_id: SessionId, principal: User, body: Material) -> Any:
+    def accept() -> InputReceipt:
+        return open_session(request, session_id, principal).inject(body.material)
+
+    return wire.dump(await _enqueue(request, accept))
 
 
 @router.post(
@@ -239,9 +271,13 @@ def inject(request: Request, session_id: SessionId, principal: User, body: Mater
     status_code=202,
     summary="session.respond({request_id: answer})",
 )
-def answers(request: Request, session_id: SessionId, principal: User, body: Answers) -> Any:
+async def answers(request: Request, session_id: SessionId, principal: User, body: Answers) -> Any:
     given = {rid: answer_of(a) for rid, a in body.answers.items()}
-    return wire.dump(open_session(request, session_id, principal).respond(given))
+
+    def accept() -> Receipt:
+        return open_session(request, session_id, principal).respond(given)
+
+    return wire.dump(await _enqueue(request, accept))
 
 
 @router.post(
@@ -249,11 +285,15 @@ def answers(request: Request, session_id: SessionId, principal: User, body: Answ
     response_model=Interrupted,
     summary="session.interrupt(run_id)",
 )
-def interrupt(
+async def interrupt(
     request: Request, session_id: SessionId, principal: User, body: Interrupt | None = None
 ) -> Any:
     run_id = body.run_id if body is not None else None
-    return {"interrupted": open_session(request, session_id, principal).interrupt(run_id)}
+
+    def accept() -> bool:
+        return open_session(request, session_id, principal).interrupt(run_id)
+
+    return {"interrupted": await _enqueue(request, accept)}
 
 
 @router.post(

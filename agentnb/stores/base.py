@@ -706,6 +706,10 @@ class SessionStore(ABC):
     an empty ``digest``)."""
     poll_interval: float = 0.05
     """Seconds between polls when waiting for commits made by other processes."""
+    local_io = False
+    """Whether every operation's I/O stays on this machine (memory, a local file), so a
+    caller on an event loop may call a short one inline rather than hand it to a thread (a
+    networked backend's round trips are not short)."""
 
     def __init__(self, *, clock: Clock | None = None) -> None:
         self.clock: Clock = clock or SystemClock()

@@ -55,6 +55,7 @@ class _Session:
 class MemoryStore(SessionStore):
     url = "memory://"
     poll_interval = 1.0  # every commit notifies in-process; polling is only a safety net
+    local_io = True
 
     def __init__(self, *, clock: Clock | None = None) -> None:
         super().__init__(clock=clock)

@@ -351,6 +351,7 @@ class SQLiteStore(SessionStore):
     """
 
     _digests_rows = True
+    local_io = True
 
     def __init__(
         self,

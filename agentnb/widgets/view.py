@@ -658,6 +658,8 @@ class SessionView(w.VBox):  # type: ignore[misc]  # ipywidgets ships no type inf
         """Guards the fold (``_state``, ``_inbox``): the follower and actions both feed it."""
         self._seen = self._fold.current(0).seq
         """The newest seq the view was told of (its follower's, or a refresh's head)."""
+        self._shown_run: str | None = None
+        """The run the view last drew as running (what Interrupt stops)."""
         self._draw_lock = threading.Lock()
         self._stop = threading.Event()
         self._dirty = threading.Event()
@@ -845,6 +847,7 @@ class SessionView(w.VBox):  # type: ignore[misc]  # ipywidgets ships no type inf
             }
         with self._lock:
             active = state.session.active_run if live else None
+            self._shown_run = active
             running = (state.session.runs[active].turn_id, active) if active else None
             working_on = None
             if running is not None:
@@ -1250,7 +1253,9 @@ class SessionView(w.VBox):  # type: ignore[misc]  # ipywidgets ships no type inf
     def interrupt(self) -> Any:
         """``session.interrupt`` of the run this view shows as running."""
         with self._lock:
-            run_id = self._state.session.active_run
+            # What the person sees: the shared fold may be ahead of a view that does not
+            # follow, and the run it shows may have ended since (NotRunning says so).
+            run_id = self._shown_run
             run = self._state.session.runs.get(run_id or "")
         name = self._task(run.turn_id if run else None)
         stopped = self._act("Interrupt", lambda: self.session.interrupt(run_id))
