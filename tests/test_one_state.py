@@ -199,7 +199,8 @@ class TestSharedStates:
             session.run("and basic again?", timeout=WAIT)
             with states.read(rt.store, session.key) as (state, inbox):
                 assert state.seq == session.log.head()
-                assert len(state.turns) == 2 and inbox.seq == rt.store.inbox_head(session.key)
+                assert len(state.turns) == 2
+                assert inbox.seq == rt.store.inbox_head(session.key)
             assert registry.folded_from_store == folded
 
     def test_another_processes_commit_is_read_from_the_store(self, tmp_path: Path) -> None:
