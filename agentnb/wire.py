@@ -38,8 +38,9 @@ def _hints(cls: type) -> dict[str, Any]:
     return get_type_hints(cls)
 
 
-def _public(cls: type) -> list[dataclasses.Field[Any]]:
-    return [f for f in dataclasses.fields(cls) if not f.name.startswith("_")]
+@functools.cache
+def _public(cls: type) -> tuple[dataclasses.Field[Any], ...]:
+    return tuple(f for f in dataclasses.fields(cls) if not f.name.startswith("_"))
 
 
 def dump(value: Any) -> Any:
@@ -66,7 +67,7 @@ def load(cls: type[T], data: Any, **private: Any) -> T:
         raise InvalidInput(f"a {cls.__name__} must be a JSON object, got {type(data).__name__}")
     hints = _hints(cast(type, cls))
     values: dict[str, Any] = {}
-    for f in _public(cls):
+    for f in _public(cast(type, cls)):
         if f.name in data:
             values[f.name] = _convert(hints[f.name], data[f.name])
     return cls(**values, **private)

@@ -1,7 +1,10 @@
 """``LiveExporter``: drains committed events into sinks on a background thread.
 
 ``Runtime(agent, export_to=[sink])`` starts one. It wakes after commits, lingers a moment so
-that several commits share one ``accept`` (fewer, larger files), and drains with an
+that several commits share one ``accept`` (fewer, larger files), and passes at most once
+every ``interval`` seconds (1 s: a sink is about a second behind at most, and a busy session
+costs one set of files a second, not one per commit; ``flush`` does not wait for it), and
+drains with an
 ``Exporter`` per sink, so the watermark rules (at least once, resumable) are the same as for a
 manual drain. It never runs on the runtime's loop: a slow or failing sink cannot slow or
 block the agent. A failing sink is retried with exponential backoff (with jitter); its error
@@ -75,6 +78,7 @@ class LiveExporter:
         *,
         keys: Callable[[], Iterable[SessionKey]] | None = None,
         linger: float = 0.05,
+        interval: float = 1.0,
         poll_interval: float = 0.25,
         retry_initial: float = 0.5,
         retry_max: float = 30.0,
@@ -92,11 +96,15 @@ class LiveExporter:
         self._states = [_SinkState(s) for s in sinks]
         self._keys = keys
         self.linger = linger
+        self.interval = interval
         self.poll_interval = poll_interval
         self.retry_initial = retry_initial
         self.retry_max = retry_max
         self.batch_size = batch_size
         self._wake = threading.Event()
+        self._urgent = threading.Event()
+        """Set by ``flush`` and ``close``: the next pass does not wait for ``interval``."""
+        self._last_pass = 0.0
         self._stop = threading.Event()
         self._idle = threading.Condition()
         self._passes = 0
@@ -143,6 +151,7 @@ class LiveExporter:
                 return True
             with self._idle:
                 seen = self._passes
+                self._urgent.set()
                 self._wake.set()
                 self._idle.wait_for(
                     lambda seen=seen: self._passes > seen or self._stop.is_set(),  # type: ignore[misc]
@@ -156,6 +165,7 @@ class LiveExporter:
         if self._thread is None:
             return
         self._stop.set()
+        self._urgent.set()
         self._wake.set()
         self._thread.join(timeout)
         self._thread = None
@@ -290,6 +300,7 @@ class LiveExporter:
     def _loop(self) -> None:
         seen: dict[SessionKey, int] = {}
         while not self._stop.is_set():
+            self._last_pass = time.monotonic()
             try:
                 due = self._drain_all()
                 seen = self._heads()
@@ -327,8 +338,19 @@ class LiveExporter:
             elif self._wake.wait(step) or self._moved(seen):
                 break
         self._wake.clear()
-        if not self._stop.is_set() and self.linger > 0:
-            self._stop.wait(self.linger)  # let a burst of commits share one accept
+        if self._stop.is_set():
+            return
+        # Let a burst of commits share one accept, and pass at most once an ``interval``
+        # (unless a flush asks for it now).
+        pause = self.linger
+        if not self._urgent.is_set():
+            pause = max(pause, self._last_pass + self.interval - time.monotonic())
+        if pause > 0:
+            self._urgent.wait(pause)
+        if self._urgent.is_set():
+            self._urgent.clear()
+            if not self._stop.is_set() and self.linger > 0:
+                self._stop.wait(self.linger)
 
     def _moved(self, seen: dict[SessionKey, int]) -> bool:
         try:
