@@ -40,7 +40,7 @@ from agentnb.answers import Answer
 from agentnb.errors import InvalidAnswer, InvalidInput
 from agentnb.events import Event
 from agentnb.server.auth import Principal, check_session_id, current_user, open_session
-from agentnb.server.doors import committed
+from agentnb.server.doors import Ended, committed
 from agentnb.server.problems import PROBLEM_RESPONSES
 from agentnb.session import Session
 
@@ -279,14 +279,22 @@ def _part(part: Mapping[str, Any]) -> bytes:
 
 
 async def _parts(
-    request: Request, session: Session, translator: PartTranslator, after: int
+    request: Request,
+    session: Session,
+    translator: PartTranslator,
+    after: int,
+    principal: Principal,
 ) -> AsyncIterator[bytes]:
-    async for event in committed(request, session, after):
+    async for event in committed(request, session, after, principal):
         if event is None:
             yield b": keepalive\n\n"
             if await request.is_disconnected():
                 return
             continue
+        if isinstance(event, Ended):
+            # The token stopped working: the answer goes on in the session, this stream ends.
+            yield _part({"type": "error", "errorText": event.reason}) + b"data: [DONE]\n\n"
+            return
         out = translator.apply(event)
         if out:
             yield b"".join(_part(p) for p in out)
@@ -386,7 +394,7 @@ async def chat(request: Request, principal: User) -> StreamingResponse:
         _external(session),
         continues=last.get("role") == "assistant",
     )
-    return _streaming(_parts(request, session, translator, after))
+    return _streaming(_parts(request, session, translator, after, principal))
 
 
 def _active_run(session: Session) -> tuple[str, int] | None:
@@ -421,7 +429,7 @@ async def resume_stream(request: Request, chat_id: str, principal: User) -> Resp
         return Response(status_code=204)
     run_id, after = active
     translator = PartTranslator(lambda event: event.run_id == run_id, _external(session))
-    return _streaming(_parts(request, session, translator, after))
+    return _streaming(_parts(request, session, translator, after, principal))
 
 
 class Stopped(BaseModel):

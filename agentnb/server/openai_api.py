@@ -45,11 +45,11 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from agentnb.answers import Answer
-from agentnb.errors import AgentnbError, SessionNotFound
+from agentnb.errors import AgentnbError, SessionNotFound, Unauthorized
 from agentnb.events import Event, Message
 from agentnb.ids import new_id
 from agentnb.server.auth import Principal, current_user, open_session
-from agentnb.server.doors import committed
+from agentnb.server.doors import Ended, committed
 from agentnb.server.problems import HTTP_PROBLEMS, Problem, problem_of
 from agentnb.session import Session
 
@@ -554,16 +554,24 @@ def _read(session: Session, fold: ResponseFold, after: int) -> None:
 
 
 async def _stream(
-    request: Request, session: Session, fold: ResponseFold, after: int, starting_after: int
+    request: Request,
+    session: Session,
+    fold: ResponseFold,
+    after: int,
+    starting_after: int,
+    principal: Principal,
 ) -> AsyncIterator[bytes]:
     """The response's events after ``starting_after`` (-1: all), folded as they commit."""
     for event in fold.start():
         if event["sequence_number"] > starting_after:
             yield _sse(event)
-    async for committed_event in committed(request, session, after):
+    async for committed_event in committed(request, session, after, principal):
         if committed_event is None:
             yield b": keepalive\n\n"
             continue
+        if isinstance(committed_event, Ended):
+            yield _sse(_ended(fold, committed_event, starting_after))
+            return
         chunk = b"".join(
             _sse(e) for e in fold.apply(committed_event) if e["sequence_number"] > starting_after
         )
@@ -573,10 +581,28 @@ async def _stream(
             return
 
 
-async def _settle(request: Request, session: Session, fold: ResponseFold, after: int) -> None:
-    """Fold until the response ends."""
+def _ended(fold: ResponseFold, ended: Ended, starting_after: int) -> dict[str, Any]:
+    """The ``error`` event that ends a stream whose token stopped working. The response
+    itself goes on (it is not ``failed``), so the event takes no place of its own in the
+    response's numbering: it carries the last number the client holds, and a stream
+    resumed ``starting_after`` it (with a working token) misses nothing."""
+    return {
+        "type": "error",
+        "code": "token_revoked",
+        "message": f"{ended.reason}: sign in again and resume the stream with starting_after",
+        "param": None,
+        "sequence_number": max(starting_after, fold.sequence - 1),
+    }
+
+
+async def _settle(
+    request: Request, session: Session, fold: ResponseFold, after: int, principal: Principal
+) -> None:
+    """Fold until the response ends (401 if the token stops working meanwhile)."""
     fold.start()
-    async for event in committed(request, session, after):
+    async for event in committed(request, session, after, principal):
+        if isinstance(event, Ended):
+            raise Unauthorized(f"{event.reason}; the response goes on: retrieve it later")
         if event is not None:
             fold.apply(event)
         if fold.done:
@@ -965,11 +991,11 @@ async def create_response(request: Request, principal: User) -> Response:
     rid, session, after = await anyio.to_thread.run_sync(_accept, request, principal, body)
     _, fold, _ = await anyio.to_thread.run_sync(_fold_of, request, rid, principal)
     if body.get("stream"):
-        return _streaming(_stream(request, session, fold, after, -1))
+        return _streaming(_stream(request, session, fold, after, -1, principal))
     if body.get("background"):
         await anyio.to_thread.run_sync(_read, session, fold, after)
     else:
-        await _settle(request, session, fold, after)
+        await _settle(request, session, fold, after, principal)
     return JSONResponse(fold.response())
 
 
@@ -984,7 +1010,7 @@ async def get_response(
     session, fold, after = await anyio.to_thread.run_sync(_fold_of, request, response_id, principal)
     if stream:
         start = -1 if starting_after is None else starting_after
-        return _streaming(_stream(request, session, fold, after, start))
+        return _streaming(_stream(request, session, fold, after, start, principal))
     if starting_after is not None:
         raise _refuse("starting_after", "starting_after needs stream=true")
     await anyio.to_thread.run_sync(_read, session, fold, after)
@@ -1000,7 +1026,7 @@ async def cancel_response(request: Request, response_id: str, principal: User) -
         session, fold, after = await anyio.to_thread.run_sync(
             _fold_of, request, response_id, principal
         )
-        await _settle(request, session, fold, after)
+        await _settle(request, session, fold, after, principal)
     return JSONResponse(fold.response())
 
 
@@ -1053,6 +1079,7 @@ def create_door(parent: FastAPI, max_body: int) -> FastAPI:
     door.state.runtime = parent.state.runtime
     door.state.auth = parent.state.auth
     door.state.feeds = parent.state.feeds
+    door.state.token_watch = parent.state.token_watch
     door.include_router(router)
 
     @door.exception_handler(AgentnbError)
