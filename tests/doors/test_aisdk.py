@@ -226,3 +226,38 @@ class TestBadInput:
         assert answer.status_code == 409
         assert answer.json()["type"] == "InvalidAnswer"
         assert doors.heads(chat) == heads
+
+
+class TestReasoning:
+    THOUGHT = "Weigh <b>both</b> first."
+
+    def test_reasoning_parts_before_the_text(self, doors: Doors, chat: str) -> None:
+        """A model's streamed reasoning arrives as reasoning-start/-delta/-end parts, ended
+        before the answer's text starts; the SDK builds a reasoning part of the message
+        from them, before its text part."""
+        lines = steps(doors.url, doors.alice, chat, {"send": user("think")})
+        parts = chunks(lines)
+        types = [c["type"] for c in parts]
+        assert types.index("reasoning-start") < types.index("reasoning-end")
+        assert types.index("reasoning-end") < types.index("text-start")
+        deltas = [c["delta"] for c in parts if c["type"] == "reasoning-delta"]
+        assert "".join(deltas) == self.THOUGHT
+        [message] = messages(lines)
+        shown = [(p["type"], p["text"]) for p in message["parts"] if "text" in p]
+        assert shown == [("reasoning", self.THOUGHT), ("text", "Thought it **through**.")]
+
+    def test_resumed_stream_carries_the_reasoning(self, tmp_path: Path) -> None:
+        """reconnectToStream mid-answer replays the reasoning as reasoning too."""
+        url = f"sqlite:///{tmp_path / 'agentnb.sqlite'}"
+        token = issue(url, "alice")
+        with ServerProcess(url, agent="tests.doors._agent:slow") as server:
+            lines = steps(
+                server.url,
+                token,
+                "thinking",
+                {"send": user("think"), "abortAfter": 1},
+                {"resume": True},
+            )
+        [message] = messages(lines)
+        shown = [(p["type"], p["text"]) for p in message["parts"] if "text" in p]
+        assert shown == [("reasoning", self.THOUGHT), ("text", "Thought it **through**.")]
