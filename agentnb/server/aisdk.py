@@ -55,8 +55,10 @@ HEADERS = {
     "X-Accel-Buffering": "no",
 }
 """The headers of every UI message stream (the SDK refuses a stream without the first)."""
-_BACK = 512
-"""Events read per look back for a run's start (``GET .../stream``)."""
+_BACK = 16
+"""Events read by the first look back for a run's start (``GET .../stream``)."""
+_BACK_MAX = 4096
+"""Most events one look back reads."""
 _FINISH = {"completed": "stop", "suspended": "tool-calls", "failed": "error"}
 
 
@@ -408,18 +410,23 @@ async def chat(request: Request, principal: User) -> StreamingResponse:
 
 
 def _active_run(session: Session) -> tuple[str, int] | None:
-    """The running run and the seq just before its ``run/start`` (None: nothing runs)."""
+    """The running run and the seq just before its ``run/start`` (None: nothing runs).
+
+    The start is looked for backwards from the head in pages that grow four times each
+    (16, 64, 256, ... events): a run that began a moment ago is found in the first, so
+    a reconnect costs what the run has written, not what the session holds."""
     runs = session.inspect().active_runs
     if not runs:
         return None
     run_id = runs[0]
     end = session.log.head()
+    page = _BACK
     while end > 0:
-        start = max(0, end - _BACK)
-        for event in session.log.read_after(start, end - start):
+        start = max(0, end - page)
+        for event in reversed(session.log.read_after(start, end - start)):
             if event.type == "run/start" and event.run_id == run_id:
                 return run_id, event.seq - 1
-        end = start
+        end, page = start, min(page * 4, _BACK_MAX)
     return None
 
 

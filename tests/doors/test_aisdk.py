@@ -13,6 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
+import agentnb as nb
 from tests.doors import js
 from tests.doors.conftest import Doors
 from tests.service.helpers import ServerProcess, issue
@@ -141,6 +142,30 @@ class TestResume:
         answer = "\n".join(f"{i}. line **{i}** of the answer" for i in range(1, 13))
         assert text_of(message) == answer
         assert lines[-1] == {"none": True}
+
+    def test_reconnect_late_in_a_long_answer(self, tmp_path: Path) -> None:
+        """A reconnect after the run has written many events (its start pages back from the
+        head) still replays the answer from its first word."""
+        url = f"sqlite:///{tmp_path / 'agentnb.sqlite'}"
+        token = issue(url, "alice")
+        with ServerProcess(url, agent="tests.doors._agent:slow") as server:
+            lines = steps(
+                server.url,
+                token,
+                "late",
+                {"send": user("long 60"), "abortAfter": 24},
+                {"resume": True},
+            )
+            store = nb.open_store(url)
+            key = nb.SessionKey("default", "alice", "door-agent", "late")
+            written = [e for e in store.scan(key, 0, None) if e.type == "model/chunk"]
+            store.close()
+        assert {"aborted": True} in lines
+        # 24 deltas read before the cut: 24 chunks after the start, beyond the first look back.
+        assert len(written) > 24
+        [message] = messages(lines)
+        answer = "\n".join(f"{i}. line **{i}** of the answer" for i in range(1, 61))
+        assert text_of(message) == answer
 
     def test_nothing_to_resume(self, doors: Doors, chat: str) -> None:
         """A chat with nothing running answers the reconnect with 204."""
