@@ -280,9 +280,11 @@ class TestReasoning:
                 server.url,
                 token,
                 "thinking",
-                {"send": user("think"), "abortAfter": 1},
+                {"send": user("ponder"), "abortAfter": 2},
                 {"resume": True},
             )
+        assert {"aborted": True} in lines
         [message] = messages(lines)
+        answer = "\n".join(f"{i}. line **{i}** of the answer" for i in range(1, 31))
         shown = [(p["type"], p["text"]) for p in message["parts"] if "text" in p]
-        assert shown == [("reasoning", self.THOUGHT), ("text", "Thought it **through**.")]
+        assert shown == [("reasoning", self.THOUGHT), ("text", answer)]

@@ -9,6 +9,7 @@ the revocation can end it before the test's guard."""
 from __future__ import annotations
 
 import itertools
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -213,3 +214,25 @@ class TestOpenai:
         assert events[-1]["code"] == "token_revoked"
         cancel = alice.post(f"/openai/v1/responses/{response.id}/cancel")
         assert cancel.is_success, cancel.text
+
+    def test_foreground_response_is_a_401(
+        self, doors: Doors, thread: str, token: str, alice: httpx.Client
+    ) -> None:
+        """A foreground create waiting for its answer gets a 401 in the Responses shape
+        (the SDK's AuthenticationError) once its token is revoked."""
+        alice.post("/v1/sessions", json={"session_id": thread})
+
+        def revoke_when_running() -> None:
+            running(alice, thread)
+            revoke(alice, token)
+
+        revoker = threading.Thread(target=revoke_when_running)
+        revoker.start()
+        with (
+            self.client(doors, token) as client,
+            pytest.raises(self.openai.AuthenticationError) as refused,
+        ):
+            client.responses.create(model=AGENT, input="snooze 30", conversation=thread)
+        revoker.join(WAIT)
+        assert refused.value.code == "Unauthorized"
+        assert "revoked" in refused.value.message
