@@ -8,11 +8,16 @@
    event (``RUN_FINISHED``, ``finish``, ``response.completed``) minus the ``occurred_at`` of
    the ``run/end`` it translates (read from the store afterwards; both wall clocks of this
    machine); baseline: the same for the ``/v1`` frame. Target: ratio <= 2.
-3. ``reconnect_10k_vs_100_<door>``: the median of three reconnects ten events behind, on a
+3. ``reconnect_10k_vs_100_<door>``: the median of reconnects ten events behind, on a
    session of 10,000 events vs one of 100 (built in-process first), until the door's
    terminal event: ``/v1`` stream with ``Last-Event-ID``, AG-UI ``connect?after=``, OpenAI
    ``GET /responses/{id}?stream=true&starting_after=`` of the session's last response, AI
    SDK ``GET /aisdk/chat/{id}/stream`` on a running turn (until its ``start`` part). Target <= 1.5.
+   The median of ``ROUNDS`` rounds; each round waits for its held turn to end, so no
+   reconnect waits on a run still going.
+4. ``revoked_to_end_ms_<door>``: from ``DELETE /v1/tokens/{id}`` to the end a door's stream
+   of that token gives (``RUN_ERROR``, an ``error`` part, an ``error`` event), mid-run;
+   baseline: the ``/v1`` stream's ``end`` event. Target: within a second.
 
     python benchmarks/bench_doors.py [--quick] [--turns N]
 
@@ -44,6 +49,8 @@ from agentnb import tokens
 
 ROOT = Path(__file__).resolve().parents[1]
 AGENT = "bench-doors"
+ROUNDS = 5
+"""Reconnect rounds (each: the big session, then the small one) whose median counts."""
 _LISTENING = re.compile(r"http://[^:/]+:(\d+)/")
 
 
@@ -221,13 +228,66 @@ def reconnects(client: httpx.Client, sid: str) -> dict[str, float]:
                        params={"stream": "true", "starting_after": 3}) as s:  # fmt: skip
         _until(s, lambda d: '"response.completed"' in d)
     out["openai"] = time.perf_counter() - began
-    client.post(f"/v1/sessions/{sid}/turns", json={"input": "hold 1.5"})
+    receipt = client.post(f"/v1/sessions/{sid}/turns", json={"input": "hold 1.5"}).json()
     time.sleep(0.5)
     began = time.perf_counter()
     with client.stream("GET", f"/aisdk/chat/{sid}/stream") as s:
         _until(s, lambda d: '"type":"start"' in d)
     out["aisdk"] = time.perf_counter() - began
-    time.sleep(1.2)
+    # The next round starts with nothing running: a reconnect that waits for the end of a
+    # run still going would measure that run, not the reconnect.
+    assert client.post(f"/v1/sessions/{sid}/wait", json=receipt).is_success
+    return out
+
+
+def _ends(response: httpx.Response, door: str) -> None:
+    """Read a stream until the end a revoked token gives it in its door's words."""
+    words = {
+        "v1": "event: end",
+        "agui": '"RUN_ERROR"',
+        "aisdk": '"type":"error"',
+        "openai": '"token_revoked"',
+    }[door]
+    for line in response.iter_lines():
+        if words in line:
+            return
+    raise RuntimeError(f"the {door} stream ended without its revocation end")
+
+
+def revocations(client: httpx.Client, store_url: str) -> dict[str, float]:
+    """Per door: seconds from ``DELETE /v1/tokens/{id}`` to the end of a stream of that
+    token (open mid-run on a held turn, or idle on a followed thread)."""
+    out: dict[str, float] = {}
+    for door in ("v1", "agui", "aisdk", "openai"):
+        sid = f"revoke-{door}"
+        client.post("/v1/sessions", json={"session_id": sid})
+        store = nb.open_store(store_url)
+        token, record = tokens.issue(store, "bench")
+        store.close()
+        own = {"Authorization": f"Bearer {token}"}
+        held = {"input": "hold 3"}
+        if door == "v1":
+            request = client.build_request("GET", f"/v1/sessions/{sid}/stream", headers=own)
+        elif door == "agui":
+            request = client.build_request("GET", f"/agui/{sid}/connect", headers=own)
+        elif door == "aisdk":
+            text = [{"type": "text", "text": "hold 3"}]
+            body = {"id": sid, "messages": [{"id": "u", "role": "user", "parts": text}]}
+            request = client.build_request("POST", "/aisdk/chat", json=body, headers=own)
+        else:
+            body = {"model": AGENT, "input": "hold 3", "conversation": sid, "stream": True}
+            request = client.build_request("POST", "/openai/v1/responses", json=body, headers=own)
+        response = client.send(request, stream=True)
+        try:
+            if door in ("v1", "agui"):
+                client.post(f"/v1/sessions/{sid}/turns", json=held)
+            time.sleep(0.5)  # mid-run: the turn holds
+            began = time.perf_counter()
+            assert client.delete(f"/v1/tokens/{record.token_id}").is_success
+            _ends(response, door)
+            out[door] = time.perf_counter() - began
+        finally:
+            response.close()
     return out
 
 
@@ -256,10 +316,11 @@ def main() -> None:
             headers = {"Authorization": f"Bearer {token}"}
             with httpx.Client(base_url=server.url, headers=headers, timeout=60) as client:
                 measured = turns(server, client, store_url, count)
+                revoked = revocations(client, store_url)
                 reconnects(client, "small")  # warm: each session's feed, once
                 reconnects(client, "big")
                 rounds = [
-                    (reconnects(client, "big"), reconnects(client, "small")) for _ in range(3)
+                    (reconnects(client, "big"), reconnects(client, "small")) for _ in range(ROUNDS)
                 ]
                 slow = {d: statistics.median(r[0][d] for r in rounds) for d in rounds[0][0]}
                 fast = {d: statistics.median(r[1][d] for r in rounds) for d in rounds[0][1]}
@@ -271,7 +332,9 @@ def main() -> None:
     for door in ("agui", "aisdk", "openai"):
         _record(records, f"commit_to_client_p95_ms_{door}", measured[door]["p95_ms"], v1["p95_ms"])
     for door in ("v1", "agui", "openai", "aisdk"):
-        _record(records, f"reconnect_10k_vs_100_{door}", slow[door], fast[door])
+        _record(records, f"reconnect_10k_vs_100_{door}", slow[door] * 1000, fast[door] * 1000)
+    for door in ("agui", "aisdk", "openai"):
+        _record(records, f"revoked_to_end_ms_{door}", revoked[door] * 1000, revoked["v1"] * 1000)
     print(
         f"\n(sessions of {big} and {small} events; {count} turns per door; {os.cpu_count()} cores)"
     )

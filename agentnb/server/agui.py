@@ -45,7 +45,7 @@ from agentnb.answers import Answer
 from agentnb.errors import InvalidAnswer, InvalidInput, install_hint
 from agentnb.events import Event, Message
 from agentnb.server.auth import Principal, check_session_id, current_user, open_session
-from agentnb.server.doors import committed
+from agentnb.server.doors import Ended, committed, reasoning_of_chunk, reasoning_of_message
 from agentnb.server.problems import PROBLEM_RESPONSES
 from agentnb.server.stream import parse_cursor
 from agentnb.session import Session
@@ -86,15 +86,6 @@ _REASONS = {
     "ask_user": "user_input",
 }
 _ENCODER = EventEncoder()
-
-
-def _reasoning_text(payload: Mapping[str, Any]) -> str:
-    """The reasoning a ``model/chunk`` carries: a chunk of kind ``reasoning`` (its
-    ``text``), or a ``reasoning`` field beside the answer's text. The models of this
-    version stream none; the mapping waits for the chunk kind that carries it."""
-    if payload.get("kind") == "reasoning":
-        return str(payload.get("text") or "")
-    return str(payload.get("reasoning") or "")
 
 
 def interrupt_of(request: Mapping[str, Any]) -> ag.Interrupt:
@@ -140,7 +131,10 @@ class RunTranslator:
         self.interrupts: list[ag.Interrupt] = []
         self._text: dict[str, str] = {}
         """Open text messages by model call id -> the text sent so far."""
-        self._reasoning: set[str] = set()
+        self._reasoning: dict[str, int] = {}
+        """Open reasoning messages by model call id -> the reasoning part's index."""
+        self._reasoned: set[tuple[str, int]] = set()
+        """Reasoning parts streamed (model call id, index): the reply does not repeat them."""
         self._steps: dict[str, str] = {}
         """Open steps by step id -> their name."""
 
@@ -195,15 +189,10 @@ class RunTranslator:
     def _on_chunk(self, p: Mapping[str, Any]) -> list[ag.BaseEvent]:
         out: list[ag.BaseEvent] = []
         call = str(p.get("model_call_id"))
-        reasoning = _reasoning_text(p)
-        if reasoning:
-            rid = f"rs_{call}"
-            if call not in self._reasoning:
-                self._reasoning.add(call)
-                out.append(ag.ReasoningStartEvent(message_id=rid))
-                out.append(ag.ReasoningMessageStartEvent(message_id=rid, role="reasoning"))
-            out.append(ag.ReasoningMessageContentEvent(message_id=rid, delta=reasoning))
-        text = "" if p.get("kind") == "reasoning" else str(p.get("text") or "")
+        # A chunk's reasoning came before its text: the model thinks, then answers.
+        for index, delta in reasoning_of_chunk(p):
+            out += self._reason(call, index, delta)
+        text = str(p.get("text") or "")
         if text:
             out += self._close_reasoning(call)
             mid = f"msg_{call}"
@@ -214,11 +203,25 @@ class RunTranslator:
             out.append(ag.TextMessageContentEvent(message_id=mid, delta=text))
         return out
 
+    def _reason(self, call: str, index: int, delta: str) -> list[ag.BaseEvent]:
+        """A piece of reasoning part ``index`` of ``call``: its messages opened as needed."""
+        out: list[ag.BaseEvent] = []
+        if self._reasoning.get(call) != index:
+            out += self._close_reasoning(call)
+            rid = f"rs_{call}_{index}"
+            self._reasoning[call] = index
+            self._reasoned.add((call, index))
+            out.append(ag.ReasoningStartEvent(message_id=rid))
+            out.append(ag.ReasoningMessageStartEvent(message_id=rid, role="reasoning"))
+        rid = f"rs_{call}_{index}"
+        out.append(ag.ReasoningMessageContentEvent(message_id=rid, delta=delta))
+        return out
+
     def _close_reasoning(self, call: str) -> list[ag.BaseEvent]:
-        if call not in self._reasoning:
+        index = self._reasoning.pop(call, None)
+        if index is None:
             return []
-        self._reasoning.discard(call)
-        rid = f"rs_{call}"
+        rid = f"rs_{call}_{index}"
         return [ag.ReasoningMessageEndEvent(message_id=rid), ag.ReasoningEndEvent(message_id=rid)]
 
     def _close_all(self) -> list[ag.BaseEvent]:
@@ -235,7 +238,14 @@ class RunTranslator:
         call = str(p.get("model_call_id"))
         mid = str(message.get("id") or f"msg_{call}")
         text = str(message.get("text") or "")
-        out = self._close_reasoning(call)
+        out: list[ag.BaseEvent] = []
+        if call not in self._text:
+            # Reasoning no chunk carried (a stream taken up after it): whole, before the text.
+            for index, thought in reasoning_of_message(p):
+                if (call, index) not in self._reasoned:
+                    out += self._reason(call, index, thought)
+        out += self._close_reasoning(call)
+        self._reasoned = {r for r in self._reasoned if r[0] != call}
         sent = self._text.pop(call, None)
         if sent is None and text:
             out.append(ag.TextMessageStartEvent(message_id=mid, role="assistant"))
@@ -331,10 +341,19 @@ def _message(m: Message) -> Any:
     return ag.AssistantMessage(id=m.id, content=m.text or None, tool_calls=calls or None)
 
 
+def _reasoning_messages(m: Message) -> list[Any]:
+    """The reasoning of an assistant message as AG-UI reasoning messages (before it)."""
+    return [
+        ag.ReasoningMessage(id=f"rs_{m.id}_{i}", content=part.text)
+        for i, part in enumerate(m.reasoning)
+        if part.text
+    ]
+
+
 def _messages(session: Session) -> tuple[ag.MessagesSnapshotEvent, int]:
-    """The thread's messages, and the seq they are as of."""
+    """The thread's messages (each reply's reasoning before it), and the seq they are as of."""
     transcript = session.transcript()
-    messages = [_message(m) for m in transcript.messages]
+    messages = [out for m in transcript.messages for out in (*_reasoning_messages(m), _message(m))]
     return ag.MessagesSnapshotEvent(messages=messages), transcript.as_of_seq
 
 
@@ -373,6 +392,7 @@ async def _translate(
     session: Session,
     translator: RunTranslator,
     after: int,
+    principal: Principal,
     head: list[str],
     *,
     until_finished: bool,
@@ -381,12 +401,16 @@ async def _translate(
     changed = False
     for text in head:
         yield text
-    async for event in committed(request, session, after):
+    async for event in committed(request, session, after, principal):
         if event is None:
             yield ": keepalive\n\n"
             if await request.is_disconnected():
                 return
             continue
+        if isinstance(event, Ended):
+            # The token stopped working: the run goes on in the session, this stream ends.
+            yield _encode(ag.RunErrorEvent(message=event.reason, code="revoked"))
+            return
         ours = translator.run_id is not None and event.run_id == translator.run_id
         suspended = event.type == "run/end" and event.payload.get("status") == "suspended"
         if ours and suspended and not translator.interrupts:
@@ -532,7 +556,9 @@ async def run_agent(request: Request, principal: User) -> StreamingResponse:
     translator = RunTranslator(thread, follow, announce=False)
     if receipt.disposition == "steered" and receipt.run_id is not None:
         translator.adopt(receipt.run_id, agui_run)
-    return _streaming(_translate(request, session, translator, as_of, head, until_finished=True))
+    return _streaming(
+        _translate(request, session, translator, as_of, principal, head, until_finished=True)
+    )
 
 
 @router.get(
@@ -562,4 +588,6 @@ async def connect(
     translator = RunTranslator(
         thread_id, lambda event: event.run_id, announce=True, mid_run=start > 0
     )
-    return _streaming(_translate(request, session, translator, start, [], until_finished=False))
+    return _streaming(
+        _translate(request, session, translator, start, principal, [], until_finished=False)
+    )

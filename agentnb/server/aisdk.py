@@ -40,7 +40,7 @@ from agentnb.answers import Answer
 from agentnb.errors import InvalidAnswer, InvalidInput
 from agentnb.events import Event
 from agentnb.server.auth import Principal, check_session_id, current_user, open_session
-from agentnb.server.doors import committed
+from agentnb.server.doors import Ended, committed, reasoning_of_chunk, reasoning_of_message
 from agentnb.server.problems import PROBLEM_RESPONSES
 from agentnb.session import Session
 
@@ -55,8 +55,10 @@ HEADERS = {
     "X-Accel-Buffering": "no",
 }
 """The headers of every UI message stream (the SDK refuses a stream without the first)."""
-_BACK = 512
-"""Events read per look back for a run's start (``GET .../stream``)."""
+_BACK = 16
+"""Events read by the first look back for a run's start (``GET .../stream``)."""
+_BACK_MAX = 4096
+"""Most events one look back reads."""
 _FINISH = {"completed": "stop", "suspended": "tool-calls", "failed": "error"}
 
 
@@ -68,15 +70,6 @@ class ChatRequest(BaseModel):
     messages: list[dict[str, Any]] = Field(min_length=1)
     trigger: str = "submit-message"
     messageId: str | None = None  # the SDK's own field name
-
-
-def _reasoning_text(payload: Mapping[str, Any]) -> str:
-    """The reasoning a ``model/chunk`` carries: a chunk of kind ``reasoning`` (its
-    ``text``), or a ``reasoning`` field beside the answer's text. The models of this
-    version stream none; the mapping waits for the chunk kind that carries it."""
-    if payload.get("kind") == "reasoning":
-        return str(payload.get("text") or "")
-    return str(payload.get("reasoning") or "")
 
 
 class PartTranslator:
@@ -97,7 +90,10 @@ class PartTranslator:
         self.run_id: str | None = None
         self.finished = False
         self._text: set[str] = set()
-        self._reasoning: set[str] = set()
+        self._reasoning: dict[str, int] = {}
+        """Open reasoning parts by model call id -> the reasoning part's index."""
+        self._reasoned: set[tuple[str, int]] = set()
+        """Reasoning parts streamed (model call id, index): the reply does not repeat them."""
         self._inputs: set[str] = set()
 
     def apply(self, event: Event) -> list[dict[str, Any]]:
@@ -129,27 +125,39 @@ class PartTranslator:
         return [*self._close(), {"type": "finish-step"}]
 
     def _close(self) -> list[dict[str, Any]]:
-        out = [{"type": "reasoning-end", "id": f"rs_{c}"} for c in sorted(self._reasoning)]
+        reasoning = sorted(self._reasoning.items())
+        out = [{"type": "reasoning-end", "id": f"rs_{c}_{i}"} for c, i in reasoning]
         out += [{"type": "text-end", "id": f"msg_{c}"} for c in sorted(self._text)]
         self._reasoning.clear()
         self._text.clear()
         return out
 
+    def _reason(self, call: str, index: int, delta: str) -> list[dict[str, Any]]:
+        """A piece of reasoning part ``index`` of ``call``: its part opened as needed."""
+        out: list[dict[str, Any]] = []
+        rid = f"rs_{call}_{index}"
+        if self._reasoning.get(call) != index:
+            out += self._close_reasoning(call)
+            self._reasoning[call] = index
+            self._reasoned.add((call, index))
+            out.append({"type": "reasoning-start", "id": rid})
+        out.append({"type": "reasoning-delta", "id": rid, "delta": delta})
+        return out
+
+    def _close_reasoning(self, call: str) -> list[dict[str, Any]]:
+        index = self._reasoning.pop(call, None)
+        return [] if index is None else [{"type": "reasoning-end", "id": f"rs_{call}_{index}"}]
+
     def _on_chunk(self, event: Event) -> list[dict[str, Any]]:
         p = event.payload
         out: list[dict[str, Any]] = []
         call = str(p.get("model_call_id"))
-        reasoning = _reasoning_text(p)
-        if reasoning:
-            if call not in self._reasoning:
-                self._reasoning.add(call)
-                out.append({"type": "reasoning-start", "id": f"rs_{call}"})
-            out.append({"type": "reasoning-delta", "id": f"rs_{call}", "delta": reasoning})
-        text = "" if p.get("kind") == "reasoning" else str(p.get("text") or "")
+        # A chunk's reasoning came before its text: the model thinks, then answers.
+        for index, delta in reasoning_of_chunk(p):
+            out += self._reason(call, index, delta)
+        text = str(p.get("text") or "")
         if text:
-            if call in self._reasoning:
-                self._reasoning.discard(call)
-                out.append({"type": "reasoning-end", "id": f"rs_{call}"})
+            out += self._close_reasoning(call)
             if call not in self._text:
                 self._text.add(call)
                 out.append({"type": "text-start", "id": f"msg_{call}"})
@@ -180,9 +188,13 @@ class PartTranslator:
         call = str(p.get("model_call_id"))
         text = str((p.get("message") or {}).get("text") or "")
         out: list[dict[str, Any]] = []
-        if call in self._reasoning:
-            self._reasoning.discard(call)
-            out.append({"type": "reasoning-end", "id": f"rs_{call}"})
+        if call not in self._text:
+            # Reasoning no chunk carried (a stream taken up after it): whole, before the text.
+            for index, thought in reasoning_of_message(p):
+                if (call, index) not in self._reasoned:
+                    out += self._reason(call, index, thought)
+        out += self._close_reasoning(call)
+        self._reasoned = {r for r in self._reasoned if r[0] != call}
         if call in self._text:
             self._text.discard(call)
             out.append({"type": "text-end", "id": f"msg_{call}"})
@@ -279,14 +291,22 @@ def _part(part: Mapping[str, Any]) -> bytes:
 
 
 async def _parts(
-    request: Request, session: Session, translator: PartTranslator, after: int
+    request: Request,
+    session: Session,
+    translator: PartTranslator,
+    after: int,
+    principal: Principal,
 ) -> AsyncIterator[bytes]:
-    async for event in committed(request, session, after):
+    async for event in committed(request, session, after, principal):
         if event is None:
             yield b": keepalive\n\n"
             if await request.is_disconnected():
                 return
             continue
+        if isinstance(event, Ended):
+            # The token stopped working: the answer goes on in the session, this stream ends.
+            yield _part({"type": "error", "errorText": event.reason}) + b"data: [DONE]\n\n"
+            return
         out = translator.apply(event)
         if out:
             yield b"".join(_part(p) for p in out)
@@ -386,22 +406,27 @@ async def chat(request: Request, principal: User) -> StreamingResponse:
         _external(session),
         continues=last.get("role") == "assistant",
     )
-    return _streaming(_parts(request, session, translator, after))
+    return _streaming(_parts(request, session, translator, after, principal))
 
 
 def _active_run(session: Session) -> tuple[str, int] | None:
-    """The running run and the seq just before its ``run/start`` (None: nothing runs)."""
+    """The running run and the seq just before its ``run/start`` (None: nothing runs).
+
+    The start is looked for backwards from the head in pages that grow four times each
+    (16, 64, 256, ... events): a run that began a moment ago is found in the first, so
+    a reconnect costs what the run has written, not what the session holds."""
     runs = session.inspect().active_runs
     if not runs:
         return None
     run_id = runs[0]
     end = session.log.head()
+    page = _BACK
     while end > 0:
-        start = max(0, end - _BACK)
-        for event in session.log.read_after(start, end - start):
+        start = max(0, end - page)
+        for event in reversed(session.log.read_after(start, end - start)):
             if event.type == "run/start" and event.run_id == run_id:
                 return run_id, event.seq - 1
-        end = start
+        end, page = start, min(page * 4, _BACK_MAX)
     return None
 
 
@@ -421,7 +446,7 @@ async def resume_stream(request: Request, chat_id: str, principal: User) -> Resp
         return Response(status_code=204)
     run_id, after = active
     translator = PartTranslator(lambda event: event.run_id == run_id, _external(session))
-    return _streaming(_parts(request, session, translator, after))
+    return _streaming(_parts(request, session, translator, after, principal))
 
 
 class Stopped(BaseModel):

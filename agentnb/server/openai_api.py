@@ -26,6 +26,11 @@ own tools show as ``mcp_call`` items (``server_label`` ``agentnb``), approvals a
 ``mcp_approval_request`` items. Errors are the Responses shape, ``{"error": {"message",
 "type", "param", "code"}}``, with the status ``/v1`` gives the same error and ``code`` its
 agentnb name; a parameter the door does not support is a 400 naming it.
+
+A model's reasoning is a ``reasoning`` item (one per reasoning part, before the reply's
+message) whose summary streams with ``response.reasoning_summary_text.delta``. A stream
+whose token stops working ends with an ``error`` event (``code`` ``token_revoked``) that
+takes no number of its own (see ``_ended``).
 """
 
 from __future__ import annotations
@@ -45,11 +50,11 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from agentnb.answers import Answer
-from agentnb.errors import AgentnbError, SessionNotFound
+from agentnb.errors import AgentnbError, SessionNotFound, Unauthorized
 from agentnb.events import Event, Message
 from agentnb.ids import new_id
 from agentnb.server.auth import Principal, current_user, open_session
-from agentnb.server.doors import committed
+from agentnb.server.doors import Ended, committed, reasoning_of_chunk, reasoning_of_message
 from agentnb.server.problems import HTTP_PROBLEMS, Problem, problem_of
 from agentnb.session import Session
 
@@ -150,15 +155,6 @@ def _parse_response_id(response_id: str) -> tuple[str, str, str, int, int, bool]
 # -- the fold ----------------------------------------------------------------------------------
 
 
-def _reasoning_text(payload: Mapping[str, Any]) -> str:
-    """The reasoning a ``model/chunk`` carries: a chunk of kind ``reasoning`` (its
-    ``text``), or a ``reasoning`` field beside the answer's text. The models of this
-    version stream none; the mapping waits for the chunk kind that carries it."""
-    if payload.get("kind") == "reasoning":
-        return str(payload.get("text") or "")
-    return str(payload.get("reasoning") or "")
-
-
 class ResponseFold:
     """The Responses view of one command's run, folded from committed events.
 
@@ -201,7 +197,10 @@ class ResponseFold:
         self.sequence = 0
         self._text: dict[str, int] = {}
         """Open message items by model call id -> their output index."""
-        self._reasoning: dict[str, int] = {}
+        self._reasoning: dict[str, tuple[int, int]] = {}
+        """Open reasoning items by model call id -> (reasoning part index, output index)."""
+        self._reasoned: set[tuple[str, int]] = set()
+        """Reasoning parts streamed (model call id, index): the reply does not repeat them."""
         self._calls: dict[str, int] = {}
         """mcp_call items by call id -> output index."""
 
@@ -276,27 +275,12 @@ class ResponseFold:
     def _on_chunk(self, p: Mapping[str, Any]) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
         call = str(p.get("model_call_id"))
-        reasoning = _reasoning_text(p)
-        if reasoning:
-            index = self._reasoning.get(call)
-            if index is None:
-                item = {"id": f"rs_{call}", "type": "reasoning", "summary": [], "content": []}
-                index = self._add(item, out)
-                self._reasoning[call] = index
-            out.append(
-                self._event(
-                    "response.reasoning_text.delta",
-                    item_id=f"rs_{call}",
-                    output_index=index,
-                    content_index=0,
-                    delta=reasoning,
-                )
-            )
-            self.output[index]["content"] = [
-                {"type": "reasoning_text", "text": self._reasoned(index) + reasoning}
-            ]
-        text = "" if p.get("kind") == "reasoning" else str(p.get("text") or "")
+        # A chunk's reasoning came before its text: the model thinks, then answers.
+        for part, delta in reasoning_of_chunk(p):
+            self._reason(call, part, delta, out)
+        text = str(p.get("text") or "")
         if text:
+            self._close_reasoning(call, out)
             index = self._open_text(call, out)
             out.append(
                 self._event(
@@ -311,9 +295,58 @@ class ResponseFold:
             self.output[index]["content"][0]["text"] += text
         return out
 
-    def _reasoned(self, index: int) -> str:
-        content = self.output[index]["content"]
-        return str(content[0]["text"]) if content else ""
+    def _reason(self, call: str, part: int, delta: str, out: list[dict[str, Any]]) -> None:
+        """A piece of reasoning part ``part`` of ``call``: a ``reasoning`` item whose one
+        summary is the part's text, opened as needed."""
+        opened = self._reasoning.get(call)
+        if opened is None or opened[0] != part:
+            self._close_reasoning(call, out)
+            item: dict[str, Any] = {
+                "id": f"rs_{call}_{part}",
+                "type": "reasoning",
+                "summary": [],
+                "status": "in_progress",
+            }
+            index = self._add(item, out)
+            self._reasoning[call] = (part, index)
+            self._reasoned.add((call, part))
+            self.output[index]["summary"] = [{"type": "summary_text", "text": ""}]
+            out.append(
+                self._event(
+                    "response.reasoning_summary_part.added",
+                    item_id=item["id"],
+                    output_index=index,
+                    summary_index=0,
+                    part={"type": "summary_text", "text": ""},
+                )
+            )
+        _, index = self._reasoning[call]
+        item = self.output[index]
+        out.append(
+            self._event(
+                "response.reasoning_summary_text.delta",
+                item_id=item["id"],
+                output_index=index,
+                summary_index=0,
+                delta=delta,
+            )
+        )
+        item["summary"][0]["text"] += delta
+
+    def _close_reasoning(self, call: str, out: list[dict[str, Any]]) -> None:
+        opened = self._reasoning.pop(call, None)
+        if opened is None:
+            return
+        index = opened[1]
+        item = self.output[index]
+        summary = dict(item["summary"][0])
+        common = {"item_id": item["id"], "output_index": index, "summary_index": 0}
+        out.append(
+            self._event("response.reasoning_summary_text.done", text=summary["text"], **common)
+        )
+        out.append(self._event("response.reasoning_summary_part.done", part=summary, **common))
+        item["summary"], item["status"] = [summary], "completed"
+        self._done(index, out)
 
     def _add(self, item: dict[str, Any], out: list[dict[str, Any]]) -> int:
         self.output.append(item)
@@ -357,10 +390,14 @@ class ResponseFold:
         message = p.get("message") or {}
         call = str(p.get("model_call_id"))
         text = str(message.get("text") or "")
+        if call not in self._text:
+            # Reasoning no chunk carried (a stream taken up after it): whole, before the text.
+            for part, thought in reasoning_of_message(p):
+                if (call, part) not in self._reasoned:
+                    self._reason(call, part, thought, out)
+        self._close_reasoning(call, out)
+        self._reasoned = {r for r in self._reasoned if r[0] != call}
         index = self._text.pop(call, None)
-        reasoning = self._reasoning.pop(call, None)
-        if reasoning is not None:
-            self._done(reasoning, out)
         if index is None:
             if not text:
                 return out
@@ -483,7 +520,8 @@ class ResponseFold:
 
     def _end(self, status: str, p: Mapping[str, Any]) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
-        for index in [*self._text.values(), *self._reasoning.values(), *self._calls.values()]:
+        reasoning = [index for _, index in self._reasoning.values()]
+        for index in [*self._text.values(), *reasoning, *self._calls.values()]:
             self.output[index]["status"] = "incomplete"
             self._done(index, out)
         self._text.clear()
@@ -554,16 +592,24 @@ def _read(session: Session, fold: ResponseFold, after: int) -> None:
 
 
 async def _stream(
-    request: Request, session: Session, fold: ResponseFold, after: int, starting_after: int
+    request: Request,
+    session: Session,
+    fold: ResponseFold,
+    after: int,
+    starting_after: int,
+    principal: Principal,
 ) -> AsyncIterator[bytes]:
     """The response's events after ``starting_after`` (-1: all), folded as they commit."""
     for event in fold.start():
         if event["sequence_number"] > starting_after:
             yield _sse(event)
-    async for committed_event in committed(request, session, after):
+    async for committed_event in committed(request, session, after, principal):
         if committed_event is None:
             yield b": keepalive\n\n"
             continue
+        if isinstance(committed_event, Ended):
+            yield _sse(_ended(fold, committed_event, starting_after))
+            return
         chunk = b"".join(
             _sse(e) for e in fold.apply(committed_event) if e["sequence_number"] > starting_after
         )
@@ -573,10 +619,28 @@ async def _stream(
             return
 
 
-async def _settle(request: Request, session: Session, fold: ResponseFold, after: int) -> None:
-    """Fold until the response ends."""
+def _ended(fold: ResponseFold, ended: Ended, starting_after: int) -> dict[str, Any]:
+    """The ``error`` event that ends a stream whose token stopped working. The response
+    itself goes on (it is not ``failed``), so the event takes no place of its own in the
+    response's numbering: it carries the last number the client holds, and a stream
+    resumed ``starting_after`` it (with a working token) misses nothing."""
+    return {
+        "type": "error",
+        "code": "token_revoked",
+        "message": f"{ended.reason}: sign in again and resume the stream with starting_after",
+        "param": None,
+        "sequence_number": max(starting_after, fold.sequence - 1),
+    }
+
+
+async def _settle(
+    request: Request, session: Session, fold: ResponseFold, after: int, principal: Principal
+) -> None:
+    """Fold until the response ends (401 if the token stops working meanwhile)."""
     fold.start()
-    async for event in committed(request, session, after):
+    async for event in committed(request, session, after, principal):
+        if isinstance(event, Ended):
+            raise Unauthorized(f"{event.reason}; the response goes on: retrieve it later")
         if event is not None:
             fold.apply(event)
         if fold.done:
@@ -828,7 +892,16 @@ def _items_of(message: Message) -> list[dict[str, Any]]:
                 "status": "completed",
             }
         ]
-    items: list[dict[str, Any]] = []
+    items: list[dict[str, Any]] = [
+        {
+            "id": f"rs_{message.id}_{i}",
+            "type": "reasoning",
+            "summary": [{"type": "summary_text", "text": part.text}],
+            "status": "completed",
+        }
+        for i, part in enumerate(message.reasoning)
+        if part.text
+    ]
     if message.text or not message.tool_calls:
         kind = "output_text" if message.role == "assistant" else "input_text"
         part: dict[str, Any] = {"type": kind, "text": message.text}
@@ -965,11 +1038,11 @@ async def create_response(request: Request, principal: User) -> Response:
     rid, session, after = await anyio.to_thread.run_sync(_accept, request, principal, body)
     _, fold, _ = await anyio.to_thread.run_sync(_fold_of, request, rid, principal)
     if body.get("stream"):
-        return _streaming(_stream(request, session, fold, after, -1))
+        return _streaming(_stream(request, session, fold, after, -1, principal))
     if body.get("background"):
         await anyio.to_thread.run_sync(_read, session, fold, after)
     else:
-        await _settle(request, session, fold, after)
+        await _settle(request, session, fold, after, principal)
     return JSONResponse(fold.response())
 
 
@@ -984,7 +1057,7 @@ async def get_response(
     session, fold, after = await anyio.to_thread.run_sync(_fold_of, request, response_id, principal)
     if stream:
         start = -1 if starting_after is None else starting_after
-        return _streaming(_stream(request, session, fold, after, start))
+        return _streaming(_stream(request, session, fold, after, start, principal))
     if starting_after is not None:
         raise _refuse("starting_after", "starting_after needs stream=true")
     await anyio.to_thread.run_sync(_read, session, fold, after)
@@ -1000,7 +1073,7 @@ async def cancel_response(request: Request, response_id: str, principal: User) -
         session, fold, after = await anyio.to_thread.run_sync(
             _fold_of, request, response_id, principal
         )
-        await _settle(request, session, fold, after)
+        await _settle(request, session, fold, after, principal)
     return JSONResponse(fold.response())
 
 
@@ -1053,6 +1126,7 @@ def create_door(parent: FastAPI, max_body: int) -> FastAPI:
     door.state.runtime = parent.state.runtime
     door.state.auth = parent.state.auth
     door.state.feeds = parent.state.feeds
+    door.state.token_watch = parent.state.token_watch
     door.include_router(router)
 
     @door.exception_handler(AgentnbError)

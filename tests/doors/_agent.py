@@ -1,7 +1,8 @@
 """The agent the door tests serve (``tests.doors._agent:agent``): the service tests' rules
 (``tests.service._agent``), plus ``quote <vendor>``, which calls the external tool
 ``annual_quote`` (its result comes from the client), and ``slow`` ones that stream a piece
-every 20 ms (``tests.doors._agent:slow``) so a test can cut a stream in the middle.
+every 20 ms (``tests.doors._agent:slow``) so a test can cut a stream in the middle, and
+``ponder``, which reasons as ``think`` does and then answers at length (``long 30``'s lines).
 """
 
 from __future__ import annotations
@@ -22,6 +23,9 @@ def _reply(messages: list[nb.Message]) -> str | nb.ToolCall | nb.Reply:
     words = users[-1].text.split() if users else []
     if words[:1] == ["quote"] and messages[-1].role != "tool":
         return nb.ToolCall("annual_quote", {"vendor": words[1] if len(words) > 1 else "acme"})
+    if words[:1] == ["ponder"]:
+        text = "\n".join(f"{i}. line **{i}** of the answer" for i in range(1, 31))
+        return nb.Reply(text=text, reasoning="Weigh <b>both</b> first.")
     return _service_reply(messages)
 
 

@@ -301,3 +301,42 @@ class TestBadInput:
         )
         assert answer.status_code == 400
         assert answer.json()["type"] == "InvalidCursor"
+
+
+class TestReasoning:
+    THOUGHT = "Weigh <b>both</b> first."
+
+    def test_reasoning_streams_as_reasoning_before_the_text(
+        self, doors: Doors, thread: str
+    ) -> None:
+        """A model's streamed reasoning arrives as REASONING_* events, all before the
+        answer's text, never as text; the client keeps it as a reasoning message."""
+        lines = client(doors, thread, text="think")
+        events = events_of(lines)
+        check(events)
+        types = [e["type"] for e in events]
+        thought = "".join(e["delta"] for e in events if e["type"] == "REASONING_MESSAGE_CONTENT")
+        assert thought == self.THOUGHT
+        answer_starts = [
+            i
+            for i, e in enumerate(events)
+            if e["type"] == "TEXT_MESSAGE_START" and e.get("role") == "assistant"
+        ]
+        assert types.index("REASONING_START") < types.index("REASONING_END") < answer_starts[0]
+        assert self.THOUGHT not in text_of(events)
+        messages = lines[-1]["result"]["messages"]
+        assert [m["content"] for m in messages if m["role"] == "reasoning"] == [self.THOUGHT]
+        assert messages[-1]["content"] == "Thought it **through**."
+
+    def test_snapshot_holds_the_reasoning(self, doors: Doors, thread: str) -> None:
+        """The next run's MESSAGES_SNAPSHOT has the reply's reasoning as a reasoning message
+        just before the reply."""
+        client(doors, thread, text="think")
+        events = events_of(client(doors, thread, text="again"))
+        [snapshot] = [e for e in events if e["type"] == "MESSAGES_SNAPSHOT"]
+        roles = [(m["role"], m["content"]) for m in snapshot["messages"]]
+        assert roles == [
+            ("user", "think"),
+            ("reasoning", self.THOUGHT),
+            ("assistant", "Thought it **through**."),
+        ]

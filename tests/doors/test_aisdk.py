@@ -13,6 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
+import agentnb as nb
 from tests.doors import js
 from tests.doors.conftest import Doors
 from tests.service.helpers import ServerProcess, issue
@@ -142,6 +143,30 @@ class TestResume:
         assert text_of(message) == answer
         assert lines[-1] == {"none": True}
 
+    def test_reconnect_late_in_a_long_answer(self, tmp_path: Path) -> None:
+        """A reconnect after the run has written many events (its start pages back from the
+        head) still replays the answer from its first word."""
+        url = f"sqlite:///{tmp_path / 'agentnb.sqlite'}"
+        token = issue(url, "alice")
+        with ServerProcess(url, agent="tests.doors._agent:slow") as server:
+            lines = steps(
+                server.url,
+                token,
+                "late",
+                {"send": user("long 60"), "abortAfter": 24},
+                {"resume": True},
+            )
+            store = nb.open_store(url)
+            key = nb.SessionKey("default", "alice", "door-agent", "late")
+            written = [e for e in store.scan(key, 0, None) if e.type == "model/chunk"]
+            store.close()
+        assert {"aborted": True} in lines
+        # 24 deltas read before the cut: 24 chunks after the start, beyond the first look back.
+        assert len(written) > 24
+        [message] = messages(lines)
+        answer = "\n".join(f"{i}. line **{i}** of the answer" for i in range(1, 61))
+        assert text_of(message) == answer
+
     def test_nothing_to_resume(self, doors: Doors, chat: str) -> None:
         """A chat with nothing running answers the reconnect with 204."""
         steps(doors.url, doors.alice, chat, {"send": user("done already")})
@@ -226,3 +251,40 @@ class TestBadInput:
         assert answer.status_code == 409
         assert answer.json()["type"] == "InvalidAnswer"
         assert doors.heads(chat) == heads
+
+
+class TestReasoning:
+    THOUGHT = "Weigh <b>both</b> first."
+
+    def test_reasoning_parts_before_the_text(self, doors: Doors, chat: str) -> None:
+        """A model's streamed reasoning arrives as reasoning-start/-delta/-end parts, ended
+        before the answer's text starts; the SDK builds a reasoning part of the message
+        from them, before its text part."""
+        lines = steps(doors.url, doors.alice, chat, {"send": user("think")})
+        parts = chunks(lines)
+        types = [c["type"] for c in parts]
+        assert types.index("reasoning-start") < types.index("reasoning-end")
+        assert types.index("reasoning-end") < types.index("text-start")
+        deltas = [c["delta"] for c in parts if c["type"] == "reasoning-delta"]
+        assert "".join(deltas) == self.THOUGHT
+        [message] = messages(lines)
+        shown = [(p["type"], p["text"]) for p in message["parts"] if "text" in p]
+        assert shown == [("reasoning", self.THOUGHT), ("text", "Thought it **through**.")]
+
+    def test_resumed_stream_carries_the_reasoning(self, tmp_path: Path) -> None:
+        """reconnectToStream mid-answer replays the reasoning as reasoning too."""
+        url = f"sqlite:///{tmp_path / 'agentnb.sqlite'}"
+        token = issue(url, "alice")
+        with ServerProcess(url, agent="tests.doors._agent:slow") as server:
+            lines = steps(
+                server.url,
+                token,
+                "thinking",
+                {"send": user("ponder"), "abortAfter": 2},
+                {"resume": True},
+            )
+        assert {"aborted": True} in lines
+        [message] = messages(lines)
+        answer = "\n".join(f"{i}. line **{i}** of the answer" for i in range(1, 31))
+        shown = [(p["type"], p["text"]) for p in message["parts"] if "text" in p]
+        assert shown == [("reasoning", self.THOUGHT), ("text", answer)]

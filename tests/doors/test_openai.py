@@ -355,3 +355,44 @@ class TestBadInput:
                 ],
             )
         assert doors.heads(first.conversation.id) == heads
+
+
+class TestReasoning:
+    THOUGHT = "Weigh <b>both</b> first."
+
+    def test_reasoning_streams_as_a_reasoning_item_before_the_text(self, client: Any) -> None:
+        """A model's streamed reasoning is a reasoning item whose summary streams with
+        response.reasoning_summary_text.delta, done before the message item starts."""
+        events = list(client.responses.create(model=AGENT, input="think", stream=True))
+        types = [e.type for e in events]
+        deltas = [e for e in events if e.type == "response.reasoning_summary_text.delta"]
+        assert "".join(e.delta for e in deltas) == self.THOUGHT
+        assert all(isinstance(e, openai.types.responses.ResponseReasoningSummaryTextDeltaEvent)
+                   for e in deltas)  # fmt: skip
+        added = [e.item.type for e in events if e.type == "response.output_item.added"]
+        assert added == ["reasoning", "message"]
+        assert types.index("response.reasoning_summary_text.done") < types.index(
+            "response.output_text.delta"
+        )
+        assert [e.sequence_number for e in events] == list(range(len(events)))
+        done = events[-1].response
+        [reasoning] = items_of(done, "reasoning")
+        assert [s.text for s in reasoning.summary] == [self.THOUGHT]
+        assert done.output_text == "Thought it **through**."
+
+    def test_stream_helper_accumulates_the_reasoning(self, client: Any) -> None:
+        """The SDK's responses.stream() helper folds the events into a final response that
+        holds the reasoning item and the answer."""
+        with client.responses.stream(model=AGENT, input="think") as stream:
+            final = stream.get_final_response()
+        [reasoning] = items_of(final, "reasoning")
+        assert reasoning.summary[0].text == self.THOUGHT
+        assert final.output_text == "Thought it **through**."
+
+    def test_conversation_items_hold_the_reasoning(self, client: Any) -> None:
+        """The conversation's items have the reply's reasoning item before its message."""
+        conversation = client.conversations.create()
+        client.responses.create(model=AGENT, input="think", conversation=conversation.id)
+        items = list(client.conversations.items.list(conversation.id, order="asc"))
+        assert [i.type for i in items] == ["message", "reasoning", "message"]
+        assert items[1].summary[0].text == self.THOUGHT

@@ -1,7 +1,8 @@
 // Drives agentnb's AI SDK door with the `ai` package's DefaultChatTransport (what useChat
 // uses) and readUIMessageStream. One JSON object per line on stdout: {"chunk": ...} for each
 // UI message chunk, {"message": ...} for the assistant message the chunks built, and
-// {"aborted": true} / {"none": true} where a step says so.
+// {"aborted": true} / {"none": true} where a step says so, {"streamError": ...} when an error
+// part ended the stream.
 //
 // argv[2] is JSON: {url, token, chatId, steps: [...]}, each step
 //   {send: messages, abortAfter?: n}  POST the messages (abort after n text deltas), or
@@ -40,7 +41,9 @@ async function consume(stream, abortAfter, controller, message) {
       print({ aborted: true });
       return;
     }
-    throw error;
+    // An error part ends the stream (terminateOnError): the SDK's reading of it.
+    print({ streamError: String(error && error.message ? error.message : error), message });
+    return;
   }
   print({ message });
 }
