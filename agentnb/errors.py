@@ -12,7 +12,7 @@ One tree, so callers can catch as broadly or as narrowly as they need::
     │   └── UncertainToolCalls       dispatched tool calls with no result: reconcile first
     ├── SessionNotFound              open() of a session that does not exist
     │   └── SessionDeleted           the session was deleted; its tombstone says by whom
-    ├── SessionBusy                  delete() while a turn runs (interrupt it, or force=True)
+    ├── SessionBusy                  work in hand: delete() while a turn runs, if_busy="reject"
     ├── SessionArchived              new work for an archived session (unarchive() it first)
     ├── Parked                       wait() on a task queued behind a turn that needs a person
     ├── AgentChanged                 new work for a session bound to an agent that differs
@@ -140,7 +140,15 @@ class SessionDeleted(SessionNotFound):
 
 
 class SessionBusy(AgentnbError):
-    """The session has a turn running; interrupt it first (or pass ``force=True``)."""
+    """The session has work in hand: a turn running (``delete``: interrupt it first, or pass
+    ``force=True``), or, for ``submit(..., if_busy="reject")``, anything a new task would
+    wait for. ``turn_id`` is that turn (None when not known) and ``status`` how it stands
+    (``running``, ``queued``, ``suspended``, ...); nothing was written."""
+
+    def __init__(self, message: str, *, turn_id: str | None = None, status: str = "") -> None:
+        super().__init__(message)
+        self.turn_id = turn_id
+        self.status = status
 
 
 class SessionArchived(AgentnbError):

@@ -876,12 +876,24 @@ def next_command(inbox: InboxState, state: SessionState) -> Command | None:
         if command.command_id in state.handled or command.command_id in inbox.rejected:
             continue
         if command.kind == "submit":
-            if parked:
+            if parked and not _preempts(command, latest):
                 continue
             return command
         if command.kind in _BETWEEN_RUNS:
             return command
     return None
+
+
+def _preempts(command: Command, latest: TurnState | None) -> bool:
+    """Whether a submit goes ahead of the parked ``latest`` turn: it was accepted with
+    ``if_busy="interrupt"``, which stopped that turn for it (``data.preempts``), and the
+    turn stopped as interrupted or failed (one that stopped to ask a person keeps its
+    place)."""
+    return (
+        latest is not None
+        and command.data.get("preempts") == latest.turn_id
+        and latest.status in {"interrupted", "failed"}
+    )
 
 
 _BETWEEN_RUNS = frozenset(

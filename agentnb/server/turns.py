@@ -35,11 +35,17 @@ TaskModel = wire.model_of(Task)
 
 
 class NewTurn(BaseModel):
-    """``session.submit(input, timeout=)``; the ``Idempotency-Key`` header is its ``key``."""
+    """``session.submit(input, timeout=, if_busy=)``; the ``Idempotency-Key`` header is its
+    ``key``."""
 
     model_config = ConfigDict(extra="forbid")
     input: str
     timeout: float | None = Field(default=None, gt=0)
+    if_busy: Literal["queue", "reject", "interrupt", "steer"] = Field(
+        default="queue",
+        description="what to do when the session is busy: queue the task, reject it "
+        "(409 SessionBusy), interrupt the running turn, or steer it",
+    )
 
 
 class Text(BaseModel):
@@ -162,7 +168,9 @@ def submit(
     idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key")] = None,
 ) -> Any:
     session = open_session(request, session_id, principal)
-    return wire.dump(session.submit(body.input, key=idempotency_key, timeout=body.timeout))
+    return wire.dump(
+        session.submit(body.input, key=idempotency_key, timeout=body.timeout, if_busy=body.if_busy)
+    )
 
 
 @router.get(
