@@ -104,6 +104,10 @@ def error_of(problem: Mapping[str, Any], status: int) -> Exception:
         )
     if name == "ToolsetUnavailable":
         return errors.ToolsetUnavailable(detail, toolset=str(problem.get("toolset", "")))
+    if name == "WorkspaceChanged":
+        return errors.WorkspaceChanged(
+            detail, bound=problem.get("bound"), current=problem.get("current")
+        )
     if name == "SessionBusy":
         turn = problem.get("turn_id")
         return errors.SessionBusy(

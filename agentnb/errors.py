@@ -4,7 +4,8 @@ One tree, so callers can catch as broadly or as narrowly as they need::
 
     AgentnbError
     ├── InvalidInput                 bad argument from the caller; nothing was written
-    │   └── UnknownTurn              a turn id that is not this session's (feedback)
+    │   ├── UnknownTurn              a turn id that is not this session's (feedback)
+    │   └── WorkspaceEscape          a workspace path that leads out (absolute, .., symlink)
     ├── IdempotencyConflict          a key or batch id reused with other content
     ├── NotRunning                   the turn or run named is not the active one
     ├── InvalidAnswer                a respond() that cannot apply; nothing was written
@@ -16,6 +17,7 @@ One tree, so callers can catch as broadly or as narrowly as they need::
     ├── SessionArchived              new work for an archived session (unarchive() it first)
     ├── Parked                       wait() on a task queued behind a turn that needs a person
     ├── AgentChanged                 new work for a session bound to an agent that differs
+    ├── WorkspaceChanged             new work for a session bound to another workspace
     ├── QueueFull                    too much steering or too many queued commands; nothing written
     ├── ToolsetUnavailable           a toolset (an MCP server) would not start or list its tools
     ├── SubagentLimitExceeded        a sub-agent call past the depth or children-per-turn bound
@@ -86,6 +88,8 @@ __all__ = [
     "UncertainToolCalls",
     "UnknownRequiredEvent",
     "UnknownTurn",
+    "WorkspaceChanged",
+    "WorkspaceEscape",
     "describe",
     "install_hint",
 ]
@@ -195,6 +199,27 @@ class AgentChanged(AgentnbError):
         self.changes = tuple(changes)
         self.bound = bound
         self.current = current
+
+
+class WorkspaceChanged(AgentnbError):
+    """The session is bound to another workspace than this runtime's; new work is refused.
+
+    A session binds its working directory at its first run (``workspace/bound``) and never
+    switches (Everruns: "a session can never switch heads"). ``bound`` and ``current`` are
+    the two bindings (``root``, ``path``, ``fingerprint``). Use the same ``nb.Workspace`` as
+    before, or make the runtime with ``accept_workspace_change=True`` to rebind it.
+    """
+
+    def __init__(self, message: str, *, bound: Any = None, current: Any = None) -> None:
+        super().__init__(message)
+        self.bound = bound
+        self.current = current
+
+
+class WorkspaceEscape(InvalidInput):
+    """A workspace path that leads out of the session's workspace (an absolute path, ``..``,
+    or a symlink pointing out), or names nothing there: refused, nothing touched. The
+    built-in file tools return it to the model as the call's error."""
 
 
 class QueueFull(AgentnbError):

@@ -18,6 +18,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from agentnb.agent import check_agent
@@ -91,6 +92,7 @@ from agentnb.records import (
     UsageTotals,
 )
 from agentnb.stores.base import UNSET, Unset, check_labels, check_title
+from agentnb.workspace import check_workspace, copy_workspace, workspace_status
 
 if TYPE_CHECKING:
     from agentnb.agent import Agent
@@ -221,6 +223,8 @@ class SessionHost(Protocol):
     limits: Limits
     accept_agent_change: bool
     """Whether new work may go on with an agent other than the one the session is bound to."""
+    accept_workspace_change: bool
+    """Whether new work may rebind the session to another workspace (``nb.Workspace``)."""
 
     def check_open(self) -> None:
         """Raise ``StorageError`` if the host no longer accepts commands."""
@@ -498,6 +502,7 @@ class Session:
                         [c for c in state.children.values() if c.get("status") == "running"],
                     )
                 ),
+                workspace=workspace_status(state.workspace, state.workspace_checkpoint),
                 _tokens=functools.cache(lambda: agent.model.count_tokens(next_context, tools)),
             )
 
@@ -865,6 +870,12 @@ class Session:
         runtime = self.runtime
         check_agent(
             state.agent, runtime.agent, accept=runtime.accept_agent_change, session=self.key
+        )
+        check_workspace(
+            state.workspace,
+            runtime.agent.workspace,
+            self.key,
+            accept=runtime.accept_workspace_change,
         )
         limits = runtime.limits
         nbytes = 0
@@ -1422,7 +1433,17 @@ class Session:
         state = self.export_state()
         target = self.runtime.session(new_session_id, user_id=self.key.user_id)
         target.import_baseline(state)
+        self._fork_workspace(target)
         return target
+
+    def _fork_workspace(self, target: Session) -> None:
+        """Copy this session's working files, as they stand, to where ``target``'s
+        workspace will be bound (its first run binds it there)."""
+        bound = self._refresh()[0].workspace
+        workspace = self.runtime.agent.workspace
+        if bound is None or workspace is None:
+            return
+        copy_workspace(Path(bound["path"]), workspace.path_for(target.key))
 
     def start(self) -> None:
         """Dispatch accepted queued work (needed after a restart; submit calls it)."""

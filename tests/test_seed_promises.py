@@ -629,3 +629,44 @@ class TestEverrunsSessions:
             with pytest.raises(nb.UncertainToolCalls):
                 session.resume(turn_id)
             assert events_of(session, "tool/result") == []  # the refusal wrote nothing
+
+
+def _writes_then_reads(messages: list[nb.Message]) -> object:
+    task = next(m.text for m in reversed(messages) if m.role == "user")
+    if messages[-1].role == "tool":
+        return f"done: {messages[-1].text}"
+    if task.startswith("write"):
+        return nb.ToolCall("write_file", {"path": "notes.txt", "content": task})
+    return nb.ToolCall("read_file", {"path": "notes.txt"})
+
+
+class TestWorkspaceBinding:
+    def test_a_session_never_switches_heads(
+        self, make_runtime: MakeRuntime, tmp_path: Path
+    ) -> None:
+        """Everruns: "To fix a session to an isolated project view, bind an `Environment`
+        before execution. A session can never switch heads after it starts.\""""
+        model = nb.ScriptedModel(_writes_then_reads)
+        first = make_runtime(model, nb.workspace_tools(), workspace=nb.Workspace(tmp_path / "a"))
+        session = first.session("s1")
+        session.run("write the plan", timeout=WAIT)
+        assert len(events_of(session, "workspace/bound")) == 1
+        first.close()
+        other = make_runtime(model, nb.workspace_tools(), workspace=nb.Workspace(tmp_path / "b"))
+        with pytest.raises(nb.WorkspaceChanged, match="accept_workspace_change"):
+            other.open("s1").submit("read the plan")
+
+    def test_recovery_finds_the_same_working_files(
+        self, make_runtime: MakeRuntime, tmp_path: Path
+    ) -> None:
+        """Seed: "Durable recovery needs the same tools, credentials and working files as the
+        original task" — a new runtime reaches the files the session bound, and inspect()
+        says they still match the last run's end.\""""
+        workspace = nb.Workspace(tmp_path)
+        model = nb.ScriptedModel(_writes_then_reads)
+        first = make_runtime(model, nb.workspace_tools(), workspace=workspace)
+        first.session("s1").run("write staffing cost first", timeout=WAIT)
+        first.close()
+        again = make_runtime(model, nb.workspace_tools(), workspace=workspace).open("s1")
+        assert again.inspect().workspace.matches is True
+        assert again.run("read it back", timeout=WAIT).output == "done: write staffing cost first"
