@@ -113,6 +113,20 @@ _STARTING = frozenset({"submit", "resume", "respond"})
 """Commands that start a run when the runtime carries them out."""
 
 
+def _preempted_by(inbox: InboxState, turn_id: str) -> str | None:
+    """The task submitted with ``if_busy="interrupt"`` that stopped turn ``turn_id``."""
+    return next(
+        (
+            c.turn_id
+            for c in inbox.commands.values()
+            if c.kind == "submit"
+            and c.data.get("preempts") == turn_id
+            and c.command_id not in inbox.rejected
+        ),
+        None,
+    )
+
+
 def _goes_ahead(inbox: InboxState, turn_id: str, blocking: str) -> bool:
     """Whether the task ``turn_id`` was submitted to go ahead of turn ``blocking``."""
     return any(
@@ -538,8 +552,10 @@ class Session:
         task waits to start, or the queue is parked behind a turn): ``"queue"`` (the
         default) queues it; ``"reject"`` raises ``SessionBusy`` naming that turn, writing
         nothing; ``"interrupt"`` stops the running turn (it ends ``interrupted``, never
-        cancelled: its work so far stays in the conversation the new task sees) and starts
-        the new task next, ahead of it; ``"steer"`` steers the running turn (or the task
+        cancelled: its work so far, its checkpoint and its steering are kept, and the new
+        task sees its messages) and starts the new task next, ahead of it - from then on
+        that turn is set aside (``resume`` refuses it, naming the new task; ``cancel``
+        closes it); ``"steer"`` steers the running turn (or the task
         about to start) instead, as ``send`` does. With a policy other than ``"queue"`` the
         receipt's ``disposition`` says what happened (``started``, ``queued``, ``steered``).
         """
@@ -1251,6 +1267,14 @@ class Session:
         self.runtime.check_open()
         with self._lock:
             state, inbox = self._refresh()
+            preempting = _preempted_by(inbox, turn_id)
+            if preempting is not None:
+                raise CannotResume(
+                    f"turn {turn_id} was stopped for task {preempting} (submitted with "
+                    "if_busy='interrupt'), which went ahead of it; its work so far stays in "
+                    f"the conversation. Submit what is left as a new task; "
+                    f"session.cancel({turn_id!r}) closes it"
+                )
             check_resume(
                 state, turn_id, executing=self._executing(), tool=self._tool, uncertain=uncertain
             )

@@ -158,6 +158,27 @@ class TestIfBusy:
         assert "old task" in _user_texts(model.requests[-1])  # its work stays in the context
         assert not events_of(session, "turn/cancelled")
 
+    def test_the_stopped_turn_is_set_aside_and_can_be_closed(
+        self, make_runtime: MakeRuntime
+    ) -> None:
+        """After if_busy="interrupt", resuming the stopped turn is refused naming the task
+        that went ahead; cancel() closes it; the queue moves on."""
+        gate = Gate()
+        session = make_runtime(
+            nb.ScriptedModel(gated_script(["x", "new", "third"], {0: gate}))
+        ).session("s1")
+        first = session.submit("old task")
+        gate.wait_arrived()
+        second = session.submit("new task", if_busy="interrupt")
+        gate.release()
+        second.wait(timeout=WAIT)
+        with pytest.raises(nb.CannotResume, match=second.turn_id):
+            session.resume(first.turn_id)
+        session.cancel(first.turn_id)
+        assert session.run("third task", timeout=WAIT).output == "third"
+        statuses = [t.status for t in session.tasks()]
+        assert statuses == ["cancelled", "completed", "completed"]
+
     def test_interrupt_on_an_idle_session_just_starts(self, make_runtime: MakeRuntime) -> None:
         """if_busy="interrupt" with nothing running starts the task; nothing is interrupted."""
         session = make_runtime(nb.ScriptedModel(["a"])).session("s1")
