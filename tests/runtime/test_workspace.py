@@ -346,6 +346,20 @@ class TestForkAndDelete:
             session.delete()
         assert (tmp_path / "a.txt").exists()
 
+    def test_the_command_line_delete_removes_it_too(self, tmp_path: Path, capsys: Any) -> None:
+        """agentnb delete removes the deleted session's directory as session.delete() does."""
+        from agentnb.cli import main
+
+        url = f"sqlite:///{tmp_path / 'agentnb.sqlite'}"
+        workspace = nb.Workspace(tmp_path / "ws")
+        with nb.Runtime(_agent(_writes("a.txt", "x"), workspace), store=url) as runtime:
+            session = runtime.session("one")
+            session.run("w", timeout=WAIT)
+        assert workspace.path_for(session.key).is_dir()
+        assert main(["delete", "one", "--store", url, "--agent", "files-agent"]) == 0
+        capsys.readouterr()
+        assert not workspace.path_for(session.key).exists()
+
 
 class TestCarried:
     def test_backup_and_migrate_carry_the_binding(self, tmp_path: Path) -> None:
