@@ -201,6 +201,23 @@ class TestIfBusy:
         assert "focus on cost" in _user_texts(model.requests[-1])
         assert len(session.tasks()) == 1
 
+    def test_a_retried_steer_under_its_key_is_the_same_receipt(
+        self, make_runtime: MakeRuntime
+    ) -> None:
+        """if_busy="steer" with a key: a retry returns the same steered receipt and writes
+        nothing; other input under the key is IdempotencyConflict."""
+        session = make_runtime(nb.ScriptedModel([]), execute=False).session("s1")
+        first = session.submit("plan the trip")
+        steered = session.submit("prefer trains", key="k1", if_busy="steer")
+        assert steered.disposition == "steered"
+        assert steered.turn_id == first.turn_id
+        head = session.inbox.head()
+        again = session.submit("prefer trains", key="k1", if_busy="steer")
+        assert (again.command_id, again.disposition) == (steered.command_id, "steered")
+        assert session.inbox.head() == head
+        with pytest.raises(nb.IdempotencyConflict):
+            session.submit("prefer planes", key="k1", if_busy="steer")
+
     def test_steer_when_idle_starts_a_task(self, make_runtime: MakeRuntime) -> None:
         """if_busy="steer" with nothing to steer submits the task as usual."""
         session = make_runtime(nb.ScriptedModel(["a"])).session("s1")
