@@ -43,6 +43,8 @@ from agentnb.errors import (
     Unauthorized,
     UncertainToolCalls,
     UnknownRequiredEvent,
+    WorkspaceChanged,
+    WorkspaceEscape,
 )
 from agentnb.events import Event, Message, PlanItem, register_event_type
 from agentnb.history import HistoryPage
@@ -69,11 +71,13 @@ from agentnb.records import (
     ToolCallRef,
     Transcript,
     UsageTotals,
+    WorkspaceStatus,
 )
 from agentnb.runtime.runtime import Runtime
 from agentnb.session import Session
 from agentnb.stores import MemoryStore, SessionStore, Tombstone, open_store
 from agentnb.tools import Tool, ToolContext, Toolset, ask_user, todo, tool
+from agentnb.workspace import Workspace, workspace_tools
 
 __version__ = "0.1.0"
 
@@ -198,6 +202,10 @@ __all__ = [
     "UnknownRequiredEvent",
     "UsageTotals",
     "Webhook",
+    "Workspace",
+    "WorkspaceChanged",
+    "WorkspaceEscape",
+    "WorkspaceStatus",
     "ask_user",
     "backup",
     "connect",
@@ -211,4 +219,5 @@ __all__ = [
     "todo",
     "tool",
     "verify",
+    "workspace_tools",
 ]

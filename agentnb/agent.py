@@ -31,6 +31,7 @@ from agentnb.ids import check_id, check_seconds
 from agentnb.models.base import Model, check_context_window
 from agentnb.models.strings import from_string
 from agentnb.tools import Tool, Toolset, tool
+from agentnb.workspace import Workspace
 
 __all__ = [
     "Agent",
@@ -72,6 +73,8 @@ class Agent:
     max_turn_tokens: int | None = None
     max_session_tokens: int | None = None
     compaction: Compactor | None = None
+    workspace: Workspace | None = None
+    """The working files of its sessions (``nb.Workspace``), or None."""
     toolsets: tuple[Toolset, ...] = ()
     """The toolsets among ``tools``, opened by each runtime (their tools are not in ``tools``
     until then: see ``with_opened``)."""
@@ -91,6 +94,7 @@ class Agent:
         max_turn_tokens: int | None = None,
         max_session_tokens: int | None = None,
         compaction: Compactor | None = None,
+        workspace: Workspace | None = None,
     ) -> None:
         check_id(name, "name")
         check_id(agent_id, "agent_id")
@@ -134,6 +138,11 @@ class Agent:
                 f"nb.TrimCompactor(...)), got {type(compaction).__name__}"
             )
         object.__setattr__(self, "compaction", compaction)
+        if workspace is not None and not isinstance(workspace, Workspace):
+            raise InvalidInput(
+                f"workspace must be an nb.Workspace(root), got {type(workspace).__name__}"
+            )
+        object.__setattr__(self, "workspace", workspace)
         for budget, value in (
             ("max_turn_tokens", max_turn_tokens),
             ("max_session_tokens", max_session_tokens),
@@ -184,7 +193,20 @@ class Agent:
             max_turn_tokens=self.max_turn_tokens,
             max_session_tokens=self.max_session_tokens,
             compaction=self.compaction,
+            workspace=self.workspace,
         )
+
+    def with_workspace(self, workspace: Workspace) -> Agent:
+        """This agent with ``workspace`` as its sessions' working files
+        (``Runtime(workspace=...)``)."""
+        copy = self.with_opened(())
+        object.__setattr__(copy, "toolsets", self.toolsets)
+        if not isinstance(workspace, Workspace):
+            raise InvalidInput(
+                f"workspace must be an nb.Workspace(root), got {type(workspace).__name__}"
+            )
+        object.__setattr__(copy, "workspace", workspace)
+        return copy
 
     def as_tool(
         self,

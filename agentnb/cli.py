@@ -19,6 +19,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, date, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import agentnb as nb
@@ -48,6 +49,7 @@ from agentnb.runtime.runtime import (
     unarchive_session,
 )
 from agentnb.stores import default_store_url, split_url
+from agentnb.workspace import remove_workspace
 
 __all__ = [
     "EXIT_DATA",
@@ -560,7 +562,9 @@ def _delete(args: argparse.Namespace) -> int:
                 f"session {key} has a turn running; interrupt it from its notebook or worker "
                 "(session.interrupt()), or delete it there with session.delete(force=True)"
             )
+        bound = Folds(store, key).refresh()[0].workspace
         tombstone = store.delete_session(key, by=_who(), reason=args.reason)
+        _remove_workspace(bound)
     finally:
         store.close()
     if args.json:
@@ -568,6 +572,12 @@ def _delete(args: argparse.Namespace) -> int:
     else:
         print(f"deleted session {key} ({tombstone.events} events) as {tombstone.deleted_by}")
     return EXIT_OK
+
+
+def _remove_workspace(bound: dict[str, Any] | None) -> None:
+    """A deleted session's working files go with it (``nb.Workspace``; never a shared root)."""
+    if bound is not None:
+        remove_workspace(Path(bound["path"]), Path(bound["root"]))
 
 
 def _prune(args: argparse.Namespace) -> int:
@@ -585,10 +595,12 @@ def _prune(args: argparse.Namespace) -> int:
         )
         if args.apply:
             for info in found:
+                bound = Folds(store, info.key).refresh()[0].workspace
                 try:
                     store.delete_session(info.key, by=_who(), reason=args.reason)
                 except LeaseHeld:
                     continue  # it came back to life since it was listed: keep it
+                _remove_workspace(bound)
                 deleted += 1
     finally:
         store.close()

@@ -104,6 +104,17 @@ def error_of(problem: Mapping[str, Any], status: int) -> Exception:
         )
     if name == "ToolsetUnavailable":
         return errors.ToolsetUnavailable(detail, toolset=str(problem.get("toolset", "")))
+    if name == "WorkspaceChanged":
+        return errors.WorkspaceChanged(
+            detail, bound=problem.get("bound"), current=problem.get("current")
+        )
+    if name == "SessionBusy":
+        turn = problem.get("turn_id")
+        return errors.SessionBusy(
+            detail,
+            turn_id=None if turn is None else str(turn),
+            status=str(problem.get("busy_status") or ""),
+        )
     if name == "Timeout":
         return TimeoutError(detail)
     klass = _HTTP_TYPES.get(name) or getattr(errors, name, None)
@@ -883,13 +894,20 @@ class RemoteSession:
         return wire.load(Receipt, data, _session=self)
 
     def submit(
-        self, input: str, key: str | None = None, *, timeout: float | None = None
+        self,
+        input: str,
+        key: str | None = None,
+        *,
+        timeout: float | None = None,
+        if_busy: str = "queue",
     ) -> Receipt:
         """Durably accept a new task (``Session.submit``); ``key`` is the Idempotency-Key."""
         headers = {"Idempotency-Key": key} if key is not None else None
         body: dict[str, Any] = {"input": input}
         if timeout is not None:
             body["timeout"] = timeout
+        if if_busy != "queue":
+            body["if_busy"] = if_busy
         return self._receipt(self._call("POST", "/turns", json_body=body, headers=headers))
 
     def send(self, input: str) -> Receipt:

@@ -4,7 +4,8 @@ One tree, so callers can catch as broadly or as narrowly as they need::
 
     AgentnbError
     ├── InvalidInput                 bad argument from the caller; nothing was written
-    │   └── UnknownTurn              a turn id that is not this session's (feedback)
+    │   ├── UnknownTurn              a turn id that is not this session's (feedback)
+    │   └── WorkspaceEscape          a workspace path that leads out (absolute, .., symlink)
     ├── IdempotencyConflict          a key or batch id reused with other content
     ├── NotRunning                   the turn or run named is not the active one
     ├── InvalidAnswer                a respond() that cannot apply; nothing was written
@@ -12,10 +13,11 @@ One tree, so callers can catch as broadly or as narrowly as they need::
     │   └── UncertainToolCalls       dispatched tool calls with no result: reconcile first
     ├── SessionNotFound              open() of a session that does not exist
     │   └── SessionDeleted           the session was deleted; its tombstone says by whom
-    ├── SessionBusy                  delete() while a turn runs (interrupt it, or force=True)
+    ├── SessionBusy                  work in hand: delete() while a turn runs, if_busy="reject"
     ├── SessionArchived              new work for an archived session (unarchive() it first)
     ├── Parked                       wait() on a task queued behind a turn that needs a person
     ├── AgentChanged                 new work for a session bound to an agent that differs
+    ├── WorkspaceChanged             new work for a session bound to another workspace
     ├── QueueFull                    too much steering or too many queued commands; nothing written
     ├── ToolsetUnavailable           a toolset (an MCP server) would not start or list its tools
     ├── SubagentLimitExceeded        a sub-agent call past the depth or children-per-turn bound
@@ -86,6 +88,8 @@ __all__ = [
     "UncertainToolCalls",
     "UnknownRequiredEvent",
     "UnknownTurn",
+    "WorkspaceChanged",
+    "WorkspaceEscape",
     "describe",
     "install_hint",
 ]
@@ -140,7 +144,15 @@ class SessionDeleted(SessionNotFound):
 
 
 class SessionBusy(AgentnbError):
-    """The session has a turn running; interrupt it first (or pass ``force=True``)."""
+    """The session has work in hand: a turn running (``delete``: interrupt it first, or pass
+    ``force=True``), or, for ``submit(..., if_busy="reject")``, anything a new task would
+    wait for. ``turn_id`` is that turn (None when not known) and ``status`` how it stands
+    (``running``, ``queued``, ``suspended``, ...); nothing was written."""
+
+    def __init__(self, message: str, *, turn_id: str | None = None, status: str = "") -> None:
+        super().__init__(message)
+        self.turn_id = turn_id
+        self.status = status
 
 
 class SessionArchived(AgentnbError):
@@ -187,6 +199,27 @@ class AgentChanged(AgentnbError):
         self.changes = tuple(changes)
         self.bound = bound
         self.current = current
+
+
+class WorkspaceChanged(AgentnbError):
+    """The session is bound to another workspace than this runtime's; new work is refused.
+
+    A session binds its working directory at its first run (``workspace/bound``) and never
+    switches (Everruns: "a session can never switch heads"). ``bound`` and ``current`` are
+    the two bindings (``root``, ``path``, ``fingerprint``). Use the same ``nb.Workspace`` as
+    before, or make the runtime with ``accept_workspace_change=True`` to rebind it.
+    """
+
+    def __init__(self, message: str, *, bound: Any = None, current: Any = None) -> None:
+        super().__init__(message)
+        self.bound = bound
+        self.current = current
+
+
+class WorkspaceEscape(InvalidInput):
+    """A workspace path that leads out of the session's workspace (an absolute path, ``..``,
+    or a symlink pointing out), or names nothing there: refused, nothing touched. The
+    built-in file tools return it to the model as the call's error."""
 
 
 class QueueFull(AgentnbError):

@@ -903,6 +903,41 @@ class AgentBinding(Payload):
     """The model's ``name``."""
 
 
+class WorkspaceBound(Payload):
+    """``workspace/bound``: the working directory a session is bound to (its first run;
+    again only when a runtime with ``accept_workspace_change=True`` rebinds it).
+
+    A runtime with another workspace may not start new work in the session
+    (``WorkspaceChanged``). Tools reach the directory as ``ctx.workspace``.
+    """
+
+    root: str
+    """The ``nb.Workspace`` root (resolved)."""
+    path: str
+    """The session's own directory under it (``root`` itself when not per session)."""
+    fingerprint: str
+    """Identifies the binding (root, per-session or not, path); another one is a change."""
+    previous: str | None = None
+    """The path bound before, when a runtime accepted a change."""
+
+
+class WorkspaceCheckpoint(Payload):
+    """``workspace/checkpoint``: the manifest of the session's workspace at a run's end.
+
+    Each file's SHA-256 (contents are never copied into the log), so ``inspect().workspace``
+    can say whether the files still match.
+    """
+
+    path: str
+    files: dict[str, str] = Field(default_factory=dict)
+    """Relative path -> ``sha256:<hex>`` (or ``symlink:<target>``); empty if ``truncated``."""
+    count: int
+    bytes: int
+    digest: str
+    """SHA-256 over ``files`` (all of them, also when truncated)."""
+    truncated: bool = False
+
+
 class AgentRebound(Payload):
     """``agent/changed``: a runtime that accepts agent changes took the session over with
     an agent of another fingerprint; from here on ``current`` is the session's."""
@@ -1182,6 +1217,8 @@ PAYLOADS: dict[str, type[Payload]] = {
     "migration/baseline": MigrationBaseline,
     "agent/bound": AgentBinding,
     "agent/changed": AgentRebound,
+    "workspace/bound": WorkspaceBound,
+    "workspace/checkpoint": WorkspaceCheckpoint,
     "subagent/spawned": SubagentSpawned,
     "subagent/completed": SubagentCompleted,
     "subagent/linked": SubagentLinked,
@@ -1227,6 +1264,7 @@ _OPTIONAL_BUILTINS = frozenset(
         "schedule/fired",
         "feedback/added",
         "feedback/removed",
+        "workspace/checkpoint",
     }
 )
 

@@ -34,6 +34,7 @@ __all__ = [
     "ToolCallRef",
     "Transcript",
     "UsageTotals",
+    "WorkspaceStatus",
 ]
 
 TaskStatus = Literal[
@@ -411,6 +412,23 @@ class Holder:
     """The holder is this runtime."""
 
 
+@dataclass(frozen=True)
+class WorkspaceStatus:
+    """``inspect().workspace``: the session's bound directory and whether its files still
+    match the manifest of the last run's end.
+
+    ``matches`` is None before any run ended; ``changed`` lists the files added, removed or
+    modified since (empty when ``matches``, or when the manifest was too large to list).
+    """
+
+    root: str
+    path: str
+    fingerprint: str
+    checkpoint_seq: int | None
+    matches: bool | None
+    changed: tuple[str, ...]
+
+
 @dataclass(frozen=True, slots=True)
 class Inspection:
     """A read-only look at what the runtime would do next.
@@ -450,6 +468,9 @@ class Inspection:
     children: tuple[Child, ...] = field(default=(), repr=False)
     """Sub-agent calls of the session whose child sessions have not ended (running, queued,
     or waiting for a person); the HTML form shows them."""
+    workspace: WorkspaceStatus | None = None
+    """The session's working directory and whether its files still match the manifest of
+    the last run's end (``nb.Workspace``); None without one."""
     _tokens: Any = field(default=None, repr=False, compare=False)
 
     @property

@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from agentnb import states
@@ -32,6 +33,7 @@ from agentnb.errors import (
     InvalidInput,
     LeaseHeld,
     NotRunning,
+    SessionBusy,
     SessionNotFound,
     StorageError,
     UnknownTurn,
@@ -90,6 +92,7 @@ from agentnb.records import (
     UsageTotals,
 )
 from agentnb.stores.base import UNSET, Unset, check_labels, check_title
+from agentnb.workspace import check_workspace, copy_workspace, workspace_status
 
 if TYPE_CHECKING:
     from agentnb.agent import Agent
@@ -102,6 +105,43 @@ __all__ = ["Session"]
 _MISSING: Any = object()
 _HOLDER_RECHECK = 0.5
 """Seconds a waiter trusts a live holder's lease it read, before reading it again."""
+
+IF_BUSY = ("queue", "reject", "interrupt", "steer")
+"""The double-texting policies of ``submit(..., if_busy=)``."""
+
+_STARTING = frozenset({"submit", "resume", "respond"})
+"""Commands that start a run when the runtime carries them out."""
+
+
+def _preempted_by(inbox: InboxState, turn_id: str) -> str | None:
+    """The task submitted with ``if_busy="interrupt"`` that stopped turn ``turn_id``."""
+    return next(
+        (
+            c.turn_id
+            for c in inbox.commands.values()
+            if c.kind == "submit"
+            and c.data.get("preempts") == turn_id
+            and c.command_id not in inbox.rejected
+        ),
+        None,
+    )
+
+
+def _goes_ahead(inbox: InboxState, turn_id: str, blocking: str) -> bool:
+    """Whether the task ``turn_id`` was submitted to go ahead of turn ``blocking``."""
+    return any(
+        c.kind == "submit" and c.turn_id == turn_id and c.data.get("preempts") == blocking
+        for c in inbox.commands.values()
+    )
+
+
+def check_if_busy(value: object) -> str:
+    """A ``submit``'s ``if_busy`` policy, or ``InvalidInput`` naming the four."""
+    if not isinstance(value, str) or value not in IF_BUSY:
+        raise InvalidInput(
+            f"if_busy must be one of {', '.join(repr(p) for p in IF_BUSY)}, got {value!r}"
+        )
+    return value
 
 
 def _answers_key(checked: Mapping[str, Any]) -> str:
@@ -201,6 +241,8 @@ class SessionHost(Protocol):
     limits: Limits
     accept_agent_change: bool
     """Whether new work may go on with an agent other than the one the session is bound to."""
+    accept_workspace_change: bool
+    """Whether new work may rebind the session to another workspace (``nb.Workspace``)."""
 
     def check_open(self) -> None:
         """Raise ``StorageError`` if the host no longer accepts commands."""
@@ -475,6 +517,7 @@ class Session:
                         [c for c in state.children.values() if c.get("status") == "running"],
                     )
                 ),
+                workspace=workspace_status(state.workspace, state.workspace_checkpoint),
                 _tokens=functools.cache(lambda: agent.model.count_tokens(next_context, tools)),
             )
 
@@ -493,20 +536,48 @@ class Session:
     # -- commands ----------------------------------------------------------------------------
 
     def submit(
-        self, input: str, key: str | None = None, *, timeout: float | None = None
+        self,
+        input: str,
+        key: str | None = None,
+        *,
+        timeout: float | None = None,
+        if_busy: str = "queue",
     ) -> Receipt:
         """Durably accept a new task and return at once; it runs in the background.
 
         ``timeout`` bounds how long the task executes (over all its runs; waiting for a person
         does not count); past it the run is interrupted with the reason recorded. The
         default is the agent's ``max_turn_seconds``.
+
+        ``if_busy`` says what to do when the task would not start at once (a turn runs, a
+        task waits to start, or the queue is parked behind a turn): ``"queue"`` (the
+        default) queues it; ``"reject"`` raises ``SessionBusy`` naming that turn, writing
+        nothing; ``"interrupt"`` stops the running turn (it ends ``interrupted``, never
+        cancelled: its work so far, its checkpoint and its steering are kept, and the new
+        task sees its messages) and starts the new task next, ahead of it - from then on
+        that turn is set aside (``resume`` refuses it, naming the new task; ``cancel``
+        closes it); ``"steer"`` steers the running turn (or the task
+        about to start) instead, as ``send`` does. With a policy other than ``"queue"`` the
+        receipt's ``disposition`` says what happened (``started``, ``queued``, ``steered``).
         """
         text = _check_text(input, "input")
         if key is not None:
             check_id(key, "key")
+        policy = check_if_busy(if_busy)
+        if policy != "queue":
+            return self._submit_if_busy(text, key, timeout, policy)
+        return self._submit(text, key, timeout)
+
+    def _submit(
+        self, text: str, key: str | None, timeout: float | None, preempts: str | None = None
+    ) -> Receipt:
+        """``submit`` of checked input; ``preempts``: the turn this task was let go ahead of
+        (``if_busy="interrupt"``, see ``next_command``)."""
         data: dict[str, Any] = (
             {} if timeout is None else {"timeout": check_seconds(timeout, "timeout")}
         )
+        if preempts is not None:
+            data["preempts"] = preempts
         data["agent"] = self._submitting_agent()
         self.runtime.check_open()
         with self._lock:
@@ -563,26 +634,23 @@ class Session:
         Only a run with a live executor is steered: a run whose process stopped is not
         running, and the input becomes a new task (queued behind that interrupted turn).
 
+        A task accepted and not started yet counts as the running turn when it is the one to
+        start next (nothing runs, nothing else waits, the queue is not parked): a ``send``
+        right after another ``send`` started a turn steers that turn (applied at its first
+        step) instead of queueing a second one (Everruns: "if a turn is active, the message
+        steers that turn"); the receipt (``disposition="steered"``, ``run_id`` None) observes
+        that turn's first run.
+
         Refused like ``steer`` or ``submit`` (``QueueFull``, ``AgentChanged``, ...) by the
         way it would go: a send that would steer never falls back to queueing a task.
         """
         text = _check_text(input, "input")
         with self._lock:
             state, inbox = self._refresh()
-            if state.active_run is not None and self._executing():
-                try:
-                    steered = self.steer(text)
-                except NotRunning:
-                    state, inbox = self._refresh()
-                else:
-                    return Receipt(
-                        steered.input_id,
-                        steered.turn_id or "",
-                        state.active_run,
-                        "running",
-                        "steered",
-                        self,
-                    )
+            steered = self._steer_current(text, state, inbox)
+            if steered is not None:
+                return steered
+            state, inbox = self._refresh()
             busy = state.active_run is not None or self._has_pending(state, inbox)
         receipt = self.submit(text)
         return Receipt(
@@ -605,6 +673,135 @@ class Session:
             and c.command_id not in inbox.rejected
             for c in inbox.commands.values()
         )
+
+    def _current_turn(
+        self, state: SessionState, inbox: InboxState
+    ) -> tuple[str, str | None] | None:
+        """(turn_id, run_id) of the turn a message would steer: the running one (run_id set;
+        only with a live executor), or the task that starts next (run_id None) when it is the
+        only work waiting and nothing parks the queue. None when neither is there."""
+        if state.active_run is not None:
+            run = state.runs[state.active_run]
+            return (run.turn_id, run.run_id) if self._executing() else None
+        if blocking_turn(state, inbox, executing=self._executing()) is not None:
+            return None
+        waiting = [
+            c
+            for c in inbox.commands.values()
+            if c.kind in _STARTING
+            and c.command_id not in state.handled
+            and c.command_id not in inbox.rejected
+        ]
+        if len(waiting) != 1 or waiting[0].kind != "submit" or waiting[0].turn_id is None:
+            return None
+        return waiting[0].turn_id, None
+
+    def _steer_current(
+        self, text: str, state: SessionState, inbox: InboxState, key: str | None = None
+    ) -> Receipt | None:
+        """Steer the current turn (``_current_turn``) with ``text``: its ``steered``
+        receipt, or None when there is none or it finished first (nothing is left then)."""
+        current = self._current_turn(state, inbox)
+        if current is None:
+            return None
+        turn_id, run_id = current
+        if run_id is not None and key is None:
+            try:
+                steered = self.steer(text, task=turn_id)
+            except NotRunning:
+                return None
+            return Receipt(steered.input_id, turn_id, run_id, "running", "steered", self)
+        self._admit(state, inbox, steering=turn_id)
+        event, _ = self.inbox.accept("steer", key=key, turn_id=turn_id, run_id=run_id, input=text)
+        command_id = event.payload["command_id"]
+        state, inbox = self._refresh()
+        submit = next(
+            (c for c in inbox.commands.values() if c.kind == "submit" and c.turn_id == turn_id),
+            None,
+        )
+        turn = state.turns.get(turn_id)
+        last = state.runs[turn.run_ids[-1]] if turn is not None and turn.run_ids else None
+        too_late = (
+            (submit is not None and submit.command_id in inbox.rejected)
+            or (turn is not None and turn.status == "cancelled")
+            or (
+                turn is not None
+                and turn.status == "completed"
+                and last is not None
+                and (last.inbox_seq or 0) < event.seq
+            )
+        )
+        if too_late:
+            self.inbox.record(
+                "inbox/rejected",
+                {"command_id": command_id, "reason": "the turn finished first", "kind": "steer"},
+                turn_id=turn_id,
+            )
+            return None
+        run_id = run_id or (last.run_id if last is not None and turn is not None else None)
+        status = "running" if run_id is not None else "queued"
+        return Receipt(command_id, turn_id, run_id, status, "steered", self)
+
+    def _busy(self, state: SessionState, inbox: InboxState) -> tuple[str | None, str] | None:
+        """(turn_id, status) of what a new task would wait for, or None if it starts now."""
+        if state.active_run is not None and self._executing():
+            return state.runs[state.active_run].turn_id, "running"
+        blocking = blocking_turn(state, inbox, executing=self._executing())
+        if blocking is not None:
+            return blocking[0].turn_id, blocking[1]
+        for c in inbox.commands.values():
+            if (
+                c.kind in _STARTING
+                and c.command_id not in state.handled
+                and c.command_id not in inbox.rejected
+            ):
+                return c.turn_id, "queued"
+        return None
+
+    def _submit_if_busy(
+        self, text: str, key: str | None, timeout: float | None, policy: str
+    ) -> Receipt:
+        """``submit`` with ``if_busy`` other than ``"queue"`` (see there)."""
+        self.runtime.check_open()
+        with self._lock:
+            state, inbox = self._refresh()
+            earlier = next((c for c in inbox.commands.values() if key and c.key == key), None)
+            if earlier is not None and earlier.kind == "steer":  # a retry of a steered one
+                if earlier.input != text:
+                    raise IdempotencyConflict(
+                        f"key {key!r} was used for other input; use a new key for new input"
+                    )
+                return Receipt(
+                    earlier.command_id, earlier.turn_id or "", None, "queued", "steered", self
+                )
+            busy = None if earlier is not None else self._busy(state, inbox)
+            if busy is None:
+                receipt = self._submit(text, key, timeout)
+                return dataclasses.replace(receipt, disposition="started")
+            turn_id, status = busy
+            if policy == "reject":
+                raise SessionBusy(
+                    f"session {self.key} is busy: turn {turn_id} is {status}, and "
+                    "if_busy='reject' refuses a task that would wait; nothing was written. "
+                    "Submit it with if_busy='queue' (wait its turn), 'steer' (guide the "
+                    "running turn) or 'interrupt' (stop it and start this one)",
+                    turn_id=turn_id,
+                    status=status,
+                )
+            if policy == "steer":
+                steered = self._steer_current(text, state, inbox, key)
+                if steered is not None:
+                    return steered
+                receipt = self._submit(text, key, timeout)
+                return dataclasses.replace(receipt, disposition="queued")
+            # "interrupt": stop the running turn and go ahead of it.
+            run_id = state.active_run if status == "running" else None
+            if run_id is None:
+                receipt = self._submit(text, key, timeout)
+                return dataclasses.replace(receipt, disposition="queued")
+            self.inbox.accept("interrupt", turn_id=turn_id, run_id=run_id)
+            receipt = self._submit(text, key, timeout, preempts=turn_id)
+            return dataclasses.replace(receipt, disposition="started")
 
     def run(self, input: str, timeout: float | None = None) -> Outcome:
         """``submit`` then ``wait``: the same log, not a separate mode."""
@@ -690,6 +887,12 @@ class Session:
         runtime = self.runtime
         check_agent(
             state.agent, runtime.agent, accept=runtime.accept_agent_change, session=self.key
+        )
+        check_workspace(
+            state.workspace,
+            runtime.agent.workspace,
+            self.key,
+            accept=runtime.accept_workspace_change,
         )
         limits = runtime.limits
         nbytes = 0
@@ -1074,6 +1277,14 @@ class Session:
         self.runtime.check_open()
         with self._lock:
             state, inbox = self._refresh()
+            preempting = _preempted_by(inbox, turn_id)
+            if preempting is not None:
+                raise CannotResume(
+                    f"turn {turn_id} was stopped for task {preempting} (submitted with "
+                    "if_busy='interrupt'), which went ahead of it; its work so far stays in "
+                    f"the conversation. Submit what is left as a new task; "
+                    f"session.cancel({turn_id!r}) closes it"
+                )
             check_resume(
                 state, turn_id, executing=self._executing(), tool=self._tool, uncertain=uncertain
             )
@@ -1256,7 +1467,17 @@ class Session:
         state = self.export_state()
         target = self.runtime.session(new_session_id, user_id=self.key.user_id)
         target.import_baseline(state)
+        self._fork_workspace(target)
         return target
+
+    def _fork_workspace(self, target: Session) -> None:
+        """Copy this session's working files, as they stand, to where ``target``'s
+        workspace will be bound (its first run binds it there)."""
+        bound = self._refresh()[0].workspace
+        workspace = self.runtime.agent.workspace
+        if bound is None or workspace is None:
+            return
+        copy_workspace(Path(bound["path"]), workspace.path_for(target.key))
 
     def start(self) -> None:
         """Dispatch accepted queued work (needed after a restart; submit calls it)."""
@@ -1282,6 +1503,20 @@ class Session:
                 state, inbox, watched.turn_id, watched.command_id, executing=executing
             )
         run_id = watched.run_id if watched.disposition == "steered" else None
+        if watched.disposition == "steered" and run_id is None:
+            # It steered a task that had not started: it observes that task's first run.
+            turn = state.turns.get(watched.turn_id)
+            if turn is None or not turn.run_ids:
+                submit = next(
+                    (
+                        c
+                        for c in inbox.commands.values()
+                        if c.kind == "submit" and c.turn_id == watched.turn_id
+                    ),
+                    None,
+                )
+                return refused(inbox, submit.command_id, watched.turn_id) if submit else None
+            run_id = turn.run_ids[0]
         return receipt_outcome(
             state, inbox, watched.command_id, watched.turn_id, run_id, executing=executing
         )
@@ -1311,6 +1546,12 @@ class Session:
                 )
             turn = state.turns.get(watched.turn_id)
             blocking = blocking_turn(state, inbox, executing=False)
+            if (
+                blocking is not None
+                and blocking[1] in ("interrupted", "failed")
+                and _goes_ahead(inbox, watched.turn_id, blocking[0].turn_id)
+            ):
+                blocking = None  # if_busy="interrupt": it goes ahead of the turn it stopped
             if (turn is None or not turn.run_ids) and blocking is not None:
                 raise parked_error(state, watched.turn_id, *blocking)
             outcome = self._outcome(watched, state, inbox, executing=False)  # cut off?

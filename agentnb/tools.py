@@ -49,6 +49,7 @@ import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Annotated, Any, overload
 
 import docstring_parser
@@ -86,7 +87,8 @@ _INTERACTIONS = frozenset({"ask_user", "todo"})
 class ToolContext:
     """What a running tool knows about the call it serves, and how it reports back.
 
-    ``key``, ``turn_id``, ``run_id`` and ``call_id`` identify the call. ``record`` adds an
+    ``key``, ``turn_id``, ``run_id`` and ``call_id`` identify the call; ``workspace`` is the
+    session's working directory (a ``pathlib.Path``) when it has one. ``record`` adds an
     application event (a registered ``vendor/name`` type such as ``acme/review_note``) to the
     session's log and ``flush`` (``aflush`` in async tools) commits it before the tool goes
     on; ``progress`` reports progress that becomes a ``tool/chunk`` event. All may be called
@@ -103,6 +105,8 @@ class ToolContext:
     _flush: Callable[[], None] | None = field(default=None, repr=False, compare=False)
     _aflush: Callable[[], Awaitable[None]] | None = field(default=None, repr=False, compare=False)
     _ask: Callable[[str], Answer] | None = field(default=None, repr=False, compare=False)
+    workspace: Path | None = field(default=None, compare=False)
+    """The session's working directory (``nb.Workspace``), or None without one."""
 
     def record(self, type: str, data: Any, required: bool = False) -> None:
         """Add an application event of ``type`` (``vendor/name``) with payload ``data`` to the

@@ -560,6 +560,41 @@ class TestEverrunsSessions:
         assert follow_up.disposition == "started"
         assert follow_up.turn_id != initial.turn_id
 
+    def test_a_send_right_after_a_send_steers_the_turn_it_started(
+        self, make_runtime: MakeRuntime
+    ) -> None:
+        """Everruns: "`send` accepts a message without waiting for a response. If a turn is
+        active, the message steers that turn" — also the turn the previous send just started,
+        before its first step: `SendDisposition::Steered`, `latest.turn_id ==
+        initial.turn_id`, and "waiting on the latest receipt works in both cases.\""""
+        session = make_runtime(nb.ScriptedModel([]), execute=False).session("s1")
+        initial = session.send("Plan my trip.")
+        latest = session.send("Prefer trains.")
+        assert (latest.disposition, latest.turn_id) == ("steered", initial.turn_id)
+        model = nb.ScriptedModel(_echo)
+        make_runtime(model).session("s1").start()
+        assert latest.wait(WAIT).output == "done: Prefer trains."
+        assert [m.text for m in model.requests[0] if m.role == "user"] == [
+            "Plan my trip.",
+            "Prefer trains.",
+        ]
+
+    def test_double_texting_policies_on_submit(self, make_runtime: MakeRuntime, gate: Gate) -> None:
+        """The peers' double-texting policies (LangGraph's multitask strategies, named in
+        issue 37 beside Everruns' `send`): `reject` refuses while a turn is busy,
+        `interrupt` stops it (interrupted, not cancelled) and starts the new one.\""""
+        session = make_runtime(nb.ScriptedModel(_held_then_answer), [held]).session("s1")
+        running = session.submit("compare plans")
+        gate.wait_arrived()
+        with pytest.raises(nb.SessionBusy):
+            session.submit("something else", if_busy="reject")
+        newer = session.submit("something else", if_busy="interrupt")
+        gate.release()
+        assert running.wait(WAIT).status == "interrupted"
+        _gates["g"] = Gate()
+        _gates["g"].release()
+        assert newer.wait(WAIT).status == "completed"
+
     def test_inspect_returns_what_the_next_model_call_uses(self, make_runtime: MakeRuntime) -> None:
         """Everruns: "`Session::inspect` returns the context assembled for the next model
         call.\""""
@@ -594,3 +629,44 @@ class TestEverrunsSessions:
             with pytest.raises(nb.UncertainToolCalls):
                 session.resume(turn_id)
             assert events_of(session, "tool/result") == []  # the refusal wrote nothing
+
+
+def _writes_then_reads(messages: list[nb.Message]) -> object:
+    task = next(m.text for m in reversed(messages) if m.role == "user")
+    if messages[-1].role == "tool":
+        return f"done: {messages[-1].text}"
+    if task.startswith("write"):
+        return nb.ToolCall("write_file", {"path": "notes.txt", "content": task})
+    return nb.ToolCall("read_file", {"path": "notes.txt"})
+
+
+class TestWorkspaceBinding:
+    def test_a_session_never_switches_heads(
+        self, make_runtime: MakeRuntime, tmp_path: Path
+    ) -> None:
+        """Everruns: "To fix a session to an isolated project view, bind an `Environment`
+        before execution. A session can never switch heads after it starts.\""""
+        model = nb.ScriptedModel(_writes_then_reads)
+        first = make_runtime(model, nb.workspace_tools(), workspace=nb.Workspace(tmp_path / "a"))
+        session = first.session("s1")
+        session.run("write the plan", timeout=WAIT)
+        assert len(events_of(session, "workspace/bound")) == 1
+        first.close()
+        other = make_runtime(model, nb.workspace_tools(), workspace=nb.Workspace(tmp_path / "b"))
+        with pytest.raises(nb.WorkspaceChanged, match="accept_workspace_change"):
+            other.open("s1").submit("read the plan")
+
+    def test_recovery_finds_the_same_working_files(
+        self, make_runtime: MakeRuntime, tmp_path: Path
+    ) -> None:
+        """Seed: "Durable recovery needs the same tools, credentials and working files as the
+        original task" — a new runtime reaches the files the session bound, and inspect()
+        says they still match the last run's end.\""""
+        workspace = nb.Workspace(tmp_path)
+        model = nb.ScriptedModel(_writes_then_reads)
+        first = make_runtime(model, nb.workspace_tools(), workspace=workspace)
+        first.session("s1").run("write staffing cost first", timeout=WAIT)
+        first.close()
+        again = make_runtime(model, nb.workspace_tools(), workspace=workspace).open("s1")
+        assert again.inspect().workspace.matches is True
+        assert again.run("read it back", timeout=WAIT).output == "done: write staffing cost first"

@@ -227,6 +227,12 @@ class SessionState:
     Messages folded meanwhile wait in a tail and join them then.
     """
 
+    # Replaced, never changed in place, so a class-level default is safe to share.
+    workspace: dict[str, Any] | None = None
+    """The workspace the session is bound to (``workspace/bound``), or None."""
+    workspace_checkpoint: dict[str, Any] | None = None
+    """The last ``workspace/checkpoint`` payload, with its ``seq``, or None."""
+
     def __init__(self) -> None:
         self.seq = 0
         self.turns: dict[str, TurnState] = {}
@@ -375,6 +381,8 @@ class SessionState:
             "last_checkpoint_seq": self.last_checkpoint_seq,
             "requested_messages": self.requested_messages,
             "agent": self.agent,
+            "workspace": self.workspace,
+            "workspace_checkpoint": self.workspace_checkpoint,
             "compacting": self.compacting,
             "permissions": dict(self.permissions),
             "children": dict(self.children),
@@ -417,6 +425,8 @@ class SessionState:
         state.last_checkpoint_seq = data["last_checkpoint_seq"]
         state.requested_messages = data["requested_messages"]
         state.agent = data.get("agent")  # snapshots older than agent binding have none
+        state.workspace = data.get("workspace")  # older snapshots: no workspace bound
+        state.workspace_checkpoint = data.get("workspace_checkpoint")
         state.compacting = data["compacting"]
         state.permissions = dict(data["permissions"])
         # Snapshots older than sub-agents have none (their logs held none either).
@@ -673,6 +683,12 @@ class SessionState:
     def _on_agent_bound(self, event: Event, p: Any) -> None:
         self.agent = dict(p)
 
+    def _on_workspace_bound(self, event: Event, p: Any) -> None:
+        self.workspace = dict(p)
+
+    def _on_workspace_checkpoint(self, event: Event, p: Any) -> None:
+        self.workspace_checkpoint = {**dict(p), "seq": event.seq}
+
     def _on_agent_changed(self, event: Event, p: Any) -> None:
         self.agent = dict(p["current"])
         self.permissions = {}  # a rule never outlives an agent change
@@ -764,6 +780,8 @@ _HANDLERS = {
     "compaction/end": SessionState._on_compaction,
     "agent/bound": SessionState._on_agent_bound,
     "agent/changed": SessionState._on_agent_changed,
+    "workspace/bound": SessionState._on_workspace_bound,
+    "workspace/checkpoint": SessionState._on_workspace_checkpoint,
     "permission/changed": SessionState._on_permission_changed,
     "subagent/spawned": SessionState._on_subagent_spawned,
     "subagent/completed": SessionState._on_subagent_completed,
@@ -876,12 +894,24 @@ def next_command(inbox: InboxState, state: SessionState) -> Command | None:
         if command.command_id in state.handled or command.command_id in inbox.rejected:
             continue
         if command.kind == "submit":
-            if parked:
+            if parked and not _preempts(command, latest):
                 continue
             return command
         if command.kind in _BETWEEN_RUNS:
             return command
     return None
+
+
+def _preempts(command: Command, latest: TurnState | None) -> bool:
+    """Whether a submit goes ahead of the parked ``latest`` turn: it was accepted with
+    ``if_busy="interrupt"``, which stopped that turn for it (``data.preempts``), and the
+    turn stopped as interrupted or failed (one that stopped to ask a person keeps its
+    place)."""
+    return (
+        latest is not None
+        and command.data.get("preempts") == latest.turn_id
+        and latest.status in {"interrupted", "failed"}
+    )
 
 
 _BETWEEN_RUNS = frozenset(

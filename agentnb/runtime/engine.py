@@ -29,6 +29,7 @@ import asyncio
 import contextlib
 import logging
 import threading
+from pathlib import Path
 from typing import Any, Protocol
 
 from agentnb.agent import Agent, agent_changes, check_agent
@@ -39,6 +40,7 @@ from agentnb.errors import (
     LeaseHeld,
     SessionFull,
     StorageError,
+    WorkspaceChanged,
     describe,
 )
 from agentnb.events import Event, canonical_json
@@ -53,6 +55,7 @@ from agentnb.runtime.run_loop import RunLoop
 from agentnb.runtime.scope import RunStop
 from agentnb.runtime.writer import FATAL, LogWriter
 from agentnb.stores.base import Lease, SessionStore
+from agentnb.workspace import check_workspace
 
 __all__ = ["DriverHost", "SessionDriver"]
 
@@ -82,6 +85,7 @@ class DriverHost(Protocol):
     uncertain calls as unknown and resume)."""
     limits: Limits
     accept_agent_change: bool
+    accept_workspace_change: bool
 
     def publish(self, event: LiveEvent) -> None:
         """Tell live observers (never blocks)."""
@@ -541,11 +545,20 @@ class SessionDriver:
                 accept=self.runtime.accept_agent_change,
                 session=self.key,
             )
-        except (AgentChanged, SessionFull) as exc:
+            workspace = check_workspace(
+                self.state.workspace,
+                self.agent.workspace,
+                self.key,
+                accept=self.runtime.accept_workspace_change,
+            )
+        except (AgentChanged, SessionFull, WorkspaceChanged) as exc:
             await self.recipes.reject(command, describe(exc, typed=False))
             return False
         if binding is not None:
             self.writer.add(binding[0], binding[1], turn_id=command.turn_id)
+        if workspace is not None:  # bound with the work's first commit, or not at all
+            await asyncio.to_thread(Path(workspace["path"]).mkdir, parents=True, exist_ok=True)
+            self.writer.add("workspace/bound", workspace, turn_id=command.turn_id)
         return True
 
     def _check_submitted_for(self, command: Command) -> None:

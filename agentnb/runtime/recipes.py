@@ -25,6 +25,7 @@ from agentnb.projections.decisions import (
 )
 from agentnb.projections.state import Command
 from agentnb.runtime.scope import RunHost
+from agentnb.workspace import bound_path, manifest
 
 __all__ = ["WORKER_STOPPING", "Recipes"]
 
@@ -120,6 +121,15 @@ class Recipes:
             )
         return events
 
+    async def workspace_checkpoint(self, turn_id: str, run_id: str) -> list[Event]:
+        """The ``workspace/checkpoint`` closing a run of a session with a workspace: the
+        manifest of its files now (hashed off the loop), or nothing without one."""
+        path = bound_path(self.host.state.workspace)
+        if path is None:
+            return []
+        listed = await asyncio.to_thread(manifest, path)
+        return [Event.create("workspace/checkpoint", listed, turn_id=turn_id, run_id=run_id)]
+
     async def finish(
         self,
         turn_id: str,
@@ -148,6 +158,8 @@ class Recipes:
             if stop.command is None and stop.reason is not None:
                 reason = error = stop.reason
         for event in self.checkpoint(turn_id, run_id, applied):
+            w.add_event(event)
+        for event in await self.workspace_checkpoint(turn_id, run_id):
             w.add_event(event)
         if step_id is not None:
             w.add(

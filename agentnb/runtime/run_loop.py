@@ -353,6 +353,7 @@ class RunLoop:
         ``steer`` (it sees ``run/end.inbox_seq`` below its own inbox seq).
         """
         changed = False
+        workspace = await self.recipes.workspace_checkpoint(turn_id, run_id)
         while True:
             if changed:  # the commit saw a command the hint did not: read it now
                 await self.host.refresh_inbox()
@@ -374,6 +375,7 @@ class RunLoop:
             tail = [
                 _event("turn/output", {"message": message, "status": "completed"}, turn_id, run_id),
                 *self.recipes.checkpoint(turn_id, run_id, applied),
+                *workspace,
                 _event("step/end", {"step_id": step_id, "status": "terminal"}, turn_id, run_id),
                 _event("turn/completed", {}, turn_id, run_id),
                 _event(

@@ -27,6 +27,7 @@ import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from agentnb import _portable, states
@@ -72,6 +73,7 @@ from agentnb.session import Session
 from agentnb.stores import SessionStore, open_store
 from agentnb.stores.base import Lease, SessionRecord, Tombstone, check_tombstone
 from agentnb.tools import OpenToolset, Tool
+from agentnb.workspace import Workspace, remove_workspace
 
 __all__ = ["PendingWork", "Runtime"]
 
@@ -303,6 +305,20 @@ _STARTS = frozenset(
     {"submit", "resume", "respond", "cancel", "reconcile", "compact", "revoke", "feedback"}
 )
 """Commands a runtime dispatches (steering and material wait for a run to pick them up)."""
+
+
+def _with_workspace(agent: Agent, workspace: object, accept: object) -> tuple[Agent, bool]:
+    """(the agent with the runtime's ``workspace``, if one was given, as its own; whether
+    the runtime accepts workspace changes), or ``InvalidInput``."""
+    if not isinstance(accept, bool):
+        raise InvalidInput(f"accept_workspace_change must be True or False, got {accept!r}")
+    if workspace is None:
+        return agent, accept
+    if not isinstance(workspace, Workspace):
+        raise InvalidInput(
+            f"workspace must be an nb.Workspace(root), got {type(workspace).__name__}"
+        )
+    return agent.with_workspace(workspace), accept
 
 
 def check_archive(key: SessionKey, state: SessionState, inbox: InboxState) -> None:
@@ -599,6 +615,11 @@ class Runtime:
     process's runs). A killed worker's sessions are claimed by the others as soon as they
     see it dead. The default, 1, executes in this process.
 
+    ``workspace`` (an ``nb.Workspace``) gives each session its working directory, as
+    ``Agent(workspace=...)`` does (this one wins): bound at the session's first run, never
+    switched (``WorkspaceChanged``) unless ``accept_workspace_change=True`` rebinds it
+    (``agentnb.workspace``).
+
     A session is bound to the agent of its first turn (its fingerprint: id, instructions,
     tools with their schemas, model name). Reading it always works, from any runtime; new
     work (``submit``, ``send``, ``steer``, ``inject``, ``resume``, ``respond``, ``compact``)
@@ -628,9 +649,14 @@ class Runtime:
         processes: int = 1,
         webhooks: Iterable[Any] = (),
         schedules: bool = False,
+        workspace: Workspace | None = None,
+        accept_workspace_change: bool = False,
     ) -> None:
         if isinstance(agent, str):  # "package.module:attribute"
             agent = load_agent(agent)
+        agent, self.accept_workspace_change = _with_workspace(
+            agent, workspace, accept_workspace_change
+        )
         _check_options(agent, execute, accept_agent_change, limits, lease_ttl, auto_resume)
         check_processes(processes, execute)
         self.agent = agent
@@ -952,6 +978,7 @@ class Runtime:
             )
         deadline = time.monotonic() + timeout
         self._let_go_of(key, timeout, interrupt=info.status == "running")
+        bound = Folds(self.store, key, limits=self.limits).refresh()[0].workspace
         while True:
             try:
                 tombstone = self.store.delete_session(key, by=by, reason=reason)
@@ -966,6 +993,8 @@ class Runtime:
                     raise
                 self._let_go_of(key, max(0.1, deadline - time.monotonic()), interrupt=False)
         self._forget(key)
+        if bound is not None:  # its working files go with it (never a shared root)
+            remove_workspace(Path(bound["path"]), Path(bound["root"]))
         if self.exporter is not None:
             self.exporter.notify()  # the tombstone goes to the export sinks now
         return tombstone

@@ -42,6 +42,7 @@ from agentnb.tools import (
     ask_request_id,
 )
 from agentnb.tracebacks import format_traceback
+from agentnb.workspace import bound_path
 
 __all__ = [
     "MAX_PROGRESS_EVENTS",
@@ -455,6 +456,7 @@ class ToolRunner:
             _ask=reports.ask,
             _flush=reports.flush,
             _aflush=reports.aflush,
+            workspace=bound_path(host.state.workspace),
         )
         started = time.monotonic()
         task = asyncio.ensure_future(contained(tool.invoke, arguments, ctx))

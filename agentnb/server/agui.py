@@ -551,6 +551,9 @@ async def run_agent(request: Request, principal: User) -> StreamingResponse:
 
     def follow(event: Event) -> str | None:
         ours = event.payload.get("command_id") == receipt.command_id
+        if receipt.disposition == "steered" and receipt.run_id is None:
+            # It steered a task that had not started: that task's first run is this run.
+            ours = event.type == "run/start" and event.turn_id == receipt.turn_id
         return agui_run if ours else None
 
     translator = RunTranslator(thread, follow, announce=False)

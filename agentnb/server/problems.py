@@ -12,8 +12,10 @@ the class's nearest listed ancestor in ``STATUS``, so a new subclass inherits it
 status, and a test walks the error tree to check every class is covered. The errors that
 carry data keep it as extension members (``Parked``: ``turn_id``, ``blocking_turn``,
 ``blocking_status``; ``QueueFull``: ``queue``, ``limit``; ``UncertainToolCalls``:
-``calls``; ``AgentChanged``: ``changes``). A body never holds a stack trace: anything that is
-not an agentnb error is logged here and answered with a 500 that says only that.
+``calls``; ``AgentChanged``: ``changes``; ``SessionBusy``: ``turn_id``,
+``busy_status``; ``WorkspaceChanged``: ``bound``, ``current``). A body never holds a
+stack trace: anything that is not an agentnb error is logged here and answered with a 500
+that says only that.
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ STATUS: dict[type[BaseException], int] = {
     errors.SessionBusy: 409,
     errors.Parked: 409,
     errors.AgentChanged: 409,
+    errors.WorkspaceChanged: 409,
     errors.SessionArchived: 423,
     errors.QueueFull: 429,
     errors.StorageError: 503,
@@ -197,6 +200,10 @@ def problem_of(exc: BaseException, instance: str | None = None) -> tuple[int, di
         extra = {"limit": exc.limit, "value": exc.value}
     elif isinstance(exc, errors.ToolsetUnavailable):
         extra = {"toolset": exc.toolset}
+    elif isinstance(exc, errors.WorkspaceChanged):
+        extra = {"bound": exc.bound, "current": exc.current}
+    elif isinstance(exc, errors.SessionBusy):
+        extra = {"turn_id": exc.turn_id, "busy_status": exc.status}
     type_ = "Timeout" if isinstance(exc, TimeoutError) else type(exc).__name__
     detail = str(exc) or _title(type_)
     if status >= 500:

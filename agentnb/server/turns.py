@@ -44,11 +44,17 @@ TaskModel = wire.model_of(Task)
 
 
 class NewTurn(BaseModel):
-    """``session.submit(input, timeout=)``; the ``Idempotency-Key`` header is its ``key``."""
+    """``session.submit(input, timeout=, if_busy=)``; the ``Idempotency-Key`` header is its
+    ``key``."""
 
     model_config = ConfigDict(extra="forbid")
     input: str
     timeout: float | None = Field(default=None, gt=0)
+    if_busy: Literal["queue", "reject", "interrupt", "steer"] = Field(
+        default="queue",
+        description="what to do when the session is busy: queue the task, reject it "
+        "(409 SessionBusy), interrupt the running turn, or steer it",
+    )
 
 
 class Text(BaseModel):
@@ -179,7 +185,9 @@ async def submit(
 ) -> Any:
     def accept() -> Receipt:
         session = open_session(request, session_id, principal)
-        return session.submit(body.input, key=idempotency_key, timeout=body.timeout)
+        return session.submit(
+            body.input, key=idempotency_key, timeout=body.timeout, if_busy=body.if_busy
+        )
 
     return wire.dump(await _enqueue(request, accept))
 
