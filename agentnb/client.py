@@ -1085,7 +1085,8 @@ def _answer_json(answer: object) -> Any:
         return answer
     if isinstance(answer, Answer):
         blocks = answer.blocks
-        plain = dataclasses.replace(answer, blocks=None) if blocks else answer
+        # With blocks, the text is their first (Text) block already: it is sent once.
+        plain = dataclasses.replace(answer, blocks=None, text=None) if blocks else answer
         out = {k: v for k, v in wire.dump(plain).items() if v is not None}
         if blocks:  # the bytes go as base64; the service checks them again
             out["blocks"] = [b.part() for b in blocks]
