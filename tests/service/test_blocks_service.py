@@ -77,7 +77,8 @@ class TestRemoteAnswers:
             "done: Quote:\n[image: q.png, image/png, 28.3 KB]\n[image: s.png, image/png, 2.9 KB]"
         )
         big, small = _image(session, "q.png"), _image(session, "s.png")
-        assert big.data is None and big.blob == big.sha256
+        assert big.data is None
+        assert big.blob == big.sha256
         assert session.block_bytes(big.sha256) == (BIG, big)
         assert session.block_bytes(small.sha256)[0] == SMALL
 
@@ -165,7 +166,8 @@ class TestKilledMidRun:
             big = _image(session, "costs.png")
             assert session.block_bytes(big.sha256)[0] == BIG
             reasons = [e.payload for e in session.log.scan() if e.type == "turn/interrupted"]
-            assert reasons and reasons[-1]["reason"]
+            assert reasons
+            assert reasons[-1]["reason"]
         store = nb.open_store(url)
         try:
             assert store.get_blob(big.sha256) == BIG
