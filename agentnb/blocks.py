@@ -147,6 +147,7 @@ BlockPart = Annotated[TextPart | JsonPart | ImagePart | FilePart, Field(discrimi
 """One block as it is stored: the ``blocks`` of ``tool/result`` and of a tool ``Message``."""
 
 _KINDS = ("text", "json", "image", "file")
+_OPTIONAL = ("name", "data", "blob")  # of an image or file part: left out when None
 
 
 # -- the blocks (what users make) --------------------------------------------------------------
@@ -424,7 +425,9 @@ def stored(
             raw = base64.b64decode(data)
             if len(raw) > INLINE_BYTES:
                 part["data"], part["blob"] = None, put_blob(raw)
-        out.append({k: v for k, v in part.items() if v is not None})
+        if part.get("type") in ("image", "file"):
+            part = {k: v for k, v in part.items() if v is not None or k not in _OPTIONAL}
+        out.append(part)
     return out
 
 

@@ -250,6 +250,21 @@ class TestToolsReturningBlocks:
         assert outcome.output is not None
         assert "[image: costs.png, image/png" in outcome.output
 
+    def test_a_json_null_block_is_kept_as_null(self, make_runtime: MakeRuntime) -> None:
+        """Json(None) is a block of its own (null), not a missing value."""
+
+        @nb.tool
+        def nothing() -> nb.blocks.Block:
+            """A null."""
+            return nb.blocks.Json(None)
+
+        model = nb.ScriptedModel([nb.ToolCall("nothing", {}), "ok"])
+        session = make_runtime(model, [nothing]).session("s1")
+        assert session.run("go", timeout=WAIT).status == "completed"
+        (result,) = events_of(session, "tool/result")
+        assert result.payload["blocks"] == ({"type": "json", "data": None},)
+        assert model.requests[-1][-1].text == "null"
+
     def test_a_tool_returning_a_bad_block_fails_that_call_and_the_turn_goes_on(
         self, make_runtime: MakeRuntime
     ) -> None:
