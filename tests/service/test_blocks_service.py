@@ -122,6 +122,21 @@ class TestRemoteAnswers:
         assert served.heads("bad-1") == heads
         assert rid in session.pending()
 
+    def test_an_answer_past_the_services_body_limit_is_refused_whole(
+        self, served: Served, remote: nb.RemoteRuntime
+    ) -> None:
+        """Blocks whose base64 passes create_app(max_body=) (1 MiB) are a typed InvalidInput
+        (PayloadTooLarge), and nothing is written."""
+        session = remote.session("big-1")
+        assert session.run("quote", timeout=WAIT).status == "suspended"
+        rid = next(iter(session.pending()))
+        heads = served.heads("big-1")
+        answer = nb.Answer.output(blocks=[nb.blocks.File(bytes(900_000), name="zeros.bin")])
+        with pytest.raises(nb.InvalidInput):
+            session.respond(rid, answer)
+        assert served.heads("big-1") == heads
+        assert rid in session.pending()
+
 
 class TestBlocksRoute:
     def test_the_route_serves_an_image_with_its_type_to_its_user_only(
@@ -144,6 +159,24 @@ class TestBlocksRoute:
             assert other.json()["type"] == "InvalidBlock"
         with served.http(served.bob) as bob:
             assert bob.get(path).status_code == 404
+
+    def test_a_file_downloads_and_never_shows_inline(
+        self, served: Served, remote: nb.RemoteRuntime
+    ) -> None:
+        """A File block (here HTML a browser would run) is served as an octet-stream
+        attachment, sandboxed, whatever mime it claims."""
+        session = remote.session("route-2")
+        assert session.run("quote", timeout=WAIT).status == "suspended"
+        rid = next(iter(session.pending()))
+        page = nb.blocks.File(b"<script>alert(1)</script>", "text/html", name="x.html")
+        session.respond(rid, nb.Answer.output(blocks=[page])).wait(WAIT)
+        (part,) = [p for m in session.transcript().messages for p in m.blocks]
+        with served.http(served.alice) as alice:
+            response = alice.get(f"/v1/sessions/route-2/blocks/{part.sha256}")
+        assert response.status_code == 200
+        assert response.headers["content-type"] == "application/octet-stream"
+        assert response.headers["content-disposition"] == 'attachment; filename="x.html"'
+        assert "sandbox" in response.headers["content-security-policy"]
 
 
 class TestKilledMidRun:
