@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentnb import mcp
+from agentnb import blocks, mcp
 from agentnb.agent import Agent, SubagentTool, subagent
 from agentnb.answers import Answer, ToolOutcome
 from agentnb.compaction import Compactor, SummaryCompactor, TrimCompactor
@@ -13,6 +13,7 @@ from agentnb.errors import (
     AgentnbError,
     AppendConflict,
     ArchiveCorrupt,
+    BlockTooLarge,
     CannotResume,
     Corrupt,
     CrossSessionCursor,
@@ -23,6 +24,7 @@ from agentnb.errors import (
     IdempotencyConflict,
     InboxChanged,
     InvalidAnswer,
+    InvalidBlock,
     InvalidCursor,
     InvalidInput,
     InvalidLimit,
@@ -126,6 +128,7 @@ __all__ = [
     "Answer",
     "AppendConflict",
     "ArchiveCorrupt",
+    "BlockTooLarge",
     "CannotResume",
     "ChatItem",
     "ChatSnapshot",
@@ -147,6 +150,7 @@ __all__ = [
     "Inspection",
     "Interaction",
     "InvalidAnswer",
+    "InvalidBlock",
     "InvalidCursor",
     "InvalidInput",
     "InvalidLimit",
@@ -208,6 +212,7 @@ __all__ = [
     "WorkspaceStatus",
     "ask_user",
     "backup",
+    "blocks",
     "connect",
     "evals",
     "mcp",

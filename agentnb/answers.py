@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentnb.errors import InvalidAnswer, InvalidInput
+from agentnb.blocks import Block, checked, stand_in, stored
+from agentnb.errors import InvalidAnswer, InvalidBlock, InvalidInput
 from agentnb.limits import check_json_size, check_text
 
-__all__ = ["Answer", "ToolOutcome", "answer_payload"]
+__all__ = ["Answer", "ToolOutcome", "answer_payload", "stored_answers"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +31,8 @@ class Answer:
     """For an approval: ``session`` or ``agent``, to record a permission rule."""
     match: Mapping[str, Any] | None = None
     """The rule's argument constraints (each named argument must equal its value)."""
+    blocks: tuple[Block, ...] | None = None
+    """For an output: its blocks (``nb.blocks``), ``text`` first as a ``Text`` block."""
 
     @classmethod
     def approve(
@@ -76,9 +79,21 @@ class Answer:
         return cls("reject", reason=check_text(reason, "the rejection's reason"))
 
     @classmethod
-    def output(cls, text: str) -> Answer:
-        """The result of an external call, or the answer to a question."""
-        return cls("output", text=check_text(text, "output", allow_empty=True))
+    def output(cls, text: str | None = None, *, blocks: Sequence[object] | None = None) -> Answer:
+        """The result of an external call, or the answer to a question.
+
+        ``blocks`` makes it a rich result (``nb.blocks.Text``, ``Json``, ``Image``, ``File``;
+        a ``str`` is ``Text``): the model sees the images when its API takes them, and a
+        text stand-in otherwise. Bad blocks raise ``InvalidBlock`` / ``BlockTooLarge`` here.
+        """
+        if blocks is None:
+            return cls("output", text=check_text(text, "output", allow_empty=True))
+        if text is not None:
+            check_text(text, "output", allow_empty=True)
+        made = checked([*([text] if text else []), *_listed(blocks)], "an Answer.output")
+        if not made:
+            raise InvalidInput("Answer.output(blocks=[]) has nothing to give: pass text or blocks")
+        return cls("output", text=text, blocks=made)
 
 
 def answer_payload(request_id: str, kind: str, answer: object) -> dict[str, Any]:
@@ -114,6 +129,9 @@ def answer_payload(request_id: str, kind: str, answer: object) -> dict[str, Any]
     if kind == "ask_user" and isinstance(answer, Answer) and answer.kind == "reject":
         what = f"the reason for declining {request_id}"
         return {"declined": True, "reason": check_text(answer.reason, what, error=InvalidAnswer)}
+    if isinstance(answer, Answer) and answer.kind == "output" and answer.blocks:
+        parts = [b.part() for b in answer.blocks]
+        return {"output": stand_in(parts), "blocks": parts}
     text = answer.text if isinstance(answer, Answer) and answer.kind == "output" else answer
     if isinstance(text, str):
         what = f"the answer to {request_id}"
@@ -149,6 +167,30 @@ class ToolOutcome:
             "The outcome of this call is unknown: the run stopped while it "
             "was running, and it was not run again.",
         )
+
+
+def stored_answers(
+    answers: Mapping[str, dict[str, Any]], put_blob: Callable[[bytes], str]
+) -> dict[str, dict[str, Any]]:
+    """JSON answers (``answer_payload``) with their blocks' large bytes put in the blobs
+    (``put_blob``, the store's), as the inbox keeps them."""
+    return {
+        rid: payload | {"blocks": stored(payload["blocks"], put_blob)}
+        if payload.get("blocks")
+        else payload
+        for rid, payload in answers.items()
+    }
+
+
+def _listed(blocks: object) -> list[object]:
+    if isinstance(blocks, Block):
+        return [blocks]
+    if isinstance(blocks, str | bytes | Mapping) or not isinstance(blocks, Sequence):
+        raise InvalidBlock(
+            f"blocks= takes a list of nb.blocks (Text, Json, Image, File), got "
+            f"{type(blocks).__name__}"
+        )
+    return list(blocks)
 
 
 def _text(text: object) -> str:

@@ -562,7 +562,8 @@ def _delete(args: argparse.Namespace) -> int:
                 f"session {key} has a turn running; interrupt it from its notebook or worker "
                 "(session.interrupt()), or delete it there with session.delete(force=True)"
             )
-        bound = Folds(store, key).refresh()[0].workspace
+        with states.read(store, key) as (state, _):
+            bound = state.workspace
         tombstone = store.delete_session(key, by=_who(), reason=args.reason)
         _remove_workspace(bound)
     finally:
@@ -595,7 +596,8 @@ def _prune(args: argparse.Namespace) -> int:
         )
         if args.apply:
             for info in found:
-                bound = Folds(store, info.key).refresh()[0].workspace
+                with states.read(store, info.key) as (state, _):
+                    bound = state.workspace
                 try:
                     store.delete_session(info.key, by=_who(), reason=args.reason)
                 except LeaseHeld:

@@ -19,7 +19,9 @@ Needs httpx (the ``openai`` or ``server`` extra): ``pip install -e ".[server]"``
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
+import dataclasses
 import json
 import socket
 import threading
@@ -39,6 +41,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 
 from agentnb import errors, wire
 from agentnb.answers import Answer, ToolOutcome
+from agentnb.blocks import FilePart, ImagePart
 from agentnb.errors import AgentnbError, InvalidInput, StorageError
 from agentnb.events import Event, PlanItem
 from agentnb.history import HistoryPage
@@ -161,7 +164,9 @@ class _Http:
         params: Mapping[str, Any] | None = None,
         headers: Mapping[str, str] | None = None,
         timeout: float | None = None,
+        raw: bool = False,
     ) -> Any:
+        """The JSON answer of one request (``raw``: its bytes), or the error it maps to."""
         try:
             response = self.client.request(
                 method,
@@ -181,6 +186,8 @@ class _Http:
                 f"cannot reach the agentnb service at {self.url} ({exc}); is it running? "
                 "(agentnb serve)"
             ) from None
+        if raw and response.is_success:
+            return response.content
         try:
             return self.answer(response)
         except errors.Unauthorized as exc:
@@ -940,6 +947,20 @@ class RemoteSession:
         body = {"answers": {rid: _answer_json(a) for rid, a in answers.items()}}
         return self._receipt(self._call("POST", "/answers", json_body=body))
 
+    def block_bytes(self, sha256: str) -> tuple[bytes, ImagePart | FilePart]:
+        """The bytes of an image or file block and its part (``Session.block_bytes``)."""
+        check_id(sha256, "sha256")
+        for message in self.transcript().messages:
+            for part in message.blocks:
+                if isinstance(part, ImagePart | FilePart) and part.sha256 == sha256:
+                    if part.data is not None:
+                        return base64.b64decode(part.data), part
+                    data: bytes = self._call("GET", f"/blocks/{_seg(sha256)}", raw=True)
+                    return data, part
+        raise errors.InvalidBlock(
+            f"session {self.key.session_id} has no image or file block {sha256!r}"
+        )
+
     def interrupt(self, run_id: str | None = None) -> bool:
         data = self._call("POST", "/interrupt", json_body={"run_id": run_id})
         return bool(data["interrupted"])
@@ -1081,7 +1102,13 @@ def _answer_json(answer: object) -> Any:
     if isinstance(answer, bool | str):
         return answer
     if isinstance(answer, Answer):
-        return {k: v for k, v in wire.dump(answer).items() if v is not None}
+        blocks = answer.blocks
+        # With blocks, the text is their first (Text) block already: it is sent once.
+        plain = dataclasses.replace(answer, blocks=None, text=None) if blocks else answer
+        out = {k: v for k, v in wire.dump(plain).items() if v is not None}
+        if blocks:  # the bytes go as base64; the service checks them again
+            out["blocks"] = [b.part() for b in blocks]
+        return out
     raise errors.InvalidAnswer(
         f"an answer is True, False, a str or an nb.Answer, got {type(answer).__name__}"
     )

@@ -5,7 +5,9 @@ One tree, so callers can catch as broadly or as narrowly as they need::
     AgentnbError
     ├── InvalidInput                 bad argument from the caller; nothing was written
     │   ├── UnknownTurn              a turn id that is not this session's (feedback)
-    │   └── WorkspaceEscape          a workspace path that leads out (absolute, .., symlink)
+    │   ├── WorkspaceEscape          a workspace path that leads out (absolute, .., symlink)
+    │   └── InvalidBlock             a result block that cannot be kept (type, bytes, path, JSON)
+    │       └── BlockTooLarge        a block (or all of one answer's) past agentnb.blocks' bounds
     ├── IdempotencyConflict          a key or batch id reused with other content
     ├── NotRunning                   the turn or run named is not the active one
     ├── InvalidAnswer                a respond() that cannot apply; nothing was written
@@ -56,6 +58,7 @@ __all__ = [
     "AgentnbError",
     "AppendConflict",
     "ArchiveCorrupt",
+    "BlockTooLarge",
     "CannotResume",
     "Corrupt",
     "CrossSessionCursor",
@@ -67,6 +70,7 @@ __all__ = [
     "IdempotencyConflict",
     "InboxChanged",
     "InvalidAnswer",
+    "InvalidBlock",
     "InvalidCursor",
     "InvalidInput",
     "InvalidLimit",
@@ -105,6 +109,16 @@ class InvalidInput(AgentnbError, ValueError):
 
 class UnknownTurn(InvalidInput):
     """The turn named is not a turn of this session (unknown, or another session's)."""
+
+
+class InvalidBlock(InvalidInput):
+    """A result block (``nb.blocks``) cannot be kept: an unknown block type, an image whose
+    bytes are not the type they claim, a path that does not exist, JSON that does not encode."""
+
+
+class BlockTooLarge(InvalidBlock):
+    """A block's bytes, or the blocks of one answer or result, pass the bounds of
+    ``agentnb.blocks`` (``MAX_BLOCK_BYTES``, ``MAX_BLOCKS``, ``MAX_TOTAL_BYTES``)."""
 
 
 class IdempotencyConflict(AgentnbError):

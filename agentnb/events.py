@@ -57,6 +57,7 @@ from typing import Any, Literal, NoReturn, get_args
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
+from agentnb.blocks import BlockPart
 from agentnb.errors import InvalidInput, UnknownRequiredEvent
 from agentnb.ids import check_id, new_id
 
@@ -432,12 +433,15 @@ class Message(Payload):
     """For ``tool`` messages: the tool's name."""
     reasoning: tuple[ReasoningPart, ...] = Field(default=(), exclude_if=_empty)
     """For ``assistant`` messages: the reasoning blocks of the reply, in stream order."""
+    blocks: tuple[BlockPart, ...] = Field(default=(), exclude_if=_empty)
+    """For ``tool`` messages: the result's blocks (``agentnb.blocks``); ``text`` is their
+    stand-in."""
 
     def __repr_args__(self) -> Iterator[tuple[str | None, Any]]:
         # A message without reasoning (most of them) reads as it did before reasoning was
         # recorded: the empty field is left out of the repr as it is left out of the bytes.
         for name, value in super().__repr_args__():
-            if name != "reasoning" or value:
+            if name not in ("reasoning", "blocks") or value:
                 yield name, value
 
 
@@ -760,6 +764,9 @@ class ToolResult(Payload):
     traceback: str | None = None
     """When the tool raised: its formatted traceback (``agentnb.tracebacks``: at most 16 KiB,
     secrets scrubbed). ``output`` holds the one line the model is told."""
+    blocks: tuple[BlockPart, ...] = Field(default=(), exclude_if=_empty)
+    """A rich result's blocks (``agentnb.blocks``: bytes past a size are in the store's
+    blobs); ``output`` holds their text stand-in."""
 
 
 class ActionStart(Payload):

@@ -252,7 +252,8 @@ def _messages(key: SessionKey, event: Event) -> list[Message]:
         if event.type in _MESSAGE_TYPES:
             return [Message.model_validate(p["message"])]
         if event.type == "tool/result":
-            return [tool_message(p["call_id"], p["name"], p.get("output", ""), event.turn_id)]
+            output = p.get("output", "")
+            return [tool_message(p["call_id"], p["name"], output, event.turn_id, p.get("blocks"))]
         if event.type == "migration/baseline":
             carried = p["state"].get("messages", ())
             if not isinstance(carried, list | tuple):

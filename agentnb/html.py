@@ -172,6 +172,45 @@ def esc(value: object) -> str:
     return BIDI_CONTROLS.sub(lambda m: f"[U+{ord(m.group()):04X}]", text)
 
 
+BlockSrc = Callable[[Mapping[str, Any]], str | None]
+"""An image or file part -> the URL its bytes are shown from (None: not at hand)."""
+
+
+def inline_src(part: Mapping[str, Any]) -> str | None:
+    """The data URL of a part whose bytes are inline in the log; None for a blob's."""
+    data = part.get("data")
+    return f"data:{part.get('mime')};base64,{data}" if isinstance(data, str) else None
+
+
+def blocks_html(blocks: Iterable[Mapping[str, Any]], src: BlockSrc = inline_src) -> str:
+    """A rich result's blocks: text, JSON, images as thumbnails (opening the full image),
+    files as download links; a block whose bytes ``src`` cannot give shows its stand-in."""
+    out = []
+    for part in blocks:
+        kind = part.get("type")
+        if kind == "text":
+            out.append(f'<div style="{_TEXT}">{esc(part.get("text", ""))}</div>')
+            continue
+        if kind == "json":
+            out.append(f'<pre style="{_TEXT}margin:2px 0;">{esc(_json(part.get("data")))}</pre>')
+            continue
+        name = str(part.get("name") or kind or "file")
+        about = f"{name} ({part.get('mime')}, {part.get('size')} bytes)"
+        url = src(part) if kind in ("image", "file") else None
+        if url is None:
+            out.append(f'<div style="{_MUTED}">[{esc(kind)}: {esc(about)}]</div>')
+        elif kind == "image" and str(part.get("mime", "")).startswith("image/"):
+            out.append(
+                f'<a class="agentnb-thumb" href="{esc(url)}" target="_blank" rel="noopener">'
+                f'<img src="{esc(url)}" alt="{esc(name)}" title="{esc(about)}" '
+                'style="max-width:240px;max-height:160px;border:1px solid #ddd;'
+                'border-radius:4px;"></a>'
+            )
+        else:
+            out.append(f'<a href="{esc(url)}" download="{esc(name)}">{esc(about)}</a>')
+    return f'<div class="agentnb-blocks">{"".join(out)}</div>'
+
+
 def badge(status: object) -> str:
     """A status as a coloured pill."""
     text = "" if status is None else str(status)

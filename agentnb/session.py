@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from agentnb import states
 from agentnb.agent import check_agent
-from agentnb.answers import ToolOutcome
+from agentnb.answers import ToolOutcome, stored_answers
+from agentnb.blocks import FilePart, ImagePart, part_bytes
 from agentnb.children import children_of, descendant_requests, route_answers
 from agentnb.errors import (
     AgentChanged,
@@ -30,6 +31,7 @@ from agentnb.errors import (
     CannotResume,
     IdempotencyConflict,
     InvalidAnswer,
+    InvalidBlock,
     InvalidInput,
     LeaseHeld,
     NotRunning,
@@ -405,6 +407,19 @@ class Session:
                 if task.turn_id == turn_id:
                     return dataclasses.replace(task, _session=self)
         raise InvalidInput(f"no task for {command_id!r} in session {self.key}")
+
+    def block_bytes(self, sha256: str) -> tuple[bytes, ImagePart | FilePart]:
+        """The bytes of an image or file block of this session's results, and its part
+        (mime, name); ``InvalidBlock`` if no result of this session holds such a block (a
+        digest of another session's bytes reads nothing here)."""
+        for message in self.transcript().messages:
+            for part in message.blocks:
+                if isinstance(part, ImagePart | FilePart) and part.sha256 == sha256:
+                    return part_bytes(part, self.runtime.store.get_blob), part
+        raise InvalidBlock(
+            f"session {self.key.session_id} has no image or file block {sha256!r}; the "
+            "digests are in the blocks of its messages (transcript())"
+        )
 
     def transcript(self) -> Transcript:
         """The complete committed messages (user, assistant, tool) as of one seq."""
@@ -1055,6 +1070,7 @@ class Session:
                 c.get("status") == "running" for c in state.children.values()
             ):
                 turn_id, checked = check_respond(state, answers, tool=self._tool)
+                checked = stored_answers(checked, self.runtime.store.put_blob)
                 key = _answers_key(checked)
                 check_unanswered(state, inbox, key, checked)
                 self._admit(state, inbox)

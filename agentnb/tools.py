@@ -61,6 +61,7 @@ from pydantic.json_schema import PydanticJsonSchemaWarning
 
 from agentnb import _portable
 from agentnb.answers import Answer
+from agentnb.blocks import Block, blocks_of, checked, stand_in
 from agentnb.errors import InvalidInput
 from agentnb.ids import SessionKey
 
@@ -361,9 +362,20 @@ class Tool:
         ``""``, pydantic models, dicts, lists and tuples as compact JSON, anything else via
         ``str``. Exceptions raised by the function propagate unchanged.
         """
+        result = await self.invoke_result(arguments, ctx)
+        if isinstance(result, str):
+            return result
+        return stand_in(b.part() for b in result)
+
+    async def invoke_result(
+        self, arguments: Mapping[str, Any], ctx: ToolContext
+    ) -> str | tuple[Block, ...]:
+        """``invoke``, keeping a rich result rich: a function that returns a block
+        (``nb.blocks``) or a list holding blocks gives its blocks (checked against the
+        bounds of ``agentnb.blocks``); any other result becomes text as in ``invoke``."""
         kwargs = self.validate(arguments)
         if self._schema_call is not None:
-            return _to_text(await self._schema_call.call(kwargs, ctx))
+            return _to_result(await self._schema_call.call(kwargs, ctx))
         sig = self._signature
         if sig.ctx_param is not None:
             kwargs[sig.ctx_param] = ctx
@@ -373,7 +385,7 @@ class Tool:
             result = await _run_in_thread(functools.partial(self.fn, **kwargs))
             if inspect.isawaitable(result):
                 result = await result
-        return _to_text(result)
+        return _to_result(result)
 
     def _expected(self) -> str:
         props = self.parameters.get("properties", {})
@@ -731,6 +743,13 @@ async def _run_in_thread(call: Callable[[], Any]) -> Any:
         if not future.cancelled():
             future.exception()  # the cancel wins; mark the body's error as seen
         raise
+
+
+def _to_result(result: Any) -> str | tuple[Block, ...]:
+    blocks = blocks_of(result)
+    if blocks is None:
+        return _to_text(result)
+    return checked(blocks, "the tool's result")
 
 
 def _to_text(result: Any) -> str:

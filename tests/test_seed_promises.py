@@ -16,6 +16,7 @@ import pytest
 
 import agentnb as nb
 from agentnb.export.base import Exporter
+from tests.blocks_helpers import BIG
 from tests.runtime import _dead_run_child as dead
 from tests.runtime.helpers import WAIT, Gate, events_of, gated_script, kill_mid_tool
 
@@ -339,6 +340,29 @@ class TestAnswers:
         assert [e.payload["action"] for e in events_of(session, "permission/changed")] == [
             "granted"
         ]
+
+    def test_an_output_answer_accepts_custom_result_blocks(self, make_runtime: MakeRuntime) -> None:
+        """Seed: "`SessionAnswer.Output` accepts custom result blocks" (the Chinese text: use
+        SessionAnswer.Output when custom tool result blocks are needed)."""
+        model = nb.ScriptedModel([nb.ToolCall("annual_quote", {"vendor": "acme"}), "noted"])
+        session = make_runtime(model, [annual_quote]).session("s1")
+        session.submit("get the quote").wait(WAIT)
+        rid = next(iter(session.pending()))
+        image = nb.blocks.Image(BIG, name="quote.png")
+        answer = nb.Answer.output(
+            "The annual quote:", blocks=[image, nb.blocks.Json({"usd": 12000})]
+        )
+        assert session.respond(rid, answer).wait(WAIT).output == "noted"
+        (result,) = events_of(session, "tool/result")
+        kinds = [b["type"] for b in result.payload["blocks"]]
+        assert kinds == ["text", "image", "json"]
+        stored = result.payload["blocks"][1]
+        assert "data" not in stored  # past INLINE_BYTES the bytes live in the store's blobs
+        assert session.log.store.get_blob(stored["blob"]) == BIG
+        tool = model.requests[-1][-1]
+        assert tool.role == "tool"
+        assert "[image: quote.png, image/png" in tool.text
+        assert '{"usd":12000}' in tool.text
 
 
 class TestInterruptAndResume:

@@ -41,6 +41,7 @@ from agentnb.models.base import (
     check_context_window,
     retry_after_of,
 )
+from agentnb.models.parts import anthropic_content
 from agentnb.models.secrets import Secret, clean_key, cut, mask_userinfo, scrub
 
 __all__ = ["AnthropicModel"]
@@ -502,7 +503,9 @@ def _blocks(message: Message) -> list[dict[str, Any]]:
             {
                 "type": "tool_result",
                 "tool_use_id": message.call_id,
-                "content": message.text or "(no output)",
+                "content": anthropic_content(message.blocks)
+                if message.blocks
+                else message.text or "(no output)",
             }
         ]
     blocks: list[dict[str, Any]] = []

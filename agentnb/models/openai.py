@@ -50,6 +50,7 @@ from agentnb.models.base import (
     estimate_tokens,
     retry_after_of,
 )
+from agentnb.models.parts import with_tool_images
 from agentnb.models.secrets import Secret as _Secret
 from agentnb.models.secrets import clean_key as _clean_key
 from agentnb.models.secrets import cut as _cut
@@ -314,7 +315,7 @@ class OpenAIChatModel(Model):
     def _body(self, request: ModelRequest) -> dict[str, Any]:
         body: dict[str, Any] = {
             "model": self.model,
-            "messages": [_message(m) for m in request.messages],
+            "messages": with_tool_images(request.messages, [_message(m) for m in request.messages]),
             "stream": True,
             "stream_options": {"include_usage": True},
         }

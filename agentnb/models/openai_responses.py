@@ -40,6 +40,7 @@ from agentnb.models.base import (
     check_context_window,
     retry_after_of,
 )
+from agentnb.models.parts import responses_output
 from agentnb.models.secrets import Secret, clean_key, cut, mask_userinfo, scrub
 
 __all__ = ["OpenAIResponsesModel"]
@@ -446,9 +447,8 @@ def _ending(final: Any, called: bool) -> list[StreamItem]:
 def _items(message: Message) -> list[dict[str, Any]]:
     """The input items of one message, in the order the reply produced them."""
     if message.role == "tool":
-        return [
-            {"type": "function_call_output", "call_id": message.call_id, "output": message.text}
-        ]
+        output = responses_output(message.blocks) if message.blocks else message.text
+        return [{"type": "function_call_output", "call_id": message.call_id, "output": output}]
     if message.role != "assistant":
         return [{"role": message.role, "content": message.text}]
     items: list[dict[str, Any]] = []

@@ -809,6 +809,8 @@ class ChatState:
             result["duration_ms"] = p["duration_ms"]
         if p.get("traceback"):
             result["traceback"] = p["traceback"]
+        if p.get("blocks"):  # a rich result: the page and the view show its blocks
+            result["blocks"] = p["blocks"]
         self._set(key, card, result=freeze_json(result), status=p["status"])
 
     def _on_interaction_requested(self, event: Event, p: Any) -> None:

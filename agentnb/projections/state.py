@@ -152,10 +152,18 @@ def build_context(instructions: str, context: Iterable[Message]) -> list[Message
     return messages + list(context)
 
 
-def tool_message(call_id: str, name: str, output: str, turn_id: str | None) -> Message:
-    """The context message a tool result becomes."""
+def tool_message(
+    call_id: str, name: str, output: str, turn_id: str | None, blocks: Any = ()
+) -> Message:
+    """The context message a tool result becomes (``blocks``: a rich result's parts)."""
     return Message(
-        id=f"msg_{call_id}", role="tool", text=output, call_id=call_id, name=name, turn_id=turn_id
+        id=f"msg_{call_id}",
+        role="tool",
+        text=output,
+        call_id=call_id,
+        name=name,
+        turn_id=turn_id,
+        blocks=tuple(blocks or ()),
     )
 
 
@@ -636,7 +644,9 @@ class SessionState:
         turn_id = event.turn_id
 
         def make() -> Message:
-            return tool_message(p["call_id"], p["name"], p.get("output", ""), turn_id)
+            return tool_message(
+                p["call_id"], p["name"], p.get("output", ""), turn_id, p.get("blocks")
+            )
 
         message = made_once(p, make)  # shared by the folds of this process
         self._add_message(message if message.turn_id == turn_id else make())

@@ -13,6 +13,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
+from agentnb.blocks import with_bytes
 from agentnb.errors import InvalidInput, describe
 from agentnb.events import Event, Message, ToolCallData
 from agentnb.ids import new_id
@@ -50,6 +51,17 @@ STOP_GRACE = 1.0
 """Seconds a stopped model call gets to unwind once cancelled before it is left behind."""
 
 log = logging.getLogger("agentnb.runtime")
+
+
+def with_block_bytes(
+    messages: tuple[Message, ...], get_blob: Callable[[str], bytes]
+) -> tuple[Message, ...]:
+    """``messages`` with their blocks' bytes inline (read from the store's blobs): what the
+    model adapters send. The log keeps the digests only."""
+    return tuple(
+        m.model_copy(update={"blocks": with_bytes(m.blocks, get_blob)}) if m.blocks else m
+        for m in messages
+    )
 
 
 def _ignore(task: asyncio.Future[None]) -> None:
@@ -148,6 +160,8 @@ class ModelCall:
         # The model is told the time limit, a moment after the stop that cancels it: the
         # stop (recorded as the time limit) comes first; the model's deadline is a backstop.
         deadline = None if host.stop.deadline is None else host.stop.deadline + STOP_GRACE
+        if any(m.blocks for m in messages):  # the bytes of images and files, for the adapter
+            messages = await asyncio.to_thread(with_block_bytes, messages, host.store.get_blob)
         request = ModelRequest(messages=messages, tools=tools, deadline=deadline)
         for attempt in range(1, MODEL_RETRIES + 2):
             w.add(

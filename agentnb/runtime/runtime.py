@@ -696,9 +696,7 @@ class Runtime:
         self._unwatch = self.store.bus.watch(None, self._on_commit)
         self._loop, self._thread = _start_loop(agent.agent_id)
         self._toolsets: list[OpenToolset] = []
-        if any(a.toolsets for a in self.agents.values()):
-            self.agents = self._start_toolsets(self.agents)
-            self.agent = self.agents[agent.agent_id]
+        self._with_toolsets()
         from agentnb.export.live import LiveExporter  # optional: the export extra
 
         # Drains export_to in the background, for the sessions this runtime opened.
@@ -776,6 +774,13 @@ class Runtime:
                 self.store.close()
             raise
         self.execute = False
+
+    def _with_toolsets(self) -> None:
+        """Open the agents' toolsets (MCP servers...) on the loop; the agents then carry
+        their tools."""
+        if any(a.toolsets for a in self.agents.values()):
+            self.agents = self._start_toolsets(self.agents)
+            self.agent = self.agents[self.agent.agent_id]
 
     def _start_toolsets(self, agents: dict[str, Agent]) -> dict[str, Agent]:
         """Open the toolsets of every agent of the tree on the loop; if one fails, undo the

@@ -52,7 +52,7 @@ class RunStop:
         """Set at each request: what the stop's recorder waits for."""
         self.abandon = asyncio.Event()
         """Set by ``close`` when a sync tool ignores the stop: the run ends without it."""
-        self.tool_task: asyncio.Future[str] | None = None
+        self.tool_task: asyncio.Future[Any] | None = None
         self.tool_is_async = False
         self.tool_name = ""
 

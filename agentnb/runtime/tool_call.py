@@ -21,10 +21,11 @@ import logging
 import threading
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 from agentnb.agent import SubagentTool
 from agentnb.answers import Answer
+from agentnb.blocks import Block, stand_in, stored
 from agentnb.errors import InvalidInput, describe
 from agentnb.events import Event, ToolCallData
 from agentnb.permissions import agent_digest, matching_rule, rules_in_force, shared_rules
@@ -56,6 +57,9 @@ __all__ = [
     "prompt",
 ]
 
+_R = TypeVar("_R")
+Result = str | tuple[Block, ...]
+
 log = logging.getLogger("agentnb.tools")
 """Tools that raise are logged here (INFO: the model is told and goes on), with their
 (scrubbed) traceback."""
@@ -70,7 +74,7 @@ class ToolExit(Exception):
     """A tool raised ``SystemExit`` or ``KeyboardInterrupt`` (its ``__cause__``)."""
 
 
-async def contained(invoke: Callable[..., Coroutine[Any, Any, str]], *args: Any) -> str:
+async def contained(invoke: Callable[..., Coroutine[Any, Any, _R]], *args: Any) -> _R:
     """Run a tool call so that not even ``SystemExit`` escapes it.
 
     asyncio lets ``SystemExit`` and ``KeyboardInterrupt`` out of a task and stops the loop
@@ -381,8 +385,15 @@ class ToolRunner:
         True if the approved call then asked the person something (the turn waits again).
         """
         if "output" in answer:  # external execution or a question: the person's answer
+            rich = {"blocks": answer["blocks"]} if answer.get("blocks") else {}
             self.recipes.add_result(
-                call.call_id, call.name, "success", answer["output"], turn_id=turn_id, run_id=run_id
+                call.call_id,
+                call.name,
+                "success",
+                answer["output"],
+                turn_id=turn_id,
+                run_id=run_id,
+                **rich,
             )
         elif answer.get("declined"):
             self.recipes.add_result(
@@ -459,17 +470,17 @@ class ToolRunner:
             workspace=bound_path(host.state.workspace),
         )
         started = time.monotonic()
-        task = asyncio.ensure_future(contained(tool.invoke, arguments, ctx))
+        task = asyncio.ensure_future(contained(tool.invoke_result, arguments, ctx))
         stop.tool_task, stop.tool_is_async, stop.tool_name = task, tool.is_async, tool.name
         stop.abandon.clear()
         trace: str | None = None
         outcome_unknown: ToolOutcomeUnknown | None = None
         try:
-            output, status, action = self.bounded(await self.output(task))
+            output, status, action, rich = await self.kept(await self.output(task))
         except (NeedsAnswer, ToolOutcomeUnknown) as exc:
             if isinstance(exc, ToolOutcomeUnknown):
                 outcome_unknown = exc
-            output, status, action = "", "error", "failed"
+            output, status, action, rich = "", "error", "failed", {}
         except asyncio.CancelledError:
             if not stop.is_set():
                 raise
@@ -491,7 +502,7 @@ class ToolRunner:
         except Exception as exc:  # noqa: BLE001 - any failure of a tool is its result
             raised = (exc.__cause__ if isinstance(exc, ToolExit) else None) or exc
             output = f"Error: {describe(raised)}"
-            status, action = "error", "failed"
+            status, action, rich = "error", "failed", {}
             trace = format_traceback(raised)
             log.info(
                 "session %s: tool %s (call %s) raised:\n%s",
@@ -527,6 +538,7 @@ class ToolRunner:
             run_id=run_id,
             duration_ms=round((time.monotonic() - started) * 1000, 3),
             **({"traceback": trace} if trace else {}),
+            **rich,
         )
         return False
 
@@ -590,6 +602,17 @@ class ToolRunner:
         )
         raise StopRun
 
+    async def kept(self, result: Result) -> tuple[str, str, str, dict[str, Any]]:
+        """(output, status, action, extra fields of ``tool/result``) of a tool's result
+        (``bounded``): blocks keep their large bytes in the store's blobs and their text
+        stand-in as the output."""
+        if isinstance(result, str):
+            return *self.bounded(result), {}
+        parts = [b.part() for b in result]
+        parts = await asyncio.to_thread(stored, parts, self.host.store.put_blob)
+        output, status, action = self.bounded(stand_in(parts))
+        return output, status, action, {"blocks": parts} if status == "success" else {}
+
     def bounded(self, output: str) -> tuple[str, str, str]:
         """(output, status, action) of a tool's result: an error in its place when it is
         longer than ``Limits.max_tool_result_chars`` (the model sees why, the run goes on)."""
@@ -603,7 +626,9 @@ class ToolRunner:
         )
         return error, "error", "failed"
 
-    async def output(self, task: asyncio.Future[str]) -> str:
+    async def output(
+        self, task: asyncio.Future[str | tuple[Block, ...]]
+    ) -> str | tuple[Block, ...]:
         """The tool's result; if ``close`` abandons a sync tool that ignores the stop, cancel."""
         stop = self.host.stop
         abandon = asyncio.ensure_future(stop.abandon.wait())

@@ -406,6 +406,30 @@ def inbox(
     return {"events": [e.model_dump(mode="json") for e in found], "head": head}
 
 
+@router.get(
+    f"{SESSION}/blocks/{{sha256}}",
+    response_class=Response,
+    summary="session.block_bytes(sha256): the bytes of an image or file block",
+)
+def block(request: Request, session_id: SessionId, sha256: str, principal: User) -> Response:
+    """The bytes of an image or file block of this session's results, with its type. An
+    image shows inline (the chat page's thumbnails); anything else downloads. Bytes a
+    browser could run (not a checked image) never show inline."""
+    data, part = open_session(request, session_id, principal).block_bytes(sha256)
+    shown = part.type == "image"
+    name = (part.name or f"{part.type}-{sha256[:12]}").replace('"', "")
+    return Response(
+        data,
+        media_type=part.mime if shown else "application/octet-stream",
+        headers={
+            "Content-Disposition": f'{"inline" if shown else "attachment"}; filename="{name}"',
+            "X-Content-Type-Options": "nosniff",
+            "Cache-Control": "private, max-age=31536000, immutable",
+            "Content-Security-Policy": "default-src 'none'; sandbox",
+        },
+    )
+
+
 @router.get(f"{SESSION}/status", response_model=Status)
 def status(request: Request, session_id: SessionId, principal: User) -> dict[str, Any]:
     """Both heads and whether a runtime executes the session now."""

@@ -82,7 +82,7 @@ class Material(BaseModel):
 class AnswerModel(BaseModel):
     """``nb.Answer``: ``approve`` (optionally with ``edited_args``, and ``remember``
     ``session`` / ``agent`` to record a permission rule, narrowed by ``match``), ``reject``
-    (with a ``reason``) or ``output`` (``text``)."""
+    (with a ``reason``) or ``output`` (``text``, and ``blocks``)."""
 
     model_config = ConfigDict(extra="forbid")
     kind: Literal["approve", "reject", "output"]
@@ -91,6 +91,11 @@ class AnswerModel(BaseModel):
     text: str | None = None
     remember: Literal["session", "agent"] | None = None
     match: dict[str, Any] | None = None
+    blocks: list[dict[str, Any]] | None = Field(
+        default=None,
+        description="for an output: result blocks (agentnb.blocks), each {type: text|json|"
+        "image|file, ...}; images and files carry their bytes as base64 data",
+    )
 
 
 class Answers(BaseModel):
@@ -147,6 +152,8 @@ def answer_of(value: bool | str | AnswerModel) -> object:
         )
     if value.kind == "reject":
         return Answer.reject(value.reason if value.reason is not None else "")
+    if value.blocks is not None:
+        return Answer.output(value.text, blocks=value.blocks)
     if value.text is None:
         raise InvalidAnswer("an output answer needs its text")
     return Answer.output(value.text)

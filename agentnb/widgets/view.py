@@ -37,13 +37,14 @@ controls that send commands, all reading the same fold.
 
 from __future__ import annotations
 
+import base64
 import html
 import json
 import os
 import re
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
 from agentnb.answers import Answer, ToolOutcome
@@ -56,7 +57,15 @@ from agentnb.errors import (
     UncertainToolCalls,
     install_hint,
 )
-from agentnb.html import INERT_MATH, STATUS_COLORS, markdown_html, thinking_html
+from agentnb.html import (
+    INERT_MATH,
+    STATUS_COLORS,
+    BlockSrc,
+    blocks_html,
+    inline_src,
+    markdown_html,
+    thinking_html,
+)
 from agentnb.projections.chat import (
     ChatItem,
     ChatSnapshot,
@@ -161,8 +170,9 @@ def tool_title(item: ChatItem) -> str:
     return f"{item.tool_name or 'tool'} \u00b7 {item.status}"
 
 
-def tool_html(item: ChatItem) -> str:
-    """A tool card's body: arguments (also while streaming), progress, result, request."""
+def tool_html(item: ChatItem, src: BlockSrc = inline_src) -> str:
+    """A tool card's body: arguments (also while streaming), progress, result, request
+    (a rich result's blocks through ``blocks_html``, ``src`` giving their images' URLs)."""
     parts = [f"<div>{_badge(item.status)} <code>{_esc(item.tool_name or '')}</code></div>"]
     # Complete (or edited) arguments as JSON; while the model streams them, the raw text.
     done = item.arguments is not None
@@ -182,9 +192,13 @@ def tool_html(item: ChatItem) -> str:
         )
     if item.result is not None:
         result = item.result
+        shown = (
+            blocks_html(result["blocks"], src)
+            if result.get("blocks")
+            else f'<pre style="{_PRE}">{_esc(result.get("output", ""))}</pre>'
+        )
         parts.append(
-            f'<div style="{_LABEL}">result {_badge(str(result.get("status", "")))}</div>'
-            f'<pre style="{_PRE}">{_esc(result.get("output", ""))}</pre>'
+            f'<div style="{_LABEL}">result {_badge(str(result.get("status", "")))}</div>{shown}'
         )
         if result.get("traceback"):  # on demand: folded until opened
             parts.append(
@@ -649,6 +663,7 @@ class SessionView(w.VBox):  # type: ignore[misc]  # ipywidgets ships no type inf
             )
         super().__init__()
         self.session = session
+        self._thumbs: dict[str, str | None] = {}  # blob thumbnails by digest (_block_src)
         self.max_items = max(1, int(max_items))
         self.page = max(1, int(page))
         self.redraw_interval = max(0.0, float(redraw_interval))
@@ -959,6 +974,23 @@ class SessionView(w.VBox):  # type: ignore[misc]  # ipywidgets ships no type inf
         if tuple(children) != tuple(self.transcript.children):
             self.transcript.children = tuple(children)
 
+    def _block_src(self, part: Mapping[str, Any]) -> str | None:
+        """A thumbnail's URL: the inline bytes, or a blob's read once through the session
+        (kept per digest: the bytes behind a digest never change)."""
+        url = inline_src(part)
+        if url is not None or part.get("type") != "image":
+            return url
+        sha = str(part.get("sha256"))
+        cache = self._thumbs
+        if sha not in cache:
+            try:
+                data, _ = self.session.block_bytes(sha)
+            except AgentnbError:
+                cache[sha] = None  # shown as its stand-in
+            else:
+                cache[sha] = f"data:{part.get('mime')};base64,{base64.b64encode(data).decode()}"
+        return cache[sha]
+
     def _item_widget(self, item: ChatItem) -> Any:
         if item.kind == "agent_changed":
             marker = w.HTML(marker_html(item))
@@ -972,7 +1004,7 @@ class SessionView(w.VBox):  # type: ignore[misc]  # ipywidgets ships no type inf
             card.add_class("agentnb-summary")
             return card
         if item.kind == "tool":
-            body = w.HTML(tool_html(item))
+            body = w.HTML(tool_html(item, self._block_src))
             card = w.Accordion(children=[body], titles=(tool_title(item),))
             card.add_class("agentnb-item")
             card.add_class("agentnb-tool")
@@ -1051,7 +1083,7 @@ class SessionView(w.VBox):  # type: ignore[misc]  # ipywidgets ships no type inf
             _set(widget, "titles", (plan_title(item),))
             return
         if item.kind == "tool":
-            _set(widget.children[0], "value", tool_html(item))
+            _set(widget.children[0], "value", tool_html(item, self._block_src))
             _set(widget, "titles", (tool_title(item),))
             _apply_hint(widget, item)
         else:

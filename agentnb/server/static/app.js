@@ -714,11 +714,52 @@
       if (r.prompt) node.append(el("div", "text", r.prompt));
       if (r.answer && Object.keys(r.answer).length) node.append(el("pre", "answer-given", json(r.answer)));
     }
-    if (item.result) {
+    if (item.result && item.result.blocks && item.result.blocks.length) {
+      // A rich result: thumbnails of its images on the card's line, every block inside.
+      for (const block of item.result.blocks) if (block.type === "image") summary.append(" ", thumbnail(block, "thumb-small"));
+      node.append(el("div", "section", `result: ${item.result.status}`), resultBlocks(item.result.blocks));
+    } else if (item.result) {
       node.append(el("div", "section", `result: ${item.result.status}`), el("pre", "result", json(item.result.output)));
     }
     if (item.error) node.append(el("div", "error", item.error));
     return node;
+  }
+
+  // Result blocks (agentnb.blocks): small bytes come inline (base64), larger ones from the
+  // session's blocks route, which serves only the blocks of this session's results.
+  const blockUrl = (block) => block.data
+    ? `data:${block.mime};base64,${block.data}`
+    : sessionPath(`/blocks/${encodeURIComponent(block.sha256)}`);
+
+  function thumbnail(block, cls) {
+    const img = el("img", cls || "thumb");
+    img.src = blockUrl(block);
+    img.alt = block.name || "image";
+    img.title = `${block.name || "image"} (${block.mime}, ${block.size} bytes)`;
+    img.loading = "lazy";
+    return img;
+  }
+
+  function resultBlocks(blocks) {
+    const box = el("div", "result-blocks");
+    for (const block of blocks) {
+      if (block.type === "text") box.append(el("div", "text result", block.text));
+      else if (block.type === "json") box.append(el("pre", "result", json(block.data)));
+      else if (block.type === "image") {
+        const link = el("a", "thumb-link");
+        link.href = blockUrl(block);
+        link.target = "_blank";
+        link.rel = "noopener";
+        link.append(thumbnail(block));
+        box.append(link);
+      } else {
+        const link = el("a", "file-link", `${block.name || "file"} (${block.mime}, ${block.size} bytes)`);
+        link.href = blockUrl(block);
+        link.download = block.name || "file";
+        box.append(link);
+      }
+    }
+    return box;
   }
 
   // A sub-agent call: the child's task, its live status and progress (the panel's
