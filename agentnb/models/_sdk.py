@@ -12,15 +12,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import threading
 import time
 import weakref
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
+from math import inf
 from types import ModuleType
 from typing import Generic, Protocol, TypeVar
 
+from agentnb.errors import InvalidInput
 from agentnb.models.base import (
+    Backoff,
     ContextTooLong,
     ModelError,
     ReasoningDelta,
@@ -29,7 +33,7 @@ from agentnb.models.base import (
     ToolCallDelta,
     retry_after_of,
 )
-from agentnb.models.secrets import cut
+from agentnb.models.secrets import clean_key, cut, mask_userinfo
 
 __all__ = [
     "DETAIL",
@@ -37,7 +41,9 @@ __all__ = [
     "Deadline",
     "Failures",
     "LoopClients",
+    "check_arguments",
     "guarded",
+    "key_of",
     "sdk_failure",
 ]
 
@@ -69,6 +75,48 @@ _TOO_LONG = (
 )
 """How providers and local servers (vLLM, llama.cpp) word a prompt past the window."""
 _REPLY = (TextDelta, ReasoningDelta, ToolCallDelta)
+
+
+def check_arguments(
+    *,
+    model: object,
+    base_url: object,
+    timeout: object,
+    options: object,
+    name: object,
+    backoff: object,
+    url_required: bool = False,
+) -> None:
+    """The arguments every adapter takes, checked alike: ``InvalidInput`` naming the first
+    that is wrong (a base_url is quoted with its credentials masked)."""
+    if not isinstance(model, str) or not model:
+        raise InvalidInput(f"model must be a non-empty model name, got {model!r}")
+    if (base_url is not None or url_required) and (
+        not isinstance(base_url, str) or not base_url.startswith(("http://", "https://"))
+    ):
+        shown = mask_userinfo(base_url) if isinstance(base_url, str) else base_url
+        also = "" if url_required else " or None"
+        raise InvalidInput(f"base_url must be an http(s) URL{also}, got {shown!r}")
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not 0 < timeout < inf:
+        raise InvalidInput(f"timeout must be a number of seconds > 0, got {timeout!r}")
+    if options is not None and not isinstance(options, Mapping):
+        raise InvalidInput(f"options must be a dict, got {type(options).__name__}")
+    if name is not None and (not isinstance(name, str) or not name):
+        raise InvalidInput(f"name must be a non-empty string or None, got {name!r}")
+    if backoff is not None and not isinstance(backoff, Backoff):
+        raise InvalidInput(f"backoff must be a Backoff or None, got {backoff!r}")
+
+
+def key_of(api_key: object, variable: str, *, required: str | None = None) -> str | None:
+    """``api_key``, else the environment's ``variable``, cleaned (``clean_key``); with
+    ``required`` (the adapter's name) a missing key raises ``InvalidInput``."""
+    if api_key is None:
+        key = clean_key(os.environ.get(variable), variable)
+    else:
+        key = clean_key(api_key, "api_key")
+    if key is None and required is not None:
+        raise InvalidInput(f"{required} needs an API key: pass api_key=... or set {variable}")
+    return key
 
 
 class _Closable(Protocol):

@@ -12,7 +12,6 @@ import base64
 import importlib
 import json
 import math
-import os
 import re
 import threading
 import weakref
@@ -39,7 +38,9 @@ from agentnb.models._sdk import (
     Deadline,
     Failures,
     LoopClients,
+    check_arguments,
     guarded,
+    key_of,
     sdk_failure,
 )
 from agentnb.models.base import (
@@ -59,7 +60,6 @@ from agentnb.models.base import (
     estimate_tokens,
 )
 from agentnb.models.secrets import Secret as _Secret
-from agentnb.models.secrets import clean_key as _clean_key
 from agentnb.models.secrets import cut as _cut
 from agentnb.models.secrets import mask_userinfo as _mask_userinfo
 from agentnb.models.secrets import scrub as _scrub
@@ -171,6 +171,8 @@ class OpenAIChatModel(Model):
     stream cut short; a server's ``x-should-retry`` header decides when present), with
     ``retry_after`` from ``retry-after-ms`` or ``Retry-After`` (seconds or an HTTP date).
     A failure after that is never retryable: part of the reply may already be in the log.
+    A prompt past the model's window (OpenAI's ``context_length_exceeded``, vLLM's and
+    llama.cpp's wording of it) is ``ContextTooLong``, which names compaction.
     ``backoff`` (default ``Backoff()``) says how long the runtime waits between attempts.
 
     **Tokens.** ``count_tokens`` uses an exact tokenizer when it has one: ``tokenizer`` is a
@@ -202,16 +204,15 @@ class OpenAIChatModel(Model):
         parallel_tool_calls: bool | None = None,
         response_format: Mapping[str, Any] | None = None,
     ) -> None:
-        if not isinstance(model, str) or not model:
-            raise InvalidInput(f"model must be a non-empty model name, got {model!r}")
-        if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
-            shown = _mask_userinfo(base_url) if isinstance(base_url, str) else base_url
-            raise InvalidInput(f"base_url must be an http(s) URL, got {shown!r}")
-        if name is not None and (not isinstance(name, str) or not name):
-            raise InvalidInput(f"name must be a non-empty string or None, got {name!r}")
-        if options is not None and not isinstance(options, Mapping):
-            raise InvalidInput(f"options must be a dict, got {type(options).__name__}")
-        _check_timeout("timeout", timeout)
+        check_arguments(
+            model=model,
+            base_url=base_url,
+            timeout=timeout,
+            options=options,
+            name=name,
+            backoff=backoff,
+            url_required=True,
+        )
         if attempt_timeout is not None:
             _check_timeout("attempt_timeout", attempt_timeout, also=" or None")
         check_context_window(context_window)
@@ -225,13 +226,8 @@ class OpenAIChatModel(Model):
                 "transport must be an httpx.AsyncBaseTransport (such as httpx.MockTransport) "
                 f"or None, got {type(transport).__name__}"
             )
-        if backoff is not None and not isinstance(backoff, Backoff):
-            raise InvalidInput(f"backoff must be a Backoff or None, got {backoff!r}")
         _check_request_options(tool_choice, parallel_tool_calls, response_format)
-        if api_key is None:
-            key = _clean_key(os.environ.get("OPENAI_API_KEY"), "OPENAI_API_KEY")
-        else:
-            key = _clean_key(api_key, "api_key")
+        key = key_of(api_key, "OPENAI_API_KEY")
         parts = urlsplit(base_url.rstrip("/"))
         userinfo, _, host = parts.netloc.rpartition("@")
         self.model = model
