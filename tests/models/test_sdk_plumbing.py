@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import time
+from collections.abc import AsyncGenerator
 
 import anthropic
 import httpx
 import openai
 import pytest
 
-from agentnb.models import ContextTooLong
-from agentnb.models._sdk import Failures, LoopClients, sdk_failure
+from agentnb.models import ContextTooLong, ModelError, StreamItem, TextDelta
+from agentnb.models._sdk import Deadline, Failures, LoopClients, guarded, sdk_failure
 
 KEY = "sk-plumbing-0123456789"
 
@@ -108,3 +110,69 @@ class TestSdkFailure:
         err = sdk_failure(exc, openai, _failures(), False, retry_unexpected=True)
         assert err.retryable
         assert "RuntimeError: boom ***" in str(err)
+
+
+async def _slow_items(pause: float) -> AsyncGenerator[StreamItem, None]:
+    for n in range(3):
+        yield TextDelta(str(n))
+        await asyncio.sleep(pause)
+
+
+def _translate(exc: Exception, streamed: bool) -> ModelError:
+    return _failures().unexpected(exc, streamed, retryable=False)
+
+
+class TestGuardedDeadline:
+    def test_a_deadline_passing_in_the_consumers_code_leaves_it_alone(self) -> None:
+        """Past the deadline while the consumer holds an item, the consumer's own wait is not
+        cancelled; the next wait for an item ends with the deadline's error."""
+        deadline = Deadline.of(time.monotonic() + 0.05, where="http://fake")
+        assert deadline is not None
+
+        async def main() -> tuple[list[StreamItem], ModelError]:
+            got: list[StreamItem] = []
+            stream = guarded(_slow_items(0.0), deadline, _translate, _failures())
+            got.append(await anext(stream))
+            await asyncio.sleep(0.2)  # the consumer's own wait: must not be cancelled
+            with pytest.raises(ModelError) as caught:
+                got.append(await anext(stream))
+            return got, caught.value
+
+        got, err = asyncio.run(main())
+        assert got == [TextDelta("0")]
+        assert "time limit" in str(err)
+        assert not err.retryable
+
+    def test_a_deadline_ends_a_wait_that_never_returns(self) -> None:
+        """A wait for an item that would last far past the deadline ends at it, retryably
+        for attempt_timeout, and the items are closed."""
+        deadline = Deadline.of(None, 0.05, where="http://fake")
+
+        async def main() -> ModelError:
+            stream = guarded(_slow_items(3600.0), deadline, _translate, _failures())
+            assert await anext(stream) == TextDelta("0")
+            with pytest.raises(ModelError) as caught:
+                await anext(stream)
+            return caught.value
+
+        err = asyncio.run(main())
+        assert err.retryable is False  # an item streamed first: never retryable
+        assert "attempt_timeout=0.05s" in str(err)
+
+    def test_an_outside_cancel_stays_a_cancel(self) -> None:
+        """A cancel from outside during the wait propagates as CancelledError, not as the
+        deadline's error."""
+        deadline = Deadline.of(None, 3600.0, where="http://fake")
+
+        async def read() -> None:
+            async for _ in guarded(_slow_items(3600.0), deadline, _translate, _failures()):
+                pass
+
+        async def main() -> None:
+            task = asyncio.create_task(read())
+            await asyncio.sleep(0.05)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+
+        asyncio.run(main())
