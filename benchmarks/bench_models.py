@@ -40,6 +40,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -231,21 +232,31 @@ def _request() -> ModelRequest:
 
 
 async def _adapter_cpu(model: Any, rounds: int) -> list[float]:
-    out = []
-    try:
-        await _drain(model.stream(_request()))  # warm: the pool and the code paths
-        for _ in range(rounds):
-            started = time.process_time()
-            await _drain(model.stream(_request()))
-            out.append(time.process_time() - started)
-    finally:
-        await model.aclose()
-    return out
+    async def once() -> None:
+        await _drain(model.stream(_request()))
+
+    return await _cpu(once, model.aclose, rounds)
 
 
 async def _drain(stream: Any) -> None:
     async for _ in stream:
         pass
+
+
+async def _cpu(
+    once: Callable[[], Awaitable[None]], close: Callable[[], Awaitable[None]], rounds: int
+) -> list[float]:
+    """CPU seconds of each of ``rounds`` calls of ``once`` after a warm one; then ``close``."""
+    out = []
+    try:
+        await once()
+        for _ in range(rounds):
+            started = time.process_time()
+            await once()
+            out.append(time.process_time() - started)
+    finally:
+        await close()
+    return out
 
 
 async def _bare_anthropic_cpu(base_url: str, rounds: int) -> list[float]:
@@ -260,16 +271,7 @@ async def _bare_anthropic_cpu(base_url: str, rounds: int) -> list[float]:
             if event.type == "content_block_delta":
                 _ = event.delta.text  # type: ignore[union-attr]
 
-    out = []
-    try:
-        await once()
-        for _ in range(rounds):
-            started = time.process_time()
-            await once()
-            out.append(time.process_time() - started)
-    finally:
-        await client.close()
-    return out
+    return await _cpu(once, client.close, rounds)
 
 
 async def _bare_responses_cpu(base_url: str, rounds: int) -> list[float]:
@@ -284,16 +286,7 @@ async def _bare_responses_cpu(base_url: str, rounds: int) -> list[float]:
             if event.type == "response.output_text.delta":
                 _ = event.delta
 
-    out = []
-    try:
-        await once()
-        for _ in range(rounds):
-            started = time.process_time()
-            await once()
-            out.append(time.process_time() - started)
-    finally:
-        await client.close()
-    return out
+    return await _cpu(once, client.close, rounds)
 
 
 async def _bare_chat_cpu(base_url: str, rounds: int, *, raw: bool = False) -> list[float]:
@@ -323,16 +316,7 @@ async def _bare_chat_cpu(base_url: str, rounds: int, *, raw: bool = False) -> li
             if chunk.choices:
                 _ = chunk.choices[0].delta.content
 
-    out = []
-    try:
-        await once()
-        for _ in range(rounds):
-            started = time.process_time()
-            await once()
-            out.append(time.process_time() - started)
-    finally:
-        await client.close()
-    return out
+    return await _cpu(once, client.close, rounds)
 
 
 def _record(
