@@ -13,6 +13,13 @@ the environment, a table, then one JSON line per metric with the keys ``metric``
 ``responses_cpu_per_token``
     The same for ``OpenAIResponsesModel`` against ``AsyncOpenAI.responses.create(stream=True)``.
     Target ratio <= 1.3.
+``chat_cpu_per_token``
+    The same for ``OpenAIChatModel`` against ``AsyncOpenAI.chat.completions.create(stream=True)``
+    (each chunk's ``choices[0].delta.content`` read). Target ratio <= 1.3.
+``chat_raw_cpu_per_token``
+    ``OpenAIChatModel`` against the SDK's cheapest stream, the one the adapter reads: the raw
+    response parsed as ``AsyncStream[object]`` (each chunk the JSON dict the server sent, no
+    pydantic model built per chunk). Target ratio <= 1.3.
 ``real_turn_overhead``
     With the real model (SmolLM2-135M under llama.cpp's server, when installed): wall seconds
     of a whole durable agentnb turn (``OpenAIChatModel``, SQLite store) against the bare
@@ -33,6 +40,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +48,7 @@ import agentnb as nb
 from agentnb.events import Message
 from agentnb.models import ModelRequest
 from agentnb.models.anthropic import AnthropicModel
+from agentnb.models.openai import OpenAIChatModel
 from agentnb.models.openai_responses import OpenAIResponsesModel
 
 KEY = "sk-bench-0000000000000000"
@@ -47,7 +56,8 @@ KEY = "sk-bench-0000000000000000"
 _SERVER = r"""
 import http.server, sys
 bodies = {"/v1/messages": open(sys.argv[1], "rb").read(),
-          "/v1/responses": open(sys.argv[2], "rb").read()}
+          "/v1/responses": open(sys.argv[2], "rb").read(),
+          "/v1/chat/completions": open(sys.argv[3], "rb").read()}
 
 class Serve(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
@@ -201,26 +211,52 @@ def responses_body(tokens: int) -> bytes:
     return _sse(events)
 
 
+def chat_body(tokens: int) -> bytes:
+    head = {"id": "chatcmpl-b", "object": "chat.completion.chunk", "created": 1, "model": "gpt-b"}
+    chunks: list[dict[str, Any]] = [
+        dict(head, choices=[{"index": 0, "delta": {"role": "assistant", "content": ""}}])
+    ]
+    chunks += [
+        dict(head, choices=[{"index": 0, "delta": {"content": " word"}, "finish_reason": None}])
+        for _ in range(tokens)
+    ]
+    chunks.append(dict(head, choices=[{"index": 0, "delta": {}, "finish_reason": "stop"}]))
+    usage = {"prompt_tokens": 10, "completion_tokens": tokens, "total_tokens": tokens + 10}
+    chunks.append(dict(head, choices=[], usage=usage))
+    lines = [f"data: {json.dumps(c)}\n\n".encode() for c in chunks]
+    return b"".join(lines) + b"data: [DONE]\n\n"
+
+
 def _request() -> ModelRequest:
     return ModelRequest(messages=(Message(id="m1", role="user", text="go"),))
 
 
 async def _adapter_cpu(model: Any, rounds: int) -> list[float]:
-    out = []
-    try:
-        await _drain(model.stream(_request()))  # warm: the pool and the code paths
-        for _ in range(rounds):
-            started = time.process_time()
-            await _drain(model.stream(_request()))
-            out.append(time.process_time() - started)
-    finally:
-        await model.aclose()
-    return out
+    async def once() -> None:
+        await _drain(model.stream(_request()))
+
+    return await _cpu(once, model.aclose, rounds)
 
 
 async def _drain(stream: Any) -> None:
     async for _ in stream:
         pass
+
+
+async def _cpu(
+    once: Callable[[], Awaitable[None]], close: Callable[[], Awaitable[None]], rounds: int
+) -> list[float]:
+    """CPU seconds of each of ``rounds`` calls of ``once`` after a warm one; then ``close``."""
+    out = []
+    try:
+        await once()
+        for _ in range(rounds):
+            started = time.process_time()
+            await once()
+            out.append(time.process_time() - started)
+    finally:
+        await close()
+    return out
 
 
 async def _bare_anthropic_cpu(base_url: str, rounds: int) -> list[float]:
@@ -235,16 +271,7 @@ async def _bare_anthropic_cpu(base_url: str, rounds: int) -> list[float]:
             if event.type == "content_block_delta":
                 _ = event.delta.text  # type: ignore[union-attr]
 
-    out = []
-    try:
-        await once()
-        for _ in range(rounds):
-            started = time.process_time()
-            await once()
-            out.append(time.process_time() - started)
-    finally:
-        await client.close()
-    return out
+    return await _cpu(once, client.close, rounds)
 
 
 async def _bare_responses_cpu(base_url: str, rounds: int) -> list[float]:
@@ -259,16 +286,37 @@ async def _bare_responses_cpu(base_url: str, rounds: int) -> list[float]:
             if event.type == "response.output_text.delta":
                 _ = event.delta
 
-    out = []
-    try:
-        await once()
-        for _ in range(rounds):
-            started = time.process_time()
-            await once()
-            out.append(time.process_time() - started)
-    finally:
-        await client.close()
-    return out
+    return await _cpu(once, client.close, rounds)
+
+
+async def _bare_chat_cpu(base_url: str, rounds: int, *, raw: bool = False) -> list[float]:
+    import openai
+
+    client = openai.AsyncOpenAI(api_key=KEY, base_url=base_url, max_retries=0)
+
+    async def once() -> None:
+        if raw:
+            response = await client.chat.completions.with_raw_response.create(
+                model="gpt-bench",
+                messages=[{"role": "user", "content": "go"}],
+                stream=True,
+                stream_options={"include_usage": True},
+            )
+            async for data in response.parse(to=openai.AsyncStream[object]):
+                if data["choices"]:  # type: ignore[index]
+                    _ = data["choices"][0]["delta"].get("content")  # type: ignore[index]
+            return
+        stream = await client.chat.completions.create(
+            model="gpt-bench",
+            messages=[{"role": "user", "content": "go"}],
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+        async for chunk in stream:
+            if chunk.choices:
+                _ = chunk.choices[0].delta.content
+
+    return await _cpu(once, client.close, rounds)
 
 
 def _record(
@@ -294,8 +342,6 @@ def _real_turn(rounds: int) -> dict[str, Any] | None:
         print(f"real_turn_overhead skipped: {why}", file=sys.stderr)
         return None
     import openai
-
-    from agentnb.models.openai import OpenAIChatModel
 
     options = {"max_tokens": 16, "temperature": 0, "seed": 7}
     question = "What is the capital of France?"
@@ -349,10 +395,12 @@ def main(argv: list[str] | None = None) -> int:
 
     with tempfile.TemporaryDirectory() as tmp:
         messages, responses = Path(tmp) / "messages.sse", Path(tmp) / "responses.sse"
+        chat = Path(tmp) / "chat.sse"
         messages.write_bytes(anthropic_body(tokens))
         responses.write_bytes(responses_body(tokens))
+        chat.write_bytes(chat_body(tokens))
         server = subprocess.Popen(
-            [sys.executable, "-c", _SERVER, str(messages), str(responses)],
+            [sys.executable, "-c", _SERVER, str(messages), str(responses), str(chat)],
             stdout=subprocess.PIPE,
             text=True,
         )
@@ -362,6 +410,7 @@ def main(argv: list[str] | None = None) -> int:
             per = 1e6 / tokens
             claude = AnthropicModel("claude-bench", api_key=KEY, base_url=url)
             gpt = OpenAIResponsesModel("gpt-bench", api_key=KEY, base_url=f"{url}/v1")
+            chat_model = OpenAIChatModel("gpt-bench", api_key=KEY, base_url=f"{url}/v1")
             records = [
                 _record(
                     "anthropic_cpu_per_token",
@@ -378,6 +427,14 @@ def main(argv: list[str] | None = None) -> int:
                     1.3,
                 ),
             ]
+            chat_cpu = statistics.median(asyncio.run(_adapter_cpu(chat_model, rounds))) * per
+            for metric, raw in (("chat_cpu_per_token", False), ("chat_raw_cpu_per_token", True)):
+                bare = asyncio.run(_bare_chat_cpu(f"{url}/v1", rounds, raw=raw))
+                records.append(
+                    _record(
+                        metric, chat_cpu, statistics.median(bare) * per, "us CPU per token", 1.3
+                    )
+                )
         finally:
             server.terminate()
             server.wait(10)

@@ -201,11 +201,13 @@ def test_ops_quick_run_prints_one_json_line_per_metric() -> None:
 
 
 def test_models_quick_run_prints_one_json_line_per_metric() -> None:
-    """`bench_models.py --quick --no-real` prints the two adapter metrics as JSON lines."""
+    """`bench_models.py --quick --no-real` prints the adapter metrics as JSON lines."""
     records = _records("bench_models.py", "--quick", "--no-real", "--tokens", "200")
     assert {r["metric"] for r in records} == {
         "anthropic_cpu_per_token",
         "responses_cpu_per_token",
+        "chat_cpu_per_token",
+        "chat_raw_cpu_per_token",
     }
 
 

@@ -7,12 +7,7 @@ translated into ``ModelError``.
 
 from __future__ import annotations
 
-import asyncio
-import os
-import threading
-import time
-import weakref
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from typing import Any, Literal
 
 from agentnb.errors import install_hint
@@ -26,9 +21,17 @@ except ImportError as exc:  # pragma: no cover - exercised by a test that hides 
 
 from agentnb.errors import InvalidInput
 from agentnb.events import Message
+from agentnb.models._sdk import (
+    Deadline,
+    Failures,
+    LoopClients,
+    check_arguments,
+    guarded,
+    key_of,
+    sdk_failure,
+)
 from agentnb.models.base import (
     Backoff,
-    ContextTooLong,
     Finish,
     Model,
     ModelError,
@@ -39,17 +42,14 @@ from agentnb.models.base import (
     ToolCallDelta,
     Usage,
     check_context_window,
-    retry_after_of,
 )
 from agentnb.models.parts import anthropic_content
-from agentnb.models.secrets import Secret, clean_key, cut, mask_userinfo, scrub
+from agentnb.models.secrets import Secret, mask_userinfo, scrub
 
 __all__ = ["AnthropicModel"]
 
 PROVIDER = "anthropic"
 """``ReasoningPart.provider`` of the thinking blocks this adapter records and sends back."""
-MAX_ERROR_TEXT = 600
-_DETAIL = 300
 _EPHEMERAL = {"type": "ephemeral"}
 _STOP_REASONS = {
     "end_turn": "stop",
@@ -61,8 +61,6 @@ _STOP_REASONS = {
     "pause_turn": "pause_turn",
 }
 """Anthropic's stop reasons in agentnb's finish vocabulary (others are recorded as sent)."""
-_RETRYABLE_TYPES = frozenset({"overloaded_error", "rate_limit_error", "api_error", "timeout_error"})
-_TOO_LONG = ("prompt is too long", "context window", "context length", "too many tokens")
 
 
 def _check_thinking(thinking: object) -> dict[str, Any] | None:
@@ -136,13 +134,14 @@ class AnthropicModel(Model):
         context_window: int | None = None,
         backoff: Backoff | None = None,
     ) -> None:
-        if not isinstance(model, str) or not model:
-            raise InvalidInput(f"model must be a non-empty model name, got {model!r}")
-        if base_url is not None and (
-            not isinstance(base_url, str) or not base_url.startswith(("http://", "https://"))
-        ):
-            shown = mask_userinfo(base_url) if isinstance(base_url, str) else base_url
-            raise InvalidInput(f"base_url must be an http(s) URL or None, got {shown!r}")
+        check_arguments(
+            model=model,
+            base_url=base_url,
+            timeout=timeout,
+            options=options,
+            name=name,
+            backoff=backoff,
+        )
         if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
             raise InvalidInput(f"max_tokens must be a positive int, got {max_tokens!r}")
         self.thinking = _check_thinking(thinking)
@@ -153,26 +152,11 @@ class AnthropicModel(Model):
             )
         if not isinstance(cache, bool):
             raise InvalidInput(f"cache must be True or False, got {cache!r}")
-        if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0:
-            raise InvalidInput(f"timeout must be a number of seconds > 0, got {timeout!r}")
         if client is not None and not isinstance(client, anthropic.AsyncAnthropic):
             raise InvalidInput(
                 f"client must be an anthropic.AsyncAnthropic, got {type(client).__name__}"
             )
-        if options is not None and not isinstance(options, Mapping):
-            raise InvalidInput(f"options must be a dict, got {type(options).__name__}")
-        if name is not None and (not isinstance(name, str) or not name):
-            raise InvalidInput(f"name must be a non-empty string or None, got {name!r}")
-        if backoff is not None and not isinstance(backoff, Backoff):
-            raise InvalidInput(f"backoff must be a Backoff or None, got {backoff!r}")
-        if api_key is None:
-            key = clean_key(os.environ.get("ANTHROPIC_API_KEY"), "ANTHROPIC_API_KEY")
-        else:
-            key = clean_key(api_key, "api_key")
-        if key is None and client is None:
-            raise InvalidInput(
-                "AnthropicModel needs an API key: pass api_key=... or set ANTHROPIC_API_KEY"
-            )
+        key = key_of(api_key, "ANTHROPIC_API_KEY", required=None if client else "AnthropicModel")
         self.model = model
         self.name = name or model
         self.base_url = mask_userinfo(base_url.rstrip("/")) if base_url else None
@@ -185,43 +169,27 @@ class AnthropicModel(Model):
         self.context_window = check_context_window(context_window)
         self.backoff = backoff or Backoff()
         self._api_key = Secret(key)
-        self._client = client
-        self._lock = threading.Lock()
-        self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any]
-        self._clients = weakref.WeakKeyDictionary()
+        self._where = self.base_url or "the Anthropic API"
+        self._failures = Failures(self._where, self._redact, "ANTHROPIC_API_KEY")
+        self._clients: LoopClients[Any] = LoopClients(self._make_client, given=client)
 
     def __repr__(self) -> str:
         return f"AnthropicModel(model={self.model!r}, base_url={self.base_url!r})"
 
     # -- connections -------------------------------------------------------------------------
 
-    def _sdk(self) -> Any:
-        if self._client is not None:
-            return self._client
-        loop = asyncio.get_running_loop()
-        with self._lock:
-            client = self._clients.get(loop)
-            if client is None:
-                # An SDK client holds an HTTP pool bound to the loop it first ran on.
-                client = anthropic.AsyncAnthropic(
-                    api_key=self._api_key.reveal(),
-                    base_url=self._url,
-                    max_retries=0,
-                    timeout=anthropic.Timeout(self.timeout, connect=min(self.timeout, 10.0)),
-                    open_telemetry=False,
-                )
-                self._clients[loop] = client
-            return client
+    def _make_client(self) -> Any:
+        return anthropic.AsyncAnthropic(
+            api_key=self._api_key.reveal(),
+            base_url=self._url,
+            max_retries=0,
+            timeout=anthropic.Timeout(self.timeout, connect=min(self.timeout, 10.0)),
+            open_telemetry=False,
+        )
 
     async def aclose(self) -> None:
         """Close the running loop's client (one passed as ``client`` is the caller's)."""
-        loop = asyncio.get_running_loop()
-        with self._lock:
-            client = self._clients.pop(loop, None)
-            for ended in [other for other in self._clients if other.is_closed()]:
-                del self._clients[ended]
-        if client is not None:
-            await client.close()
+        await self._clients.aclose()
 
     # -- the request -------------------------------------------------------------------------
 
@@ -280,48 +248,11 @@ class AnthropicModel(Model):
     # -- the call ----------------------------------------------------------------------------
 
     def stream(self, request: ModelRequest) -> AsyncIterator[StreamItem]:
-        return self._stream(request)
+        deadline = Deadline.of(request.deadline, where=self._where)
+        return guarded(self._events(request), deadline, self._translate, self._failures)
 
-    async def _stream(self, request: ModelRequest) -> AsyncIterator[StreamItem]:
-        failure: ModelError | None = None
-        streamed = False
-        remaining = None if request.deadline is None else request.deadline - time.monotonic()
-        try:
-            async with asyncio.timeout(remaining):
-                async for item in self._events(self.body(request)):
-                    streamed = streamed or isinstance(
-                        item, TextDelta | ReasoningDelta | ToolCallDelta
-                    )
-                    yield item
-        except TimeoutError:
-            failure = self._error(
-                "the task's time limit passed while waiting for the reply; the call was cancelled",
-                streamed=streamed,
-            )
-        except ModelError as exc:
-            failure = self._redacted(exc, streamed)
-        except anthropic.APIStatusError as exc:
-            failure = self._status_error(exc, streamed)
-        except anthropic.APIConnectionError as exc:
-            failure = self._error(
-                f"connection to {self._where} failed: {type(exc).__name__}: {exc}",
-                retryable=True,
-                streamed=streamed,
-            )
-        except Exception as exc:  # noqa: BLE001 - a stream cut short, or anything else
-            failure = self._error(
-                f"the call to {self._where} failed: {type(exc).__name__}: {exc}",
-                retryable=True,
-                streamed=streamed,
-            )
-        if failure is not None:
-            # Raised outside the handler: the SDK's error (which may quote the key) is
-            # neither the cause nor the context of the one the caller sees.
-            raise failure
-
-    async def _events(self, body: dict[str, Any]) -> AsyncIterator[StreamItem]:
-        sdk = self._sdk()
-        stream = await sdk.messages.create(**body, stream=True)
+    async def _events(self, request: ModelRequest) -> AsyncGenerator[StreamItem, None]:
+        stream = await self._clients.get().messages.create(**self.body(request), stream=True)
         reasoning: dict[int, int] = {}  # content block index -> reasoning part index
         calls: dict[int, int] = {}  # content block index -> tool call index
         usage: dict[str, int | None] = {}
@@ -380,80 +311,13 @@ class AnthropicModel(Model):
 
     # -- errors ------------------------------------------------------------------------------
 
-    @property
-    def _where(self) -> str:
-        return self.base_url or "the Anthropic API"
-
     def _redact(self, text: str) -> str:
         key = self._api_key.reveal()
         return scrub(text, [key] if key else [], key)
 
-    def _error(
-        self,
-        text: str,
-        *,
-        retryable: bool = False,
-        retry_after: float | None = None,
-        streamed: bool = False,
-        kind: type[ModelError] = ModelError,
-    ) -> ModelError:
-        if streamed:
-            text = (
-                "the reply broke off after part of it was streamed (not retried: that part may "
-                f"already be recorded): {text}"
-            )
-            retryable, retry_after = False, None
-        return kind(
-            cut(self._redact(text), MAX_ERROR_TEXT),
-            retryable=retryable,
-            retry_after=retry_after if retryable else None,
-        )
-
-    def _redacted(self, exc: ModelError, streamed: bool) -> ModelError:
-        return self._error(
-            str(exc),
-            retryable=exc.retryable,
-            retry_after=exc.retry_after,
-            streamed=streamed,
-            kind=type(exc),
-        )
-
-    def _status_error(self, exc: Any, streamed: bool) -> ModelError:
-        status = exc.status_code
-        error_type = getattr(exc, "type", None) or ""
-        message = getattr(exc, "api_message", None) or str(exc)
-        detail = cut(self._redact(str(message)), _DETAIL)
-        headers = exc.response.headers
-        if status == 400 and any(s in detail.lower() for s in _TOO_LONG):
-            return self._error(
-                f"{self._where} refused the request: the prompt is longer than the model's "
-                f"context window ({detail}); compact the context (Agent(compaction=...)) or "
-                "start a new session",
-                streamed=streamed,
-                kind=ContextTooLong,
-            )
-        if status >= 400:
-            retryable = status in (408, 409, 429) or status >= 500
-            label = f"HTTP {status}"
-        else:  # an error event inside a stream that began with 200
-            retryable = error_type in _RETRYABLE_TYPES
-            label = "an error event"
-        should_retry = (headers.get("x-should-retry") or "").strip().lower()
-        if status >= 400 and should_retry in ("true", "false"):
-            retryable = should_retry == "true"
-        hint = {
-            401: "; check the API key (ANTHROPIC_API_KEY)",
-            404: "; check the model name",
-            429: "; rate limited",
-            529: "; the API is overloaded",
-        }.get(status, "")
-        kind = f" ({error_type})" if error_type else ""
-        return self._error(
-            f"{self._where} answered {label}{kind}: {detail}{hint}",
-            retryable=retryable,
-            retry_after=retry_after_of(headers, time.time()) if retryable else None,
-            streamed=streamed,
-        )
+    def _translate(self, exc: Exception, streamed: bool) -> ModelError:
+        # Anything else (a stream cut short) may be tried again.
+        return sdk_failure(exc, anthropic, self._failures, streamed, retry_unexpected=True)
 
 
 def _block_start(event: Any, reasoning: dict[int, int], calls: dict[int, int]) -> StreamItem | None:

@@ -1,32 +1,30 @@
-"""OpenAIChatModel: any OpenAI-compatible ``/chat/completions`` endpoint, streamed over SSE.
+"""OpenAIChatModel: any OpenAI-compatible ``/chat/completions`` endpoint, on the ``openai`` SDK.
 
-Why it is long: one adapter: building requests, parsing the SSE stream, tool-call
-fragments, usage, and translating every HTTP and network failure into ``ModelError``.
+The SDK sends the request and reads the event stream (SSE framing, ``[DONE]``, error events,
+HTTP errors as typed exceptions); ours are the request body, the chunks read as the JSON the
+server sent (tool-call fragments, reasoning, usage), the secrets kept out of every error, the
+deadlines and the token counting.
 """
 
 from __future__ import annotations
 
-import asyncio
 import base64
-import contextlib
 import importlib
 import json
 import math
-import os
 import re
 import threading
-import time
 import weakref
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable, Mapping
 from types import ModuleType
-from typing import Any, Literal
+from typing import Any, Literal, cast
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 from agentnb.errors import install_hint
 
 try:
     import httpx
-    import httpx_sse
+    import openai
 except ImportError as exc:  # pragma: no cover - exercised by a test that hides httpx
     raise ImportError(
         f"OpenAIChatModel needs {exc.name}: {install_hint('openai')}", name=exc.name
@@ -34,12 +32,24 @@ except ImportError as exc:  # pragma: no cover - exercised by a test that hides 
 
 from agentnb.errors import InvalidInput
 from agentnb.events import Message, canonical_json
+from agentnb.models._sdk import DETAIL as _DETAIL
+from agentnb.models._sdk import (
+    MAX_ERROR_TEXT,
+    Deadline,
+    Failures,
+    LoopClients,
+    check_arguments,
+    guarded,
+    key_of,
+    sdk_failure,
+)
 from agentnb.models.base import (
     Backoff,
     Finish,
     Model,
     ModelError,
     ModelRequest,
+    ReasoningDelta,
     StreamItem,
     TextDelta,
     ToolCallDelta,
@@ -48,31 +58,42 @@ from agentnb.models.base import (
     count_tokens_with,
     estimate_text_tokens,
     estimate_tokens,
-    retry_after_of,
 )
 from agentnb.models.parts import with_tool_images
 from agentnb.models.secrets import Secret as _Secret
-from agentnb.models.secrets import clean_key as _clean_key
 from agentnb.models.secrets import cut as _cut
 from agentnb.models.secrets import mask_userinfo as _mask_userinfo
 from agentnb.models.secrets import scrub as _scrub
 
-__all__ = ["OpenAIChatModel"]
+__all__ = ["MAX_ERROR_BODY", "MAX_ERROR_TEXT", "OpenAIChatModel"]
 
-_RETRYABLE_STATUS = frozenset({408, 409, 429})
 MAX_ERROR_BODY = 64 * 1024
-"""Bytes of an error response read at most (the rest is not waited for)."""
-_AFTER_DONE = 64
-"""Events read at most after ``[DONE]``, so the connection can go back to the pool."""
+"""Bytes of a 200 answer that is no event stream read at most to quote it in the error."""
 _MAX_SCALE = 4.0
 """The calibrated estimate counts at most this many times the plain estimate."""
 _TOOL_CHOICES = frozenset({"auto", "none", "required"})
 _TOOLS_ONLY = ("tool_choice", "parallel_tool_calls")
 """Options the chat API refuses in a request without tools."""
-MAX_ERROR_TEXT = 600
-"""Longest error message the adapter raises (cut after redaction, never before)."""
-_DETAIL = 300
-"""Longest piece of a server's answer quoted in an error."""
+_NO_KEY = "no-key"
+"""What the SDK is given without a key (it insists on one); its header is never sent."""
+_SENT = frozenset({"model", "messages", "stream"})
+"""Body fields given to the SDK by name; every other field goes as ``extra_body``."""
+
+
+class _Chunks(openai.AsyncStream[object]):
+    """The SDK's stream of chat-completion chunks, each the JSON object the server sent.
+
+    ``object`` as the chunk type makes the SDK hand over the parsed JSON as it is instead of
+    building a pydantic model per chunk (most of its CPU per token), and keeps what a
+    compatible server adds (``reasoning_content``) readable as sent.
+    """
+
+    async def _iter_events(self) -> AsyncIterator[Any]:
+        # The SSE standard dispatches no event whose data is empty (a keep-alive some servers
+        # send); the SDK's decoder does, then fails to read "" as JSON.
+        async for event in super()._iter_events():
+            if event.data:
+                yield event
 
 
 def _check_request_options(
@@ -105,7 +126,8 @@ def _check_timeout(name: str, value: object, also: str = "") -> None:
 
 
 class OpenAIChatModel(Model):
-    """A chat model behind an OpenAI-compatible ``/chat/completions`` endpoint.
+    """A chat model behind an OpenAI-compatible ``/chat/completions`` endpoint, through the
+    official ``openai`` SDK.
 
     ``api_key`` defaults to the ``OPENAI_API_KEY`` environment variable; without one no
     ``Authorization`` header is sent (fine for local servers). Whitespace around the key (a
@@ -123,13 +145,19 @@ class OpenAIChatModel(Model):
     ``{"type": "json_object"}``) are the same as setting those options; ``tool_choice`` and
     ``parallel_tool_calls`` are left out of a request without tools, which the API refuses.
     Usage is asked for with ``stream_options: {"include_usage": true}``; cached and reasoning
-    tokens are recorded when the server reports them.
+    tokens are recorded when the server reports them. Reasoning a server streams as
+    ``reasoning_content`` (DeepSeek, vLLM, llama.cpp) or ``reasoning`` streams as
+    ``ReasoningDelta``; it is not sent back (those servers refuse it in a request). Only the
+    key (or base_url's credentials) goes with a request: the SDK's ``OPENAI_ORG_ID`` and
+    ``OPENAI_PROJECT_ID`` headers are left out, so a local server learns nothing of them.
 
-    **Connections.** Calls share one pooled ``httpx.AsyncClient`` per event loop, made on first
-    use; ``aclose()`` closes the running loop's client (the runtime calls it when it closes) and
-    a later call makes a new one. ``transport`` replaces the HTTP transport (tests pass
-    ``httpx.MockTransport``). ``timeout`` bounds connecting and each wait for the next piece of
-    the stream.
+    **Connections.** Calls share one ``openai.AsyncOpenAI`` client per event loop, made on
+    first use, with the SDK's retries off, over one pooled ``httpx.AsyncClient``;
+    ``aclose()`` closes the running loop's client (the runtime calls it when it closes) and a
+    later call makes a new one. ``transport`` replaces that client's HTTP transport (tests
+    pass ``httpx.MockTransport``; it is the same as giving the SDK ``http_client=httpx.
+    AsyncClient(transport=...)``). ``timeout`` bounds connecting and each wait for the next
+    piece of the stream. Interrupting a call (closing its stream) closes the response.
 
     **Deadlines.** A server that keeps sending a byte now and then never lets ``timeout``
     fire, so each attempt also has a deadline: ``attempt_timeout`` seconds (default 600,
@@ -144,6 +172,8 @@ class OpenAIChatModel(Model):
     stream cut short; a server's ``x-should-retry`` header decides when present), with
     ``retry_after`` from ``retry-after-ms`` or ``Retry-After`` (seconds or an HTTP date).
     A failure after that is never retryable: part of the reply may already be in the log.
+    A prompt past the model's window (OpenAI's ``context_length_exceeded``, vLLM's and
+    llama.cpp's wording of it) is ``ContextTooLong``, which names compaction.
     ``backoff`` (default ``Backoff()``) says how long the runtime waits between attempts.
 
     **Tokens.** ``count_tokens`` uses an exact tokenizer when it has one: ``tokenizer`` is a
@@ -175,16 +205,15 @@ class OpenAIChatModel(Model):
         parallel_tool_calls: bool | None = None,
         response_format: Mapping[str, Any] | None = None,
     ) -> None:
-        if not isinstance(model, str) or not model:
-            raise InvalidInput(f"model must be a non-empty model name, got {model!r}")
-        if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
-            shown = _mask_userinfo(base_url) if isinstance(base_url, str) else base_url
-            raise InvalidInput(f"base_url must be an http(s) URL, got {shown!r}")
-        if name is not None and (not isinstance(name, str) or not name):
-            raise InvalidInput(f"name must be a non-empty string or None, got {name!r}")
-        if options is not None and not isinstance(options, Mapping):
-            raise InvalidInput(f"options must be a dict, got {type(options).__name__}")
-        _check_timeout("timeout", timeout)
+        check_arguments(
+            model=model,
+            base_url=base_url,
+            timeout=timeout,
+            options=options,
+            name=name,
+            backoff=backoff,
+            url_required=True,
+        )
         if attempt_timeout is not None:
             _check_timeout("attempt_timeout", attempt_timeout, also=" or None")
         check_context_window(context_window)
@@ -193,13 +222,13 @@ class OpenAIChatModel(Model):
                 f'tokenizer must be "auto", None or a function counting the tokens of a text, '
                 f"got {tokenizer!r}"
             )
-        if backoff is not None and not isinstance(backoff, Backoff):
-            raise InvalidInput(f"backoff must be a Backoff or None, got {backoff!r}")
+        if transport is not None and not isinstance(transport, httpx.AsyncBaseTransport):
+            raise InvalidInput(
+                "transport must be an httpx.AsyncBaseTransport (such as httpx.MockTransport) "
+                f"or None, got {type(transport).__name__}"
+            )
         _check_request_options(tool_choice, parallel_tool_calls, response_format)
-        if api_key is None:
-            key = _clean_key(os.environ.get("OPENAI_API_KEY"), "OPENAI_API_KEY")
-        else:
-            key = _clean_key(api_key, "api_key")
+        key = key_of(api_key, "OPENAI_API_KEY")
         parts = urlsplit(base_url.rstrip("/"))
         userinfo, _, host = parts.netloc.rpartition("@")
         self.model = model
@@ -222,13 +251,14 @@ class OpenAIChatModel(Model):
         self._api_key = _Secret(key)
         self._userinfo = _Secret(userinfo or None)
         self._transport = transport
+        self._headers = self._request_headers()
+        self._failures = Failures(self.base_url, self._redact, "OPENAI_API_KEY")
+        self._clients: LoopClients[openai.AsyncOpenAI] = LoopClients(self._make_client)
         self._tokenizer = tokenizer
         self._counter: tuple[str, Callable[[str], int]] | None = None
         self._counter_known = False
         self._scale = 1.0
         self._lock = threading.Lock()
-        self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, httpx.AsyncClient]
-        self._clients = weakref.WeakKeyDictionary()
 
     def __repr__(self) -> str:
         return f"OpenAIChatModel(model={self.model!r}, base_url={self.base_url!r})"
@@ -283,34 +313,42 @@ class OpenAIChatModel(Model):
 
     # -- connections -------------------------------------------------------------------------
 
-    def _client(self) -> httpx.AsyncClient:
-        loop = asyncio.get_running_loop()
-        with self._lock:
-            client = self._clients.get(loop)
-            if client is None or client.is_closed:
-                # An httpx client is bound to the loop it first ran on: one per loop.
-                client = httpx.AsyncClient(
-                    transport=self._transport,
-                    timeout=httpx.Timeout(self.timeout, connect=min(self.timeout, 10.0)),
-                )
-                self._clients[loop] = client
-            return client
+    def _make_client(self) -> openai.AsyncOpenAI:
+        timeout = httpx.Timeout(self.timeout, connect=min(self.timeout, 10.0))
+        # An httpx (not the SDK's own) HTTP client: ``transport`` is an httpx transport, and
+        # every SDK release since 1.0 accepts one.
+        http_client = httpx.AsyncClient(transport=self._transport, timeout=timeout)
+        return openai.AsyncOpenAI(
+            api_key=self._api_key.reveal() or _NO_KEY,
+            base_url=self._url,
+            max_retries=0,  # every retry is the runtime's, recorded in the log
+            timeout=openai.Timeout(self.timeout, connect=min(self.timeout, 10.0)),
+            http_client=cast(Any, http_client),
+        )
 
     async def aclose(self) -> None:
         """Close the connection pool of the running event loop (see the class docstring)."""
-        loop = asyncio.get_running_loop()
-        with self._lock:
-            client = self._clients.pop(loop, None)
-            # Clients of loops that ended cannot be closed any more; let them go.
-            for ended in [other for other in self._clients if other.is_closed()]:
-                del self._clients[ended]
-        if client is not None:
-            await client.aclose()
+        await self._clients.aclose()
+
+    def _request_headers(self) -> dict[str, Any]:
+        """The headers each request sets or leaves out (``openai.Omit()``) over the SDK's."""
+        omit = openai.Omit()
+        headers: dict[str, Any] = {"OpenAI-Organization": omit, "OpenAI-Project": omit}
+        userinfo = self._userinfo.reveal()
+        if userinfo is not None:
+            # Sent as a header, not left in the URL: HTTP libraries log request URLs.
+            user, _, password = userinfo.partition(":")
+            token = base64.b64encode(f"{unquote(user)}:{unquote(password)}".encode()).decode()
+            headers["Authorization"] = f"Basic {token}"
+        elif self._api_key.reveal() is None:
+            headers["Authorization"] = omit
+        return headers
 
     # -- the call ----------------------------------------------------------------------------
 
     def stream(self, request: ModelRequest) -> AsyncIterator[StreamItem]:
-        return self._stream(request)
+        deadline = Deadline.of(request.deadline, self.attempt_timeout, where=self.base_url)
+        return guarded(self._events(request), deadline, self._translate, self._failures)
 
     def _body(self, request: ModelRequest) -> dict[str, Any]:
         body: dict[str, Any] = {
@@ -328,20 +366,72 @@ class OpenAIChatModel(Model):
                 body.pop(option, None)
         return {k: v for k, v in body.items() if v is not None}
 
-    def _headers(self) -> dict[str, str]:
-        headers = {"Accept": "text/event-stream"}
-        key = self._api_key.reveal()
-        if key:
-            headers["Authorization"] = f"Bearer {key}"
-        return headers
+    async def _events(self, request: ModelRequest) -> AsyncGenerator[StreamItem, None]:
+        body = self._body(request)
+        extra = {k: v for k, v in body.items() if k not in _SENT}
+        raw = await self._clients.get().chat.completions.with_raw_response.create(
+            model=body["model"],
+            messages=body["messages"],
+            stream=True,
+            extra_body=extra,
+            extra_headers=self._headers,
+        )
+        response = raw.http_response
+        content_type = response.headers.get("content-type", "").partition(";")[0].strip()
+        if content_type.lower() != "text/event-stream":
+            try:
+                answer = await _read_some(response)
+            finally:
+                await response.aclose()
+            raise self._not_a_stream(content_type, answer)
+        chunks = raw.parse(to=_Chunks)
+        finish_reason: str | None = None
+        usage: Usage | None = None
+        produced: list[str] = []
+        try:
+            async for chunk in chunks:
+                if not isinstance(chunk, dict):
+                    raise ModelError(f"{self.base_url} sent a stream chunk that is not an object")
+                if isinstance(chunk.get("usage"), dict):
+                    usage = _usage(chunk["usage"])
+                for choice in chunk.get("choices") or ():
+                    delta = choice.get("delta") or {}
+                    text = delta.get("content")
+                    if text:
+                        produced.append(text)
+                        yield TextDelta(text)
+                    thought = delta.get("reasoning_content") or delta.get("reasoning")
+                    if thought and isinstance(thought, str):
+                        yield ReasoningDelta(thought)
+                    for position, call in enumerate(delta.get("tool_calls") or ()):
+                        function = call.get("function") or {}
+                        piece = ToolCallDelta(
+                            index=int(call.get("index", position)),
+                            call_id=call.get("id"),
+                            name=function.get("name"),
+                            arguments_delta=function.get("arguments") or "",
+                        )
+                        produced.extend(s for s in (piece.name, piece.arguments_delta) if s)
+                        yield piece
+                    if choice.get("finish_reason"):
+                        finish_reason = choice["finish_reason"]
+        finally:
+            await chunks.close()
+        if finish_reason is None and usage is None:
+            raise ModelError(
+                f"the stream from {self.base_url} ended before the reply was complete",
+                retryable=True,
+            )
+        if usage is None:
+            # A server that sends no usage (llama.cpp's streams): counted here, and marked
+            # as the adapter's own count.
+            usage = self._estimated(request, produced)
+        else:
+            self._calibrate(request, usage)
+        yield usage
+        yield Finish(finish_reason or "stop")
 
-    def _auth(self) -> httpx.BasicAuth | None:
-        # Sent as a header, not left in the URL: httpx logs request URLs.
-        userinfo = self._userinfo.reveal()
-        if userinfo is None:
-            return None
-        user, _, password = userinfo.partition(":")
-        return httpx.BasicAuth(unquote(user), unquote(password))
+    # -- errors ------------------------------------------------------------------------------
 
     def _secrets(self) -> list[str]:
         out = []
@@ -359,208 +449,20 @@ class OpenAIChatModel(Model):
     def _redact(self, text: str) -> str:
         return _scrub(text, self._secrets(), self._api_key.reveal())
 
-    def _error(
-        self,
-        text: str,
-        *,
-        retryable: bool = False,
-        retry_after: float | None = None,
-        streamed: bool = False,
-    ) -> ModelError:
-        """A ``ModelError`` with ``text`` redacted, then cut to ``MAX_ERROR_TEXT``; a failure
-        after part of the reply was streamed is never retryable."""
-        if streamed:
-            text = (
-                "the reply broke off after part of it was streamed (not retried: that part may "
-                f"already be recorded): {text}"
-            )
-            retryable, retry_after = False, None
-        return ModelError(
-            _cut(self._redact(text), MAX_ERROR_TEXT),
-            retryable=retryable,
-            retry_after=retry_after if retryable else None,
-        )
-
-    def _deadline(self, request: ModelRequest) -> tuple[float, bool] | None:
-        """(when this attempt must end, in ``time.monotonic()`` terms; whether that is the
-        request's own deadline), or None without either."""
-        ends = []
-        if self.attempt_timeout is not None:
-            ends.append((time.monotonic() + self.attempt_timeout, False))
-        if request.deadline is not None:
-            ends.append((request.deadline, True))
-        return min(ends) if ends else None
-
-    def _late(self, own: bool) -> ModelError:
-        if own:
-            return ModelError(
-                f"the task's time limit passed while waiting for {self.base_url}; the call "
-                "was cancelled"
-            )
-        return ModelError(
-            f"no complete reply from {self.base_url} within attempt_timeout="
-            f"{self.attempt_timeout:g}s (the server kept the stream open); the connection was "
-            "closed",
-            retryable=True,
-        )
-
-    async def _stream(self, request: ModelRequest) -> AsyncIterator[StreamItem]:
-        failure: ModelError | None = None
-        streamed = False
-        counted = False
-        produced: list[str] = []
-        deadline = self._deadline(request)
-        loop = asyncio.get_running_loop()
-        try:
-            async with contextlib.aclosing(self._exchange(self._body(request))) as items:
-                while True:
-                    # Each wait for the next item ends at the deadline: the exchange is
-                    # cancelled where it waits, which closes the connection.
-                    when = None
-                    if deadline is not None:
-                        when = loop.time() + (deadline[0] - time.monotonic())
-                    limit = asyncio.timeout_at(when)
-                    try:
-                        async with limit:
-                            item = await anext(items)
-                    except StopAsyncIteration:
-                        break
-                    except TimeoutError:
-                        if deadline is None or not limit.expired():
-                            raise
-                        raise self._late(deadline[1]) from None
-                    if isinstance(item, Usage):
-                        self._calibrate(request, item)
-                        counted = True
-                    elif isinstance(item, TextDelta):
-                        produced.append(item.text)
-                    elif isinstance(item, ToolCallDelta):
-                        produced.extend(s for s in (item.name, item.arguments_delta) if s)
-                    elif isinstance(item, Finish) and not counted:
-                        # A server that sends no usage (llama.cpp's streams): counted here,
-                        # and marked as the adapter's own count.
-                        yield self._estimated(request, produced)
-                    streamed = streamed or isinstance(item, TextDelta | ToolCallDelta)
-                    yield item
-        except ModelError as exc:
-            failure = self._error(
-                str(exc), retryable=exc.retryable, retry_after=exc.retry_after, streamed=streamed
-            )
-        except httpx_sse.SSEError as exc:
-            failure = self._error(f"{self.base_url} sent no event stream: {exc}", streamed=streamed)
-        except httpx.TransportError as exc:
-            failure = self._error(
-                f"connection to {self.base_url} failed: {type(exc).__name__}: {exc}",
-                retryable=True,
+    def _translate(self, exc: Exception, streamed: bool) -> ModelError:
+        if isinstance(exc, json.JSONDecodeError):
+            shown = _cut(self._redact(exc.doc), _DETAIL)
+            return self._failures.error(
+                f"{self.base_url} sent a stream chunk that is not JSON: {shown!r}",
                 streamed=streamed,
             )
-        except Exception as exc:  # noqa: BLE001 - whatever else fails leaves as a ModelError
-            failure = self._error(
-                f"the call to {self.base_url} failed: {type(exc).__name__}: {exc}",
-                streamed=streamed,
-            )
-        if failure is not None:
-            # Raised outside the handler: the original error (which may quote a credential)
-            # is neither the cause nor the context of the one the caller sees.
-            raise failure
-
-    async def _exchange(self, body: dict[str, Any]) -> AsyncGenerator[StreamItem, None]:
-        url = f"{self._url}/chat/completions"
-        finish_reason: str | None = None
-        usage: Usage | None = None
-        done = False
-        after_done = 0
-        async with self._client().stream(
-            "POST", url, json=body, headers=self._headers(), auth=self._auth()
-        ) as response:
-            if response.status_code >= 400:
-                raise self._status_error(response, await _read_some(response))
-            content_type = response.headers.get("content-type", "").partition(";")[0].strip()
-            if content_type.lower() != "text/event-stream":
-                raise self._not_a_stream(content_type, await _read_some(response))
-            # Server-sent events are UTF-8 whatever the header says (a sequence split across
-            # network chunks is decoded incrementally).
-            response.encoding = "utf-8"
-            events = httpx_sse.EventSource(response).aiter_sse()
-            async with contextlib.aclosing(events):
-                async for event in events:
-                    if done:
-                        # Read on to the end so the connection can be reused, but not forever.
-                        after_done += 1
-                        if after_done > _AFTER_DONE:
-                            break
-                        continue
-                    data = event.data.strip()
-                    if event.event == "error":
-                        detail = _cut(self._redact(_error_text(_json_or_text(data))), _DETAIL)
-                        raise ModelError(f"{self.base_url} reported: {detail}")
-                    if not data:
-                        continue
-                    if data == "[DONE]":
-                        done = True
-                        continue
-                    chunk = self._decode(data)
-                    if isinstance(chunk.get("usage"), dict):
-                        usage = _usage(chunk["usage"])
-                    for choice in chunk.get("choices") or ():
-                        delta = choice.get("delta") or {}
-                        if delta.get("content"):
-                            yield TextDelta(delta["content"])
-                        for position, call in enumerate(delta.get("tool_calls") or ()):
-                            function = call.get("function") or {}
-                            yield ToolCallDelta(
-                                index=int(call.get("index", position)),
-                                call_id=call.get("id"),
-                                name=function.get("name"),
-                                arguments_delta=function.get("arguments") or "",
-                            )
-                        if choice.get("finish_reason"):
-                            finish_reason = choice["finish_reason"]
-        if not done and finish_reason is None:
-            raise ModelError(
-                f"the stream from {self.base_url} ended before the reply was complete",
-                retryable=True,
-            )
-        if usage is not None:
-            yield usage
-        yield Finish(finish_reason or "stop")
-
-    def _decode(self, data: str) -> dict[str, Any]:
-        try:
-            chunk = json.loads(data)
-        except RecursionError:
-            raise ModelError(
+        if isinstance(exc, RecursionError):
+            return self._failures.error(
                 f"{self.base_url} sent a stream chunk nested too deeply to read; the server's "
-                "reply is not a chat-completions chunk"
-            ) from None
-        except json.JSONDecodeError:
-            shown = _cut(self._redact(data), _DETAIL)
-            raise ModelError(
-                f"{self.base_url} sent a stream chunk that is not JSON: {shown!r}"
-            ) from None
-        if not isinstance(chunk, dict):
-            raise ModelError(f"{self.base_url} sent a stream chunk that is not a JSON object")
-        if chunk.get("error"):
-            detail = _cut(self._redact(_error_text(chunk)), _DETAIL)
-            raise ModelError(f"{self.base_url} reported: {detail}")
-        return chunk
-
-    def _status_error(self, response: httpx.Response, text: str) -> ModelError:
-        status = response.status_code
-        retryable = status in _RETRYABLE_STATUS or status >= 500
-        should_retry = response.headers.get("x-should-retry", "").strip().lower()
-        if should_retry in ("true", "false"):
-            retryable = should_retry == "true"
-        detail = _error_text(_json_or_text(text))
-        hint = {401: "; check the API key (OPENAI_API_KEY)", 404: "; check the model name"}.get(
-            status, ""
-        )
-        detail = _cut(self._redact(detail), _DETAIL)
-        return ModelError(
-            f"{self.base_url} answered HTTP {status}: {detail}{hint}",
-            retryable=retryable,
-            retry_after=retry_after_of(response.headers, time.time()) if retryable else None,
-        )
+                "reply is not a chat-completions chunk",
+                streamed=streamed,
+            )
+        return sdk_failure(exc, openai, self._failures, streamed, retry_unexpected=False)
 
     def _not_a_stream(self, content_type: str, text: str) -> ModelError:
         detail = _cut(self._redact(_error_text(_json_or_text(text))), _DETAIL)
@@ -607,8 +509,9 @@ def _json_or_text(text: str) -> Any:
         return text
 
 
-async def _read_some(response: httpx.Response) -> str:
-    """Up to ``MAX_ERROR_BODY`` bytes of the response body, as text."""
+async def _read_some(response: Any) -> str:
+    """Up to ``MAX_ERROR_BODY`` bytes of the body of ``response`` (an httpx or httpx2
+    response: the SDK types it as its own), as text."""
     parts: list[bytes] = []
     size = 0
     async for part in response.aiter_bytes():

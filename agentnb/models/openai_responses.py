@@ -6,12 +6,7 @@ content), the streamed events, usage, and every SDK failure translated into ``Mo
 
 from __future__ import annotations
 
-import asyncio
-import os
-import threading
-import time
-import weakref
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from typing import Any
 
 from agentnb.errors import install_hint
@@ -25,9 +20,17 @@ except ImportError as exc:  # pragma: no cover - exercised by a test that hides 
 
 from agentnb.errors import InvalidInput
 from agentnb.events import Message, canonical_json
+from agentnb.models._sdk import (
+    Deadline,
+    Failures,
+    LoopClients,
+    check_arguments,
+    guarded,
+    key_of,
+    sdk_failure,
+)
 from agentnb.models.base import (
     Backoff,
-    ContextTooLong,
     Finish,
     Model,
     ModelError,
@@ -38,18 +41,14 @@ from agentnb.models.base import (
     ToolCallDelta,
     Usage,
     check_context_window,
-    retry_after_of,
 )
 from agentnb.models.parts import responses_output
-from agentnb.models.secrets import Secret, clean_key, cut, mask_userinfo, scrub
+from agentnb.models.secrets import Secret, mask_userinfo, scrub
 
 __all__ = ["OpenAIResponsesModel"]
 
 PROVIDER = "openai"
 """``ReasoningPart.provider`` of the reasoning items this adapter records and sends back."""
-MAX_ERROR_TEXT = 600
-_DETAIL = 300
-_RETRYABLE_CODES = frozenset({"rate_limit_exceeded", "server_error", "server_is_overloaded"})
 _INCOMPLETE = {"max_output_tokens": "length", "content_filter": "content_filter"}
 _SUMMARY_BREAK = "\n\n"
 """Between the summaries of one reasoning item, in its text."""
@@ -100,13 +99,14 @@ class OpenAIResponsesModel(Model):
         context_window: int | None = None,
         backoff: Backoff | None = None,
     ) -> None:
-        if not isinstance(model, str) or not model:
-            raise InvalidInput(f"model must be a non-empty model name, got {model!r}")
-        if base_url is not None and (
-            not isinstance(base_url, str) or not base_url.startswith(("http://", "https://"))
-        ):
-            shown = mask_userinfo(base_url) if isinstance(base_url, str) else base_url
-            raise InvalidInput(f"base_url must be an http(s) URL or None, got {shown!r}")
+        check_arguments(
+            model=model,
+            base_url=base_url,
+            timeout=timeout,
+            options=options,
+            name=name,
+            backoff=backoff,
+        )
         if reasoning is not None and not isinstance(reasoning, Mapping):
             raise InvalidInput(
                 'reasoning must be a dict such as {"effort": "medium", "summary": "auto"}, '
@@ -122,24 +122,9 @@ class OpenAIResponsesModel(Model):
             raise InvalidInput(
                 f"max_output_tokens must be a positive int or None, got {max_output_tokens!r}"
             )
-        if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0:
-            raise InvalidInput(f"timeout must be a number of seconds > 0, got {timeout!r}")
         if client is not None and not isinstance(client, openai.AsyncOpenAI):
             raise InvalidInput(f"client must be an openai.AsyncOpenAI, got {type(client).__name__}")
-        if options is not None and not isinstance(options, Mapping):
-            raise InvalidInput(f"options must be a dict, got {type(options).__name__}")
-        if name is not None and (not isinstance(name, str) or not name):
-            raise InvalidInput(f"name must be a non-empty string or None, got {name!r}")
-        if backoff is not None and not isinstance(backoff, Backoff):
-            raise InvalidInput(f"backoff must be a Backoff or None, got {backoff!r}")
-        if api_key is None:
-            key = clean_key(os.environ.get("OPENAI_API_KEY"), "OPENAI_API_KEY")
-        else:
-            key = clean_key(api_key, "api_key")
-        if key is None and client is None:
-            raise InvalidInput(
-                "OpenAIResponsesModel needs an API key: pass api_key=... or set OPENAI_API_KEY"
-            )
+        key = key_of(api_key, "OPENAI_API_KEY", required=None if client else "OpenAIResponsesModel")
         self.model = model
         self.name = name or model
         self.base_url = mask_userinfo(base_url.rstrip("/")) if base_url else None
@@ -152,39 +137,24 @@ class OpenAIResponsesModel(Model):
         self.context_window = check_context_window(context_window)
         self.backoff = backoff or Backoff()
         self._api_key = Secret(key)
-        self._client = client
-        self._lock = threading.Lock()
-        self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any]
-        self._clients = weakref.WeakKeyDictionary()
+        self._where = self.base_url or "the OpenAI API"
+        self._failures = Failures(self._where, self._redact, "OPENAI_API_KEY")
+        self._clients: LoopClients[Any] = LoopClients(self._make_client, given=client)
 
     def __repr__(self) -> str:
         return f"OpenAIResponsesModel(model={self.model!r}, base_url={self.base_url!r})"
 
-    def _sdk(self) -> Any:
-        if self._client is not None:
-            return self._client
-        loop = asyncio.get_running_loop()
-        with self._lock:
-            client = self._clients.get(loop)
-            if client is None:
-                client = openai.AsyncOpenAI(
-                    api_key=self._api_key.reveal(),
-                    base_url=self._url,
-                    max_retries=0,
-                    timeout=openai.Timeout(self.timeout, connect=min(self.timeout, 10.0)),
-                )
-                self._clients[loop] = client
-            return client
+    def _make_client(self) -> Any:
+        return openai.AsyncOpenAI(
+            api_key=self._api_key.reveal(),
+            base_url=self._url,
+            max_retries=0,
+            timeout=openai.Timeout(self.timeout, connect=min(self.timeout, 10.0)),
+        )
 
     async def aclose(self) -> None:
         """Close the running loop's client (one passed as ``client`` is the caller's)."""
-        loop = asyncio.get_running_loop()
-        with self._lock:
-            client = self._clients.pop(loop, None)
-            for ended in [other for other in self._clients if other.is_closed()]:
-                del self._clients[ended]
-        if client is not None:
-            await client.close()
+        await self._clients.aclose()
 
     # -- the request -------------------------------------------------------------------------
 
@@ -228,53 +198,11 @@ class OpenAIResponsesModel(Model):
     # -- the call ----------------------------------------------------------------------------
 
     def stream(self, request: ModelRequest) -> AsyncIterator[StreamItem]:
-        return self._stream(request)
+        deadline = Deadline.of(request.deadline, where=self._where)
+        return guarded(self._events(request), deadline, self._translate, self._failures)
 
-    async def _stream(self, request: ModelRequest) -> AsyncIterator[StreamItem]:
-        failure: ModelError | None = None
-        streamed = False
-        remaining = None if request.deadline is None else request.deadline - time.monotonic()
-        try:
-            async with asyncio.timeout(remaining):
-                async for item in self._events(self.body(request)):
-                    streamed = streamed or isinstance(
-                        item, TextDelta | ReasoningDelta | ToolCallDelta
-                    )
-                    yield item
-        except TimeoutError:
-            failure = self._error(
-                "the task's time limit passed while waiting for the reply; the call was cancelled",
-                streamed=streamed,
-            )
-        except ModelError as exc:
-            failure = self._error(
-                str(exc),
-                retryable=exc.retryable,
-                retry_after=exc.retry_after,
-                streamed=streamed,
-                kind=type(exc),
-            )
-        except openai.APIStatusError as exc:
-            failure = self._status_error(exc, streamed)
-        except openai.APIConnectionError as exc:
-            failure = self._error(
-                f"connection to {self._where} failed: {type(exc).__name__}: {exc}",
-                retryable=True,
-                streamed=streamed,
-            )
-        except openai.APIError as exc:  # an error event inside the stream
-            failure = self._event_error(getattr(exc, "body", None), str(exc), streamed)
-        except Exception as exc:  # noqa: BLE001 - a stream cut short, or anything else
-            failure = self._error(
-                f"the call to {self._where} failed: {type(exc).__name__}: {exc}",
-                retryable=True,
-                streamed=streamed,
-            )
-        if failure is not None:
-            raise failure  # outside the handler: the SDK's error is not its context
-
-    async def _events(self, body: dict[str, Any]) -> AsyncIterator[StreamItem]:
-        stream = await self._sdk().responses.create(**body, stream=True)
+    async def _events(self, request: ModelRequest) -> AsyncGenerator[StreamItem, None]:
+        stream = await self._clients.get().responses.create(**self.body(request), stream=True)
         parts: dict[int, int] = {}  # output index -> reasoning part index
         calls: dict[int, int] = {}  # output index -> tool call index
         argued: set[int] = set()  # calls whose arguments streamed as deltas
@@ -341,86 +269,22 @@ class OpenAIResponsesModel(Model):
 
     # -- errors ------------------------------------------------------------------------------
 
-    @property
-    def _where(self) -> str:
-        return self.base_url or "the OpenAI API"
-
     def _redact(self, text: str) -> str:
         key = self._api_key.reveal()
         return scrub(text, [key] if key else [], key)
 
-    def _error(
-        self,
-        text: str,
-        *,
-        retryable: bool = False,
-        retry_after: float | None = None,
-        streamed: bool = False,
-        kind: type[ModelError] = ModelError,
-    ) -> ModelError:
-        if streamed:
-            text = (
-                "the reply broke off after part of it was streamed (not retried: that part may "
-                f"already be recorded): {text}"
-            )
-            retryable, retry_after = False, None
-        return kind(
-            cut(self._redact(text), MAX_ERROR_TEXT),
-            retryable=retryable,
-            retry_after=retry_after if retryable else None,
-        )
+    def _translate(self, exc: Exception, streamed: bool) -> ModelError:
+        # Anything else (a stream cut short) may be tried again.
+        return sdk_failure(exc, openai, self._failures, streamed, retry_unexpected=True)
 
     def _failed_event(self, event: Any) -> ModelError:
+        """The error of a ``response.failed`` or ``error`` event."""
         if event.type == "error":
-            body = {"code": getattr(event, "code", None), "message": event.message}
-            return self._event_error(body, "an error event", False)
-        error = getattr(event.response, "error", None)
-        body = {"code": getattr(error, "code", None), "message": getattr(error, "message", None)}
-        return self._event_error(body, "the response failed", False)
-
-    def _event_error(self, body: Any, fallback: str, streamed: bool) -> ModelError:
-        code = body.get("code") if isinstance(body, Mapping) else None
-        message = (body.get("message") if isinstance(body, Mapping) else None) or fallback
-        detail = cut(self._redact(str(message)), _DETAIL)
-        if code == "context_length_exceeded":
-            return self._too_long(detail, streamed)
-        label = f" ({code})" if code else ""
-        return self._error(
-            f"{self._where} reported{label}: {detail}",
-            retryable=code in _RETRYABLE_CODES,
-            streamed=streamed,
-        )
-
-    def _too_long(self, detail: str, streamed: bool) -> ModelError:
-        return self._error(
-            f"{self._where} refused the request: the input is longer than the model's context "
-            f"window ({detail}); compact the context (Agent(compaction=...)) or start a new "
-            "session",
-            streamed=streamed,
-            kind=ContextTooLong,
-        )
-
-    def _status_error(self, exc: Any, streamed: bool) -> ModelError:
-        status = exc.status_code
-        body = exc.body if isinstance(exc.body, Mapping) else {}
-        error = body.get("error", body) if isinstance(body.get("error", body), Mapping) else {}
-        code = error.get("code")
-        detail = cut(self._redact(str(error.get("message") or exc.message)), _DETAIL)
-        if code == "context_length_exceeded":
-            return self._too_long(detail, streamed)
-        retryable = status in (408, 409, 429) or status >= 500
-        should_retry = (exc.response.headers.get("x-should-retry") or "").strip().lower()
-        if should_retry in ("true", "false"):
-            retryable = should_retry == "true"
-        hint = {401: "; check the API key (OPENAI_API_KEY)", 404: "; check the model name"}.get(
-            status, ""
-        )
-        return self._error(
-            f"{self._where} answered HTTP {status}: {detail}{hint}",
-            retryable=retryable,
-            retry_after=retry_after_of(exc.response.headers, time.time()) if retryable else None,
-            streamed=streamed,
-        )
+            code, message = getattr(event, "code", None), event.message
+        else:
+            error = getattr(event.response, "error", None)
+            code, message = getattr(error, "code", None), getattr(error, "message", None)
+        return self._failures.event(message or "the response failed", code=code, streamed=False)
 
 
 def _ending(final: Any, called: bool) -> list[StreamItem]:

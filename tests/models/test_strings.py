@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
+
+import httpx
 import pytest
 
 import agentnb as nb
-from agentnb.models import PREFIXES, UnknownModelString, from_string
+from agentnb.events import Message
+from agentnb.models import PREFIXES, ModelRequest, UnknownModelString, from_string
 from agentnb.models.anthropic import AnthropicModel
 from agentnb.models.openai import OpenAIChatModel
 from agentnb.models.openai_responses import OpenAIResponsesModel
@@ -37,9 +41,24 @@ class TestFromString:
 
     def test_local_servers_never_get_the_openai_key(self) -> None:
         """ollama: and openai-compatible: send no key unless one is given."""
+        seen: list[httpx.Request] = []
+
+        def handler(request: httpx.Request) -> httpx.Response:
+            seen.append(request)
+            body = b'data: {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}\n\n'
+            return httpx.Response(200, headers={"content-type": "text/event-stream"}, content=body)
+
+        async def call(model: nb.Model) -> None:
+            request = ModelRequest(messages=(Message(id="m", role="user", text="hi"),))
+            async for _ in model.stream(request):
+                pass
+
         for spec in ("ollama:llama3.2", "openai-compatible:m@http://127.0.0.1:1/v1"):
-            model = from_string(spec)
-            assert "sk-env-key-1111" not in str(model._headers())  # type: ignore[attr-defined]
+            asyncio.run(call(from_string(spec, transport=httpx.MockTransport(handler))))
+        assert len(seen) == 2
+        for request in seen:
+            assert "authorization" not in request.headers
+            assert "sk-env-key-1111" not in str(request.headers)
 
     def test_credentials_in_the_url_stay_out_of_the_name(self) -> None:
         """openai-compatible:M@http://user:pass@host keeps the password out of the name."""

@@ -337,11 +337,11 @@ class TestErrors:
         with pytest.raises(ImportError, match=re.escape(install_hint("openai"))):
             importlib.import_module("agentnb.models.openai")
 
-    def test_missing_httpx_sse_gives_install_hint(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        """Without httpx-sse, importing the adapter names it and the extra to install."""
-        monkeypatch.setitem(sys.modules, "httpx_sse", None)
+    def test_missing_openai_sdk_gives_install_hint(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """Without the openai SDK, importing the adapter names it and the extra to install."""
+        monkeypatch.setitem(sys.modules, "openai", None)
         monkeypatch.delitem(sys.modules, "agentnb.models.openai")
-        with pytest.raises(ImportError, match="httpx_sse: " + re.escape(install_hint("openai"))):
+        with pytest.raises(ImportError, match="openai: " + re.escape(install_hint("openai"))):
             importlib.import_module("agentnb.models.openai")
 
 
