@@ -29,10 +29,12 @@ from agentnb.errors import (
     InvalidInput,
     InvalidLimit,
     LeaseHeld,
+    MiddlewareFailed,
     NotRunning,
     Parked,
     QueueFull,
     RecoveryLimitExceeded,
+    ReducerFailed,
     SessionArchived,
     SessionBusy,
     SessionDeleted,
@@ -53,6 +55,7 @@ from agentnb.history import HistoryPage
 from agentnb.ids import SessionKey
 from agentnb.limits import Limits
 from agentnb.log import Inbox, SessionLog
+from agentnb.middleware import MiddlewareContext, ModelReply, Refuse, ToolCallResult
 from agentnb.models.base import Model, ModelError
 from agentnb.models.scripted import Reply, ScriptedModel, ToolCall
 from agentnb.ops import Webhook, backup, migrate, restore, verify
@@ -158,8 +161,11 @@ __all__ = [
     "Limits",
     "MemoryStore",
     "Message",
+    "MiddlewareContext",
+    "MiddlewareFailed",
     "Model",
     "ModelError",
+    "ModelReply",
     "NotRunning",
     "Outcome",
     "Parked",
@@ -169,6 +175,8 @@ __all__ = [
     "QueueFull",
     "Receipt",
     "RecoveryLimitExceeded",
+    "ReducerFailed",
+    "Refuse",
     "RemoteRuntime",
     "RemoteSession",
     "Reply",
@@ -195,6 +203,7 @@ __all__ = [
     "Tool",
     "ToolCall",
     "ToolCallRef",
+    "ToolCallResult",
     "ToolContext",
     "ToolOutcome",
     "Toolset",

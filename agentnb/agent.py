@@ -28,6 +28,7 @@ from agentnb.compaction import Compactor
 from agentnb.errors import AgentChanged, InvalidInput
 from agentnb.events import AgentBinding, AgentRebound, Payload, canonical_json, freeze_json
 from agentnb.ids import check_id, check_seconds
+from agentnb.middleware import Hooks
 from agentnb.models.base import Model, check_context_window
 from agentnb.models.strings import from_string
 from agentnb.tools import Tool, Toolset, tool
@@ -75,6 +76,8 @@ class Agent:
     compaction: Compactor | None = None
     workspace: Workspace | None = None
     """The working files of its sessions (``nb.Workspace``), or None."""
+    middleware: Hooks = field(default_factory=Hooks, compare=False, repr=False)
+    """The hooks of ``middleware=[...]`` (``agentnb.middleware``), found once."""
     toolsets: tuple[Toolset, ...] = ()
     """The toolsets among ``tools``, opened by each runtime (their tools are not in ``tools``
     until then: see ``with_opened``)."""
@@ -95,6 +98,7 @@ class Agent:
         max_session_tokens: int | None = None,
         compaction: Compactor | None = None,
         workspace: Workspace | None = None,
+        middleware: Iterable[object] | Hooks = (),
     ) -> None:
         check_id(name, "name")
         check_id(agent_id, "agent_id")
@@ -143,6 +147,9 @@ class Agent:
                 f"workspace must be an nb.Workspace(root), got {type(workspace).__name__}"
             )
         object.__setattr__(self, "workspace", workspace)
+        object.__setattr__(
+            self, "middleware", middleware if isinstance(middleware, Hooks) else Hooks(middleware)
+        )
         for budget, value in (
             ("max_turn_tokens", max_turn_tokens),
             ("max_session_tokens", max_session_tokens),
@@ -194,6 +201,7 @@ class Agent:
             max_session_tokens=self.max_session_tokens,
             compaction=self.compaction,
             workspace=self.workspace,
+            middleware=self.middleware,
         )
 
     def with_workspace(self, workspace: Workspace) -> Agent:

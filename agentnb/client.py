@@ -879,6 +879,12 @@ class RemoteSession:
         """The plan the model keeps with the built-in ``nb.todo`` tool (``Session.plan``)."""
         return [PlanItem.model_validate(p) for p in self._call("GET", "/plan")]
 
+    def app_state(self, name: str) -> dict[str, Any]:
+        """What the service's reducer of event type ``name`` folded (``Session.app_state``)."""
+        if not isinstance(name, str) or "/" not in name:
+            raise InvalidInput(f"event type {name!r} must look like 'vendor/name'")
+        return dict(self._call("GET", f"/app-state/{quote(name, safe='/')}"))
+
     def inspect(self) -> Inspection:
         data = self._call("GET", "/inspect")
         tokens = data.get("context_tokens")

@@ -23,6 +23,8 @@ One tree, so callers can catch as broadly or as narrowly as they need::
     ├── QueueFull                    too much steering or too many queued commands; nothing written
     ├── ToolsetUnavailable           a toolset (an MCP server) would not start or list its tools
     ├── SubagentLimitExceeded        a sub-agent call past the depth or children-per-turn bound
+    ├── MiddlewareFailed             an Agent(middleware=) hook raised: its run ends failed
+    ├── ReducerFailed                a required app event type's reducer raised: the turn fails
     ├── Unauthorized                 the service refused the credentials (none, wrong, revoked)
     ├── EvalRegression               nb.evals.assert_no_regression: cases scored lower than before
     ├── HistoryError                 history paging
@@ -75,10 +77,12 @@ __all__ = [
     "InvalidInput",
     "InvalidLimit",
     "LeaseHeld",
+    "MiddlewareFailed",
     "NotRunning",
     "Parked",
     "QueueFull",
     "RecoveryLimitExceeded",
+    "ReducerFailed",
     "SessionArchived",
     "SessionBusy",
     "SessionDeleted",
@@ -276,6 +280,17 @@ class ToolsetUnavailable(AgentnbError):
     def __init__(self, message: str, *, toolset: str = "") -> None:
         super().__init__(message)
         self.toolset = toolset
+
+
+class MiddlewareFailed(AgentnbError):
+    """A hook of ``Agent(middleware=[...])`` raised: the run ends ``failed`` with this as its
+    reason (the hook's name and its error). Fix the middleware, then ``resume()`` the task."""
+
+
+class ReducerFailed(AgentnbError):
+    """The reducer of a ``required=True`` application event type raised on an event being
+    recorded: nothing of it is written and the turn fails with the reason (fail closed).
+    Also raised by ``session.app_state(name)`` when that state could not be rebuilt."""
 
 
 class SubagentLimitExceeded(AgentnbError):

@@ -75,6 +75,7 @@ __all__ = [
     "Payload",
     "ReasoningPart",
     "ToolCallData",
+    "app_type",
     "canonical_json",
     "check_readable",
     "check_writable",
@@ -85,6 +86,7 @@ __all__ = [
     "made_once",
     "message_of",
     "payload_model",
+    "reducers",
     "register_event_type",
     "unregister_event_type",
 ]
@@ -1288,6 +1290,7 @@ class _AppType:
     name: str
     validate: Callable[[Mapping[str, Any]], Mapping[str, Any]] | None
     required: bool
+    reducer: Callable[[dict[str, Any], Event], Mapping[str, Any]] | None = None
 
 
 _app_types: dict[str, _AppType] = {}
@@ -1300,12 +1303,20 @@ def register_event_type(
     model: type[BaseModel] | None = None,
     validate: Callable[[Mapping[str, Any]], Mapping[str, Any]] | None = None,
     required: bool = False,
+    reducer: Callable[[dict[str, Any], Event], Mapping[str, Any]] | None = None,
 ) -> None:
     """Register an application event type ``vendor/name`` (its codec).
 
     ``model`` (a pydantic model) or ``validate`` (a function returning the cleaned payload)
     checks payloads when events of this type are created. ``required=True`` marks the type as
     needed to rebuild state: readers without this registration then refuse the log.
+    ``reducer(state, event) -> dict`` folds each event of the type into the session's
+    ``session.app_state(name)`` (it starts as ``{}``; the reducer returns the new state and
+    should not keep or change the one it is given). The fold is part of the session's state,
+    so it is rebuilt from the log and carried by its snapshots. A reducer that raises on a
+    ``required=True`` type fails the turn that records the event (``ReducerFailed``, nothing
+    of it written: fail closed); on any other type the event is written, the app state stays
+    as it was and the failure is logged (``agentnb.events``, WARNING).
     Built-in names, malformed names and names already registered raise ``InvalidInput``.
     """
     if not isinstance(name, str) or not _APP_TYPE.match(name):
@@ -1317,6 +1328,10 @@ def register_event_type(
         raise InvalidInput(f"{name!r} uses a built-in prefix; pick your own vendor prefix")
     if model is not None and validate is not None:
         raise InvalidInput("pass either model= or validate=, not both")
+    if reducer is not None and not callable(reducer):
+        raise InvalidInput(
+            f"reducer must be a function (state: dict, event) -> dict, got {type(reducer).__name__}"
+        )
     check: Callable[[Mapping[str, Any]], Mapping[str, Any]] | None = validate
     if model is not None:
         cls = model
@@ -1327,13 +1342,24 @@ def register_event_type(
     with _app_lock:
         if name in _app_types:
             raise InvalidInput(f"event type {name!r} is already registered")
-        _app_types[name] = _AppType(name, check, required)
+        _app_types[name] = _AppType(name, check, required, reducer)
 
 
 def unregister_event_type(name: str) -> None:
     """Forget a registration (tests only)."""
     with _app_lock:
         _app_types.pop(name, None)
+
+
+def app_type(name: str) -> _AppType | None:
+    """The registration of an application type (its codec, ``required``, ``reducer``)."""
+    return _app_types.get(name)
+
+
+def reducers() -> dict[str, Callable[[dict[str, Any], Event], Mapping[str, Any]]]:
+    """Application type -> its reducer, for the types registered with one."""
+    with _app_lock:
+        return {n: t.reducer for n, t in _app_types.items() if t.reducer is not None}
 
 
 def payload_model(type_: str) -> type[Payload] | None:

@@ -328,7 +328,7 @@ class Folds:
             if self.limits is not None:
                 self._replay(0, sum(len(raw.payload_json) for raw in page))
             for raw in page:
-                if raw.type in FOLDED_TYPES:
+                if raw.type in FOLDED_TYPES or raw.type in self.state.app.reducers:
                     self.state.apply(_event_of(raw))
                 else:  # streamed chunks and the like: nothing to decode
                     self.state.seq = raw.seq

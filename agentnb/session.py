@@ -40,7 +40,7 @@ from agentnb.errors import (
     StorageError,
     UnknownTurn,
 )
-from agentnb.events import Event, Message, PlanItem, canonical_json
+from agentnb.events import Event, Message, PlanItem, app_type, canonical_json
 from agentnb.feedback import check_feedback, live_feedback
 from agentnb.folds import ChatFolds, Folds, load_context
 from agentnb.history import DEFAULT_REPLAY_LIMIT, HistoryPage, HistoryPages, read_history
@@ -1037,6 +1037,24 @@ class Session:
         with self._lock:
             state, _ = self._refresh()
             return [PlanItem.model_validate(item) for item in state.plan]
+
+    def app_state(self, name: str) -> dict[str, Any]:
+        """The state the reducer of application event type ``name`` folded from this
+        session's log (``register_event_type(name, reducer=...)``): ``{}`` before its first
+        event. A copy: changing it changes nothing. ``InvalidInput`` if ``name`` has no
+        reducer registered here; ``ReducerFailed`` if a required event could not be folded.
+        """
+        registered = app_type(name) if isinstance(name, str) else None
+        if registered is None or registered.reducer is None:
+            raise InvalidInput(
+                f"no reducer is registered for event type {name!r}; call "
+                "agentnb.register_event_type(name, reducer=fn) before opening the session"
+            )
+        with self._lock:
+            state, _ = self._refresh()
+            if name not in state.app.reducers:  # folded before the reducer was registered
+                state, _ = self._whole()
+            return state.app.get(name)
 
     def respond(self, request_id: str | Mapping[str, object], answer: object = _MISSING) -> Receipt:
         """Answer pending requests and continue their turn in a new run.

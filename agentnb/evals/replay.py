@@ -231,6 +231,7 @@ def _replay_agent(agent: Agent, modes: Mapping[str, ToolMode], tapes: _Tapes) ->
         max_turn_tokens=agent.max_turn_tokens,
         max_session_tokens=agent.max_session_tokens,
         compaction=agent.compaction,
+        middleware=agent.middleware,
     )
 
 

@@ -18,6 +18,7 @@ from typing import Any, overload
 
 from agentnb.errors import Corrupt
 from agentnb.events import REASONING, Event, Message, made_once, message_of
+from agentnb.projections.app_state import AppStates
 
 __all__ = [
     "CONTEXT_TYPES",
@@ -240,6 +241,18 @@ class SessionState:
     """The workspace the session is bound to (``workspace/bound``), or None."""
     workspace_checkpoint: dict[str, Any] | None = None
     """The last ``workspace/checkpoint`` payload, with its ``seq``, or None."""
+    _app: AppStates | None = None
+
+    @property
+    def app(self) -> AppStates:
+        """The application states registered reducers fold (``session.app_state``)."""
+        if self._app is None:
+            self._app = AppStates()
+        return self._app
+
+    @app.setter
+    def app(self, value: AppStates) -> None:
+        self._app = value
 
     def __init__(self) -> None:
         self.seq = 0
@@ -396,6 +409,7 @@ class SessionState:
             "children": dict(self.children),
             "link": self.link,
             "plan": list(self.plan),
+            "app": self.app.dump(),
         }
 
     @classmethod
@@ -441,6 +455,7 @@ class SessionState:
         state.children = dict(data.get("children") or {})
         state.link = data.get("link")
         state.plan = list(data.get("plan") or ())
+        state.app = AppStates.load(data.get("app"))  # ValueError: other reducers, rebuilt
         return state
 
     # -- queries -----------------------------------------------------------------------------
@@ -496,6 +511,8 @@ class SessionState:
         handler = _HANDLERS.get(event.type)
         if handler is not None:
             handler(self, event, event.payload)
+        else:
+            self.app.apply(event)  # an application type with a reducer, or nothing
 
     def _turn(self, event: Event) -> TurnState | None:
         return self.turns.get(event.turn_id) if event.turn_id else None

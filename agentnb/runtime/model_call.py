@@ -27,6 +27,7 @@ from agentnb.models.base import (
     ToolCallDelta,
 )
 from agentnb.projections.state import build_context
+from agentnb.runtime.middleware import MiddlewareRunner
 from agentnb.runtime.scope import RunHost, StopRun
 from agentnb.runtime.writer import ChunkGroup
 from agentnb.tracebacks import format_traceback
@@ -112,9 +113,16 @@ class Size:
 class ModelCall:
     """Calls the agent's model for the host's running turn and records what it said."""
 
-    def __init__(self, host: RunHost, flush: Callable[[str], Awaitable[None]]) -> None:
+    def __init__(
+        self,
+        host: RunHost,
+        flush: Callable[[str], Awaitable[None]],
+        *,
+        middleware: MiddlewareRunner | None = None,
+    ) -> None:
         self.host = host
         self.flush_before_side_effect = flush
+        self.middleware = middleware or MiddlewareRunner(host, flush)
         self.bad_arguments: dict[str, str] = {}
         """Tool calls of the last reply whose arguments were not a JSON object: why."""
         self.finish_reason: str | None = None
@@ -163,6 +171,7 @@ class ModelCall:
         if any(m.blocks for m in messages):  # the bytes of images and files, for the adapter
             messages = await asyncio.to_thread(with_block_bytes, messages, host.store.get_blob)
         request = ModelRequest(messages=messages, tools=tools, deadline=deadline)
+        await self.middleware.before_model(turn_id, run_id, request)
         for attempt in range(1, MODEL_RETRIES + 2):
             w.add(
                 "model/dispatch",

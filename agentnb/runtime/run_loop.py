@@ -25,6 +25,7 @@ from agentnb.models.base import ModelError
 from agentnb.projections.state import Command
 from agentnb.records import UsageTotals
 from agentnb.runtime.context import ContextKeeper
+from agentnb.runtime.middleware import MiddlewareRunner
 from agentnb.runtime.model_call import ModelCall
 from agentnb.runtime.recipes import Recipes
 from agentnb.runtime.scope import RunHost, StopRun, TurnCancelled
@@ -46,9 +47,14 @@ class RunLoop:
     def __init__(self, host: RunHost) -> None:
         self.host = host
         self.recipes = Recipes(host)
-        self.model = ModelCall(host, self.flush_before_side_effect)
+        self.middleware = MiddlewareRunner(host, self.flush_before_side_effect)
+        self.model = ModelCall(host, self.flush_before_side_effect, middleware=self.middleware)
         self.tools = ToolRunner(
-            host, self.recipes, self.flush_before_side_effect, lambda: self.model.bad_arguments
+            host,
+            self.recipes,
+            self.flush_before_side_effect,
+            lambda: self.model.bad_arguments,
+            middleware=self.middleware,
         )
         self.context = ContextKeeper(host)
         self.watching = 0
@@ -132,6 +138,7 @@ class RunLoop:
                     turn_id=turn_id,
                     run_id=run_id,
                 )
+                self.middleware.step_id = step_id
                 applied.extend(await self.take_inputs(turn_id, run_id))
                 too_big = await self.context.fit(turn_id, run_id)
                 if too_big is not None:
@@ -146,7 +153,7 @@ class RunLoop:
                     )
                     return
                 try:
-                    _, calls = await self.model.call(turn_id, run_id)
+                    text, calls = await self.model.call(turn_id, run_id)
                 except ModelError as exc:
                     await self.recipes.finish(
                         turn_id,
@@ -158,6 +165,7 @@ class RunLoop:
                         stop_reason=exc.stop_reason,
                     )
                     return
+                await self.middleware.after_model(turn_id, run_id, text, calls)
                 if calls:
                     if await self.tools.calls(turn_id, run_id, calls):
                         await self.recipes.finish(

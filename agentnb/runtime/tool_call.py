@@ -17,6 +17,7 @@ and ends the run interrupted. A sub-agent's call is carried out by a child sessi
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import threading
 import time
@@ -26,9 +27,10 @@ from typing import Any, TypeVar
 from agentnb.agent import SubagentTool
 from agentnb.answers import Answer
 from agentnb.blocks import Block, stand_in, stored
-from agentnb.errors import InvalidInput, describe
+from agentnb.errors import InvalidInput, ReducerFailed, describe
 from agentnb.events import Event, ToolCallData
 from agentnb.permissions import agent_digest, matching_rule, rules_in_force, shared_rules
+from agentnb.runtime.middleware import MiddlewareRunner, check_record
 from agentnb.runtime.plan import record_plan
 from agentnb.runtime.recipes import Recipes
 from agentnb.runtime.scope import RunHost, StopRun
@@ -111,6 +113,8 @@ class Reports:
         publish: Callable[..., None],
         answers: Callable[[str], Mapping[str, Any] | None] = lambda _: None,
         action_id: str | None = None,
+        *,
+        check: Callable[[Event], None] = lambda _: None,
     ) -> None:
         self.writer = writer
         self.answers = answers
@@ -129,6 +133,10 @@ class Reports:
         """The newest report not recorded (index, data), once past the bound."""
         self.skipped = 0
         self.closed = False
+        self.refused: ReducerFailed | None = None
+        """A record a required type's reducer refused: the turn fails with it."""
+        self.check = check
+        """Runs before a record is added (``check_record``: a required reducer may refuse)."""
 
     def _on_loop(self, event: Event) -> None:
         try:
@@ -154,7 +162,13 @@ class Reports:
                 )
             self.records += 1
         # Created (and validated) in the caller's thread, so a bad payload raises there.
-        self._on_loop(Event.create(type_, data, required=required, turn_id=turn_id, run_id=run_id))
+        event = Event.create(type_, data, required=required, turn_id=turn_id, run_id=run_id)
+        try:
+            self.check(event)
+        except ReducerFailed as exc:
+            self.refused = self.refused or exc
+            raise
+        self._on_loop(event)
 
     def progress(self, data: Any) -> None:
         turn_id, run_id, call_id = self.ids
@@ -219,6 +233,13 @@ class Reports:
             )
         asyncio.run_coroutine_threadsafe(self.aflush(), self.loop).result()
 
+    def end(self) -> None:
+        """``close``, then fail closed: ``ReducerFailed`` if a required type's reducer
+        refused one of the call's records (the turn fails; the call stays uncertain)."""
+        self.close()
+        if self.refused is not None:
+            raise self.refused
+
     def close(self) -> None:
         """On the loop, once the call ended: record the coalesced last report."""
         with self.lock:
@@ -256,8 +277,11 @@ class ToolRunner:
         recipes: Recipes,
         flush: Callable[[str], Awaitable[None]],
         bad_arguments: Callable[[], Mapping[str, str]],
+        *,
+        middleware: MiddlewareRunner | None = None,
     ) -> None:
         self.host = host
+        self.middleware = middleware or MiddlewareRunner(host, flush)
         self.recipes = recipes
         self.flush_before_side_effect = flush
         self.bad_arguments = bad_arguments
@@ -308,6 +332,8 @@ class ToolRunner:
         w = self.host.writer
         tool = self.host.agent.tool_named(call.name)
         problem = self.problem(call)
+        if problem is None and tool is not None:
+            problem = await self.middleware.before_tool(turn_id, run_id, call)  # Refuse
         if problem is not None or tool is None:
             # Never run; the model sees what was wrong and can try again.
             w.add(
@@ -456,7 +482,16 @@ class ToolRunner:
         action_id = self.dispatched(turn_id, run_id, call, tool, attempt)
         await self.flush_before_side_effect(turn_id)
         w = host.writer
-        reports = Reports(w, turn_id, run_id, call.call_id, host.publish, self.answer_to, action_id)
+        reports = Reports(
+            w,
+            turn_id,
+            run_id,
+            call.call_id,
+            host.publish,
+            self.answer_to,
+            action_id,
+            check=functools.partial(check_record, host),
+        )
         ctx = ToolContext(
             host.key,
             turn_id,
@@ -514,7 +549,7 @@ class ToolRunner:
         finally:
             stop.tool_task = None
         await asyncio.sleep(0)  # let records/progress handed over from a worker thread land
-        reports.close()
+        reports.end()
         if reports.asked is not None or outcome_unknown is not None:
             return self.stopped(turn_id, run_id, call, action_id, reports.asked, outcome_unknown)
         w.add(
@@ -529,18 +564,40 @@ class ToolRunner:
             turn_id=turn_id,
             run_id=run_id,
         )
-        self.recipes.add_result(
-            call.call_id,
-            tool.name,
+        await self.result(
+            turn_id,
+            run_id,
+            call,
             status,
             output,
-            turn_id=turn_id,
-            run_id=run_id,
-            duration_ms=round((time.monotonic() - started) * 1000, 3),
+            round((time.monotonic() - started) * 1000, 3),
             **({"traceback": trace} if trace else {}),
             **rich,
         )
         return False
+
+    async def result(
+        self,
+        turn_id: str,
+        run_id: str,
+        call: ToolCallData,
+        status: str,
+        output: str,
+        duration_ms: float,
+        **extra: Any,
+    ) -> None:
+        """Record the result of a call that ran, then tell ``after_tool`` middleware."""
+        self.recipes.add_result(
+            call.call_id,
+            call.name,
+            status,
+            output,
+            turn_id=turn_id,
+            run_id=run_id,
+            duration_ms=duration_ms,
+            **extra,
+        )
+        await self.middleware.after_tool(turn_id, run_id, call, status, output)
 
     def dispatched(
         self, turn_id: str, run_id: str, call: ToolCallData, tool: Tool, attempt: int

@@ -58,6 +58,8 @@ STATUS: dict[type[BaseException], int] = {
     errors.Parked: 409,
     errors.AgentChanged: 409,
     errors.WorkspaceChanged: 409,
+    errors.ReducerFailed: 409,
+    errors.MiddlewareFailed: 500,
     errors.SessionArchived: 423,
     errors.QueueFull: 429,
     errors.StorageError: 503,

@@ -506,6 +506,13 @@ def plan(request: Request, session_id: SessionId, principal: User) -> Any:
     return wire.dump(open_session(request, session_id, principal).plan())
 
 
+@router.get(SESSION + "/app-state/{name:path}")
+def app_state(request: Request, session_id: SessionId, name: str, principal: User) -> Any:
+    """``session.app_state(name)``: what the reducer of event type ``name`` folded, as this
+    service's registrations fold it."""
+    return open_session(request, session_id, principal).app_state(name)
+
+
 @router.post(f"{SESSION}/wait", response_model=WaitResult)
 async def wait(request: Request, session_id: SessionId, principal: User, body: WaitRequest) -> Any:
     """``session.wait(receipt, timeout)``, holding the request at most 30 s: null when the
