@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 import agentnb as nb
+from agentnb.events import unregister_event_type
 from agentnb.export.base import Exporter
 from tests.blocks_helpers import BIG
 from tests.runtime import _dead_run_child as dead
@@ -694,3 +695,114 @@ class TestWorkspaceBinding:
         again = make_runtime(model, nb.workspace_tools(), workspace=workspace).open("s1")
         assert again.inspect().workspace.matches is True
         assert again.run("read it back", timeout=WAIT).output == "done: write staffing cost first"
+
+
+REVIEW_NOTE = "acme.seed/review_note"
+LEDGER = "acme.seed/ledger"
+DIAGNOSTIC = "acme.seed/diagnostic"
+
+
+def _ledger(state: dict[str, Any], event: nb.Event) -> dict[str, Any]:
+    """Adds up the amounts reviewed; refuses a negative one."""
+    amount = event.payload["amount"]
+    if amount < 0:
+        raise ValueError("a negative amount cannot be folded")
+    return {"total": state.get("total", 0) + amount, "reviews": state.get("reviews", 0) + 1}
+
+
+def _amount(data: Any) -> Any:
+    if not isinstance(data.get("amount"), int):
+        raise ValueError("amount must be an int")
+    return data
+
+
+@pytest.fixture
+def seed_types() -> Any:
+    nb.register_event_type(REVIEW_NOTE)
+    nb.register_event_type(LEDGER, validate=_amount, reducer=_ledger, required=True)
+    nb.register_event_type(DIAGNOSTIC, reducer=_ledger)
+    yield
+    for name in (REVIEW_NOTE, LEDGER, DIAGNOSTIC):
+        unregister_event_type(name)
+
+
+class _Reviewer:
+    """Middleware: reviews each tool call before it runs, in the ledger."""
+
+    def __init__(self, amount: int, required: bool = True, type_: str = LEDGER) -> None:
+        self.amount, self.required, self.type_ = amount, required, type_
+
+    async def before_tool(self, ctx: nb.MiddlewareContext, call: Any) -> None:
+        ctx.record(REVIEW_NOTE, {"note": f"reviewed {call.name}"})
+        ctx.record(self.type_, {"amount": self.amount}, self.required)
+        await ctx.aflush()
+
+
+def _middleware_runtime(store_url: str, middleware: list[object]) -> nb.Runtime:
+    seen: list[bool] = []
+
+    @nb.tool
+    def pay(ctx: nb.ToolContext) -> str:
+        """Pay (the side effect the review precedes)."""
+        seen.append(any(e.type == REVIEW_NOTE for e in runtime.store.scan(ctx.key)))
+        return f"paid; review committed first: {seen[-1]}"
+
+    model = nb.ScriptedModel([nb.ToolCall("pay", {}), "done", nb.ToolCall("pay", {}), "again"])
+    agent = nb.Agent(
+        name="Seed", agent_id="seed-mw", model=model, tools=[pay], middleware=middleware
+    )
+    runtime = nb.Runtime(agent, store=store_url)
+    return runtime
+
+
+@pytest.mark.usefixtures("seed_types")
+class TestMiddlewareAndReducers:
+    def test_middleware_records_and_awaits_the_flush_before_the_side_effect(
+        self, shared_url: str
+    ) -> None:
+        """Seed: "A business tool or middleware may want to record a review note alongside
+        Agent events ... Await the returned `Mono` as part of the tool or middleware
+        pipeline.\""""
+        with _middleware_runtime(shared_url, [_Reviewer(5)]) as runtime:
+            session = runtime.session("s1")
+            assert session.run("pay", timeout=WAIT).status == "completed"
+            (result,) = events_of(session, "tool/result")
+            assert result.payload["output"] == "paid; review committed first: True"
+            types = [e.type for e in session.log.scan()]
+            assert types.index(REVIEW_NOTE) < types.index("tool/dispatch")
+
+    def test_registered_reducers_rebuild_the_state_on_restoration(self, shared_url: str) -> None:
+        """Seed: "For recovery-relevant types, register validators and reducers through
+        `SessionEventCodecRegistry` before execution or restoration" — a new runtime folds the
+        same application state from the log.\""""
+        with _middleware_runtime(shared_url, [_Reviewer(5)]) as first:
+            session = first.session("s1")
+            session.run("pay", timeout=WAIT)
+            session.run("pay again", timeout=WAIT)
+            before = session.app_state(LEDGER)
+        assert before == {"total": 10, "reviews": 2}
+        with _middleware_runtime(shared_url, []) as second:
+            assert second.session("s1").app_state(LEDGER) == before
+
+    def test_a_required_type_that_cannot_be_folded_fails_closed(self, shared_url: str) -> None:
+        """Seed: "an unknown required type prevents recovery" (Chinese: 标记为 required
+        却无法识别的事件会阻止恢复) — a required record its reducer refuses fails the turn,
+        with the reason, and is not written.\""""
+        with _middleware_runtime(shared_url, [_Reviewer(-1)]) as runtime:
+            session = runtime.session("s1")
+            outcome = session.run("pay", timeout=WAIT)
+            assert outcome.status == "failed"
+            assert "a negative amount cannot be folded" in (outcome.error or "")
+            assert events_of(session, LEDGER) == []
+            assert events_of(session, "tool/dispatch") == []
+
+    def test_diagnostic_facts_do_not_participate_in_recovery(self, shared_url: str) -> None:
+        """Seed: "`required=false` suits diagnostic facts that do not participate in
+        recovery" — a diagnostic its reducer refuses is kept; the state stays; the turn goes
+        on.\""""
+        reviewer = _Reviewer(-1, required=False, type_=DIAGNOSTIC)
+        with _middleware_runtime(shared_url, [reviewer]) as runtime:
+            session = runtime.session("s1")
+            assert session.run("pay", timeout=WAIT).status == "completed"
+            assert len(events_of(session, DIAGNOSTIC)) == 1
+            assert session.app_state(DIAGNOSTIC) == {}
