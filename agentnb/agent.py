@@ -60,7 +60,10 @@ class Agent:
     providers report them. ``context_window`` is the model's window in tokens (default: the
     model's own ``context_window``). ``compaction`` (a ``Compactor``) keeps the context the
     next model call sees inside that window; without one, a context that outgrows the window
-    fails its turn with ``stop_reason`` ``context_overflow``.
+    fails its turn with ``stop_reason`` ``context_overflow``. ``middleware`` (objects with
+    some of the hooks ``before_model``, ``after_model``, ``before_tool``, ``after_tool``)
+    runs around each model and tool call and may record application events or refuse a
+    call (``agentnb.middleware``).
     """
 
     name: str

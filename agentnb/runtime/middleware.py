@@ -12,6 +12,7 @@ record (``ReducerFailed``) fails it with its own reason.
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -88,7 +89,8 @@ class MiddlewareRunner:
     ) -> Any:
         """Run one hook against the run's stop; what it returned."""
         refused: list[ReducerFailed] = []
-        ctx = self.context(turn_id, run_id, call_id, refused)
+        ended = threading.Event()
+        ctx = self.context(turn_id, run_id, call_id, refused, ended)
         if hook.is_async:
             task: asyncio.Future[Any] = asyncio.ensure_future(_guarded(hook.fn(ctx, *args)))
         else:
@@ -101,6 +103,7 @@ class MiddlewareRunner:
             raise
         finally:
             stopped.cancel()
+        ended.set()  # the context is the hook's for its call only
         if not task.done():  # stopped while the hook ran: leave it (a thread cannot be cut)
             task.cancel()
             task.add_done_callback(_ignore)
@@ -118,14 +121,28 @@ class MiddlewareRunner:
         ) from failure
 
     def context(
-        self, turn_id: str, run_id: str, call_id: str | None, refused: list[ReducerFailed]
+        self,
+        turn_id: str,
+        run_id: str,
+        call_id: str | None,
+        refused: list[ReducerFailed],
+        ended: threading.Event,
     ) -> MiddlewareContext:
         """A hook's context: records go to the run's writer (handed to the loop from a
-        worker thread); a record a required reducer refuses is remembered in ``refused``."""
+        worker thread); a record a required reducer refuses is remembered in ``refused``;
+        once the hook's call ``ended``, the context refuses to record or flush."""
         host = self.host
         loop = asyncio.get_running_loop()
 
+        def check_open() -> None:
+            if ended.is_set():
+                raise InvalidInput(
+                    "this middleware context belongs to a hook call that has ended; record "
+                    "from inside the hook (do not keep ctx for later writes)"
+                )
+
         def record(type_: str, data: Any, required: bool) -> None:
+            check_open()
             event = Event.create(type_, data, required=required, turn_id=turn_id, run_id=run_id)
             try:
                 check_record(host, event)
@@ -138,6 +155,7 @@ class MiddlewareRunner:
                 loop.call_soon_threadsafe(host.writer.add_event, event)
 
         async def aflush() -> None:
+            check_open()
             await asyncio.sleep(0)  # records handed over from the hook's thread land first
             if host.writer.pending:
                 await self.flush_before_side_effect(turn_id)

@@ -194,6 +194,21 @@ class TestHooks:
         assert "Bad#0.before_model" in (outcome.error or "")
         assert "no registered codec" in (outcome.error or "")
 
+    def test_a_kept_context_cannot_record_after_its_hook(self, make: MakeRuntime) -> None:
+        """A context kept past its hook call refuses ``record`` (the seed: do not retain
+        the recorder for writes after its invocation ends)."""
+        kept: list[nb.MiddlewareContext] = []
+
+        class Keeper:
+            def after_model(self, ctx: nb.MiddlewareContext, reply: object) -> None:
+                kept.append(ctx)
+
+        assert make(["done"], [Keeper()]).session("s1").run("go", timeout=WAIT).status == (
+            "completed"
+        )
+        with pytest.raises(nb.InvalidInput, match="has ended"):
+            kept[0].record(AUDIT, {"late": True})
+
 
 class TestRefusal:
     def test_refused_call_never_runs_and_the_model_sees_why(self, make: MakeRuntime) -> None:
@@ -221,6 +236,22 @@ class TestRefusal:
         model = runtime.agent.model
         assert isinstance(model, nb.ScriptedModel)
         assert "gold is not for sale" in str(model.requests[-1][-1].text)
+
+    def test_a_refusal_shows_in_the_decisions_audit(self, make: MakeRuntime) -> None:
+        """The analysis ``tool_calls`` frame lists the refused call as ``denied`` with why."""
+        from agentnb import analysis
+
+        class Policy:
+            def before_tool(self, ctx: nb.MiddlewareContext, call: Any) -> nb.Refuse:
+                return nb.Refuse("not today")
+
+        runtime = make([nb.ToolCall("lookup", {"item": "desk"}), "ok"], [Policy()])
+        assert runtime.session("s1").run("go", timeout=WAIT).status == "completed"
+        (row,) = analysis.tool_calls(runtime.store).to_dict("records")
+        assert row["decision"] == "denied"
+        assert "not today" in row["decision_reason"]
+        assert row["outcome"] == "error"
+        assert row["synthetic"]
 
     def test_a_refusal_needs_a_reason(self) -> None:
         """``Refuse("")`` is refused: the audit must say why."""
@@ -254,6 +285,21 @@ class TestFaults:
         ends = [e for e in _log(session) if e.type == "run/end"]
         assert ends[-1].payload["status"] == "failed"
         assert any(e.type == "turn/failed" for e in _log(session))
+
+    def test_a_hook_raising_system_exit_fails_the_run_not_the_process(
+        self, make: MakeRuntime
+    ) -> None:
+        """``SystemExit`` from a hook is the hook's failure: the run fails, the runtime lives."""
+
+        class Exits:
+            async def before_model(self, ctx: object, request: object) -> None:
+                raise SystemExit(3)
+
+        runtime = make(["done"], [Exits()])
+        outcome = runtime.session("s1").run("go", timeout=WAIT)
+        assert outcome.status == "failed"
+        assert "Exits#0.before_model raised" in (outcome.error or "")
+        assert runtime.session("s2").submit("still here") is not None
 
     def test_a_hanging_async_hook_is_ended_by_the_time_limit(self, make: MakeRuntime) -> None:
         """An async hook that never returns is stopped by the task's timeout."""
