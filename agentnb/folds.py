@@ -190,6 +190,7 @@ class Folds:
             data = _decode(found[1])
             state = SessionState.load(data["state"], self.context_loader)
             inbox = InboxState.load(data["inbox"])
+            state.app.check_current()  # folded by other reducers: the log folds them anew
         except (ValueError, KeyError, TypeError, zlib.error) as exc:
             log.info("session %s: ignoring snapshot %s (%s)", self.key, _FOLDS, exc)
             return heads

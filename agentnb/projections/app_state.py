@@ -3,9 +3,10 @@
 ``register_event_type(name, reducer=fn)`` makes ``fn(state, event) -> dict`` fold every
 event of ``name`` into ``session.app_state(name)``. ``AppStates`` is that piece of the
 session's fold: it rides in ``SessionState`` (so the shared folds and their snapshots carry
-it) and is rebuilt from the log like the rest. A snapshot remembers which reducers folded
-it; loaded where another set of reducers is registered, it is refused (``ValueError``) so
-the fold is rebuilt from the log with the reducers in force. No I/O here.
+it) and is rebuilt from the log like the rest. A fold remembers which reducers it folds
+with (those registered when it started, or those of the dump it was loaded from): a stored
+snapshot folded by another set than the one registered now is set aside by its reader
+(``check_current``), so the log is folded anew with the reducers in force. No I/O here.
 """
 
 from __future__ import annotations
@@ -87,13 +88,17 @@ class AppStates:
             "failed": dict(self.failed),
         }
 
+    def check_current(self) -> None:
+        """``ValueError`` unless this fold's reducers are the ones registered now."""
+        if self.reducers != frozenset(reducers()):
+            raise ValueError("the app states were folded by other reducers than those registered")
+
     @classmethod
     def load(cls, data: Mapping[str, Any] | None) -> AppStates:
-        """The states ``dump`` described; ``ValueError`` if other reducers folded them."""
+        """The states ``dump`` described, folding on with the reducers that folded them."""
         app = cls()
         data = data or {}
-        if set(data.get("reducers") or ()) != app.reducers:
-            raise ValueError("the snapshot's app states were folded by other reducers")
+        app.reducers = frozenset(data.get("reducers") or ())
         app.states = {n: dict(s) for n, s in (data.get("states") or {}).items()}
         app.failed = dict(data.get("failed") or {})
         return app

@@ -455,7 +455,7 @@ class SessionState:
         state.children = dict(data.get("children") or {})
         state.link = data.get("link")
         state.plan = list(data.get("plan") or ())
-        state.app = AppStates.load(data.get("app"))  # ValueError: other reducers, rebuilt
+        state.app = AppStates.load(data.get("app"))
         return state
 
     # -- queries -----------------------------------------------------------------------------

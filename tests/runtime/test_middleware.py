@@ -14,6 +14,7 @@ import pytest
 
 import agentnb as nb
 from agentnb.events import Event, unregister_event_type
+from agentnb.folds import Folds
 from agentnb.middleware import Hooks
 from agentnb.projections.state import SessionState
 from tests.remote import RemoteDoor
@@ -352,19 +353,51 @@ class TestReducers:
         assert after == before
 
     def test_app_state_rides_in_the_fold_snapshot(self) -> None:
-        """``SessionState.dump``/``load`` carry the app states; other reducers refuse it."""
+        """``SessionState.dump``/``load`` carry the app states; a dump folded by other
+        reducers than those registered now says so (its reader folds the log anew)."""
         state = SessionState()
         for i in range(3):
             e = Event.create(COUNT, {"note": str(i)}, turn_id="t", run_id="r").with_seq(i + 1)
             state.apply(e)
         loaded = SessionState.load(state.dump())
         assert loaded.app.get(COUNT) == {"n": 3, "last": "2"}
+        loaded.app.check_current()
         unregister_event_type(NOISY)
         try:
             with pytest.raises(ValueError, match="other reducers"):
-                SessionState.load(state.dump())
+                SessionState.load(state.dump()).app.check_current()
         finally:
             nb.register_event_type(NOISY, reducer=explode)
+
+    def test_a_snapshot_folded_before_the_reducer_is_set_aside(
+        self, make: MakeRuntime, tmp_path: Path
+    ) -> None:
+        """Events recorded (and snapshotted) before their reducer was registered fold into
+        the app state once it is: the stale snapshot is not trusted for it."""
+        late = "acme.mw/late"
+
+        class Late:
+            def before_model(self, ctx: nb.MiddlewareContext, request: object) -> None:
+                ctx.record(late, {"note": "early"})
+
+        first = make(["one", "two"], [Late()])
+        session = first.session("s1")
+        session.run("one", timeout=WAIT)
+        session.run("two", timeout=WAIT)
+        folds = Folds(first.store, session.key)
+        folds.refresh()
+        folds.save_if_due(every=1)
+        assert first.store.get_snapshot(session.key, "session-folds") is not None
+        first.close()
+        nb.register_event_type(late, reducer=count)
+        try:
+            second = make(["unused"])
+            assert second.session("s1").app_state(late) == {"n": 2, "last": "early"}
+            reread = Folds(second.store, session.key)
+            state, _ = reread.refresh()
+            assert state.app.get(late) == {"n": 2, "last": "early"}
+        finally:
+            unregister_event_type(late)
 
     def test_a_required_reducer_that_raises_fails_the_turn(self, make: MakeRuntime) -> None:
         """Fail closed: the event is not written and the turn fails with the reason."""
