@@ -16,12 +16,12 @@ import threading
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from agentnb.errors import InvalidInput, MiddlewareFailed, ReducerFailed, describe
+from agentnb.errors import InvalidInput, MiddlewareFailed, ReducerFailed, StorageError, describe
 from agentnb.events import Event, ToolCallData, app_type
 from agentnb.middleware import Hook, MiddlewareContext, ModelReply, Refuse, ToolCallResult
 from agentnb.models.base import ModelRequest
 from agentnb.projections.app_state import reduce
-from agentnb.runtime.scope import RunHost, StopRun
+from agentnb.runtime.scope import RunHost, StopRun, TurnCancelled
 
 __all__ = ["MiddlewareRunner", "check_record"]
 
@@ -114,8 +114,8 @@ class MiddlewareRunner:
         failure = task.exception() if not task.cancelled() else asyncio.CancelledError()
         if failure is None:
             return task.result()
-        if isinstance(failure, StopRun | ReducerFailed):
-            raise failure
+        if isinstance(failure, StopRun | TurnCancelled | ReducerFailed | StorageError):
+            raise failure  # the run's own ends (a stop, a commit the store refused) go on up
         raise MiddlewareFailed(
             f"middleware {hook.label}.{name} raised: {describe(failure)}"
         ) from failure

@@ -302,6 +302,25 @@ class TestFaults:
         assert "Exits#0.before_model raised" in (outcome.error or "")
         assert runtime.session("s2").submit("still here") is not None
 
+    def test_a_turn_cancelled_before_its_first_commit_is_cancelled_not_failed(
+        self, make: MakeRuntime
+    ) -> None:
+        """A cancel accepted while ``before_model`` holds the new turn's first commit: the
+        hook's flush sees it and the turn is cancelled, not failed by the middleware."""
+        session: nb.Session
+
+        class CancelsThenFlushes:
+            def before_model(self, ctx: nb.MiddlewareContext, request: object) -> None:
+                session.cancel(ctx.turn_id, timeout=WAIT)
+                ctx.record(AUDIT, {"hook": "before_model"})
+                ctx.flush()
+
+        session = make(["never"], [CancelsThenFlushes()]).session("s1")
+        outcome = session.submit("go").wait(timeout=WAIT)
+        assert outcome.status in ("cancelled", "rejected"), outcome
+        assert not any(e.type == AUDIT for e in _log(session))
+        assert not any(e.type == "turn/failed" for e in _log(session))
+
     def test_a_hanging_async_hook_is_ended_by_the_time_limit(self, make: MakeRuntime) -> None:
         """An async hook that never returns is stopped by the task's timeout."""
 
