@@ -92,7 +92,11 @@ class Hooks:
         self.middleware = tuple(middleware)
         found: dict[str, list[Hook]] = {name: [] for name in HOOKS}
         for i, m in enumerate(self.middleware):
-            label = f"{type(m).__name__}#{i}" if not inspect.isclass(m) else f"{m.__name__}#{i}"
+            if inspect.isclass(m):
+                raise InvalidInput(
+                    f"middleware {m.__name__} is a class; pass an instance: {m.__name__}()"
+                )
+            label = f"{type(m).__name__}#{i}"
             has = False
             for name in HOOKS:
                 fn = getattr(m, name, None)

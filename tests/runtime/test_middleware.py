@@ -180,6 +180,8 @@ class TestHooks:
         assert hooks.after_tool[0].is_async is False
         with pytest.raises(nb.InvalidInput, match="none of the hooks"):
             nb.Agent(name="x", agent_id="x", model=nb.ScriptedModel([]), middleware=[object()])
+        with pytest.raises(nb.InvalidInput, match=r"pass an instance: OnlyAfterTool\(\)"):
+            Hooks([OnlyAfterTool])
         with pytest.raises(nb.InvalidInput, match="list of objects"):
             nb.Agent(name="x", agent_id="x", model=nb.ScriptedModel([]), middleware="nope")
 
