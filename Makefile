@@ -80,6 +80,7 @@ bench: $(BENCH_STAMP)
 	$(BIN)/python benchmarks/bench_subagents.py
 	$(BIN)/python benchmarks/bench_stops.py
 	$(BIN)/python benchmarks/bench_evals.py
+	$(BIN)/python benchmarks/bench_middleware.py
 	$(BIN)/python benchmarks/bench_postgres.py
 	$(BIN)/python benchmarks/bench_server.py
 	$(BIN)/python benchmarks/bench_mcp.py

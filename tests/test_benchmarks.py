@@ -227,3 +227,12 @@ def test_fanout_quick_run_prints_one_json_line_per_configuration() -> None:
     records = _records("bench_fanout.py", "--turns", "5")
     assert {r["metric"] for r in records} == {"fanout_cpu_followed", "fanout_cpu_followed_export"}
     assert all(r["frames_missing"] == 0 for r in records)
+
+
+def test_middleware_quick_run_prints_one_json_line_per_metric() -> None:
+    """`bench_middleware.py` with a few turns prints both middleware rows beside the bare."""
+    records = _records("bench_middleware.py", "--turns", "3", "--rounds", "1")
+    assert [r["metric"] for r in records] == [
+        "ms per turn, recording middleware",
+        "ms per turn, recording+aflush middleware",
+    ]
