@@ -1131,6 +1131,37 @@ class SessionStore(ABC):
         return record
 
     @_guarded
+    def inbox_append_many(
+        self, items: Sequence[tuple[SessionKey, Event, str | None, str | None]]
+    ) -> list[tuple[Event, bool]]:
+        """``inbox_append`` of several records, of one session or several, each given as
+        ``(key, event, dedupe_key, fingerprint)``; returns each ``(record, created)`` in
+        order. A backend that can commits them together (SQLite: one transaction, one flush
+        to disk; then an error of one, such as ``IdempotencyConflict`` or a deleted session,
+        writes none of them); the default appends them one by one. Either way each record is
+        accepted once under its dedupe key, so a caller that retries after an error writes
+        nothing twice. At most ``MAX_BATCH`` records.
+        """
+        if len(items) > MAX_BATCH:
+            raise InvalidInput(f"at most {MAX_BATCH} inbox records per call, got {len(items)}")
+        prepared = []
+        for given, event, dedupe_key, fingerprint in items:
+            key = _key(given)
+            if dedupe_key is not None:
+                check_id(dedupe_key, "dedupe_key")
+            if fingerprint is not None and not isinstance(fingerprint, str):
+                raise InvalidInput("fingerprint must be a string")
+            (stamped,) = _stamp([event], 0, execution=False)
+            meta_update(stamped)
+            prepared.append((key, stamped, dedupe_key, fingerprint or event_digest([stamped])))
+        records = self._inbox_append_many(prepared, self.clock.now())
+        for (key, *_), (record, created) in zip(prepared, records, strict=True):
+            self._saw_inbox(key, record.seq)
+            if created:
+                self._notify(key)
+        return records
+
+    @_guarded
     def inbox_head(self, key: SessionKey) -> int:
         """Last inbox seq (0 when empty)."""
         key = _key(key)
@@ -1682,6 +1713,13 @@ class SessionStore(ABC):
     ) -> tuple[Event, bool]:
         """Atomically: refuse a deleted key, return the original of a known ``dedupe_key``,
         ``check_archived``, then append."""
+
+    def _inbox_append_many(
+        self, items: list[tuple[SessionKey, Event, str | None, str]], now: float
+    ) -> list[tuple[Event, bool]]:
+        """``_inbox_append`` of each item; a backend that can overrides this to commit them
+        in one transaction."""
+        return [self._inbox_append(key, e, dedupe, digest, now) for key, e, dedupe, digest in items]
 
     @abstractmethod
     def _inbox_head(self, key: SessionKey) -> int: ...
