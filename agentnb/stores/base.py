@@ -1115,16 +1115,8 @@ class SessionStore(ABC):
         default the whole event; callers pass the command's meaning, since a retried command
         is a new event with a new id).
         """
-        key = _key(key)
-        if dedupe_key is not None:
-            check_id(dedupe_key, "dedupe_key")
-        if fingerprint is not None and not isinstance(fingerprint, str):
-            raise InvalidInput("fingerprint must be a string")
-        (stamped,) = _stamp([event], 0, execution=False)
-        meta_update(stamped)  # an update's title and labels are checked before anything
-        record = self._inbox_append(
-            key, stamped, dedupe_key, fingerprint or event_digest([stamped]), self.clock.now()
-        )
+        key, stamped, dedupe_key, digest = _inbox_item(key, event, dedupe_key, fingerprint)
+        record = self._inbox_append(key, stamped, dedupe_key, digest, self.clock.now())
         self._saw_inbox(key, record[0].seq)
         if record[1]:
             self._notify(key)  # both logs' waiters: a record in the inbox can settle a turn
@@ -1144,16 +1136,7 @@ class SessionStore(ABC):
         """
         if len(items) > MAX_BATCH:
             raise InvalidInput(f"at most {MAX_BATCH} inbox records per call, got {len(items)}")
-        prepared = []
-        for given, event, dedupe_key, fingerprint in items:
-            key = _key(given)
-            if dedupe_key is not None:
-                check_id(dedupe_key, "dedupe_key")
-            if fingerprint is not None and not isinstance(fingerprint, str):
-                raise InvalidInput("fingerprint must be a string")
-            (stamped,) = _stamp([event], 0, execution=False)
-            meta_update(stamped)
-            prepared.append((key, stamped, dedupe_key, fingerprint or event_digest([stamped])))
+        prepared = [_inbox_item(*item) for item in items]
         records = self._inbox_append_many(prepared, self.clock.now())
         for (key, *_), (record, created) in zip(prepared, records, strict=True):
             self._saw_inbox(key, record.seq)
@@ -1854,6 +1837,21 @@ def leases_of(rows: Iterable[Sequence[Any]]) -> list[Lease]:
         Lease(SessionKey(ns, user, agent, session), owner, int(epoch), float(expires))
         for ns, user, agent, session, owner, epoch, expires in rows
     ]
+
+
+def _inbox_item(
+    key: SessionKey, event: Event, dedupe_key: str | None, fingerprint: str | None
+) -> tuple[SessionKey, Event, str | None, str]:
+    """One inbox record checked and stamped: the key, the event, its dedupe key and the
+    digest a re-send must repeat (the fingerprint, else the whole event)."""
+    key = _key(key)
+    if dedupe_key is not None:
+        check_id(dedupe_key, "dedupe_key")
+    if fingerprint is not None and not isinstance(fingerprint, str):
+        raise InvalidInput("fingerprint must be a string")
+    (stamped,) = _stamp([event], 0, execution=False)
+    meta_update(stamped)  # an update's title and labels are checked before anything
+    return key, stamped, dedupe_key, fingerprint or event_digest([stamped])
 
 
 def _stamp(events: Sequence[Event], expected_seq: int, *, execution: bool) -> list[Event]:
