@@ -1127,22 +1127,38 @@ class SessionStore(ABC):
         default the whole event; callers pass the command's meaning, since a retried command
         is a new event with a new id).
         """
-        key = _key(key)
-        if dedupe_key is not None:
-            check_id(dedupe_key, "dedupe_key")
-        if fingerprint is not None and not isinstance(fingerprint, str):
-            raise InvalidInput("fingerprint must be a string")
-        (stamped,) = _stamp([event], 0, execution=False)
-        meta_update(stamped)  # an update's title and labels are checked before anything
-        record = self._inbox_append(
-            key, stamped, dedupe_key, fingerprint or event_digest([stamped]), self.clock.now()
-        )
+        key, stamped, dedupe_key, digest = _inbox_item(key, event, dedupe_key, fingerprint)
+        record = self._inbox_append(key, stamped, dedupe_key, digest, self.clock.now())
         if record[1]:
             self.bus.publish(key, (record[0],), inbox=True)
         self._saw_inbox(key, record[0].seq)
         if record[1]:
             self._notify(key)  # both logs' waiters: a record in the inbox can settle a turn
         return record
+
+    @_guarded
+    def inbox_append_many(
+        self, items: Sequence[tuple[SessionKey, Event, str | None, str | None]]
+    ) -> list[tuple[Event, bool]]:
+        """``inbox_append`` of several records, of one session or several, each given as
+        ``(key, event, dedupe_key, fingerprint)``; returns each ``(record, created)`` in
+        order. A backend that can commits them together (SQLite: one transaction, one flush
+        to disk; then an error of one, such as ``IdempotencyConflict`` or a deleted session,
+        writes none of them); the default appends them one by one. Either way each record is
+        accepted once under its dedupe key, so a caller that retries after an error writes
+        nothing twice. At most ``MAX_BATCH`` records.
+        """
+        if len(items) > MAX_BATCH:
+            raise InvalidInput(f"at most {MAX_BATCH} inbox records per call, got {len(items)}")
+        prepared = [_inbox_item(*item) for item in items]
+        records = self._inbox_append_many(prepared, self.clock.now())
+        for (key, *_), (record, created) in zip(prepared, records, strict=True):
+            if created:
+                self.bus.publish(key, (record,), inbox=True)
+            self._saw_inbox(key, record.seq)
+            if created:
+                self._notify(key)
+        return records
 
     @_guarded
     def inbox_head(self, key: SessionKey) -> int:
@@ -1697,6 +1713,13 @@ class SessionStore(ABC):
         """Atomically: refuse a deleted key, return the original of a known ``dedupe_key``,
         ``check_archived``, then append."""
 
+    def _inbox_append_many(
+        self, items: list[tuple[SessionKey, Event, str | None, str]], now: float
+    ) -> list[tuple[Event, bool]]:
+        """``_inbox_append`` of each item; a backend that can overrides this to commit them
+        in one transaction."""
+        return [self._inbox_append(key, e, dedupe, digest, now) for key, e, dedupe, digest in items]
+
     @abstractmethod
     def _inbox_head(self, key: SessionKey) -> int: ...
 
@@ -1830,6 +1853,21 @@ def leases_of(rows: Iterable[Sequence[Any]]) -> list[Lease]:
         Lease(SessionKey(ns, user, agent, session), owner, int(epoch), float(expires))
         for ns, user, agent, session, owner, epoch, expires in rows
     ]
+
+
+def _inbox_item(
+    key: SessionKey, event: Event, dedupe_key: str | None, fingerprint: str | None
+) -> tuple[SessionKey, Event, str | None, str]:
+    """One inbox record checked and stamped: the key, the event, its dedupe key and the
+    digest a re-send must repeat (the fingerprint, else the whole event)."""
+    key = _key(key)
+    if dedupe_key is not None:
+        check_id(dedupe_key, "dedupe_key")
+    if fingerprint is not None and not isinstance(fingerprint, str):
+        raise InvalidInput("fingerprint must be a string")
+    (stamped,) = _stamp([event], 0, execution=False)
+    meta_update(stamped)  # an update's title and labels are checked before anything
+    return key, stamped, dedupe_key, fingerprint or event_digest([stamped])
 
 
 def _stamp(events: Sequence[Event], expected_seq: int, *, execution: bool) -> list[Event]:

@@ -792,6 +792,50 @@ class StoreContract:
         inputs = sorted(r.payload["input"] for r in records)
         assert inputs == sorted(f"t{t}-{i}" for t in range(threads) for i in range(per_thread))
 
+    def test_inbox_append_many_accepts_each_record_once(
+        self, store: SessionStore, key: SessionKey
+    ) -> None:
+        """Records of two sessions in one call land in order, each session's seqs gapless;
+        sent again, the keyed ones return their originals and nothing is written twice."""
+        other = SessionKey(key.namespace, key.user_id, key.agent_id, key.session_id + "-b")
+        store.create_session(other)
+        items = [
+            (key, command("a"), "ka", "fa"),
+            (other, command("b"), "kb", "fb"),
+            (key, command("c"), None, None),
+            (key, command("d"), "kd", "fd"),
+        ]
+        first = store.inbox_append_many(items)
+        assert [(r.seq, created) for r, created in first] == [
+            (1, True),
+            (1, True),
+            (2, True),
+            (3, True),
+        ]
+        assert [r.payload["input"] for r, _ in first] == ["a", "b", "c", "d"]
+        again = store.inbox_append_many([items[0], items[1], items[3]])
+        assert again == [(first[0][0], False), (first[1][0], False), (first[3][0], False)]
+        assert store.heads(key) == (0, 3)
+        assert store.inbox_head(other) == 1
+        assert store.inbox_read_after(key, 0, 10) == [first[0][0], first[2][0], first[3][0]]
+
+    def test_inbox_append_many_checks_each_record(
+        self, store: SessionStore, key: SessionKey
+    ) -> None:
+        """A bad record (an execution type, a conflicting key) raises the one-record error;
+        the record is not written, nor a second copy of any other on a retry."""
+        with pytest.raises(InvalidInput):
+            store.inbox_append_many([(key, command("a"), "k1", "f"), (key, step(), None, None)])
+        assert store.inbox_head(key) == 0
+        store.inbox_append(key, command("a"), dedupe_key="k1", fingerprint="f1")
+        with pytest.raises(IdempotencyConflict):
+            store.inbox_append_many(
+                [(key, command("x"), "k2", "f2"), (key, command("b"), "k1", "f-other")]
+            )
+        store.inbox_append_many([(key, command("x"), "k2", "f2")])
+        keyed = [r.payload["input"] for r in store.inbox_read_after(key, 0, 10)]
+        assert keyed == ["a", "x"]
+
     def test_inbox_refuses_execution_types(self, store: SessionStore, key: SessionKey) -> None:
         """Execution-log events and pre-stamped events are refused by the inbox."""
         with pytest.raises(InvalidInput):
