@@ -40,6 +40,7 @@ from agentnb.events import Event
 from agentnb.ids import Clock, FakeClock, SessionKey, new_id
 from agentnb.log import SessionLog
 from agentnb.stores import SessionStore, open_store
+from agentnb.stores._rows import blob_digest, stored_text
 from agentnb.stores.postgres import SCHEMA_VERSION, PostgresStore
 from agentnb.testing.store_contract import StoreContract, command, step
 from tests.pg import Cluster, cluster_or_skip
@@ -104,6 +105,43 @@ def sql(url: str, statement: str, params: Any = None) -> list[tuple[Any, ...]]:
     with psycopg.connect(url, autocommit=True) as conn:
         cur = conn.execute(statement, params)
         return cur.fetchall() if cur.description else []
+
+
+def as_version_4(url: str) -> None:
+    """Turn a database back into schema 4, rows as schema 4 wrote them: a payload over the
+    blob threshold is one blob of its whole text (``payload`` NULL), a command's fingerprint
+    is kept whole, blobs are found through indexes on the rows."""
+    with psycopg.connect(url) as conn:
+
+        def get(digest: str) -> bytes:
+            row = conn.execute("SELECT data FROM agentnb.blobs WHERE digest = %s", (digest,))
+            return bytes(row.fetchone()[0])  # type: ignore[index]
+
+        for table in ("events", "inbox"):
+            rows = conn.execute(
+                f"SELECT session, seq, payload, blob FROM agentnb.{table} WHERE blob IS NOT NULL"
+            ).fetchall()
+            for session, seq, payload, blob in rows:
+                body = stored_text(payload, blob, get).encode()
+                digest = blob_digest(body)
+                conn.execute(
+                    "INSERT INTO agentnb.blobs VALUES (%s, %s) ON CONFLICT DO NOTHING",
+                    (digest, body),
+                )
+                conn.execute(
+                    f"UPDATE agentnb.{table} SET payload = NULL, blob = %s "
+                    "WHERE session = %s AND seq = %s",
+                    (digest, session, seq),
+                )
+        conn.execute(
+            "DELETE FROM agentnb.blobs WHERE digest IN (SELECT digest FROM agentnb.blob_refs) "
+            "AND digest NOT IN (SELECT blob FROM agentnb.events WHERE blob IS NOT NULL UNION "
+            "SELECT blob FROM agentnb.inbox WHERE blob IS NOT NULL)"
+        )
+        conn.execute("DROP TABLE agentnb.blob_refs")
+        conn.execute("CREATE INDEX events_blob ON agentnb.events (blob) WHERE blob IS NOT NULL")
+        conn.execute("CREATE INDEX inbox_blob ON agentnb.inbox (blob) WHERE blob IS NOT NULL")
+        conn.execute("DELETE FROM agentnb.migrations WHERE version > 4")
 
 
 def child(mode: str, url: str, session_id: str, *args: object, skew: float = 0.0) -> Any:
@@ -240,6 +278,7 @@ class TestSchema:
             clock.advance(1)
             store.delete_session(k, by="ops")
         store.close()
+        as_version_4(pg_url)
         sql(pg_url, "DROP TABLE agentnb.tokens")  # version 4
         sql(pg_url, "DROP TABLE agentnb.tombstone_marks")
         sql(pg_url, "DROP INDEX agentnb.sessions_deleted")
@@ -263,6 +302,7 @@ class TestSchema:
         key = child_key("s1")
         store.create_session(key)
         store.close()
+        as_version_4(pg_url)
         sql(pg_url, "DROP TABLE agentnb.tokens")
         sql(pg_url, "DELETE FROM agentnb.migrations WHERE version > 3")
         store = PostgresStore(pg_url)

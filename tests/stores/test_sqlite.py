@@ -18,11 +18,12 @@ from agentnb.events import BLOB_THRESHOLD, Event
 from agentnb.ids import Clock, FakeClock, SessionKey
 from agentnb.log import SessionLog
 from agentnb.stores import SessionStore, open_store
-from agentnb.stores._rows import COLUMNS, encode
+from agentnb.stores._rows import COLUMNS, blob_digest, encode, stored_text
 from agentnb.stores.sqlite import (
     _FORMAT_4_COLUMNS,
     _FORMAT_5_COLUMNS,
     _LIFECYCLE_COLUMNS,
+    FORMAT,
     SQLiteStore,
 )
 from agentnb.testing.store_contract import StoreContract, command, session_key, step
@@ -87,9 +88,43 @@ pathlib.Path(sys.argv[2]).touch()
 """
 
 
+def _as_format_5(conn: sqlite3.Connection) -> None:
+    """Turn a store file back into format 5, rows as format 5 wrote them: a payload over
+    the blob threshold is one blob of its whole text (``payload`` NULL), a command's
+    fingerprint is kept whole, blobs are found through indexes on the rows."""
+    for table in ("events", "inbox"):
+        rows = conn.execute(
+            f"SELECT session, seq, payload, blob FROM {table} WHERE blob IS NOT NULL"
+        ).fetchall()
+        for session, seq, payload, blob in rows:
+
+            def get(digest: str) -> bytes:
+                row = conn.execute("SELECT data FROM blobs WHERE digest=?", (digest,))
+                return bytes(row.fetchone()[0])
+
+            body = stored_text(payload, blob, get).encode()
+            digest = blob_digest(body)
+            conn.execute("INSERT OR IGNORE INTO blobs VALUES (?, ?)", (digest, body))
+            conn.execute(
+                f"UPDATE {table} SET payload=NULL, blob=? WHERE session=? AND seq=?",
+                (digest, session, seq),
+            )
+    # Parts no row names any more go (format 5 never wrote them).
+    conn.execute(
+        "DELETE FROM blobs WHERE digest IN (SELECT digest FROM blob_refs) AND digest NOT IN "
+        "(SELECT blob FROM events WHERE blob IS NOT NULL UNION "
+        "SELECT blob FROM inbox WHERE blob IS NOT NULL)"
+    )
+    conn.execute("DROP TABLE blob_refs")
+    conn.execute("CREATE INDEX events_blob ON events (blob) WHERE blob IS NOT NULL")
+    conn.execute("CREATE INDEX inbox_blob ON inbox (blob) WHERE blob IS NOT NULL")
+    conn.execute("UPDATE agentnb_meta SET value='agentnb-sqlite/5' WHERE key='format'")
+
+
 def _as_format_4(conn: sqlite3.Connection) -> None:
     """Turn a store file back into format 4: the listing indexed by ``last_activity``, no
     listing key and no triggers keeping it, no pending-work mark."""
+    _as_format_5(conn)
     conn.execute("DROP TRIGGER sessions_active")
     conn.execute("DROP TRIGGER sessions_created")
     conn.execute("DROP INDEX sessions_listed")
@@ -275,7 +310,7 @@ class TestFiles:
         conn.execute("ALTER TABLE events DROP COLUMN batch_id")
         conn.close()
         before = path.read_bytes()
-        with pytest.raises(Corrupt, match=r"'agentnb-sqlite/1'.*reads 'agentnb-sqlite/5'"):
+        with pytest.raises(Corrupt, match=r"'agentnb-sqlite/1'.*reads 'agentnb-sqlite/6'"):
             SQLiteStore(path)
         assert path.read_bytes() == before
 
@@ -317,7 +352,7 @@ class TestFiles:
             store.close()
         conn = _raw(path)
         assert conn.execute("SELECT value FROM agentnb_meta WHERE key='format'").fetchone() == (
-            "agentnb-sqlite/5",
+            FORMAT,
         )
         conn.close()
 
@@ -354,7 +389,7 @@ class TestFiles:
             store.close()
         conn = _raw(path)
         assert conn.execute("SELECT value FROM agentnb_meta WHERE key='format'").fetchone() == (
-            "agentnb-sqlite/5",
+            FORMAT,
         )
         conn.close()
 
@@ -403,7 +438,7 @@ class TestFiles:
         indexes = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='index'")}
         assert not indexes & {"sessions_recent", "sessions_user_recent"}
         assert conn.execute("SELECT value FROM agentnb_meta WHERE key='format'").fetchone() == (
-            "agentnb-sqlite/5",
+            FORMAT,
         )
         conn.close()
 
