@@ -1738,6 +1738,38 @@ class StoreContract:
         store.append(third, [step(1)], expected_seq=0, batch_id="b")
         assert store.blob_usage(third) == {}
 
+    def test_a_deletion_racing_appends_of_its_text_frees_no_blob_in_use(
+        self, store: SessionStore, tmp_path: Path
+    ) -> None:
+        """Sessions carrying a long text deleted while another store object appends the same
+        text to a kept session: every event of the kept session still reads back."""
+        peer = self.make_peer(tmp_path) or store
+        text = "r" * (BLOB_THRESHOLD + 1)
+        keeper = session_key("keeper")
+        store.create_session(keeper)
+        doomed = [session_key(f"doomed{i}") for i in range(20)]
+        for k in doomed:
+            store.create_session(k)
+            store.append(k, [Event.create("acme/r", {"text": text})], expected_seq=0, batch_id="b")
+
+        def appends() -> None:
+            for i in range(20):
+                event = Event.create("acme/r", {"text": text, "i": i})
+                peer.append(keeper, [event], expected_seq=i, batch_id=f"b{i}")
+
+        def deletes() -> None:
+            for k in doomed:
+                store.delete_session(k, by="ops")
+
+        try:
+            run_threads([appends, deletes])
+        finally:
+            if peer is not store:
+                peer.close()
+        read = store.read_after(keeper, 0, 100)
+        assert [(e.payload["i"], e.payload["text"]) for e in read] == [(i, text) for i in range(20)]
+        assert store.get_blob(_text_digest(text)) == orjson.dumps(text)
+
     def test_a_payload_of_many_short_texts_round_trips(
         self, store: SessionStore, key: SessionKey
     ) -> None:

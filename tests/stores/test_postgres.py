@@ -36,7 +36,7 @@ from agentnb.errors import (
     StorageError,
     install_hint,
 )
-from agentnb.events import Event
+from agentnb.events import BLOB_THRESHOLD, Event, canonical_json
 from agentnb.ids import Clock, FakeClock, SessionKey, new_id
 from agentnb.log import SessionLog
 from agentnb.stores import SessionStore, open_store
@@ -294,6 +294,49 @@ class TestSchema:
             assert store.delete_session(keys[3], by="ops").seq == 3
         finally:
             store.close()
+        assert sql(pg_url, "SELECT max(version) FROM agentnb.migrations") == [(SCHEMA_VERSION,)]
+
+    def test_version_4_database_with_whole_payload_blobs_is_migrated(self, pg_url: str) -> None:
+        """A schema-4 database (each large payload one blob of its whole text, a command's
+        long fingerprint kept whole) reads the same once migrated; a re-sent command is
+        still recognised, new writes of a text store it once, and deleting a session frees
+        its old blobs but keeps one another session's rows name."""
+        store = PostgresStore(pg_url)
+        mine, other = child_key("mine"), child_key("other")
+        text = "m" * (BLOB_THRESHOLD + 10)
+        shared = Event.create("acme/shared", {"text": "s" * (BLOB_THRESHOLD + 10)})
+        fingerprint = canonical_json(["submit", None, None, text, {}])
+        for k in (mine, other):
+            store.create_session(k)
+        store.inbox_append(mine, command(text), dedupe_key="k", fingerprint=fingerprint)
+        batch = [Event.create("turn/start", {"input": text}, turn_id="t1"), shared]
+        store.append(mine, [*batch, step(3)], expected_seq=0, batch_id="b")
+        store.append(other, [shared.model_copy()], expected_seq=0, batch_id="b")
+        before = (store.read_after(mine, 0, 10), store.read_after(other, 0, 10))
+        inbox = store.inbox_read_after(mine, 0, 10)
+        store.close()
+        as_version_4(pg_url)
+        sql(pg_url, "UPDATE agentnb.inbox SET digest = %s WHERE dedupe_key = 'k'", (fingerprint,))
+        assert sql(pg_url, "SELECT count(*) FROM agentnb.blobs") == [(3,)]
+        store = PostgresStore(pg_url)
+        try:
+            assert (store.read_after(mine, 0, 10), store.read_after(other, 0, 10)) == before
+            assert store.inbox_read_after(mine, 0, 10) == inbox
+            again = store.inbox_append(mine, command(text), dedupe_key="k", fingerprint=fingerprint)
+            assert again == (inbox[0], False)
+            with pytest.raises(IdempotencyConflict):
+                store.inbox_append(mine, command(text), dedupe_key="k", fingerprint="other")
+            usage = store.blob_usage(mine)
+            assert len(usage) == 3
+            new = [Event.create("acme/a", {"text": text}), Event.create("acme/b", {"t": text})]
+            store.append(mine, new, expected_seq=3, batch_id="b2")
+            assert len(store.blob_usage(mine)) == 4
+            store.delete_session(mine, by="ops")
+            assert len(set(usage) & set(store.blob_usage(other))) == 1
+            assert store.read_after(other, 0, 10) == before[1]
+        finally:
+            store.close()
+        assert sql(pg_url, "SELECT count(*) FROM agentnb.blobs") == [(1,)]
         assert sql(pg_url, "SELECT max(version) FROM agentnb.migrations") == [(SCHEMA_VERSION,)]
 
     def test_version_3_database_gains_the_token_table(self, pg_url: str) -> None:
