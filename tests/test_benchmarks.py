@@ -47,6 +47,16 @@ def test_store_quick_run_prints_one_json_line_per_metric() -> None:
     }
 
 
+def test_blobs_small_run_prints_one_json_line_per_metric() -> None:
+    """`bench_blobs.py --tasks 2` exits 0 and prints the store size beside main's format."""
+    records = _records("bench_blobs.py", "--tasks", "2")
+    assert {r["metric"] for r in records} == {
+        "store_bytes_per_input_byte",
+        "store_mb",
+        "log_bytes_per_input_byte",
+    }
+
+
 def test_export_quick_run_prints_one_json_line_per_metric() -> None:
     """`bench_export.py --quick` (fewer events) prints JSON with value, baseline, ratio."""
     records = _records("bench_export.py", "--quick", "--events", "20000", "--rounds", "1")

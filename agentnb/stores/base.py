@@ -9,6 +9,15 @@ A store keeps, per session (``SessionKey``):
 * **export watermarks**, one per sink name, that only move forward;
 * content-addressed **blobs** for payloads over ``BLOB_THRESHOLD`` bytes (transparent to readers).
 
+Blobs. A payload over ``BLOB_THRESHOLD`` is stored in parts: each long text in it is one
+content-addressed blob, so a text that many events of a session carry (a large task's
+input is in ``inbox/accepted``, ``turn/start``, ``input/received``, ``message/user`` and
+``request/prepared``) is stored once (``blob_usage`` lists them). Reads, checksums, batch
+digests and exports see each payload's canonical text exactly as committed. A blob lives
+while a row of some session names it: ``delete_session`` frees those no other session's
+rows name. ``put_blob`` / ``get_blob`` store and read bytes by digest directly; a blob put
+that way belongs to no session and stays.
+
 Guarantees every backend gives (the contract suite in ``agentnb.testing.store_contract`` checks
 each of them):
 
@@ -138,7 +147,13 @@ from agentnb.events import (
 )
 from agentnb.ids import Clock, SessionKey, SystemClock, check_id
 from agentnb.limits import check_chars
-from agentnb.stores._rows import RawEvent, event_anchor, open_snapshot, seal_snapshot
+from agentnb.stores._rows import (
+    RawEvent,
+    event_anchor,
+    open_snapshot,
+    seal_snapshot,
+    stored_fingerprint,
+)
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -1125,7 +1140,9 @@ class SessionStore(ABC):
 
         ``fingerprint`` is what a re-send under the same ``dedupe_key`` must repeat (by
         default the whole event; callers pass the command's meaning, since a retried command
-        is a new event with a new id).
+        is a new event with a new id). A long one is kept as its SHA-256
+        (``stored_fingerprint``): ``inbox_keys`` returns what is kept, and passing that back
+        as the fingerprint (a restore) keeps the same.
         """
         key, stamped, dedupe_key, digest = _inbox_item(key, event, dedupe_key, fingerprint)
         record = self._inbox_append(key, stamped, dedupe_key, digest, self.clock.now())
@@ -1272,6 +1289,13 @@ class SessionStore(ABC):
         _check_seq(after, "after")
         _check_limit(limit)
         return self._inbox_keys(key, after, after + limit)
+
+    @_guarded
+    def blob_usage(self, key: SessionKey) -> dict[str, int]:
+        """The blobs the session's events and commands are stored in, by digest, with the
+        bytes each holds: each distinct text once, however many events carry it (what
+        deleting the session frees, unless another session's rows name it too)."""
+        return self._blob_usage(_key(key))
 
     # -- misc --------------------------------------------------------------------------------
 
@@ -1761,6 +1785,9 @@ class SessionStore(ABC):
         """The bytes stored under ``digest``; ``Corrupt`` if missing or not matching."""
 
     @abstractmethod
+    def _blob_usage(self, key: SessionKey) -> dict[str, int]: ...
+
+    @abstractmethod
     def _secret(self) -> bytes: ...
 
     @abstractmethod
@@ -1859,7 +1886,8 @@ def _inbox_item(
     key: SessionKey, event: Event, dedupe_key: str | None, fingerprint: str | None
 ) -> tuple[SessionKey, Event, str | None, str]:
     """One inbox record checked and stamped: the key, the event, its dedupe key and the
-    digest a re-send must repeat (the fingerprint, else the whole event)."""
+    digest a re-send must repeat (the fingerprint, else the whole event; a long one as its
+    SHA-256, ``stored_fingerprint``)."""
     key = _key(key)
     if dedupe_key is not None:
         check_id(dedupe_key, "dedupe_key")
@@ -1867,7 +1895,7 @@ def _inbox_item(
         raise InvalidInput("fingerprint must be a string")
     (stamped,) = _stamp([event], 0, execution=False)
     meta_update(stamped)  # an update's title and labels are checked before anything
-    return key, stamped, dedupe_key, fingerprint or event_digest([stamped])
+    return key, stamped, dedupe_key, stored_fingerprint(fingerprint or event_digest([stamped]))
 
 
 def _stamp(events: Sequence[Event], expected_seq: int, *, execution: bool) -> list[Event]:
