@@ -594,3 +594,17 @@ class TestEverrunsSessions:
             with pytest.raises(nb.UncertainToolCalls):
                 session.resume(turn_id)
             assert events_of(session, "tool/result") == []  # the refusal wrote nothing
+
+    def test_two_created_sessions_have_different_opaque_ids_and_isolated_histories(
+        self, make_runtime: MakeRuntime
+    ) -> None:
+        """Everruns: "Two sessions opened on one engine have different opaque IDs and isolated
+        histories." and "Reopen it by passing its typed `SessionId` to the engine that created
+        it.\""""
+        runtime = make_runtime(nb.ScriptedModel(_echo))
+        first, second = runtime.create(), runtime.create()
+        assert first.key.session_id != second.key.session_id
+        first.run("My project is Atlas.", timeout=WAIT)
+        assert second.transcript().messages == ()
+        reopened = runtime.open(first.key.session_id)
+        assert reopened.transcript().messages[0].text == "My project is Atlas."
