@@ -880,11 +880,16 @@ class MigrationBaseline(Payload):
 
     state: dict[str, Any]
     source: str | None = None
-    source_version: int | None = None
+    source_version: int | str | None = None
     source_hash: str | None = None
     coverage: Literal["baseline_only"] = "baseline_only"
     """What the log holds of the history before this event: only the baseline state, never
     the execution that produced it."""
+    format: str | None = Field(default=None, exclude_if=_empty)
+    """The shape the state was read from: ``agentnb``, ``openai`` or ``agentscope``
+    (``agentnb.baseline``); absent on baselines written before imports converted."""
+    dropped: tuple[str, ...] = Field(default=(), exclude_if=_empty)
+    """What the import did not keep, one ``path: reason`` line each."""
 
 
 class AgentBinding(Payload):

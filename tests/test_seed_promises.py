@@ -538,6 +538,40 @@ class TestTheLog:
         assert [e.type for e in fork.log.scan()] == ["migration/baseline"]
         assert fork.transcript().messages == session.transcript().messages
 
+    def test_an_agentstate_imports_into_an_empty_session_with_provenance(
+        self, make_runtime: MakeRuntime
+    ) -> None:
+        """Seed: "`importBaseline(target, state, source, sourceVersion)` imports a complete
+        `AgentState` into an empty target with provenance"; (zh) "已有应用若保存的是AgentState ...
+        可以把它作为一份起始状态导入新的空会话 ... 不会补造更早的执行历史" (an application that
+        saved an AgentState can import it as the starting state of a new, empty session ... it
+        does not invent earlier execution history)."""
+        state = {
+            "messages": [
+                {"role": "USER", "content": [{"type": "text", "text": "Compare A and B"}]},
+                {"role": "ASSISTANT", "content": [{"type": "text", "text": "A is cheaper."}]},
+            ]
+        }
+        session = make_runtime(nb.ScriptedModel(_echo)).session("imported")
+        report = session.import_baseline(
+            state, source="agentscope:conversation-001", source_version=2
+        )
+        assert (report.format, report.messages, report.dropped) == ("agentscope", 2, ())
+        (event,) = session.log.scan()
+        assert event.type == "migration/baseline"
+        assert (event.payload["source"], event.payload["source_version"]) == (
+            "agentscope:conversation-001",
+            2,
+        )
+        assert [m.text for m in session.transcript().messages] == [
+            "Compare A and B",
+            "A is cheaper.",
+        ]
+        used = make_runtime(nb.ScriptedModel(_echo)).session("used")
+        used.run("hello", timeout=WAIT)
+        with pytest.raises(nb.InvalidInput, match="not empty"):
+            used.import_baseline(state)
+
 
 class TestEverrunsSessions:
     def test_send_steers_an_active_turn_and_starts_one_otherwise(
