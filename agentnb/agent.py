@@ -59,6 +59,12 @@ class Agent:
     model's own ``context_window``). ``compaction`` (a ``Compactor``) keeps the context the
     next model call sees inside that window; without one, a context that outgrows the window
     fails its turn with ``stop_reason`` ``context_overflow``.
+    ``verify`` (a function of the final answer's text, sync or async) checks a turn's output
+    before the turn completes: ``True`` (or None) passes it; ``False``, or a string saying
+    why, fails it. A failed check sends the turn back to the model once, with the reason; a
+    second failure fails the turn (``stop_reason`` ``verification_failed``), and a hook that
+    raises fails it with the error (``verification_error``). Each check is recorded as
+    ``verification/result``.
     """
 
     name: str
@@ -72,6 +78,7 @@ class Agent:
     max_turn_tokens: int | None = None
     max_session_tokens: int | None = None
     compaction: Compactor | None = None
+    verify: Callable[[str], Any] | None = None
     toolsets: tuple[Toolset, ...] = ()
     """The toolsets among ``tools``, opened by each runtime (their tools are not in ``tools``
     until then: see ``with_opened``)."""
@@ -91,6 +98,7 @@ class Agent:
         max_turn_tokens: int | None = None,
         max_session_tokens: int | None = None,
         compaction: Compactor | None = None,
+        verify: Callable[[str], Any] | None = None,
     ) -> None:
         check_id(name, "name")
         check_id(agent_id, "agent_id")
@@ -134,6 +142,12 @@ class Agent:
                 f"nb.TrimCompactor(...)), got {type(compaction).__name__}"
             )
         object.__setattr__(self, "compaction", compaction)
+        if verify is not None and not callable(verify):
+            raise InvalidInput(
+                "verify must be a function of the final answer's text returning True, False "
+                f"or the reason it fails, got {type(verify).__name__}"
+            )
+        object.__setattr__(self, "verify", verify)
         for budget, value in (
             ("max_turn_tokens", max_turn_tokens),
             ("max_session_tokens", max_session_tokens),
@@ -184,6 +198,7 @@ class Agent:
             max_turn_tokens=self.max_turn_tokens,
             max_session_tokens=self.max_session_tokens,
             compaction=self.compaction,
+            verify=self.verify,
         )
 
     def as_tool(

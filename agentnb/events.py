@@ -892,6 +892,51 @@ class MigrationBaseline(Payload):
     """What the import did not keep, one ``path: reason`` line each."""
 
 
+class StateRestored(Payload):
+    """``state/restored``: a runtime restored the session's state from a snapshot plus the
+    log after it, before it executed the session again (written in that run's first commit).
+
+    Snapshots are a cache of the fold, never the truth: this records which one a run's
+    decisions started from, so an audit can tell a state folded from the first event from
+    one restored from a cache."""
+
+    snapshot_seq: int
+    """The seq the snapshot stood at."""
+    restored_seq: int
+    """The seq the state was brought to (the snapshot, then the log's events after it)."""
+
+
+class VerificationResult(Payload):
+    """``verification/result``: what the agent's ``verify`` hook said of a turn's output,
+    before the turn completed.
+
+    A failed verification sends the turn back to the model once, with the reason as a user
+    message (``retry``); a second failure fails the turn. A hook that raises fails the run
+    with the error (no ``verification/result`` then; the ``turn/failed`` says why)."""
+
+    passed: bool
+    reason: str | None = None
+    """Why it failed (the hook's words), or None."""
+    message_id: str
+    """The assistant message that was checked."""
+    attempt: int = 1
+    """Which verification of this turn it is (1, then 2 after a retry)."""
+    retry: bool = False
+    """Whether the turn goes back to the model with the reason."""
+
+
+class InboxMark(Payload):
+    """``inbox/opened`` / ``inbox/closed`` (inbox log): a run of the envelope's turn began
+    taking that turn's input, or stopped taking it (``status``: how the run ended).
+
+    Written after the execution log's ``run/start`` and ``run/end``, as a record for
+    readers of the inbox alone; admission is still decided from the execution log (a steer
+    binds to the run it shows open, and a completion commits only at the inbox head it read),
+    so a mark a crash kept from being written changes no decision."""
+
+    status: str | None = None
+
+
 class AgentBinding(Payload):
     """``agent/bound``: the fingerprint of the agent a session is bound to (first turn).
 
@@ -1161,6 +1206,7 @@ PAYLOADS: dict[str, type[Payload]] = {
     "input/received": InputReceived,
     "input/applied": InputApplied,
     "input/discarded": InputDiscarded,
+    "message/system": MessageEvent,
     "message/user": MessageEvent,
     "message/assistant": MessageEvent,
     "request/prepared": RequestPrepared,
@@ -1183,6 +1229,8 @@ PAYLOADS: dict[str, type[Payload]] = {
     "compaction/start": CompactionStart,
     "compaction/end": CompactionEnd,
     "state/checkpoint": StateCheckpoint,
+    "state/restored": StateRestored,
+    "verification/result": VerificationResult,
     "recovery/applied": RecoveryApplied,
     "migration/baseline": MigrationBaseline,
     "agent/bound": AgentBinding,
@@ -1201,6 +1249,8 @@ PAYLOADS: dict[str, type[Payload]] = {
     "inbox/accepted": InboxAccepted,
     "inbox/handled": InboxHandled,
     "inbox/rejected": InboxRejected,
+    "inbox/opened": InboxMark,
+    "inbox/closed": InboxMark,
     "schedule/added": ScheduleAdded,
     "schedule/removed": ScheduleRemoved,
     "schedule/fired": ScheduleFired,
@@ -1208,7 +1258,10 @@ PAYLOADS: dict[str, type[Payload]] = {
 
 SCHEDULE_TYPES = frozenset({"schedule/added", "schedule/removed", "schedule/fired"})
 """Schedule facts: kept in the inbox log, so any writer records them without the lease."""
-INBOX_TYPES = frozenset({"inbox/accepted", "inbox/handled", "inbox/rejected"}) | SCHEDULE_TYPES
+INBOX_TYPES = (
+    frozenset({"inbox/accepted", "inbox/handled", "inbox/rejected", "inbox/opened", "inbox/closed"})
+    | SCHEDULE_TYPES
+)
 """Types that belong to a session's inbox log, not its execution log."""
 
 BUILTIN_TYPES = frozenset(PAYLOADS)
@@ -1232,6 +1285,11 @@ _OPTIONAL_BUILTINS = frozenset(
         "schedule/fired",
         "feedback/added",
         "feedback/removed",
+        "message/system",
+        "state/restored",
+        "verification/result",
+        "inbox/opened",
+        "inbox/closed",
     }
 )
 
