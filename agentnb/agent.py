@@ -26,8 +26,15 @@ from pydantic import Field
 
 from agentnb.compaction import Compactor
 from agentnb.errors import AgentChanged, InvalidInput
-from agentnb.events import AgentBinding, AgentRebound, Payload, canonical_json, freeze_json
-from agentnb.ids import check_id, check_seconds
+from agentnb.events import (
+    AgentBinding,
+    AgentRebound,
+    Message,
+    Payload,
+    canonical_json,
+    freeze_json,
+)
+from agentnb.ids import check_id, check_seconds, new_id
 from agentnb.models.base import Model, check_context_window
 from agentnb.models.strings import from_string
 from agentnb.tools import Tool, Toolset, tool
@@ -291,6 +298,25 @@ def check_agent(
         changes=tuple(changes),
         reason=summary,
     )
+
+
+def instructions_message(binding: tuple[str, Payload], agent: Agent) -> Message | None:
+    """The ``message/system`` to record beside ``binding`` (what ``check_agent`` returned):
+    the agent's instructions, when a session is bound (and they are not empty) or an
+    accepted agent change changed them; None otherwise.
+
+    A session's instructions can change only there: any other run uses the bound agent's.
+    """
+    kind, payload = binding
+    if not agent.instructions:
+        return None
+    if isinstance(payload, AgentRebound) and (
+        payload.previous.instructions_sha256 == payload.current.instructions_sha256
+    ):
+        return None
+    if kind not in ("agent/bound", "agent/changed"):
+        return None
+    return Message(id=new_id("msg"), role="system", text=agent.instructions)
 
 
 # --------------------------------------------------------------------------------------------

@@ -16,21 +16,22 @@ unknown types are passed over.
 The catalogue follows the seeds' (AgentScope's session log), with these differences, each
 for a reason:
 
-- ``message/system`` is not written: agentnb keeps the system instructions out of the
-  conversation. They belong to the agent (its fingerprint, ``agent/bound``), go with each
-  model request (``request/prepared.instructions`` records them whenever they differ from
-  the previous request's, so the log alone still rebuilds every call's context), and so are
-  never a committed message: the context and the transcript hold user, assistant and tool
-  messages only.
-- ``state/restored`` is not written: a run never restores a checkpoint other than the
-  latest. Checkpoints are folds of the log, a resume continues from the log's state, and
-  state imported from elsewhere is ``migration/baseline``. (The seed declares it too and
-  writes it nowhere.)
-- ``inbox/opened`` and ``inbox/closed`` are not written: admission is decided from the
-  execution log. A steer binds to the run the execution log shows open with a live executor,
-  and a run's completion commits only if the inbox is still at the head it read
-  (``run/end.inbox_seq``), so guidance that arrives later is refused, never dropped. Two
-  inbox records per run would repeat that, at the cost of two inbox writes a run.
+- ``message/system`` records the instructions a session's runs use, when they change: in
+  the commit that binds the session to its agent (``agent/bound``) and in one that records
+  an accepted agent change with other instructions (``agent/changed``); they can change
+  nowhere else. It is not a context message: the instructions belong to the agent and go
+  with each model request (``request/prepared.instructions``), so the context and the
+  transcript hold user, assistant and tool messages only.
+- ``state/checkpoint`` says what it covers: ``state.context_digest`` chains the digests of
+  the context's messages (``agentnb.projections.digest``), and a resume checks it against
+  the log (``Corrupt`` when they differ).
+- ``state/restored`` is written when a runtime restored a session's state from a snapshot
+  plus the log and runs it: ``snapshot_seq`` and the ``restored_seq`` it was brought to.
+- ``verification/result`` records each check of an ``Agent(verify=)`` hook.
+- ``inbox/opened`` and ``inbox/closed`` are declared inbox types; admission is decided from
+  the execution log (a steer binds to the run the execution log shows open with a live
+  executor, and a run's completion commits only if the inbox is still at the head it read,
+  ``run/end.inbox_seq``), so they are records for readers of the inbox alone.
 - Written as the seed names them: ``coverage`` on ``run/start`` (``adapter_chunks``: the
   model's streamed pieces are in the log) and on ``migration/baseline`` (``baseline_only``:
   what came before the baseline is not); ``action_id`` (the seed's ``actionId``), one per

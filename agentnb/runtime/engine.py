@@ -31,7 +31,7 @@ import logging
 import threading
 from typing import Any, Protocol
 
-from agentnb.agent import Agent, agent_changes, check_agent
+from agentnb.agent import Agent, agent_changes, check_agent, instructions_message
 from agentnb.errors import (
     AgentChanged,
     AgentnbError,
@@ -547,6 +547,9 @@ class SessionDriver:
             return False
         if binding is not None:
             self.writer.add(binding[0], binding[1], turn_id=command.turn_id)
+            system = instructions_message(binding, self.agent)
+            if system is not None:  # the instructions the session's runs use from here on
+                self.writer.add("message/system", {"message": system}, turn_id=command.turn_id)
         return True
 
     def _check_submitted_for(self, command: Command) -> None:

@@ -103,3 +103,122 @@ class TestVerification:
         """A verify that is not a function is ``InvalidInput`` at the agent's construction."""
         with pytest.raises(nb.InvalidInput, match="verify"):
             _agent([], verify="yes")
+
+
+@nb.tool
+def lookup(plan: str) -> str:
+    """Look a plan up.
+
+    Args:
+        plan: its name
+    """
+    return f"{plan}: $10"
+
+
+def _interrupted(store: nb.SessionStore) -> tuple[nb.SessionKey, str]:
+    """A turn that checkpointed a tool step, then was interrupted mid-answer: (key, turn)."""
+    model = nb.ScriptedModel(
+        [nb.ToolCall("lookup", {"plan": "pro"}), "a" * 400, "resumed"],
+        chunk_size=1,
+        chunk_delay=0.002,
+    )
+    agent = nb.Agent(name="Test", agent_id="test-agent", model=model, tools=[lookup])
+    with nb.Runtime(agent, store=store) as runtime:
+        session = runtime.session("s1")
+        task = session.submit("price pro")
+        while not events_of(session, "model/chunk") or not events_of(session, "state/checkpoint"):
+            store.wait_for_head(session.key, session.log.head(), 0.1)
+        session.interrupt()
+        assert task.wait(WAIT).status == "interrupted"
+        return session.key, task.turn_id
+
+
+class TestCheckpointDigest:
+    def test_every_checkpoint_names_the_digest_of_the_context_at_its_seq(
+        self, store_url: str
+    ) -> None:
+        """Each ``state/checkpoint`` carries ``context_digest``, equal to the digest of the
+        context the log folds to at that seq."""
+        from agentnb.folds import load_context
+        from agentnb.projections.digest import extend_digest
+
+        model = nb.ScriptedModel(
+            [nb.ToolCall("lookup", {"plan": "a"}), nb.ToolCall("lookup", {"plan": "b"}), "done"]
+        )
+        agent = nb.Agent(name="Test", agent_id="test-agent", model=model, tools=[lookup])
+        with nb.Runtime(agent, store=store_url) as runtime:
+            session = runtime.session("s1")
+            session.run("compare", timeout=WAIT)
+            checkpoints = events_of(session, "state/checkpoint")
+            assert len(checkpoints) == 3
+            for event in checkpoints:
+                context = load_context(runtime.store, session.key, event.seq)
+                assert event.payload["state"]["context_digest"] == extend_digest("", context)
+                assert event.payload["state"]["context_messages"] == len(context)
+
+    def test_a_resume_checks_the_checkpoint_and_continues(self) -> None:
+        """A resume after an interrupt finds the checkpoint matching the log and goes on."""
+        store = nb.MemoryStore()
+        key, turn_id = _interrupted(store)
+        agent = nb.Agent(
+            name="Test", agent_id="test-agent", model=nb.ScriptedModel(["resumed"]), tools=[lookup]
+        )
+        with nb.Runtime(agent, store=store) as runtime:
+            session = runtime.open(key.session_id)
+            assert session.resume(turn_id).wait(WAIT).output == "resumed"
+
+    def test_a_checkpoint_that_does_not_match_the_log_refuses_the_resume(self) -> None:
+        """A checkpoint whose digest is not the log's (a changed log) fails the resume closed
+        with ``Corrupt``'s reason committed, and nothing runs."""
+        store = nb.MemoryStore()
+        key, turn_id = _interrupted(store)
+        head = store.heads(key)[0]
+        (run_end,) = [e for e in store.read_after(key, 0, 1000) if e.type == "run/end"]
+        forged = nb.Event.create(
+            "state/checkpoint",
+            {"reason": "step", "state": {"context_digest": "0" * 64, "context_messages": 1}},
+            turn_id=turn_id,
+            run_id=run_end.run_id,
+        )
+        store.append(key, [forged], expected_seq=head, batch_id="forged")
+        model = nb.ScriptedModel(["resumed"])
+        agent = nb.Agent(name="Test", agent_id="test-agent", model=model, tools=[lookup])
+        with nb.Runtime(agent, store=store) as runtime:
+            session = runtime.open(key.session_id)
+            outcome = session.resume(turn_id).wait(WAIT)
+            assert outcome.status == "rejected"
+            assert "digest" in (outcome.error or "")
+            assert model.requests == []
+
+
+class TestSystemMessage:
+    def test_the_first_run_records_the_instructions_it_uses(self, store_url: str) -> None:
+        """The session's first run writes ``message/system`` with the agent's instructions;
+        later runs with the same agent write none, and the context holds no system message."""
+        with nb.Runtime(_agent(["a", "b"], None, "Answer in French."), store=store_url) as rt:
+            session = rt.session("s1")
+            session.run("one", timeout=WAIT)
+            session.run("two", timeout=WAIT)
+            (system,) = events_of(session, "message/system")
+            assert system.payload["message"]["role"] == "system"
+            assert system.payload["message"]["text"] == "Answer in French."
+            assert all(m.role != "system" for m in session.transcript().messages)
+
+    def test_an_accepted_agent_change_records_the_new_instructions(self, store_url: str) -> None:
+        """A runtime taking the session over with other instructions records them."""
+        store: Any = nb.MemoryStore() if store_url == "memory://" else store_url
+        with nb.Runtime(_agent(["a"], None, "Be brief."), store=store) as rt:
+            rt.session("s1").run("one", timeout=WAIT)
+        changed = _agent(["b"], None, "Be thorough.")
+        with nb.Runtime(changed, store=store, accept_agent_change=True) as rt:
+            session = rt.session("s1")
+            session.run("two", timeout=WAIT)
+            texts = [e.payload["message"]["text"] for e in events_of(session, "message/system")]
+            assert texts == ["Be brief.", "Be thorough."]
+
+    def test_no_instructions_no_system_message(self, store_url: str) -> None:
+        """An agent without instructions records no ``message/system``."""
+        with nb.Runtime(_agent(["a"], None, ""), store=store_url) as rt:
+            session = rt.session("s1")
+            session.run("one", timeout=WAIT)
+            assert events_of(session, "message/system") == []
