@@ -550,7 +550,22 @@ class SessionDriver:
             system = instructions_message(binding, self.agent)
             if system is not None:  # the instructions the session's runs use from here on
                 self.writer.add("message/system", {"message": system}, turn_id=command.turn_id)
+        self._record_restore(command)
         return True
+
+    def _record_restore(self, command: Command) -> None:
+        """Add ``state/restored`` to the work's first commit when the folds this driver
+        decides from started from a snapshot (once per load: a reload after a failed commit
+        loads, and records, again)."""
+        snapshot_seq = self.folds.restored_from
+        if snapshot_seq is None:
+            return
+        self.folds.restored_from = None
+        self.writer.add(
+            "state/restored",
+            {"snapshot_seq": snapshot_seq, "restored_seq": self.state.seq},
+            turn_id=command.turn_id,
+        )
 
     def _check_submitted_for(self, command: Command) -> None:
         """``AgentChanged`` if ``command`` was submitted for an agent other than this

@@ -222,3 +222,41 @@ class TestSystemMessage:
             session = rt.session("s1")
             session.run("one", timeout=WAIT)
             assert events_of(session, "message/system") == []
+
+
+class TestStateRestored:
+    def test_a_run_from_a_snapshot_records_what_it_restored(self, tmp_path: Any) -> None:
+        """A runtime whose state came from a snapshot plus the log records ``state/restored``
+        (the snapshot's seq, the seq restored to) in its first commit; one that folded the
+        log from the start records none."""
+        from agentnb.folds import Folds
+
+        url = f"sqlite:///{tmp_path / 'db.sqlite'}"
+        with nb.Runtime(_agent(["a", "b", "c"], None), store=url) as runtime:
+            session = runtime.session("s1")
+            session.run("one", timeout=WAIT)
+            assert events_of(session, "state/restored") == []
+            key = session.key
+        store = nb.open_store(url)
+        try:
+            folds = Folds(store, key)
+            folds.refresh()
+            snapshot_seq = folds.state.seq
+            folds.save_if_due(every=1)
+            store.append(
+                key,
+                [nb.Event.create("acme/note", {"n": 1})],
+                expected_seq=snapshot_seq,
+                batch_id="after-snapshot",
+            )
+        finally:
+            store.close()
+        with nb.Runtime(_agent(["b"], None), store=url) as runtime:
+            session = runtime.open("s1")
+            session.run("two", timeout=WAIT)
+            (restored,) = events_of(session, "state/restored")
+            assert restored.payload == {
+                "snapshot_seq": snapshot_seq,
+                "restored_seq": snapshot_seq + 1,
+            }
+            assert restored.seq == snapshot_seq + 2  # in the new turn's first commit
