@@ -642,3 +642,47 @@ class TestEverrunsSessions:
         assert second.transcript().messages == ()
         reopened = runtime.open(first.key.session_id)
         assert reopened.transcript().messages[0].text == "My project is Atlas."
+
+
+class TestTheCatalogue:
+    def test_message_history_includes_the_system_instructions(
+        self, make_runtime: MakeRuntime
+    ) -> None:
+        """Seed (event table): "`message/system`, `message/user`, `message/assistant` | Message
+        history".\""""
+        session = make_runtime(nb.ScriptedModel(_echo), instructions="Be brief.").session("s1")
+        session.run("hello", timeout=WAIT)
+        types = [e.type for e in session.log.scan() if e.type.startswith("message/")]
+        assert types == ["message/system", "message/user", "message/assistant"]
+        assert events_of(session, "message/system")[0].payload["message"]["text"] == "Be brief."
+
+    def test_verification_state_is_a_committed_event(self, store_url: str) -> None:
+        """Seed (event table): "`task/changed`, `plan/changed`, `permission/changed`,
+        `verification/result` | Task, plan, permission and verification state".\""""
+        agent = nb.Agent(
+            name="Test",
+            agent_id="test-agent",
+            model=nb.ScriptedModel(["maybe", "yes"]),
+            verify=lambda text: text == "yes" or "answer yes or no",
+        )
+        with nb.Runtime(agent, store=store_url) as runtime:
+            session = runtime.session("s1")
+            assert session.run("decide", timeout=WAIT).output == "yes"
+            results = [e.payload["passed"] for e in events_of(session, "verification/result")]
+            assert results == [False, True]
+
+    def test_saved_state_and_restoration_are_events(self, make_runtime: MakeRuntime) -> None:
+        """Seed (event table): "`state/checkpoint`, `state/restored`, `recovery/applied`,
+        `migration/baseline` | Saved state, restoration, reconciliation and imported state";
+        "A checkpoint restores Agent working state" — and says which state it holds.\""""
+        from agentnb.folds import load_context
+        from agentnb.projections.digest import extend_digest
+
+        session = make_runtime(nb.ScriptedModel(_held_then_answer), [held]).session("s1")
+        _gates["g"] = Gate()
+        _gates["g"].release()
+        session.run("work", timeout=WAIT)
+        for checkpoint in events_of(session, "state/checkpoint"):
+            context = load_context(session.log.store, session.key, checkpoint.seq)
+            assert checkpoint.payload["state"]["context_digest"] == extend_digest("", context)
+        assert {"state/restored", "state/checkpoint"} <= nb.events.BUILTIN_TYPES
