@@ -260,3 +260,20 @@ class TestStateRestored:
                 "restored_seq": snapshot_seq + 1,
             }
             assert restored.seq == snapshot_seq + 2  # in the new turn's first commit
+
+
+class TestVerificationExport:
+    def test_the_verifications_frame_lists_each_check(self, tmp_path: Any) -> None:
+        """``analysis.verifications`` gives one row per ``verification/result``, in order."""
+        pytest.importorskip("duckdb")
+        from agentnb import analysis
+
+        url = f"sqlite:///{tmp_path / 'db.sqlite'}"
+        agent = _agent(["41", "42"], lambda text: text == "42" or "must be 42")
+        with nb.Runtime(agent, store=url) as runtime:
+            runtime.session("s1").run("answer", timeout=WAIT)
+            frame = analysis.verifications(runtime.store)
+        assert list(frame["passed"]) == [False, True]
+        assert list(frame["attempt"]) == [1, 2]
+        assert list(frame["retry"]) == [True, False]
+        assert frame["reason"].iloc[0] == "must be 42"
