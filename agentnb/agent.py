@@ -26,8 +26,15 @@ from pydantic import Field
 
 from agentnb.compaction import Compactor
 from agentnb.errors import AgentChanged, InvalidInput
-from agentnb.events import AgentBinding, AgentRebound, Payload, canonical_json, freeze_json
-from agentnb.ids import check_id, check_seconds
+from agentnb.events import (
+    AgentBinding,
+    AgentRebound,
+    Message,
+    Payload,
+    canonical_json,
+    freeze_json,
+)
+from agentnb.ids import check_id, check_seconds, new_id
 from agentnb.models.base import Model, check_context_window
 from agentnb.models.strings import from_string
 from agentnb.tools import Tool, Toolset, tool
@@ -60,6 +67,12 @@ class Agent:
     model's own ``context_window``). ``compaction`` (a ``Compactor``) keeps the context the
     next model call sees inside that window; without one, a context that outgrows the window
     fails its turn with ``stop_reason`` ``context_overflow``.
+    ``verify`` (a function of the final answer's text, sync or async) checks a turn's output
+    before the turn completes: ``True`` (or None) passes it; ``False``, or a string saying
+    why, fails it. A failed check sends the turn back to the model once, with the reason; a
+    second failure fails the turn (``stop_reason`` ``verification_failed``), and a hook that
+    raises fails it with the error (``verification_error``). Each check is recorded as
+    ``verification/result``.
     """
 
     name: str
@@ -75,6 +88,7 @@ class Agent:
     compaction: Compactor | None = None
     workspace: Workspace | None = None
     """The working files of its sessions (``nb.Workspace``), or None."""
+    verify: Callable[[str], Any] | None = None
     toolsets: tuple[Toolset, ...] = ()
     """The toolsets among ``tools``, opened by each runtime (their tools are not in ``tools``
     until then: see ``with_opened``)."""
@@ -95,6 +109,7 @@ class Agent:
         max_session_tokens: int | None = None,
         compaction: Compactor | None = None,
         workspace: Workspace | None = None,
+        verify: Callable[[str], Any] | None = None,
     ) -> None:
         check_id(name, "name")
         check_id(agent_id, "agent_id")
@@ -143,6 +158,12 @@ class Agent:
                 f"workspace must be an nb.Workspace(root), got {type(workspace).__name__}"
             )
         object.__setattr__(self, "workspace", workspace)
+        if verify is not None and not callable(verify):
+            raise InvalidInput(
+                "verify must be a function of the final answer's text returning True, False "
+                f"or the reason it fails, got {type(verify).__name__}"
+            )
+        object.__setattr__(self, "verify", verify)
         for budget, value in (
             ("max_turn_tokens", max_turn_tokens),
             ("max_session_tokens", max_session_tokens),
@@ -194,6 +215,7 @@ class Agent:
             max_session_tokens=self.max_session_tokens,
             compaction=self.compaction,
             workspace=self.workspace,
+            verify=self.verify,
         )
 
     def with_workspace(self, workspace: Workspace) -> Agent:
@@ -298,6 +320,25 @@ def check_agent(
         changes=tuple(changes),
         reason=summary,
     )
+
+
+def instructions_message(binding: tuple[str, Payload], agent: Agent) -> Message | None:
+    """The ``message/system`` to record beside ``binding`` (what ``check_agent`` returned):
+    the agent's instructions, when a session is bound (and they are not empty) or an
+    accepted agent change changed them; None otherwise.
+
+    A session's instructions can change only there: any other run uses the bound agent's.
+    """
+    kind, payload = binding
+    if not agent.instructions:
+        return None
+    if isinstance(payload, AgentRebound) and (
+        payload.previous.instructions_sha256 == payload.current.instructions_sha256
+    ):
+        return None
+    if kind not in ("agent/bound", "agent/changed"):
+        return None
+    return Message(id=new_id("msg"), role="system", text=agent.instructions)
 
 
 # --------------------------------------------------------------------------------------------

@@ -15,7 +15,8 @@ says (``duckdb:`` naming an SQLite store, say) raises ``InvalidInput`` before Du
 
 Frames: ``events``, ``turns``, ``runs``, ``steps``, ``model_calls``, ``tool_calls``,
 ``interactions``, ``inputs``, ``sessions`` (each with its place in a tree of sub-agents:
-``parent_key``, ``root_key``, ``depth``), ``subagent_calls`` and ``plan_changes`` (the views
+``parent_key``, ``root_key``, ``depth``), ``subagent_calls``, ``plan_changes`` and
+``verifications`` (the views
 of ``exporters/schema.sql``; columns documented there), each optionally narrowed with
 ``namespace=``, ``user_id=``, ``agent_id=``, ``session_id=``; ``turns(source,
 subagents=True)`` rolls each turn's sub-agents up into it.
@@ -88,6 +89,7 @@ __all__ = [
     "timeline_data",
     "tool_calls",
     "turns",
+    "verifications",
 ]
 
 VIEWS = (
@@ -103,6 +105,7 @@ VIEWS = (
     "sessions",
     "subagent_calls",
     "plan_changes",
+    "verifications",
 )
 _ORDER = {
     "events": "namespace, user_id, agent_id, session_id, seq",
@@ -118,6 +121,7 @@ _ORDER = {
     "subagent_calls": "spawned_at, call_id",
     "turn_totals": "started_at, turn_id",
     "plan_changes": "namespace, user_id, agent_id, session_id, seq",
+    "verifications": "namespace, user_id, agent_id, session_id, seq",
 }
 _FILTERS = ("namespace", "user_id", "agent_id", "session_id")
 _SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -340,6 +344,12 @@ def plan_changes(source: Any, **filters: str | None) -> pd.DataFrame:
     """One row per step of a plan (the built-in ``todo`` tool) that was added, changed
     status or wording, or was removed."""
     return _frame("plan_changes", source, filters)
+
+
+def verifications(source: Any, **filters: str | None) -> pd.DataFrame:
+    """One row per check of a turn's answer by the agent's ``verify`` hook: passed, the
+    reason, the attempt and whether the turn went back to the model."""
+    return _frame("verifications", source, filters)
 
 
 def runs(source: Any, **filters: str | None) -> pd.DataFrame:

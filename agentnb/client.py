@@ -314,6 +314,24 @@ class RemoteRuntime:
         data = self.http.call("POST", "/v1/sessions", json_body={"session_id": session_id})
         return self._handle(wire.load(SessionInfo, data).key)
 
+    def create(
+        self,
+        *,
+        user_id: str | None = None,
+        title: str | None = None,
+        labels: Mapping[str, str] | None = None,
+    ) -> RemoteSession:
+        """A new session of the token's user with an id the service makes (``Runtime.create``:
+        opaque and sortable by creation time), with its title and labels set."""
+        self._check_user(user_id)
+        body: dict[str, Any] = {}
+        if title is not None:
+            body["title"] = title
+        if labels is not None:
+            body["labels"] = dict(labels)
+        data = self.http.call("POST", "/v1/sessions", json_body=body)
+        return self._handle(wire.load(SessionInfo, data).key)
+
     def open(self, session_id: str, user_id: str | None = None) -> RemoteSession:
         """An existing session; ``SessionNotFound`` if the token's user has none of that id."""
         self._check_user(user_id)

@@ -173,6 +173,9 @@ class Folds:
         self._loaded = self.whole
         self._saved_seq = 0
         self._saved_inbox = 0
+        self.restored_from: int | None = None
+        """The seq of the snapshot the folds started from (None: folded from the start);
+        a driver records it as ``state/restored`` and clears it."""
 
     def _load(self) -> tuple[int, int] | None:
         """Start from the newest snapshot of both folds, taken together (never one alone:
@@ -197,6 +200,7 @@ class Folds:
             return heads  # an inbox that lost commands it had: fold both logs from the start
         self.state, self.inbox = state, inbox
         self._saved_seq, self._saved_inbox = state.seq, inbox.seq
+        self.restored_from = state.seq
         return heads
 
     @property

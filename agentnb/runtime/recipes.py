@@ -13,8 +13,9 @@ import asyncio
 import logging
 from typing import Any
 
-from agentnb.errors import CannotResume, InvalidInput
+from agentnb.errors import CannotResume, Corrupt, InvalidInput
 from agentnb.events import Event, Message, ToolCallData
+from agentnb.folds import load_context
 from agentnb.ids import new_id
 from agentnb.permissions import PERMISSIONS_LABEL, agent_digest
 from agentnb.projections.decisions import (
@@ -23,6 +24,7 @@ from agentnb.projections.decisions import (
     check_resume,
     uncertain_to_settle,
 )
+from agentnb.projections.digest import ContextDigest, extend_digest
 from agentnb.projections.state import Command
 from agentnb.runtime.scope import RunHost
 from agentnb.workspace import bound_path, manifest
@@ -41,6 +43,30 @@ class Recipes:
 
     def __init__(self, host: RunHost) -> None:
         self.host = host
+        self._digest = ContextDigest()
+        """The digest of the context the last checkpoint covered, extended step by step."""
+
+    async def check_checkpoint(self) -> None:
+        """``Corrupt`` unless the session's newest checkpoint covers the context the log
+        folds to at its seq (its ``context_digest``; checkpoints older than it say nothing
+        to check). A resume continues from that state, so it checks it first."""
+        host = self.host
+        seq = host.state.last_checkpoint_seq
+        if seq == 0:
+            return
+        (event,) = await asyncio.to_thread(host.store.read_after, host.key, seq - 1, 1)
+        claimed = event.payload["state"].get("context_digest")
+        if claimed is None:
+            return
+        messages = await asyncio.to_thread(load_context, host.store, host.key, seq)
+        found = extend_digest("", messages)
+        if found != claimed:
+            raise Corrupt(
+                f"session {host.key}: the checkpoint at seq {seq} covers a context with "
+                f"digest {claimed[:16]}..., but the log folds to {found[:16]}... there; the "
+                "log was changed after it was written. Restore the session from a backup "
+                "(agentnb restore) or start over from its export_state()"
+            )
 
     def tool(self, name: str) -> Any:
         return self.host.agent.tool_named(name)
@@ -107,6 +133,7 @@ class Recipes:
                         "run_id": run_id,
                         "step": run.steps if run else 0,
                         "context_messages": len(state.context),
+                        "context_digest": self._digest.of(state.context, state.compactions),
                     },
                 },
                 turn_id=turn_id,
@@ -338,6 +365,7 @@ class Recipes:
         is unknown (and that cannot safely run again) are settled as ``unknown`` first.
         """
         host = self.host
+        await self.check_checkpoint()
         uncertain = command.data.get("uncertain", "refuse")
         turn = check_resume(
             host.state, command.turn_id or "", executing=False, tool=self.tool, uncertain=uncertain

@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import inspect
 import logging
 import threading
 import time
 from dataclasses import dataclass
 
-from agentnb.errors import InboxChanged
-from agentnb.events import Event, ToolCallData
+from agentnb.errors import InboxChanged, InvalidInput, describe
+from agentnb.events import Event, Message, ToolCallData
 from agentnb.ids import new_id
 from agentnb.models.base import ModelError
 from agentnb.projections.state import Command
@@ -166,8 +167,14 @@ class RunLoop:
                         return
                 elif self.model.finish_reason == PAUSED:
                     pass  # the provider paused a long turn: one more step sends it back
-                elif await self.complete(turn_id, run_id, step_id, applied):
-                    return
+                else:
+                    verdict = await self.verification(turn_id, run_id, step_id, applied)
+                    if verdict == "failed":
+                        return
+                    if verdict == "passed" and await self.complete(
+                        turn_id, run_id, step_id, applied
+                    ):
+                        return
                 # Tool results to reason about, or steering that arrived during the final
                 # model call: either way, one more step in this run.
                 for event in self.recipes.checkpoint(turn_id, run_id, applied):
@@ -393,6 +400,77 @@ class RunLoop:
             self.host.publish("status", turn_id, run_id, status="completed")
             return True
 
+    async def verification(
+        self, turn_id: str, run_id: str, step_id: str, applied: list[str]
+    ) -> str:
+        """Check the final answer with the agent's ``verify`` hook before the turn completes:
+        ``passed`` (or no hook), ``retry`` (the reason went into the context: one more step),
+        or ``failed`` (the run ended failed, committed)."""
+        verify = self.host.agent.verify
+        message = self.host.state.last_message()
+        if verify is None or message is None:
+            return "passed"
+        failures = sum(
+            1
+            for m in self.host.state.context
+            if m.turn_id == turn_id and m.id.startswith(_VERIFY_PREFIX)
+        )
+        try:
+            if inspect.iscoroutinefunction(verify):
+                verdict = await verify(message.text)
+            else:
+                verdict = await asyncio.to_thread(verify, message.text)
+                if inspect.isawaitable(verdict):
+                    verdict = await verdict
+            passed, reason = _verdict(verdict)
+        except Exception as exc:  # noqa: BLE001 - a hook that raises ends its run, recorded
+            log.info("turn %s: the verify hook raised: %s", turn_id, describe(exc))
+            await self.recipes.finish(
+                turn_id,
+                run_id,
+                "failed",
+                applied,
+                error=f"the verify hook raised: {describe(exc)}",
+                step_id=step_id,
+                stop_reason="verification_error",
+            )
+            return "failed"
+        retry = not passed and failures == 0
+        w = self.host.writer
+        w.add(
+            "verification/result",
+            {
+                "passed": passed,
+                "reason": reason,
+                "message_id": message.id,
+                "attempt": failures + 1,
+                "retry": retry,
+            },
+            turn_id=turn_id,
+            run_id=run_id,
+        )
+        if passed:
+            return "passed"
+        if retry:
+            feedback = Message(
+                id=f"{_VERIFY_PREFIX}{message.id}",
+                role="user",
+                text=f"Your answer did not pass verification: {reason}. Revise it.",
+                turn_id=turn_id,
+            )
+            w.add("message/user", {"message": feedback}, turn_id=turn_id, run_id=run_id)
+            return "retry"
+        await self.recipes.finish(
+            turn_id,
+            run_id,
+            "failed",
+            applied,
+            error=f"the answer failed verification twice: {reason}",
+            step_id=step_id,
+            stop_reason="verification_failed",
+        )
+        return "failed"
+
     async def take_inputs(self, turn_id: str, run_id: str) -> list[str]:
         """Steering for this turn and injected material not yet in the context."""
         await self.catch_up_inbox()
@@ -417,6 +495,23 @@ class _Watching:
     watcher: asyncio.Task[None]
     recorder: asyncio.Task[None]
     limit: asyncio.TimerHandle | None
+
+
+_VERIFY_PREFIX = "msg_verify_"
+"""The id prefix of the user message that sends a turn back after a failed verification."""
+
+
+def _verdict(value: object) -> tuple[bool, str | None]:
+    """(passed, reason) of what a verify hook returned; ``InvalidInput`` for anything else."""
+    if value is None or value is True:
+        return True, None
+    if value is False:
+        return False, "the check did not pass"
+    if isinstance(value, str) and value.strip():
+        return False, value.strip()
+    raise InvalidInput(
+        f"verify returned {value!r}; return True (passed), False or the reason it failed"
+    )
 
 
 def _event(type_: str, payload: object, turn_id: str, run_id: str) -> Event:

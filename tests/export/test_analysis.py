@@ -983,6 +983,18 @@ DTYPES = {
         "occurred_at": "datetime64[us, UTC]",
         **dict.fromkeys(["call_id", "step_id", "content", "status", "previous"], "string"),
     },
+    "verifications": {
+        **dict.fromkeys(
+            ["namespace", "user_id", "agent_id", "session_id", "turn_id", "run_id"], "string"
+        ),
+        "seq": "Int64",
+        "occurred_at": "datetime64[us, UTC]",
+        "passed": "boolean",
+        "reason": "string",
+        "attempt": "Int64",
+        "retry": "boolean",
+        "message_id": "string",
+    },
 }
 
 
