@@ -207,7 +207,7 @@ HOLE = "\x01"
 never holds this one."""
 
 
-def _long_strings(value: Any) -> Iterator[str]:
+def long_strings(value: Any) -> Iterator[str]:
     """The strings of ``value`` of ``PART_MIN`` characters or more, in the order its
     canonical JSON (sorted keys) writes them."""
     if isinstance(value, str):
@@ -215,10 +215,10 @@ def _long_strings(value: Any) -> Iterator[str]:
             yield value
     elif isinstance(value, dict):
         for k in sorted(value):
-            yield from _long_strings(value[k])
+            yield from long_strings(value[k])
     elif isinstance(value, list | tuple):
         for v in value:
-            yield from _long_strings(v)
+            yield from long_strings(v)
 
 
 def stored_body(
@@ -229,7 +229,7 @@ def stored_body(
     pieces: list[str] = []
     digests: list[str] = []
     pos = 0
-    for text in _long_strings(payload):
+    for text in long_strings(payload):
         literal = orjson.dumps(text).decode()
         # Found where the encoder wrote it; a text spelled another way stays in the skeleton.
         # Either way the skeleton with its holes filled is exactly ``body``.
