@@ -27,7 +27,7 @@ from pydantic import Field
 from agentnb.compaction import Compactor
 from agentnb.errors import AgentChanged, InvalidInput
 from agentnb.events import AgentBinding, AgentRebound, Payload, canonical_json, freeze_json
-from agentnb.ids import check_id, check_seconds
+from agentnb.ids import check_id, check_seconds, check_wait
 from agentnb.models.base import Model, check_context_window
 from agentnb.models.strings import from_string
 from agentnb.tools import Tool, Toolset, tool
@@ -59,7 +59,11 @@ class Agent:
     providers report them. ``context_window`` is the model's window in tokens (default: the
     model's own ``context_window``). ``compaction`` (a ``Compactor``) keeps the context the
     next model call sees inside that window; without one, a context that outgrows the window
-    fails its turn with ``stop_reason`` ``context_overflow``.
+    fails its turn with ``stop_reason`` ``context_overflow``. ``wait_inline`` (seconds, 0 by
+    default) lets a run that needs a person (an approval, a question, an external result) wait
+    that long in place, alive and holding its lease, and go on in the same run when the
+    answer arrives; past it (or on interrupt, close, crash) the turn suspends as with 0
+    (``@nb.tool(wait_inline=)`` sets it per tool).
     """
 
     name: str
@@ -75,6 +79,8 @@ class Agent:
     compaction: Compactor | None = None
     workspace: Workspace | None = None
     """The working files of its sessions (``nb.Workspace``), or None."""
+    wait_inline: float = 0.0
+    """Seconds a run waits in place for a person's answer before it suspends (0: at once)."""
     toolsets: tuple[Toolset, ...] = ()
     """The toolsets among ``tools``, opened by each runtime (their tools are not in ``tools``
     until then: see ``with_opened``)."""
@@ -95,6 +101,7 @@ class Agent:
         max_session_tokens: int | None = None,
         compaction: Compactor | None = None,
         workspace: Workspace | None = None,
+        wait_inline: float = 0.0,
     ) -> None:
         check_id(name, "name")
         check_id(agent_id, "agent_id")
@@ -143,6 +150,7 @@ class Agent:
                 f"workspace must be an nb.Workspace(root), got {type(workspace).__name__}"
             )
         object.__setattr__(self, "workspace", workspace)
+        object.__setattr__(self, "wait_inline", check_wait(wait_inline, "wait_inline"))
         for budget, value in (
             ("max_turn_tokens", max_turn_tokens),
             ("max_session_tokens", max_session_tokens),
@@ -194,6 +202,7 @@ class Agent:
             max_session_tokens=self.max_session_tokens,
             compaction=self.compaction,
             workspace=self.workspace,
+            wait_inline=self.wait_inline,
         )
 
     def with_workspace(self, workspace: Workspace) -> Agent:

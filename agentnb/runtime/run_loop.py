@@ -25,6 +25,7 @@ from agentnb.models.base import ModelError
 from agentnb.projections.state import Command
 from agentnb.records import UsageTotals
 from agentnb.runtime.context import ContextKeeper
+from agentnb.runtime.inline import InlineWait
 from agentnb.runtime.model_call import ModelCall
 from agentnb.runtime.recipes import Recipes
 from agentnb.runtime.scope import RunHost, StopRun, TurnCancelled
@@ -51,6 +52,11 @@ class RunLoop:
             host, self.recipes, self.flush_before_side_effect, lambda: self.model.bad_arguments
         )
         self.context = ContextKeeper(host)
+        self.inbox_moved = asyncio.Event()
+        """Set by a run's watcher each time it folded new inbox commands."""
+        self.inline = InlineWait(
+            host, self.recipes, self.flush_before_side_effect, self.inbox_moved
+        )
         self.watching = 0
         """Runs being watched now (``start_watching``): their watcher reads the inbox for
         other writers' commands, so ``catch_up_inbox`` may trust the store's hint."""
@@ -60,23 +66,7 @@ class RunLoop:
         self.host.reset_stop()
         watching = self.start_watching(turn_id, run_id)
         try:
-            for call in self.host.state.open_calls(turn_id):
-                data = ToolCallData(call_id=call.call_id, name=call.name, arguments=call.arguments)
-                resolved = self.host.state.resolved.get(call.call_id)
-                if call.asking is not None:
-                    if call.asking not in self.host.state.pending:  # answered: ask again
-                        await self.tools.run(turn_id, run_id, data, attempt=call.attempts + 1)
-                elif resolved is not None:
-                    await self.tools.answered(turn_id, run_id, data, resolved["answer"])
-                elif call.dispatched:  # uncertain, and check_resume allowed it: idempotent
-                    await self.tools.run(turn_id, run_id, data, attempt=call.attempts + 1)
-                elif call.call_id not in self.host.state.pending:
-                    await self.tools.call(turn_id, run_id, data)
-                if self.host.stop.is_set():
-                    raise StopRun
-            waiting = await self.tools.settle(turn_id, run_id)  # sub-agent calls attached again
-            if self.host.state.pending_of(turn_id) or waiting:
-                await self.recipes.finish(turn_id, run_id, "suspended", [])
+            if await self.carry_on(turn_id, run_id) and await self.suspended(turn_id, run_id):
                 return
         except StopRun:
             await self.recipes.finish(turn_id, run_id, "interrupted", [])
@@ -84,6 +74,50 @@ class RunLoop:
         finally:
             self.stop_watching(watching)
         await self.run(turn_id, run_id, [])
+
+    async def carry_on(self, turn_id: str, run_id: str) -> bool:
+        """Carry out the turn's open tool calls (answered, re-runnable, not yet run): True if
+        the turn still waits for a person."""
+        for call in self.host.state.open_calls(turn_id):
+            data = ToolCallData(call_id=call.call_id, name=call.name, arguments=call.arguments)
+            resolved = self.host.state.resolved.get(call.call_id)
+            if call.asking is not None:
+                if call.asking not in self.host.state.pending:  # answered: ask again
+                    await self.tools.run(turn_id, run_id, data, attempt=call.attempts + 1)
+            elif resolved is not None:
+                await self.tools.answered(turn_id, run_id, data, resolved["answer"])
+            elif call.dispatched:  # uncertain, and check_resume allowed it: idempotent
+                await self.tools.run(turn_id, run_id, data, attempt=call.attempts + 1)
+            elif call.call_id not in self.host.state.pending:
+                await self.tools.call(turn_id, run_id, data)
+            if self.host.stop.is_set():
+                raise StopRun
+        waiting = await self.tools.settle(turn_id, run_id)  # sub-agent calls attached again
+        return bool(self.host.state.pending_of(turn_id)) or waiting
+
+    async def suspended(
+        self,
+        turn_id: str,
+        run_id: str,
+        applied: list[str] | None = None,
+        step_id: str | None = None,
+    ) -> bool:
+        """The turn needs a person: wait in place for the answers (``wait_inline``), or end
+        the run suspended with why (True)."""
+        end = await self.inline.wait(turn_id, run_id, lambda: self.carry_on(turn_id, run_id))
+        if end is None:
+            return False  # answered in this run: it goes on
+        code, reason = end
+        await self.recipes.finish(
+            turn_id,
+            run_id,
+            "suspended",
+            applied or [],
+            step_id=step_id,
+            stop_reason=code,
+            reason=reason,
+        )
+        return True
 
     async def start_turn(self, command: Command) -> None:
         turn_id, run_id = self.recipes.open_turn(command)
@@ -159,10 +193,9 @@ class RunLoop:
                     )
                     return
                 if calls:
-                    if await self.tools.calls(turn_id, run_id, calls):
-                        await self.recipes.finish(
-                            turn_id, run_id, "suspended", applied, step_id=step_id
-                        )
+                    if await self.tools.calls(turn_id, run_id, calls) and await self.suspended(
+                        turn_id, run_id, applied, step_id
+                    ):
                         return
                 elif self.model.finish_reason == PAUSED:
                     pass  # the provider paused a long turn: one more step sends it back
@@ -219,6 +252,7 @@ class RunLoop:
                 continue
             await self.host.refresh_inbox()
             pos = self.host.inbox.seq
+            self.inbox_moved.set()  # an inline wait reads the new commands
             if self.host.stop.command is None and self.interrupt_for(run_id) is not None:
                 self.stop_for(run_id)
 
