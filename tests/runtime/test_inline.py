@@ -207,6 +207,27 @@ class TestFallBack:
         assert _run_end(session, outcome.run_id)["stop_reason"] == "needs_person"
 
 
+class TestLease:
+    def test_the_waiting_run_keeps_renewing_its_lease(self, make_runtime: MakeRuntime) -> None:
+        """A run waiting longer than its lease's life keeps the lease (same holder, same
+        epoch, later expiry) and still goes on in the same run."""
+        model = nb.ScriptedModel([nb.ToolCall("create_order", {"item": "desk", "qty": 2}), "ok"])
+        runtime = make_runtime(model, [create_order], wait_inline=WAIT, lease_ttl=1.0)
+        session = runtime.session("s1")
+        receipt = session.submit("order two desks")
+        (request_id,) = _pending(session)
+        before = runtime.store.current_lease(session.key)
+        assert before is not None
+        time.sleep(2.5)  # past the lease's life: only renewals keep it
+        after = runtime.store.current_lease(session.key)
+        assert after is not None
+        assert (after.owner, after.epoch) == (before.owner, before.epoch)
+        assert after.expires_at > before.expires_at
+        outcome = session.wait(session.respond(request_id, True), timeout=WAIT)
+        assert outcome.status == "completed"
+        assert _runs(session, receipt.turn_id) == [outcome.run_id]
+
+
 class TestClose:
     def test_closing_the_session_during_the_wait_suspends(self, make_runtime: MakeRuntime) -> None:
         """``close()`` ends the wait: the run ends suspended with the close's code."""
