@@ -51,6 +51,24 @@ def always_waits(item: str) -> str:
     return f"done {item}"
 
 
+@nb.tool(external=True)
+def annual_quote(vendor: str) -> str:
+    """Ask a vendor for an annual quote (answered outside)."""
+    raise AssertionError("external tools never run here")
+
+
+@nb.tool
+def book(table: int, ctx: nb.ToolContext) -> str:
+    """Book a table once the person says so (asks mid-call).
+
+    Args:
+        table: which table
+    """
+    answer = ctx.ask(f"Book table {table}?")
+    ORDERS.append((f"table {answer.text}", table))
+    return f"booked: {answer.text}"
+
+
 @pytest.fixture(autouse=True)
 def _clear_orders() -> None:
     ORDERS.clear()
@@ -131,6 +149,32 @@ class TestSameRun:
         outcome = session.wait(session.respond(request_id, True), timeout=WAIT)
         assert outcome.status == "completed"
         assert len(_runs(session, receipt.turn_id)) == 1
+
+    @pytest.mark.parametrize(
+        ("tool", "arguments", "answer"),
+        [
+            (annual_quote, {"vendor": "acme"}, "USD 12,000"),
+            (book, {"table": 4}, "yes"),
+            (nb.ask_user, {"question": "Which plan?"}, "plan B"),
+        ],
+        ids=["external", "ctx-ask", "ask_user"],
+    )
+    def test_every_kind_of_request_is_answered_in_the_same_run(
+        self, make_runtime: MakeRuntime, tool: nb.Tool, arguments: dict[str, Any], answer: str
+    ) -> None:
+        """An external result, a tool's own question and ``ask_user`` are answered in the
+        run that asked, like an approval."""
+        model = nb.ScriptedModel([nb.ToolCall(tool.name, arguments), "done"])
+        runtime = make_runtime(model, [tool], wait_inline=WAIT)
+        session = runtime.session("s1")
+        receipt = session.submit("go")
+        (request_id,) = _pending(session)
+        outcome = session.wait(session.respond(request_id, answer), timeout=WAIT)
+        assert outcome.status == "completed"
+        (run_id,) = _runs(session, receipt.turn_id)
+        (result,) = events_of(session, "tool/result")
+        assert answer in result.payload["output"]
+        assert result.run_id == run_id
 
     def test_two_parallel_calls_answered_one_after_the_other_wait_together(
         self, make_runtime: MakeRuntime
