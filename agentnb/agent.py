@@ -63,7 +63,8 @@ class Agent:
     default) lets a run that needs a person (an approval, a question, an external result) wait
     that long in place, alive and holding its lease, and go on in the same run when the
     answer arrives; past it (or on interrupt, close, crash) the turn suspends as with 0
-    (``@nb.tool(wait_inline=)`` sets it per tool).
+    (``@nb.tool(wait_inline=)`` sets it per tool). The wait does not count toward the run's
+    time limit (a later run of the turn counts the whole of earlier runs, waits included).
     """
 
     name: str

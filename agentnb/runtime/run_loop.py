@@ -57,6 +57,8 @@ class RunLoop:
         self.inline = InlineWait(
             host, self.recipes, self.flush_before_side_effect, self.inbox_moved
         )
+        self.current: _Watching | None = None
+        """What watches the run that runs now."""
         self.watching = 0
         """Runs being watched now (``start_watching``): their watcher reads the inbox for
         other writers' commands, so ``catch_up_inbox`` may trust the store's hint."""
@@ -104,7 +106,11 @@ class RunLoop:
     ) -> bool:
         """The turn needs a person: wait in place for the answers (``wait_inline``), or end
         the run suspended with why (True)."""
-        end = await self.inline.wait(turn_id, run_id, lambda: self.carry_on(turn_id, run_id))
+        left = self.pause_time_limit()  # waiting for a person is not executing
+        try:
+            end = await self.inline.wait(turn_id, run_id, lambda: self.carry_on(turn_id, run_id))
+        finally:
+            self.resume_time_limit(turn_id, left)
         if end is None:
             return False  # answered in this run: it goes on
         code, reason = end
@@ -225,9 +231,36 @@ class RunLoop:
         watcher = asyncio.create_task(self.watch(turn_id, run_id, stop))
         recorder = asyncio.create_task(self.record_stops(turn_id, run_id))
         self.watching += 1
-        return _Watching(stop, watcher, recorder, self.arm_time_limit(turn_id))
+        self.current = _Watching(stop, watcher, recorder, self.arm_time_limit(turn_id))
+        return self.current
+
+    def pause_time_limit(self) -> float | None:
+        """Stop the time limit's clock while the run waits in place for a person: the
+        seconds it had left, or None when no limit is armed."""
+        watching = self.current
+        stop = self.host.stop
+        if watching is None or watching.limit is None or stop.deadline is None:
+            return None
+        watching.limit.cancel()
+        watching.limit = None
+        left = max(0.0, stop.deadline - time.monotonic())
+        stop.deadline = None
+        return left
+
+    def resume_time_limit(self, turn_id: str, left: float | None) -> None:
+        """Start the clock again with the ``left`` seconds ``pause_time_limit`` kept."""
+        watching = self.current
+        if left is None or watching is None or self.host.stop.is_set():
+            return
+        limit = self.time_limit(turn_id) or 0.0
+        self.host.stop.deadline = time.monotonic() + left
+        watching.limit = asyncio.get_running_loop().call_later(
+            left, self.host.stop.request, _limit_reason(limit), "time_limit"
+        )
 
     def stop_watching(self, watching: _Watching) -> None:
+        if self.current is watching:
+            self.current = None
         self.watching -= 1
         if watching.limit is not None:
             watching.limit.cancel()
@@ -341,7 +374,7 @@ class RunLoop:
             run = self.host.state.runs[run_id]
             if run.started_at is not None and run.ended_at is not None:
                 used += (run.ended_at - run.started_at).total_seconds()
-        reason = f"time limit: the task ran for its limit of {limit:g} s"
+        reason = _limit_reason(limit)
         left = max(0.0, limit - used)
         self.host.stop.deadline = time.monotonic() + left  # what its model calls are told
         return asyncio.get_running_loop().call_later(
@@ -442,10 +475,14 @@ class RunLoop:
         return [c.command_id for c in fresh]
 
 
-@dataclass(frozen=True, slots=True)
+def _limit_reason(limit: float) -> str:
+    return f"time limit: the task ran for its limit of {limit:g} s"
+
+
+@dataclass(slots=True)
 class _Watching:
     """What watches a running run: the watcher's stop, its task, the stop's recorder, the time
-    limit's timer."""
+    limit's timer (None while paused for a person)."""
 
     stop: threading.Event
     watcher: asyncio.Task[None]

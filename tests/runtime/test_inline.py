@@ -272,6 +272,23 @@ class TestLease:
         assert _runs(session, receipt.turn_id) == [outcome.run_id]
 
 
+class TestTimeLimit:
+    def test_the_wait_does_not_count_toward_the_task_s_time_limit(
+        self, make_runtime: MakeRuntime
+    ) -> None:
+        """Waiting in place for a person is not executing: a task whose time limit passes
+        while it waits still goes on when the answer arrives."""
+        model = nb.ScriptedModel([nb.ToolCall("create_order", {"item": "desk", "qty": 2}), "ok"])
+        session = make_runtime(model, [create_order], wait_inline=WAIT).session("s1")
+        receipt = session.submit("order two desks", timeout=1.0)
+        (request_id,) = _pending(session)
+        time.sleep(1.5)  # past the task's limit, all of it spent waiting for the answer
+        assert [t.status for t in session.tasks()] == ["running"]
+        outcome = session.wait(session.respond(request_id, True), timeout=WAIT)
+        assert (outcome.status, outcome.stop_reason) == ("completed", "final_answer")
+        assert _runs(session, receipt.turn_id) == [outcome.run_id]
+
+
 class TestClose:
     def test_closing_the_session_during_the_wait_suspends(self, make_runtime: MakeRuntime) -> None:
         """``close()`` ends the wait: the run ends suspended with the close's code."""
