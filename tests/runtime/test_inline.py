@@ -366,13 +366,22 @@ def _kill_while_waiting(url: str) -> tuple[str, str]:
                 pipe.close()
 
 
+@pytest.fixture(params=["sqlite", "postgres"])
+def shared_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A store URL two processes can share (memory stores are per process)."""
+    if request.param == "postgres":
+        url: str = request.getfixturevalue("pg_store_url")
+        return url
+    return f"sqlite:///{tmp_path / 'agentnb.sqlite'}"
+
+
 class TestCrash:
     def test_kill_9_during_the_wait_leaves_the_turn_suspended_and_answerable(
-        self, tmp_path: Path
+        self, shared_url: str
     ) -> None:
         """After kill -9 of the waiting process, a new runtime closes the run as suspended
         (not running, not interrupted) and the answer continues the turn once."""
-        url = f"sqlite:///{tmp_path / 'agentnb.sqlite'}"
+        url = shared_url
         turn_id, request_id = _kill_while_waiting(url)
         child.ORDERS.clear()
         with nb.Runtime(child.make_agent(wait_inline=0.0), store=url) as runtime:
