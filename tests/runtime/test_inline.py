@@ -300,6 +300,25 @@ class TestClose:
         assert _run_end(session, outcome.run_id)["stop_reason"] == "session_closed"
         assert list(session.pending()) == [request_id]
 
+    def test_closing_the_runtime_during_the_wait_suspends(self, tmp_path: Path) -> None:
+        """Closing the runtime ends the wait: the run ends suspended (``runtime_closed``), and
+        the next runtime's answer continues the turn."""
+        url = f"sqlite:///{tmp_path / 'agentnb.sqlite'}"
+        runtime = nb.Runtime(child.make_agent(wait_inline=WAIT), store=url)
+        session = runtime.session("s1")
+        receipt = session.submit(child.TASK)
+        (request_id,) = _pending(session)
+        runtime.close()
+        with nb.Runtime(child.make_agent(wait_inline=WAIT), store=url) as again:
+            reopened = again.open("s1")
+            (task,) = reopened.tasks()
+            assert task.status == "suspended"
+            (run_id,) = _runs(reopened, receipt.turn_id)
+            end = _run_end(reopened, run_id)
+            assert (end["status"], end["stop_reason"]) == ("suspended", "runtime_closed")
+            outcome = reopened.wait(reopened.respond(request_id, True), timeout=WAIT)
+            assert outcome.output == child.ANSWER
+
 
 class TestBadInput:
     @pytest.mark.parametrize("bad", [-1, float("nan"), float("inf"), True, "30"])
