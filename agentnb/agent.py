@@ -34,7 +34,7 @@ from agentnb.events import (
     canonical_json,
     freeze_json,
 )
-from agentnb.ids import check_id, check_seconds, new_id
+from agentnb.ids import check_id, check_seconds, check_wait, new_id
 from agentnb.models.base import Model, check_context_window
 from agentnb.models.strings import from_string
 from agentnb.tools import Tool, Toolset, tool
@@ -73,6 +73,12 @@ class Agent:
     second failure fails the turn (``stop_reason`` ``verification_failed``), and a hook that
     raises fails it with the error (``verification_error``). Each check is recorded as
     ``verification/result``.
+    ``wait_inline`` (seconds, 0 by default) lets a run that needs a person (an approval, a
+    question, an external result) wait that long in place, alive and holding its lease, and
+    go on in the same run when the answer arrives; past it (or on interrupt, close, crash)
+    the turn suspends as with 0 (``@nb.tool(wait_inline=)`` sets it per tool). The wait does
+    not count toward the run's time limit (a later run of the turn counts the whole of
+    earlier runs, waits included).
     """
 
     name: str
@@ -89,6 +95,8 @@ class Agent:
     workspace: Workspace | None = None
     """The working files of its sessions (``nb.Workspace``), or None."""
     verify: Callable[[str], Any] | None = None
+    wait_inline: float = 0.0
+    """Seconds a run waits in place for a person's answer before it suspends (0: at once)."""
     toolsets: tuple[Toolset, ...] = ()
     """The toolsets among ``tools``, opened by each runtime (their tools are not in ``tools``
     until then: see ``with_opened``)."""
@@ -110,6 +118,7 @@ class Agent:
         compaction: Compactor | None = None,
         workspace: Workspace | None = None,
         verify: Callable[[str], Any] | None = None,
+        wait_inline: float = 0.0,
     ) -> None:
         check_id(name, "name")
         check_id(agent_id, "agent_id")
@@ -164,6 +173,7 @@ class Agent:
                 f"or the reason it fails, got {type(verify).__name__}"
             )
         object.__setattr__(self, "verify", verify)
+        object.__setattr__(self, "wait_inline", check_wait(wait_inline, "wait_inline"))
         for budget, value in (
             ("max_turn_tokens", max_turn_tokens),
             ("max_session_tokens", max_session_tokens),
@@ -216,6 +226,7 @@ class Agent:
             compaction=self.compaction,
             workspace=self.workspace,
             verify=self.verify,
+            wait_inline=self.wait_inline,
         )
 
     def with_workspace(self, workspace: Workspace) -> Agent:

@@ -490,7 +490,9 @@ class RunEnd(Payload):
     stop_reason: str | None = None
     """Why the run stopped, as a code: ``final_answer``, ``needs_person``, ``interrupted``,
     ``time_limit``, ``runtime_closed``, ``session_closed``, ``max_steps``, ``max_turn_tokens``,
-    ``max_session_tokens``, ``session_full``, ``error``, ``cancelled`` or ``crash``."""
+    ``max_session_tokens``, ``session_full``, ``error``, ``cancelled``, ``crash`` or
+    ``inline_wait_expired`` (a run that waited in place for a person, ``wait_inline``, as long
+    as it may; a suspended run's ``reason`` says why its wait ended)."""
     """The inbox head this run had read when it ended: steering after it was not seen."""
 
 

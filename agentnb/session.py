@@ -1040,7 +1040,8 @@ class Session:
             return [PlanItem.model_validate(item) for item in state.plan]
 
     def respond(self, request_id: str | Mapping[str, object], answer: object = _MISSING) -> Receipt:
-        """Answer pending requests and continue their turn in a new run.
+        """Answer pending requests and continue their turn in a new run (or in the run that
+        asked, while it still waits for them in place: ``Agent(wait_inline=)``).
 
         ``respond(request_id, answer)`` or ``respond({request_id: answer, ...})``. Nothing is
         written when an answer does not fit (``InvalidAnswer``); re-sending the same answers

@@ -237,3 +237,13 @@ def test_fanout_quick_run_prints_one_json_line_per_configuration() -> None:
     records = _records("bench_fanout.py", "--turns", "5")
     assert {r["metric"] for r in records} == {"fanout_cpu_followed", "fanout_cpu_followed_export"}
     assert all(r["frames_missing"] == 0 for r in records)
+
+
+def test_inline_quick_run_prints_one_json_line_per_metric() -> None:
+    """`bench_inline.py --quick` prints the inline confirmation and the suspended-and-resumed
+    turn, each against the same turn with no confirmation."""
+    records = _records("bench_inline.py", "--quick")
+    assert {r["metric"] for r in records} == {
+        "inline_confirmation_vs_no_confirmation",
+        "suspended_and_resumed_vs_no_confirmation",
+    }

@@ -365,6 +365,50 @@ class TestAnswers:
         assert '{"usd":12000}' in tool.text
 
 
+def _pending_soon(session: Any) -> str:
+    """The id of the session's first pending request, once there is one."""
+    follow = session.log.follow(0, idle_timeout=WAIT)
+    try:
+        for event in follow:
+            if event.type == "interaction/requested":
+                return str(event.payload["request_id"])
+    finally:
+        follow.close()
+    raise AssertionError(f"no request was committed within {WAIT}s")
+
+
+class TestInlineConfirmation:
+    def test_inline_confirmation_continues_within_the_same_live_run(
+        self, make_runtime: MakeRuntime
+    ) -> None:
+        """Seed: "This example uses suspended HITL; inline confirmation can continue within
+        the same live run.\""""
+        model = nb.ScriptedModel([nb.ToolCall("create_order", {"item": "desk"}), "ordered"])
+        session = make_runtime(model, [create_order], wait_inline=WAIT).session("s1")
+        task = session.submit("order a desk")
+        rid = _pending_soon(session)
+        outcome = session.respond(rid, True).wait(WAIT)
+        assert outcome.output == "ordered"
+        (run,) = [e.run_id for e in events_of(session, "run/start") if e.turn_id == task.turn_id]
+        assert outcome.run_id == run
+        assert [e.run_id for e in events_of(session, "interaction/resolved")] == [run]
+
+    def test_suspended_hitl_ends_the_run_and_the_answer_starts_a_new_one(
+        self, make_runtime: MakeRuntime
+    ) -> None:
+        """Seed (the table of turns and runs): "Suspend for approval, then answer | `T1` |
+        `R2` ends; new `R3`": with no inline wait (the default), or once it expired."""
+        model = nb.ScriptedModel([nb.ToolCall("create_order", {"item": "desk"}), "ordered"])
+        session = make_runtime(model, [create_order], wait_inline=0.05).session("s1")
+        suspended = session.submit("order a desk").wait(WAIT)
+        assert (suspended.status, suspended.stop_reason) == ("suspended", "inline_wait_expired")
+        rid = next(iter(session.pending()))
+        answered = session.respond(rid, True).wait(WAIT)
+        assert answered.output == "ordered"
+        assert answered.run_id != suspended.run_id
+        assert answered.turn_id == suspended.turn_id
+
+
 class TestInterruptAndResume:
     def test_interrupt_is_a_request_and_resume_keeps_the_turn_in_a_new_run(
         self, make_runtime: MakeRuntime

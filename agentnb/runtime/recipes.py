@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 from agentnb.errors import CannotResume, Corrupt, InvalidInput
@@ -23,6 +24,7 @@ from agentnb.projections.decisions import (
     check_respond,
     check_resume,
     uncertain_to_settle,
+    waits_for_person,
 )
 from agentnb.projections.digest import ContextDigest, extend_digest
 from agentnb.projections.state import Command
@@ -167,16 +169,17 @@ class Recipes:
         error: str | None = None,
         step_id: str | None = None,
         stop_reason: str | None = None,
+        reason: str | None = None,
     ) -> None:
         """End the run (failed, suspended, interrupted) in one commit.
 
         ``stop_reason`` is the code ``run/end`` records (by default: ``error`` for a failed
-        run, ``needs_person`` for a suspended one, the stop's code for an interrupted one).
+        run, ``needs_person`` for a suspended one, the stop's code for an interrupted one);
+        ``reason`` why, in words (an interrupted run's: the stop's).
         """
         host = self.host
         w = host.writer
         stop = host.stop
-        reason = None
         code = stop_reason or {"failed": "error", "suspended": "needs_person"}.get(status)
         if status == "interrupted" and code is None:
             code = "interrupted" if stop.command is not None else stop.code
@@ -332,6 +335,9 @@ class Recipes:
         state = host.state
         run = state.runs[state.active_run or ""]
         w = host.writer
+        if waits_for_person(state, run.turn_id):
+            await self._recover_suspended(run.turn_id, run.run_id, why)
+            return
         w.add(
             "recovery/applied",
             {"reason": "crash", "interrupted_runs": [run.run_id], "source_seq": state.seq},
@@ -356,6 +362,33 @@ class Recipes:
             await self.queue_resume(run.turn_id, f"auto-resume:{run.run_id}")
         await w.flush()
         host.publish("status", run.turn_id, run.run_id, status="interrupted")
+
+    async def _recover_suspended(self, turn_id: str, run_id: str, why: str) -> None:
+        """Close a run a crash cut off while it waited in place for a person
+        (``wait_inline``): as the suspension it falls back to, so the answer continues it."""
+        host = self.host
+        w = host.writer
+        w.add(
+            "recovery/applied",
+            {"reason": "crash", "interrupted_runs": [run_id], "source_seq": host.state.seq},
+            turn_id=turn_id,
+            run_id=run_id,
+        )
+        reason = f"{why} while the run waited for a person; respond continues the turn"
+        w.add("turn/suspended", {"reason": reason}, turn_id=turn_id, run_id=run_id)
+        w.add(
+            "run/end",
+            {
+                "status": "suspended",
+                "reason": reason,
+                "inbox_seq": host.inbox.seq,
+                "stop_reason": "crash",
+            },
+            turn_id=turn_id,
+            run_id=run_id,
+        )
+        await w.flush()
+        host.publish("status", turn_id, run_id, status="suspended")
 
     async def resume(self, command: Command) -> tuple[str, str]:
         """Start the run that resumes a turn: (turn_id, run_id).
@@ -433,6 +466,33 @@ class Recipes:
                 {"command_id": command.command_id, "kind": "respond"},
                 turn_id=turn_id,
             )
+        await self._resolve(command, turn_id, run_id, checked)
+        if run_id is None:
+            await w.flush()
+        return turn_id, run_id
+
+    async def answer_inline(self, command: Command, turn_id: str, run_id: str) -> None:
+        """Record a person's answers in the run that waited for them (``wait_inline``): the
+        command starts in that run and its answers resolve their requests there, so the run
+        goes on instead of a new one. Commits them. ``InvalidAnswer`` as ``respond``."""
+        answers = command.data.get("answers", {})
+        _, checked = check_respond(self.host.state, answers, tool=self.tool, normalized=True)
+        w = self.host.writer
+        started = {"command_id": command.command_id, "kind": "respond"}
+        w.add("inbox/started", started, turn_id=turn_id, run_id=run_id)
+        await self._resolve(command, turn_id, run_id, checked)
+        await w.flush()
+
+    async def _resolve(
+        self,
+        command: Command,
+        turn_id: str,
+        run_id: str | None,
+        checked: Mapping[str, Mapping[str, Any]],
+    ) -> None:
+        """``interaction/resolved`` for each checked answer (and the rules they grant)."""
+        state = self.host.state
+        w = self.host.writer
         for request_id, answer in checked.items():
             kind = state.interactions[request_id]["kind"]
             w.add(
@@ -441,7 +501,7 @@ class Recipes:
                     "request_id": request_id,
                     "kind": kind,
                     "status": "answered",
-                    "answer": answer,
+                    "answer": dict(answer),
                     "command_id": command.command_id,
                 },
                 turn_id=turn_id,
@@ -450,9 +510,6 @@ class Recipes:
             if answer.get("remember"):
                 tool = state.interactions[request_id].get("tool_name") or ""
                 await self.grant(request_id, tool, answer["remember"], command, turn_id, run_id)
-        if run_id is None:
-            await w.flush()
-        return turn_id, run_id
 
     async def grant(
         self,
