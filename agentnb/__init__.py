@@ -7,6 +7,7 @@ from typing import Any
 from agentnb import blocks, mcp
 from agentnb.agent import Agent, SubagentTool, subagent
 from agentnb.answers import Answer, ToolOutcome
+from agentnb.baseline import ImportReport
 from agentnb.compaction import Compactor, SummaryCompactor, TrimCompactor
 from agentnb.errors import (
     AgentChanged,
@@ -147,6 +148,7 @@ __all__ = [
     "HistoryTooLarge",
     "Holder",
     "IdempotencyConflict",
+    "ImportReport",
     "Inbox",
     "InboxChanged",
     "InputReceipt",

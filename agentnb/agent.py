@@ -26,8 +26,15 @@ from pydantic import Field
 
 from agentnb.compaction import Compactor
 from agentnb.errors import AgentChanged, InvalidInput
-from agentnb.events import AgentBinding, AgentRebound, Payload, canonical_json, freeze_json
-from agentnb.ids import check_id, check_seconds
+from agentnb.events import (
+    AgentBinding,
+    AgentRebound,
+    Message,
+    Payload,
+    canonical_json,
+    freeze_json,
+)
+from agentnb.ids import check_id, check_seconds, check_wait, new_id
 from agentnb.middleware import Hooks
 from agentnb.models.base import Model, check_context_window
 from agentnb.models.strings import from_string
@@ -64,6 +71,18 @@ class Agent:
     some of the hooks ``before_model``, ``after_model``, ``before_tool``, ``after_tool``)
     runs around each model and tool call and may record application events or refuse a
     call (``agentnb.middleware``).
+    ``verify`` (a function of the final answer's text, sync or async) checks a turn's output
+    before the turn completes: ``True`` (or None) passes it; ``False``, or a string saying
+    why, fails it. A failed check sends the turn back to the model once, with the reason; a
+    second failure fails the turn (``stop_reason`` ``verification_failed``), and a hook that
+    raises fails it with the error (``verification_error``). Each check is recorded as
+    ``verification/result``.
+    ``wait_inline`` (seconds, 0 by default) lets a run that needs a person (an approval, a
+    question, an external result) wait that long in place, alive and holding its lease, and
+    go on in the same run when the answer arrives; past it (or on interrupt, close, crash)
+    the turn suspends as with 0 (``@nb.tool(wait_inline=)`` sets it per tool). The wait does
+    not count toward the run's time limit (a later run of the turn counts the whole of
+    earlier runs, waits included).
     """
 
     name: str
@@ -81,6 +100,9 @@ class Agent:
     """The working files of its sessions (``nb.Workspace``), or None."""
     middleware: Hooks = field(default_factory=Hooks, compare=False, repr=False)
     """The hooks of ``middleware=[...]`` (``agentnb.middleware``), found once."""
+    verify: Callable[[str], Any] | None = None
+    wait_inline: float = 0.0
+    """Seconds a run waits in place for a person's answer before it suspends (0: at once)."""
     toolsets: tuple[Toolset, ...] = ()
     """The toolsets among ``tools``, opened by each runtime (their tools are not in ``tools``
     until then: see ``with_opened``)."""
@@ -102,6 +124,8 @@ class Agent:
         compaction: Compactor | None = None,
         workspace: Workspace | None = None,
         middleware: Iterable[object] | Hooks = (),
+        verify: Callable[[str], Any] | None = None,
+        wait_inline: float = 0.0,
     ) -> None:
         check_id(name, "name")
         check_id(agent_id, "agent_id")
@@ -153,6 +177,13 @@ class Agent:
         object.__setattr__(
             self, "middleware", middleware if isinstance(middleware, Hooks) else Hooks(middleware)
         )
+        if verify is not None and not callable(verify):
+            raise InvalidInput(
+                "verify must be a function of the final answer's text returning True, False "
+                f"or the reason it fails, got {type(verify).__name__}"
+            )
+        object.__setattr__(self, "verify", verify)
+        object.__setattr__(self, "wait_inline", check_wait(wait_inline, "wait_inline"))
         for budget, value in (
             ("max_turn_tokens", max_turn_tokens),
             ("max_session_tokens", max_session_tokens),
@@ -205,6 +236,8 @@ class Agent:
             compaction=self.compaction,
             workspace=self.workspace,
             middleware=self.middleware,
+            verify=self.verify,
+            wait_inline=self.wait_inline,
         )
 
     def with_workspace(self, workspace: Workspace) -> Agent:
@@ -309,6 +342,25 @@ def check_agent(
         changes=tuple(changes),
         reason=summary,
     )
+
+
+def instructions_message(binding: tuple[str, Payload], agent: Agent) -> Message | None:
+    """The ``message/system`` to record beside ``binding`` (what ``check_agent`` returned):
+    the agent's instructions, when a session is bound (and they are not empty) or an
+    accepted agent change changed them; None otherwise.
+
+    A session's instructions can change only there: any other run uses the bound agent's.
+    """
+    kind, payload = binding
+    if not agent.instructions:
+        return None
+    if isinstance(payload, AgentRebound) and (
+        payload.previous.instructions_sha256 == payload.current.instructions_sha256
+    ):
+        return None
+    if kind not in ("agent/bound", "agent/changed"):
+        return None
+    return Message(id=new_id("msg"), role="system", text=agent.instructions)
 
 
 # --------------------------------------------------------------------------------------------

@@ -15,7 +15,8 @@ says (``duckdb:`` naming an SQLite store, say) raises ``InvalidInput`` before Du
 
 Frames: ``events``, ``turns``, ``runs``, ``steps``, ``model_calls``, ``tool_calls``,
 ``interactions``, ``inputs``, ``sessions`` (each with its place in a tree of sub-agents:
-``parent_key``, ``root_key``, ``depth``), ``subagent_calls`` and ``plan_changes`` (the views
+``parent_key``, ``root_key``, ``depth``), ``subagent_calls``, ``plan_changes`` and
+``verifications`` (the views
 of ``exporters/schema.sql``; columns documented there), each optionally narrowed with
 ``namespace=``, ``user_id=``, ``agent_id=``, ``session_id=``; ``turns(source,
 subagents=True)`` rolls each turn's sub-agents up into it.
@@ -88,6 +89,7 @@ __all__ = [
     "timeline_data",
     "tool_calls",
     "turns",
+    "verifications",
 ]
 
 VIEWS = (
@@ -103,6 +105,7 @@ VIEWS = (
     "sessions",
     "subagent_calls",
     "plan_changes",
+    "verifications",
 )
 _ORDER = {
     "events": "namespace, user_id, agent_id, session_id, seq",
@@ -118,6 +121,7 @@ _ORDER = {
     "subagent_calls": "spawned_at, call_id",
     "turn_totals": "started_at, turn_id",
     "plan_changes": "namespace, user_id, agent_id, session_id, seq",
+    "verifications": "namespace, user_id, agent_id, session_id, seq",
 }
 _FILTERS = ("namespace", "user_id", "agent_id", "session_id")
 _SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -342,6 +346,12 @@ def plan_changes(source: Any, **filters: str | None) -> pd.DataFrame:
     return _frame("plan_changes", source, filters)
 
 
+def verifications(source: Any, **filters: str | None) -> pd.DataFrame:
+    """One row per check of a turn's answer by the agent's ``verify`` hook: passed, the
+    reason, the attempt and whether the turn went back to the model."""
+    return _frame("verifications", source, filters)
+
+
 def runs(source: Any, **filters: str | None) -> pd.DataFrame:
     """One row per run: why it started, how it ended, timings, counts and tokens."""
     return _frame("runs", source, filters)
@@ -476,8 +486,12 @@ STATUS_COLORS = {
     "interrupted": "#ef6c00",
     "failed": "#c62828",
     "cancelled": "#757575",
+    "rejected": "#8e24aa",
 }
-"""Run and turn colours by status (the legend shows only the statuses drawn)."""
+"""Run and turn colours by status (the legend shows only the statuses drawn). ``rejected``
+is a turn that completed after one of its calls was refused (a person rejected the
+approval, or a permission rule denied it), and the run that answered the refusal: its
+order did not go through, so it is not drawn as a green success."""
 TOOL_COLORS = {"ok": "#37474f", "error": "#c62828", "uncertain": "#9e9e9e"}
 WAIT_COLOR = "#f9a825"
 PAGE_SIZE = 50
@@ -504,7 +518,8 @@ def timeline_data(
     Columns: ``session`` (``user/session``), ``turn_id``, ``row`` (the turn's position,
     0 at the top), ``kind`` (``turn``, ``run``, ``wait``, ``tool``), ``lane`` (tool calls:
     0, 1, ... so calls that overlap in time never share one), ``label`` (the turn's input,
-    ``run N · reason``, the wait's kind, the tool's name), ``status``, ``start_s`` and
+    ``run N · reason``, the wait's kind, the tool's name), ``status`` (a turn or run that
+    completed after one of its calls was refused says ``rejected``), ``start_s`` and
     ``end_s`` (seconds since the session's, or with ``relative_to="turn"`` the turn's,
     start; an open segment ends at the last event), ``shown_end_s`` (at least a minimum
     width later than ``start_s``, so short waits and calls stay visible), ``started_at``,
@@ -564,17 +579,21 @@ def timeline_data(
             }
         )
 
+    runs = r[r["turn_id"].isin(by_turn) & r["started_at"].notna()]
+    refused = _refused(tc, runs, by_turn)
     for turn in by_turn.values():
         end = turn.ended_at if pd.notna(turn.ended_at) else turn.last_event_at
         text = "" if pd.isna(turn.input) else str(turn.input)
         if turn.depth:  # a sub-agent's task, under the call that made it
             text = f"{'  ' * (int(turn.depth) - 1)}\u21b3 {turn.agent_id}: {text}"
-        add(turn.turn_id, "turn", turn.started_at, end, label=text, status=turn.status,
-            run_id=None, call_id=None, detail=f"{turn.status}: {text}")  # fmt: skip
-    for run in r[r["turn_id"].isin(by_turn) & r["started_at"].notna()].itertuples(index=False):
+        status, said = _shown(turn.status, refused.get(turn.turn_id))
+        add(turn.turn_id, "turn", turn.started_at, end, label=text, status=status,
+            run_id=None, call_id=None, detail=f"{said}: {text}")  # fmt: skip
+    for run in runs.itertuples(index=False):
         label = f"run {run.run_index} \u00b7 {run.reason}"
-        add(run.turn_id, "run", run.started_at, run.ended_at, label=label, status=run.status,
-            run_id=run.run_id, call_id=None, detail=f"{label}: {run.status}")  # fmt: skip
+        status, said = _shown(run.status, refused.get(run.run_id))
+        add(run.turn_id, "run", run.started_at, run.ended_at, label=label, status=status,
+            run_id=run.run_id, call_id=None, detail=f"{label}: {said}")  # fmt: skip
     for wait in ia[ia["turn_id"].isin(by_turn)].itertuples(index=False):
         what = {"confirmation": "approval", "ask_user": "question"}.get(wait.kind, wait.kind)
         add(wait.turn_id, "wait", wait.requested_at, wait.resolved_at, label=str(what),
@@ -601,6 +620,30 @@ def timeline_data(
     frame = frame.reset_index(drop=True)
     frame.attrs.update(page=page, pages=pages)
     return frame
+
+
+def _refused(tc: pd.DataFrame, runs: pd.DataFrame, turns: dict[str, Any]) -> dict[str, str]:
+    """The words for the refused calls (``create_order rejected: over budget``: calls whose
+    confirmation a person rejected or that a rule denied), keyed by their turn's id and by
+    the id of the turn's last run (the one that answered the refusal)."""
+    import pandas as pd
+
+    denied = tc[tc["turn_id"].isin(turns) & (tc["decision"] == "denied")]
+    words: dict[str, list[str]] = {}
+    for call in denied.sort_values(["requested_at", "call_id"]).itertuples(index=False):
+        why = "" if pd.isna(call.decision_reason) else f": {call.decision_reason}"
+        words.setdefault(str(call.turn_id), []).append(f"{call.tool_name} rejected{why}")
+    said = {turn_id: "; ".join(w) for turn_id, w in words.items()}
+    last = runs.sort_values(["started_at", "run_index"]).groupby("turn_id")["run_id"].last()
+    return {**said, **{str(last[t]): w for t, w in said.items() if t in last.index}}
+
+
+def _shown(status: Any, refusal: str | None) -> tuple[str, str]:
+    """The status a turn or run is drawn with, and the words its tooltip says: a turn that
+    completed after a refused call is ``rejected``, saying what was refused."""
+    if str(status) == "completed" and refusal is not None:
+        return "rejected", f"rejected ({refusal}), then completed"
+    return str(status), str(status)
 
 
 def _check_page(relative_to: str, page: int, page_size: int) -> None:

@@ -1174,7 +1174,7 @@ def _token(args: argparse.Namespace) -> int:
         if args.action == "add":
             token, record = tokens.issue(store, args.user, label=args.label)
             if args.json:
-                _print_json({"token": token, **_token_row(record)})
+                _print_json({"token": token, **tokens.record_fields(record)})
             else:
                 print(token)
                 print(
@@ -1190,14 +1190,14 @@ def _token(args: argparse.Namespace) -> int:
                 )
             record = tokens.revoke(store, args.token_id)
             if args.json:
-                _print_json(_token_row(record))
+                _print_json(tokens.record_fields(record))
             else:
                 print(f"revoked {record.token_id} (user {record.user_id!r}) and its sign-ins")
             return EXIT_OK
         records = [t for t in store.list_tokens(args.user) if args.all or t.parent is None]
     finally:
         store.close()
-    rows = [_token_row(t) for t in records]
+    rows = [tokens.record_fields(t) for t in records]
     if args.json:
         _print_json(rows)
         return EXIT_OK
@@ -1223,19 +1223,6 @@ def _token(args: argparse.Namespace) -> int:
     ]
     print("\n".join(_table(["token", "user", "label", "created", "last used", "state"], table)))
     return EXIT_OK
-
-
-def _token_row(record: Any) -> dict[str, Any]:
-    return {
-        "token_id": record.token_id,
-        "user_id": record.user_id,
-        "label": record.label,
-        "created_at": record.created_at,
-        "last_used_at": record.last_used_at,
-        "revoked_at": record.revoked_at,
-        "expires_at": record.expires_at,
-        "parent": record.parent,
-    }
 
 
 def _service_commands(

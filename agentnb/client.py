@@ -10,8 +10,9 @@ connection or a server restart, so it yields every event once, in order. A ``Ses
 works on a ``RemoteSession`` as on a local one. Sub-agents too: ``children()``, ``child(call_id)``
 (a ``RemoteSession`` of the child), ``plan()``; ``pending()`` holds the children's requests
 with their ``path`` and ``session``, and ``respond`` through the parent routes them as the
-local ``Session`` does (the service calls the same verbs). A service that cannot be reached
-raises ``StorageError`` saying so; a refused token ``Unauthorized``.
+local ``Session`` does (the service calls the same verbs). Schedules too: ``schedule(...)``,
+``schedules()``, ``unschedule(id)``, fired by the service's runtime. A service that cannot
+be reached raises ``StorageError`` saying so; a refused token ``Unauthorized``.
 
 Needs httpx (the ``openai`` or ``server`` extra): ``pip install -e ".[server]"``.
 """
@@ -28,7 +29,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import quote, urlsplit
 
@@ -47,6 +48,7 @@ from agentnb.events import Event, PlanItem
 from agentnb.history import HistoryPage
 from agentnb.ids import SessionKey, check_id
 from agentnb.live import LiveEvent, LiveHub, Subscription
+from agentnb.ops.schedules import Schedule
 from agentnb.projections.chat import ChatSnapshot, ChatState
 from agentnb.projections.state import InboxState
 from agentnb.records import (
@@ -310,6 +312,24 @@ class RemoteRuntime:
         """Get or create a session of the token's user."""
         self._check_user(user_id)
         data = self.http.call("POST", "/v1/sessions", json_body={"session_id": session_id})
+        return self._handle(wire.load(SessionInfo, data).key)
+
+    def create(
+        self,
+        *,
+        user_id: str | None = None,
+        title: str | None = None,
+        labels: Mapping[str, str] | None = None,
+    ) -> RemoteSession:
+        """A new session of the token's user with an id the service makes (``Runtime.create``:
+        opaque and sortable by creation time), with its title and labels set."""
+        self._check_user(user_id)
+        body: dict[str, Any] = {}
+        if title is not None:
+            body["title"] = title
+        if labels is not None:
+            body["labels"] = dict(labels)
+        data = self.http.call("POST", "/v1/sessions", json_body=body)
         return self._handle(wire.load(SessionInfo, data).key)
 
     def open(self, session_id: str, user_id: str | None = None) -> RemoteSession:
@@ -829,6 +849,42 @@ class RemoteSession:
         """Remove a permission rule (``Session.revoke``)."""
         check_id(rule_id, "rule_id")
         self._call("DELETE", f"/permissions/{_seg(rule_id)}")
+
+    def schedule(
+        self,
+        text: str,
+        *,
+        cron: str | None = None,
+        every: float | timedelta | None = None,
+        at: datetime | str | None = None,
+        tz: str = "UTC",
+        overlap: str = "skip",
+        key: str | None = None,
+        catch_up: str = "one",
+    ) -> Schedule:
+        """Submit ``text`` as a task at each due time (``Session.schedule``): the service's
+        runtime fires it. ``every`` may be a ``timedelta``, ``at`` a ``datetime`` (a naive
+        one is read in ``tz``, as locally). Bad values are ``InvalidInput`` naming the field."""
+        if isinstance(every, timedelta):
+            every = every.total_seconds()
+        if isinstance(at, datetime):
+            at = at.isoformat()
+        body = {
+            "text": text, "cron": cron, "every": every, "at": at, "tz": tz,
+            "overlap": overlap, "catch_up": catch_up, "key": key,
+        }  # fmt: skip
+        return wire.load(Schedule, self._call("POST", "/schedules", json_body=body))
+
+    def schedules(self) -> list[Schedule]:
+        """The session's active schedules, with their last and next due times
+        (``Session.schedules``)."""
+        return [wire.load(Schedule, s) for s in self._call("GET", "/schedules")]
+
+    def unschedule(self, schedule_id: str) -> None:
+        """Remove a schedule: it fires no more (``Session.unschedule``); ``InvalidInput``
+        for one that is not active."""
+        check_id(schedule_id, "schedule_id")
+        self._call("DELETE", f"/schedules/{_seg(schedule_id)}")
 
     def feedback(
         self,

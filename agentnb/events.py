@@ -16,21 +16,22 @@ unknown types are passed over.
 The catalogue follows the seeds' (AgentScope's session log), with these differences, each
 for a reason:
 
-- ``message/system`` is not written: agentnb keeps the system instructions out of the
-  conversation. They belong to the agent (its fingerprint, ``agent/bound``), go with each
-  model request (``request/prepared.instructions`` records them whenever they differ from
-  the previous request's, so the log alone still rebuilds every call's context), and so are
-  never a committed message: the context and the transcript hold user, assistant and tool
-  messages only.
-- ``state/restored`` is not written: a run never restores a checkpoint other than the
-  latest. Checkpoints are folds of the log, a resume continues from the log's state, and
-  state imported from elsewhere is ``migration/baseline``. (The seed declares it too and
-  writes it nowhere.)
-- ``inbox/opened`` and ``inbox/closed`` are not written: admission is decided from the
-  execution log. A steer binds to the run the execution log shows open with a live executor,
-  and a run's completion commits only if the inbox is still at the head it read
-  (``run/end.inbox_seq``), so guidance that arrives later is refused, never dropped. Two
-  inbox records per run would repeat that, at the cost of two inbox writes a run.
+- ``message/system`` records the instructions a session's runs use, when they change: in
+  the commit that binds the session to its agent (``agent/bound``) and in one that records
+  an accepted agent change with other instructions (``agent/changed``); they can change
+  nowhere else. It is not a context message: the instructions belong to the agent and go
+  with each model request (``request/prepared.instructions``), so the context and the
+  transcript hold user, assistant and tool messages only.
+- ``state/checkpoint`` says what it covers: ``state.context_digest`` chains the digests of
+  the context's messages (``agentnb.projections.digest``), and a resume checks it against
+  the log (``Corrupt`` when they differ).
+- ``state/restored`` is written when a runtime restored a session's state from a snapshot
+  plus the log and runs it: ``snapshot_seq`` and the ``restored_seq`` it was brought to.
+- ``verification/result`` records each check of an ``Agent(verify=)`` hook.
+- ``inbox/opened`` and ``inbox/closed`` are declared inbox types; admission is decided from
+  the execution log (a steer binds to the run the execution log shows open with a live
+  executor, and a run's completion commits only if the inbox is still at the head it read,
+  ``run/end.inbox_seq``), so they are records for readers of the inbox alone.
 - Written as the seed names them: ``coverage`` on ``run/start`` (``adapter_chunks``: the
   model's streamed pieces are in the log) and on ``migration/baseline`` (``baseline_only``:
   what came before the baseline is not); ``action_id`` (the seed's ``actionId``), one per
@@ -491,7 +492,9 @@ class RunEnd(Payload):
     stop_reason: str | None = None
     """Why the run stopped, as a code: ``final_answer``, ``needs_person``, ``interrupted``,
     ``time_limit``, ``runtime_closed``, ``session_closed``, ``max_steps``, ``max_turn_tokens``,
-    ``max_session_tokens``, ``session_full``, ``error``, ``cancelled`` or ``crash``."""
+    ``max_session_tokens``, ``session_full``, ``error``, ``cancelled``, ``crash`` or
+    ``inline_wait_expired`` (a run that waited in place for a person, ``wait_inline``, as long
+    as it may; a suspended run's ``reason`` says why its wait ended)."""
     """The inbox head this run had read when it ended: steering after it was not seen."""
 
 
@@ -889,11 +892,61 @@ class MigrationBaseline(Payload):
 
     state: dict[str, Any]
     source: str | None = None
-    source_version: int | None = None
+    source_version: int | str | None = None
     source_hash: str | None = None
     coverage: Literal["baseline_only"] = "baseline_only"
     """What the log holds of the history before this event: only the baseline state, never
     the execution that produced it."""
+    format: str | None = Field(default=None, exclude_if=_empty)
+    """The shape the state was read from: ``agentnb``, ``openai`` or ``agentscope``
+    (``agentnb.baseline``); absent on baselines written before imports converted."""
+    dropped: tuple[str, ...] = Field(default=(), exclude_if=_empty)
+    """What the import did not keep, one ``path: reason`` line each."""
+
+
+class StateRestored(Payload):
+    """``state/restored``: a runtime restored the session's state from a snapshot plus the
+    log after it, before it executed the session again (written in that run's first commit).
+
+    Snapshots are a cache of the fold, never the truth: this records which one a run's
+    decisions started from, so an audit can tell a state folded from the first event from
+    one restored from a cache."""
+
+    snapshot_seq: int
+    """The seq the snapshot stood at."""
+    restored_seq: int
+    """The seq the state was brought to (the snapshot, then the log's events after it)."""
+
+
+class VerificationResult(Payload):
+    """``verification/result``: what the agent's ``verify`` hook said of a turn's output,
+    before the turn completed.
+
+    A failed verification sends the turn back to the model once, with the reason as a user
+    message (``retry``); a second failure fails the turn. A hook that raises fails the run
+    with the error (no ``verification/result`` then; the ``turn/failed`` says why)."""
+
+    passed: bool
+    reason: str | None = None
+    """Why it failed (the hook's words), or None."""
+    message_id: str
+    """The assistant message that was checked."""
+    attempt: int = 1
+    """Which verification of this turn it is (1, then 2 after a retry)."""
+    retry: bool = False
+    """Whether the turn goes back to the model with the reason."""
+
+
+class InboxMark(Payload):
+    """``inbox/opened`` / ``inbox/closed`` (inbox log): a run of the envelope's turn began
+    taking that turn's input, or stopped taking it (``status``: how the run ended).
+
+    Written after the execution log's ``run/start`` and ``run/end``, as a record for
+    readers of the inbox alone; admission is still decided from the execution log (a steer
+    binds to the run it shows open, and a completion commits only at the inbox head it read),
+    so a mark a crash kept from being written changes no decision."""
+
+    status: str | None = None
 
 
 class AgentBinding(Payload):
@@ -1200,6 +1253,7 @@ PAYLOADS: dict[str, type[Payload]] = {
     "input/received": InputReceived,
     "input/applied": InputApplied,
     "input/discarded": InputDiscarded,
+    "message/system": MessageEvent,
     "message/user": MessageEvent,
     "message/assistant": MessageEvent,
     "request/prepared": RequestPrepared,
@@ -1222,6 +1276,8 @@ PAYLOADS: dict[str, type[Payload]] = {
     "compaction/start": CompactionStart,
     "compaction/end": CompactionEnd,
     "state/checkpoint": StateCheckpoint,
+    "state/restored": StateRestored,
+    "verification/result": VerificationResult,
     "recovery/applied": RecoveryApplied,
     "migration/baseline": MigrationBaseline,
     "agent/bound": AgentBinding,
@@ -1242,6 +1298,8 @@ PAYLOADS: dict[str, type[Payload]] = {
     "inbox/accepted": InboxAccepted,
     "inbox/handled": InboxHandled,
     "inbox/rejected": InboxRejected,
+    "inbox/opened": InboxMark,
+    "inbox/closed": InboxMark,
     "schedule/added": ScheduleAdded,
     "schedule/removed": ScheduleRemoved,
     "schedule/fired": ScheduleFired,
@@ -1249,7 +1307,10 @@ PAYLOADS: dict[str, type[Payload]] = {
 
 SCHEDULE_TYPES = frozenset({"schedule/added", "schedule/removed", "schedule/fired"})
 """Schedule facts: kept in the inbox log, so any writer records them without the lease."""
-INBOX_TYPES = frozenset({"inbox/accepted", "inbox/handled", "inbox/rejected"}) | SCHEDULE_TYPES
+INBOX_TYPES = (
+    frozenset({"inbox/accepted", "inbox/handled", "inbox/rejected", "inbox/opened", "inbox/closed"})
+    | SCHEDULE_TYPES
+)
 """Types that belong to a session's inbox log, not its execution log."""
 
 BUILTIN_TYPES = frozenset(PAYLOADS)
@@ -1274,6 +1335,11 @@ _OPTIONAL_BUILTINS = frozenset(
         "feedback/added",
         "feedback/removed",
         "workspace/checkpoint",
+        "message/system",
+        "state/restored",
+        "verification/result",
+        "inbox/opened",
+        "inbox/closed",
     }
 )
 

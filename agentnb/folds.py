@@ -22,7 +22,7 @@ import math
 import threading
 import weakref
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from typing import Any
 
 import orjson
@@ -40,6 +40,7 @@ from agentnb.projections.state import (
     SessionState,
     retire_turns,
 )
+from agentnb.stores._rows import HOLE, PART_MIN, blob_digest, long_strings, stored_text
 from agentnb.stores.base import MAX_READ_LIMIT, RawEvent, SessionStore
 
 __all__ = ["CHAT_SNAPSHOT_EVERY", "SNAPSHOT_EVERY", "ChatFolds", "Folds", "committing"]
@@ -93,16 +94,58 @@ def _scan(store: SessionStore, key: SessionKey, after: int, through: int) -> Ite
         pos = page[-1].seq
 
 
-def _encode(data: dict[str, Any]) -> bytes:
+_PARTED = b"\x01"
+"""The first byte of a snapshot whose long texts are left to the session's blobs (a JSON
+snapshot starts with ``{``: an older reader finds no JSON and folds the log instead)."""
+
+
+def _encode(data: dict[str, Any], store: SessionStore, key: SessionKey) -> bytes:
+    """A snapshot's bytes. A text of ``PART_MIN`` characters or more that the session's
+    events already keep as a blob (a long task is in several events and in the folds) is
+    left out where it stood, named by its digest: a snapshot never holds another copy."""
     try:
         text = orjson.dumps(data, option=orjson.OPT_NON_STR_KEYS)
     except TypeError:  # an int past 64 bits
         text = json.dumps(data, separators=(",", ":")).encode()
+    if len(text) >= 2 * PART_MIN:
+        parted = _parted(text.decode(), data, store.blob_usage(key))
+        if parted is not None:
+            return zlib.compress(parted, 1)
     return zlib.compress(text, 1)
 
 
-def _decode(blob: bytes) -> dict[str, Any]:
-    value = decode_json(zlib.decompress(blob))
+def _parted(body: str, data: dict[str, Any], held: Collection[str]) -> bytes | None:
+    """``_PARTED``, the digests, then ``body`` with a hole for each long text in ``held``
+    (None when no long text is a blob of the session's)."""
+    if not held:
+        return None
+    pieces: list[str] = []
+    digests: list[str] = []
+    pos = 0
+    for part in long_strings(data):
+        literal = orjson.dumps(part)
+        digest = blob_digest(literal)
+        at = body.find(literal.decode(), pos) if digest in held else -1
+        if at < 0:
+            continue
+        pieces += (body[pos:at], HOLE)
+        digests.append(digest)
+        pos = at + len(literal.decode())
+    if not digests:
+        return None
+    pieces.append(body[pos:])
+    return _PARTED + " ".join(digests).encode() + b"\n" + "".join(pieces).encode()
+
+
+def _decode(blob: bytes, store: SessionStore) -> dict[str, Any]:
+    raw = zlib.decompress(blob)
+    if raw.startswith(_PARTED):
+        head, _, skeleton = raw[1:].partition(b"\n")
+        try:
+            raw = stored_text(skeleton.decode(), head.decode(), store.get_blob).encode()
+        except AgentnbError as exc:  # a blob gone: the snapshot is ignored, the log folded
+            raise ValueError(f"snapshot names a blob that does not read back: {exc}") from exc
+    value = decode_json(raw)
     if not isinstance(value, dict):
         raise ValueError("snapshot is not a JSON object")
     return value
@@ -173,6 +216,9 @@ class Folds:
         self._loaded = self.whole
         self._saved_seq = 0
         self._saved_inbox = 0
+        self.restored_from: int | None = None
+        """The seq of the snapshot the folds started from (None: folded from the start);
+        a driver records it as ``state/restored`` and clears it."""
 
     def _load(self) -> tuple[int, int] | None:
         """Start from the newest snapshot of both folds, taken together (never one alone:
@@ -187,7 +233,7 @@ class Folds:
         if found[0] > head:
             return heads
         try:
-            data = _decode(found[1])
+            data = _decode(found[1], self.store)
             state = SessionState.load(data["state"], self.context_loader)
             inbox = InboxState.load(data["inbox"])
             state.app.check_current()  # folded by other reducers: the log folds them anew
@@ -198,6 +244,7 @@ class Folds:
             return heads  # an inbox that lost commands it had: fold both logs from the start
         self.state, self.inbox = state, inbox
         self._saved_seq, self._saved_inbox = state.seq, inbox.seq
+        self.restored_from = state.seq
         return heads
 
     @property
@@ -355,7 +402,7 @@ class Folds:
         slower)."""
         for name, seq, data in due:
             try:
-                self.store.put_snapshot(self.key, name, seq, _encode(data))
+                self.store.put_snapshot(self.key, name, seq, _encode(data, self.store, self.key))
             except AgentnbError as exc:
                 log.info("session %s: snapshot %s not saved: %s", self.key, name, exc)
 
@@ -476,7 +523,7 @@ class ChatFolds:
         if found is None or found[0] > limit:
             return
         try:
-            self.chat = self._new(_decode(found[1]))
+            self.chat = self._new(_decode(found[1], self.store))
             self._saved_seq = self.chat.seq
         except (ValueError, KeyError, TypeError, zlib.error) as exc:
             log.info("session %s: ignoring snapshot %s (%s)", self.key, _CHAT, exc)
@@ -520,7 +567,8 @@ class ChatFolds:
             self.chat.retire()
         if self.chat.seq - self._saved_seq >= CHAT_SNAPSHOT_EVERY:
             try:
-                self.store.put_snapshot(self.key, _CHAT, self.chat.seq, _encode(self.chat.dump()))
+                data = _encode(self.chat.dump(), self.store, self.key)
+                self.store.put_snapshot(self.key, _CHAT, self.chat.seq, data)
                 self._saved_seq = self.chat.seq
             except AgentnbError as exc:
                 log.info("session %s: snapshot %s not saved: %s", self.key, _CHAT, exc)

@@ -24,6 +24,7 @@ __all__ = [
     "UUID7Ids",
     "check_id",
     "check_seconds",
+    "check_wait",
     "new_id",
 ]
 
@@ -53,6 +54,21 @@ def check_seconds(value: object, what: str) -> float:
         or not 0 < value < float("inf")
     ):
         raise InvalidInput(f"{what} must be a positive number of seconds, got {value!r}")
+    return float(value)
+
+
+def check_wait(value: object, what: str) -> float:
+    """Return ``value`` as seconds to wait, 0 or more and finite (0: do not wait), else raise
+    ``InvalidInput`` naming ``what``."""
+    if (
+        not isinstance(value, int | float)
+        or isinstance(value, bool)
+        or not 0 <= value < float("inf")
+    ):
+        raise InvalidInput(
+            f"{what} must be 0 or a positive, finite number of seconds (0: do not wait), "
+            f"got {value!r}"
+        )
     return float(value)
 
 

@@ -207,7 +207,8 @@ class Outcome:
     """What the run observed consumed (a ``Task``'s outcome: the turn, over all its runs)."""
     stop_reason: str | None = None
     """Why the run stopped, as a code (``RunEnd.stop_reason``): ``final_answer``, ``max_steps``,
-    ``max_turn_tokens``, ``time_limit``, ``needs_person``, ``interrupted``, ``error``, ..."""
+    ``max_turn_tokens``, ``time_limit``, ``needs_person``, ``inline_wait_expired``,
+    ``interrupted``, ``error``, ..."""
 
     def _repr_html_(self) -> str:
         return html.outcome_html(self)

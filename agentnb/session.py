@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 from agentnb import states
 from agentnb.agent import check_agent
 from agentnb.answers import ToolOutcome, stored_answers
+from agentnb.baseline import STATE_FORMAT, STATE_VERSION, ImportReport, convert
 from agentnb.blocks import FilePart, ImagePart, part_bytes
 from agentnb.children import children_of, descendant_requests, route_answers
 from agentnb.errors import (
@@ -1057,7 +1058,8 @@ class Session:
             return state.app.get(name)
 
     def respond(self, request_id: str | Mapping[str, object], answer: object = _MISSING) -> Receipt:
-        """Answer pending requests and continue their turn in a new run.
+        """Answer pending requests and continue their turn in a new run (or in the run that
+        asked, while it still waits for them in place: ``Agent(wait_inline=)``).
 
         ``respond(request_id, answer)`` or ``respond({request_id: answer, ...})``. Nothing is
         written when an answer does not fit (``InvalidAnswer``); re-sending the same answers
@@ -1429,10 +1431,12 @@ class Session:
         """The conversation state at a quiescent point (no run, request, uncertain call or
         sub-agent at work).
 
-        Returns JSON-ready data for ``import_baseline``; history is not included.
+        Returns JSON-ready data for ``import_baseline`` (``agentnb.baseline``): the model
+        context, the plan and the permission rules granted in this session; history is not
+        included.
         """
         with self._lock:
-            state, _ = self._refresh()
+            state, inbox = self._refresh()
             problems = []
             if state.active_run is not None:
                 problems.append("a run is active")
@@ -1457,31 +1461,70 @@ class Session:
             if problems:
                 raise InvalidInput(f"session {self.key} is not quiescent: {'; '.join(problems)}")
             messages = [m.model_dump(mode="json") for m in state.context]
-            return {"messages": messages, "source": str(self.key), "source_seq": state.seq}
+            rules = sorted(rules_in_force(state, inbox).values(), key=lambda r: r["rule_id"])
+            return {
+                "format": STATE_FORMAT,
+                "version": STATE_VERSION,
+                "messages": messages,
+                "plan": [dict(item) for item in state.plan],
+                "permissions": [dict(rule) for rule in rules],
+                "source": str(self.key),
+                "source_seq": state.seq,
+            }
 
-    def import_baseline(self, state: Mapping[str, Any]) -> None:
+    def import_baseline(
+        self,
+        state: Mapping[str, Any] | Sequence[Mapping[str, Any]],
+        *,
+        source: str | None = None,
+        source_version: int | str | None = None,
+    ) -> ImportReport:
         """Start this (empty) session from ``state`` with one ``migration/baseline`` event.
 
-        Importing the same state again is a no-op; an existing history raises ``InvalidInput``.
+        ``state`` is what ``export_state`` returned (its plan and session permission rules
+        come along), OpenAI chat messages, or an AgentScope-style ``AgentState``;
+        ``agentnb.baseline`` says how each is converted. ``source`` is the provenance
+        recorded on the baseline (by default the exported state's own); when it is or starts
+        with ``agentnb``, ``openai`` or ``agentscope`` it also names the shape, which is
+        otherwise told from the state itself. ``source_version`` is the source's version,
+        recorded as given. The report lists what the import did not keep.
+
+        Importing the same state again is a no-op (``imported=False``); an existing history
+        raises ``InvalidInput``, and so does a near miss of a shape, naming the field.
         """
-        if not isinstance(state, Mapping) or not isinstance(state.get("messages"), list):
+        if source is not None:
+            source = check_id(source, "source")
+        if source_version is not None and (
+            isinstance(source_version, bool) or not isinstance(source_version, int | str)
+        ):
             raise InvalidInput(
-                "state must be what export_state() returned (a mapping with a 'messages' list)"
+                f"source_version must be an int or a str, got {type(source_version).__name__}"
             )
-        for m in state["messages"]:
-            Message.model_validate(m)
-        text = canonical_json(dict(state))
-        digest = hashlib.sha256(text.encode()).hexdigest()
+        baseline = convert(state, source=source)
+        digest = baseline.digest
+        if source is None:
+            given = baseline.state.get("source")
+            source = given if isinstance(given, str) else None
+        dropped = tuple(f"{d.path}: {d.reason}" for d in baseline.dropped)
         event = Event.create(
             "migration/baseline",
             {
-                "state": dict(state),
-                "source": state.get("source"),
-                "source_version": PROJECTOR_VERSION,
+                "state": baseline.state,
+                "source": source,
+                "source_version": (
+                    source_version
+                    if source_version is not None or baseline.format != "agentnb"
+                    else PROJECTOR_VERSION
+                ),
                 "source_hash": digest,
+                "format": baseline.format,
+                "dropped": dropped,
             },
             event_id=f"evt_baseline_{digest[:32]}",
             occurred_at=datetime.fromtimestamp(0, UTC),
+        )
+        report = ImportReport(
+            baseline.format, source, len(baseline.state["messages"]), baseline.dropped
         )
         not_empty = InvalidInput(
             f"session {self.key} is not empty; import a baseline only into a new session"
@@ -1489,12 +1532,13 @@ class Session:
         if self.log.head() > 0:
             first = self.log.read_after(0, 1)[0]
             if first.event_id == event.event_id:
-                return  # the same baseline was imported already
+                return dataclasses.replace(report, imported=False)  # imported already
             raise not_empty
         try:
             self.log.append([event], expected_seq=0, batch_id=f"baseline-{digest[:40]}")
         except (AppendConflict, IdempotencyConflict, LeaseHeld):
             raise not_empty from None
+        return report
 
     def fork(self, new_session_id: str) -> Session:
         """A new session continuing from this one's current state; history is not copied."""

@@ -16,17 +16,27 @@ most once a minute.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import hmac
 import logging
 import re
 import secrets
+from typing import Any
 
 from agentnb.errors import StorageError, Unauthorized
 from agentnb.ids import check_id
 from agentnb.stores.base import SessionStore, TokenRecord
 
-__all__ = ["SIGN_IN_SECONDS", "TOUCH_EVERY", "digest_of", "issue", "revoke", "verify"]
+__all__ = [
+    "SIGN_IN_SECONDS",
+    "TOUCH_EVERY",
+    "digest_of",
+    "issue",
+    "record_fields",
+    "revoke",
+    "verify",
+]
 
 log = logging.getLogger("agentnb.tokens")
 
@@ -97,3 +107,12 @@ def verify(store: SessionStore, token: str | None) -> TokenRecord:
 def revoke(store: SessionStore, token_id: str) -> TokenRecord:
     """Revoke a token (and the sign-ins made with it); returns its record."""
     return store.revoke_token(token_id)
+
+
+def record_fields(record: TokenRecord, *, digest: bool = False) -> dict[str, Any]:
+    """A token's record as JSON-ready fields (``agentnb token list --json``); its secret's
+    digest only with ``digest=True`` (a backup, so that the restored token still verifies)."""
+    fields = dataclasses.asdict(record)
+    if not digest:
+        del fields["digest"]
+    return fields

@@ -9,6 +9,9 @@ say how the runtime treats a call:
 - ``idempotent``: safe to run again after a crash left the call's outcome unknown; the runtime
   re-runs it on resume instead of asking a person to reconcile it.
 - ``confirm``: a person must approve each call (``respond`` with True/False/``Answer``) first.
+- ``wait_inline``: seconds the run waits, alive, for the answer to this tool's request (an
+  approval, a question, an external result) before it suspends; None: the agent's
+  ``Agent(wait_inline=)``, 0: suspend at once.
 - ``external``: the call is not run here; its result arrives through ``respond``.
 
 A tool may take a ``ToolContext`` (a parameter annotated ``ToolContext`` or named ``ctx``); it
@@ -63,7 +66,7 @@ from agentnb import _portable
 from agentnb.answers import Answer
 from agentnb.blocks import Block, blocks_of, checked, stand_in
 from agentnb.errors import InvalidInput
-from agentnb.ids import SessionKey
+from agentnb.ids import SessionKey, check_wait
 
 __all__ = [
     "InvalidToolArguments",
@@ -235,6 +238,9 @@ class Tool:
     interaction: str | None = None
     """For the built-ins the runtime carries out itself: ``"ask_user"`` (a person answers)
     and ``"todo"`` (the plan it records); else None."""
+    wait_inline: float | None = None
+    """Seconds a run waits in place for the answer to this tool's request before it
+    suspends (None: the agent's ``wait_inline``)."""
     _sig: _Signature | None = field(default=None, repr=False, compare=False)
     _schema_call: _SchemaCall | None = field(default=None, repr=False, compare=False)
 
@@ -246,6 +252,12 @@ class Tool:
             raise InvalidInput(
                 f"tool {self.name!r} cannot be both confirm=True and external=True: an external "
                 "call is already handed to a person (its result arrives through respond)"
+            )
+        if self.wait_inline is not None:
+            object.__setattr__(
+                self,
+                "wait_inline",
+                check_wait(self.wait_inline, f"tool {self.name!r}: wait_inline"),
             )
         if self.interaction is not None and self.interaction not in _INTERACTIONS:
             raise InvalidInput(
@@ -405,6 +417,7 @@ def tool(
     idempotent: bool = False,
     confirm: bool = False,
     external: bool = False,
+    wait_inline: float | None = None,
 ) -> Tool: ...
 @overload
 def tool(
@@ -415,6 +428,7 @@ def tool(
     idempotent: bool = False,
     confirm: bool = False,
     external: bool = False,
+    wait_inline: float | None = None,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 def tool(
     fn: Callable[..., Any] | None = None,
@@ -424,11 +438,13 @@ def tool(
     idempotent: bool = False,
     confirm: bool = False,
     external: bool = False,
+    wait_inline: float | None = None,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Make a ``Tool`` from a function; use as ``@tool`` or ``@tool(idempotent=True)``.
 
     ``name`` defaults to the function's name, ``description`` to the docstring's first
-    paragraph. Parameters described in the docstring (Google ``Args:``, NumPy ``Parameters``
+    paragraph. ``wait_inline`` (seconds) overrides the agent's ``Agent(wait_inline=)`` for this
+    tool's requests. Parameters described in the docstring (Google ``Args:``, NumPy ``Parameters``
     or Sphinx ``:param x:``) get those descriptions in the schema. Raises ``InvalidInput`` for
     ``confirm`` together with ``external``, for ``*args``/``**kwargs`` or positional-only
     parameters, and for parameter types that have no JSON schema.
@@ -456,6 +472,7 @@ def tool(
             idempotent=idempotent,
             confirm=confirm,
             external=external,
+            wait_inline=wait_inline,
             _sig=sig,
         )
 

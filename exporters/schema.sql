@@ -517,6 +517,20 @@ SELECT
 FROM events
 WHERE type = 'task/changed';
 
+-- verifications: each check of a turn's answer by the agent's verify hook (Agent(verify=)),
+-- in order. passed: whether it passed; reason: why not; attempt: 1, then 2 after the turn
+-- went back to the model (retry); message_id: the assistant message checked.
+CREATE OR REPLACE VIEW verifications AS
+SELECT
+  namespace, user_id, agent_id, session_id, turn_id, run_id, seq, occurred_at,
+  json_extract(payload, '$.passed')::BOOLEAN AS passed,
+  json_extract_string(payload, '$.reason') AS reason,
+  TRY_CAST(json_extract_string(payload, '$.attempt') AS BIGINT) AS attempt,
+  json_extract(payload, '$.retry')::BOOLEAN AS retry,
+  json_extract_string(payload, '$.message_id') AS message_id
+FROM events
+WHERE type = 'verification/result';
+
 -- feedback: the ratings of turns in force (session.feedback), one row each: feedback/added
 -- less those a later feedback/removed retracted. score: 1 thumbs up, 0 thumbs down (any
 -- number); negative: a score of 0 or below, or the label 'negative'; given_by: the by= of

@@ -48,6 +48,7 @@ def make_runtime(store_url: str) -> Iterator[Callable[..., nb.Runtime]]:
             tools=tools or [],
             instructions=kwargs.pop("instructions", "Be brief."),
             max_steps=kwargs.pop("max_steps", 25),
+            wait_inline=kwargs.pop("wait_inline", 0.0),
         )
         runtime = nb.Runtime(agent, store=store, lease_ttl=kwargs.pop("lease_ttl", 5.0), **kwargs)
         runtimes.append(runtime)

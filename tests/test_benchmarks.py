@@ -47,6 +47,16 @@ def test_store_quick_run_prints_one_json_line_per_metric() -> None:
     }
 
 
+def test_blobs_small_run_prints_one_json_line_per_metric() -> None:
+    """`bench_blobs.py --tasks 2` exits 0 and prints the store size beside main's format."""
+    records = _records("bench_blobs.py", "--tasks", "2")
+    assert {r["metric"] for r in records} == {
+        "store_bytes_per_input_byte",
+        "store_mb",
+        "log_bytes_per_input_byte",
+    }
+
+
 def test_export_quick_run_prints_one_json_line_per_metric() -> None:
     """`bench_export.py --quick` (fewer events) prints JSON with value, baseline, ratio."""
     records = _records("bench_export.py", "--quick", "--events", "20000", "--rounds", "1")
@@ -236,3 +246,13 @@ def test_middleware_quick_run_prints_one_json_line_per_metric() -> None:
         "ms per turn, recording middleware",
         "ms per turn, recording+aflush middleware",
     ]
+
+
+def test_inline_quick_run_prints_one_json_line_per_metric() -> None:
+    """`bench_inline.py --quick` prints the inline confirmation and the suspended-and-resumed
+    turn, each against the same turn with no confirmation."""
+    records = _records("bench_inline.py", "--quick")
+    assert {r["metric"] for r in records} == {
+        "inline_confirmation_vs_no_confirmation",
+        "suspended_and_resumed_vs_no_confirmation",
+    }

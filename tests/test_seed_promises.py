@@ -366,6 +366,50 @@ class TestAnswers:
         assert '{"usd":12000}' in tool.text
 
 
+def _pending_soon(session: Any) -> str:
+    """The id of the session's first pending request, once there is one."""
+    follow = session.log.follow(0, idle_timeout=WAIT)
+    try:
+        for event in follow:
+            if event.type == "interaction/requested":
+                return str(event.payload["request_id"])
+    finally:
+        follow.close()
+    raise AssertionError(f"no request was committed within {WAIT}s")
+
+
+class TestInlineConfirmation:
+    def test_inline_confirmation_continues_within_the_same_live_run(
+        self, make_runtime: MakeRuntime
+    ) -> None:
+        """Seed: "This example uses suspended HITL; inline confirmation can continue within
+        the same live run.\""""
+        model = nb.ScriptedModel([nb.ToolCall("create_order", {"item": "desk"}), "ordered"])
+        session = make_runtime(model, [create_order], wait_inline=WAIT).session("s1")
+        task = session.submit("order a desk")
+        rid = _pending_soon(session)
+        outcome = session.respond(rid, True).wait(WAIT)
+        assert outcome.output == "ordered"
+        (run,) = [e.run_id for e in events_of(session, "run/start") if e.turn_id == task.turn_id]
+        assert outcome.run_id == run
+        assert [e.run_id for e in events_of(session, "interaction/resolved")] == [run]
+
+    def test_suspended_hitl_ends_the_run_and_the_answer_starts_a_new_one(
+        self, make_runtime: MakeRuntime
+    ) -> None:
+        """Seed (the table of turns and runs): "Suspend for approval, then answer | `T1` |
+        `R2` ends; new `R3`": with no inline wait (the default), or once it expired."""
+        model = nb.ScriptedModel([nb.ToolCall("create_order", {"item": "desk"}), "ordered"])
+        session = make_runtime(model, [create_order], wait_inline=0.05).session("s1")
+        suspended = session.submit("order a desk").wait(WAIT)
+        assert (suspended.status, suspended.stop_reason) == ("suspended", "inline_wait_expired")
+        rid = next(iter(session.pending()))
+        answered = session.respond(rid, True).wait(WAIT)
+        assert answered.output == "ordered"
+        assert answered.run_id != suspended.run_id
+        assert answered.turn_id == suspended.turn_id
+
+
 class TestInterruptAndResume:
     def test_interrupt_is_a_request_and_resume_keeps_the_turn_in_a_new_run(
         self, make_runtime: MakeRuntime
@@ -562,6 +606,40 @@ class TestTheLog:
         fork = session.fork("comparison-alternative")
         assert [e.type for e in fork.log.scan()] == ["migration/baseline"]
         assert fork.transcript().messages == session.transcript().messages
+
+    def test_an_agentstate_imports_into_an_empty_session_with_provenance(
+        self, make_runtime: MakeRuntime
+    ) -> None:
+        """Seed: "`importBaseline(target, state, source, sourceVersion)` imports a complete
+        `AgentState` into an empty target with provenance"; (zh) "已有应用若保存的是AgentState ...
+        可以把它作为一份起始状态导入新的空会话 ... 不会补造更早的执行历史" (an application that
+        saved an AgentState can import it as the starting state of a new, empty session ... it
+        does not invent earlier execution history)."""
+        state = {
+            "messages": [
+                {"role": "USER", "content": [{"type": "text", "text": "Compare A and B"}]},
+                {"role": "ASSISTANT", "content": [{"type": "text", "text": "A is cheaper."}]},
+            ]
+        }
+        session = make_runtime(nb.ScriptedModel(_echo)).session("imported")
+        report = session.import_baseline(
+            state, source="agentscope:conversation-001", source_version=2
+        )
+        assert (report.format, report.messages, report.dropped) == ("agentscope", 2, ())
+        (event,) = session.log.scan()
+        assert event.type == "migration/baseline"
+        assert (event.payload["source"], event.payload["source_version"]) == (
+            "agentscope:conversation-001",
+            2,
+        )
+        assert [m.text for m in session.transcript().messages] == [
+            "Compare A and B",
+            "A is cheaper.",
+        ]
+        used = make_runtime(nb.ScriptedModel(_echo)).session("used")
+        used.run("hello", timeout=WAIT)
+        with pytest.raises(nb.InvalidInput, match="not empty"):
+            used.import_baseline(state)
 
 
 class TestEverrunsSessions:
@@ -806,3 +884,61 @@ class TestMiddlewareAndReducers:
             assert session.run("pay", timeout=WAIT).status == "completed"
             assert len(events_of(session, DIAGNOSTIC)) == 1
             assert session.app_state(DIAGNOSTIC) == {}
+
+    def test_two_created_sessions_have_different_opaque_ids_and_isolated_histories(
+        self, make_runtime: MakeRuntime
+    ) -> None:
+        """Everruns: "Two sessions opened on one engine have different opaque IDs and isolated
+        histories." and "Reopen it by passing its typed `SessionId` to the engine that created
+        it.\""""
+        runtime = make_runtime(nb.ScriptedModel(_echo))
+        first, second = runtime.create(), runtime.create()
+        assert first.key.session_id != second.key.session_id
+        first.run("My project is Atlas.", timeout=WAIT)
+        assert second.transcript().messages == ()
+        reopened = runtime.open(first.key.session_id)
+        assert reopened.transcript().messages[0].text == "My project is Atlas."
+
+
+class TestTheCatalogue:
+    def test_message_history_includes_the_system_instructions(
+        self, make_runtime: MakeRuntime
+    ) -> None:
+        """Seed (event table): "`message/system`, `message/user`, `message/assistant` | Message
+        history".\""""
+        session = make_runtime(nb.ScriptedModel(_echo), instructions="Be brief.").session("s1")
+        session.run("hello", timeout=WAIT)
+        types = [e.type for e in session.log.scan() if e.type.startswith("message/")]
+        assert types == ["message/system", "message/user", "message/assistant"]
+        assert events_of(session, "message/system")[0].payload["message"]["text"] == "Be brief."
+
+    def test_verification_state_is_a_committed_event(self, store_url: str) -> None:
+        """Seed (event table): "`task/changed`, `plan/changed`, `permission/changed`,
+        `verification/result` | Task, plan, permission and verification state".\""""
+        agent = nb.Agent(
+            name="Test",
+            agent_id="test-agent",
+            model=nb.ScriptedModel(["maybe", "yes"]),
+            verify=lambda text: text == "yes" or "answer yes or no",
+        )
+        with nb.Runtime(agent, store=store_url) as runtime:
+            session = runtime.session("s1")
+            assert session.run("decide", timeout=WAIT).output == "yes"
+            results = [e.payload["passed"] for e in events_of(session, "verification/result")]
+            assert results == [False, True]
+
+    def test_saved_state_and_restoration_are_events(self, make_runtime: MakeRuntime) -> None:
+        """Seed (event table): "`state/checkpoint`, `state/restored`, `recovery/applied`,
+        `migration/baseline` | Saved state, restoration, reconciliation and imported state";
+        "A checkpoint restores Agent working state" — and says which state it holds.\""""
+        from agentnb.folds import load_context
+        from agentnb.projections.digest import extend_digest
+
+        session = make_runtime(nb.ScriptedModel(_held_then_answer), [held]).session("s1")
+        _gates["g"] = Gate()
+        _gates["g"].release()
+        session.run("work", timeout=WAIT)
+        for checkpoint in events_of(session, "state/checkpoint"):
+            context = load_context(session.log.store, session.key, checkpoint.seq)
+            assert checkpoint.payload["state"]["context_digest"] == extend_digest("", context)
+        assert {"state/restored", "state/checkpoint"} <= nb.events.BUILTIN_TYPES

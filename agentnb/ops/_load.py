@@ -208,20 +208,6 @@ class Loader:
             self.target.delete_session(tomb.key, by=tomb.deleted_by, reason=tomb.reason)
 
 
-def token_fields(record: TokenRecord) -> dict[str, Any]:
-    return {
-        "token_id": record.token_id,
-        "user_id": record.user_id,
-        "label": record.label,
-        "created_at": record.created_at,
-        "last_used_at": record.last_used_at,
-        "revoked_at": record.revoked_at,
-        "expires_at": record.expires_at,
-        "parent": record.parent,
-        "digest": record.digest,
-    }
-
-
 def token_of(fields: dict[str, Any]) -> TokenRecord:
     return TokenRecord(
         fields["token_id"],

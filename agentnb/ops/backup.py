@@ -58,10 +58,11 @@ from agentnb.ops._format import (
     raw_of,
     row_of,
 )
-from agentnb.ops._load import Loader, record_fields, token_fields, token_of, tombstone_fields
+from agentnb.ops._load import Loader, record_fields, token_of, tombstone_fields
 from agentnb.stores import SessionStore, open_store
 from agentnb.stores._rows import RawEvent
 from agentnb.stores.base import Tombstone
+from agentnb.tokens import record_fields as token_fields
 
 __all__ = ["BackupReport", "RestoreReport", "VerifyReport", "backup", "restore", "verify"]
 
@@ -228,7 +229,7 @@ def _write_archive(
     w.line({"r": "header", "format": FORMAT, "created_at": time.time(), "method": method})
     tokens = source.list_tokens()
     for token in tokens:
-        w.line({"r": "token", **token_fields(token)})
+        w.line({"r": "token", **token_fields(token, digest=True)})
     manifest: list[dict[str, Any]] = []
     events = inbox = 0
     for i, record in enumerate(source.list_sessions()):

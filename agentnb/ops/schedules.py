@@ -70,7 +70,38 @@ MAX_CATCH_UP = 1_000
 """Most missed due times one schedule fires at once under ``catch_up="all"``."""
 MIN_EVERY = 1.0
 """Shortest ``every`` (seconds)."""
+CLAIM_BATCH = 500
+"""Claims recorded in one ``inbox_append_many`` (on SQLite one transaction: one flush to
+disk for them all, where one each would bound a scheduler to a few hundred a second)."""
 _PAGE = 1_000
+
+
+@dataclass
+class _Firing:
+    """One due time a pass of the scheduler fires: its claim, then its action."""
+
+    key: SessionKey
+    schedule: Schedule
+    due: float
+    disposition: str
+    missed: int
+    act: bool = True
+    """False for the claim that only marks missed due times as passed (catch_up="none")."""
+
+    def claim(self) -> tuple[SessionKey, Event, str, str]:
+        """The ``schedule/fired`` record, its dedupe key and fingerprint."""
+        sid, ms = self.schedule.schedule_id, round(self.due * 1000)
+        event = Event.create(
+            "schedule/fired",
+            {
+                "schedule_id": sid,
+                "due": self.due,
+                "disposition": self.disposition,
+                "key": submit_key(sid, self.due),
+                "missed": self.missed,
+            },
+        )
+        return self.key, event, f"sched-fired-{sid}-{ms}", f"{sid}:{ms}"
 
 
 @dataclass(frozen=True)
@@ -474,10 +505,18 @@ class Scheduler:
         heapq.heappush(self._heap, (due, self._order, key, schedule_id))
 
     def _fire_due(self, now: float) -> None:
+        """Fire every due time up to ``now``: the claims of a pass are recorded together
+        (``CLAIM_BATCH`` per commit), then each created one's action runs."""
+        firings: list[_Firing] = []
+        nexts: list[tuple[float | None, SessionKey, str]] = []
+        read: set[SessionKey] = set()
+        busy: dict[SessionKey, bool] = {}
         while self._heap and self._heap[0][0] <= now and not self._stop.is_set():
             _, _, key, sid = heapq.heappop(self._heap)
             fold = self._folds[key]
-            fold.read(self.store, key)
+            if key not in read:
+                fold.read(self.store, key)
+                read.add(key)
             if sid not in fold.schedules:
                 continue
             schedule = fold.view(sid)
@@ -486,12 +525,25 @@ class Scheduler:
             if schedule.next_due > now:  # another process fired it meanwhile
                 self._push(schedule.next_due, key, sid)
                 continue
-            last = self._fire(key, schedule, now)
-            self._push(next_due(schedule, last), key, sid)
+            last = self._plan(key, schedule, now, busy, firings)
+            nexts.append((next_due(schedule, last), key, sid))
+        for at in range(0, len(firings), CLAIM_BATCH):
+            self._fire_batch(firings[at : at + CLAIM_BATCH])
+        for due, key, sid in nexts:
+            self._push(due, key, sid)
 
-    def _fire(self, key: SessionKey, schedule: Schedule, now: float) -> float:
-        """Fire the due times of ``schedule`` up to ``now`` as ``catch_up`` says; the last
-        due time handled (the next comes after it)."""
+    def _plan(
+        self,
+        key: SessionKey,
+        schedule: Schedule,
+        now: float,
+        busy: dict[SessionKey, bool],
+        firings: list[_Firing],
+    ) -> float:
+        """Add the firings of ``schedule``'s due times up to ``now`` as ``catch_up`` says;
+        the last due time handled (the next comes after it). A session is busy when a turn
+        runs or is queued at the pass's start, or once a firing of this pass submitted to it;
+        a schedule's own missed due times (``"all"``) queue behind each other."""
         dues: list[float] = []
         due = schedule.next_due
         while due is not None and due <= now and len(dues) < MAX_CATCH_UP:
@@ -504,58 +556,73 @@ class Scheduler:
         else:
             chosen = [d for d in dues if now - d <= GRACE][-1:]
         if not chosen:  # catch_up="none": every one missed; mark the latest as passed
-            self._claim(key, schedule, dues[-1], "skipped", missed=len(dues) - 1)
+            firings.append(_Firing(key, schedule, dues[-1], "skipped", len(dues) - 1, act=False))
             return dues[-1]
         missed = len(dues) - len(chosen)
-        session = self.open_session(key)
+        if key not in busy:
+            tasks = self.open_session(key).tasks()
+            busy[key] = any(t.status in ("running", "queued") for t in tasks)
+        own = False  # catch_up="all": each due time fires, queued behind the one before
         for due in chosen:
-            busy = any(t.status in ("running", "queued") for t in session.tasks())
             disposition = "submitted"
-            if busy:
+            if own:
+                disposition = "queued"
+            elif busy[key]:
                 disposition = {"skip": "skipped", "queue": "queued", "steer": "steered"}[
                     schedule.overlap
                 ]
-            if not self._claim(key, schedule, due, disposition, missed=missed):
-                continue
+            firings.append(_Firing(key, schedule, due, disposition, missed))
             missed = 0
-            self.lateness.append(now - due)
-            del self.lateness[:-10_000]
-            try:
-                if disposition in ("submitted", "queued"):
-                    session.submit(schedule.text, key=submit_key(schedule.schedule_id, due))
-                elif disposition == "steered":
-                    try:
-                        session.steer(schedule.text)
-                    except NotRunning:  # the turn ended meanwhile: a task of its own
-                        session.submit(schedule.text, key=submit_key(schedule.schedule_id, due))
-            except AgentnbError as exc:
-                log.warning("schedule %s of %s: %s", schedule.schedule_id, key, exc)
+            if disposition in ("submitted", "queued"):
+                busy[key] = own = True  # the task it submits runs, or waits, from now on
         return dues[-1]
 
-    def _claim(
-        self, key: SessionKey, schedule: Schedule, due: float, disposition: str, *, missed: int
-    ) -> bool:
-        """Record the firing of ``due``; whether this call created it (exactly one does)."""
-        ms = round(due * 1000)
-        event = Event.create(
-            "schedule/fired",
-            {
-                "schedule_id": schedule.schedule_id,
-                "due": due,
-                "disposition": disposition,
-                "key": submit_key(schedule.schedule_id, due),
-                "missed": missed,
-            },
-        )
-        record, created = self.store.inbox_append(
-            key,
-            event,
-            dedupe_key=f"sched-fired-{schedule.schedule_id}-{ms}",
-            fingerprint=f"{schedule.schedule_id}:{ms}",
-        )
-        fold = self._folds.get(key)
-        if fold is not None and record.seq == fold.seq + 1:
-            fold.apply(record)  # the next look need not read it back
-        if created:
+    def _fire_batch(self, firings: list[_Firing]) -> None:
+        """Record the claims of ``firings`` (exactly one writer creates each), then run the
+        action of each this scheduler created."""
+        records: list[tuple[Event, bool] | None]
+        try:
+            records = list(self.store.inbox_append_many([f.claim() for f in firings]))
+        except AgentnbError as exc:  # one of them is refused (a deleted session): one by one
+            log.warning(
+                "claiming %d firings together failed (%s); one at a time", len(firings), exc
+            )
+            records = []
+            for firing in firings:
+                try:
+                    records.append(self.store.inbox_append_many([firing.claim()])[0])
+                except AgentnbError as one:
+                    log.warning(
+                        "schedule %s of %s: %s", firing.schedule.schedule_id, firing.key, one
+                    )
+                    records.append(None)
+        claimed = self.clock()
+        for firing, result in zip(firings, records, strict=True):
+            if result is None:
+                continue
+            record, created = result
+            fold = self._folds.get(firing.key)
+            if fold is not None and record.seq == fold.seq + 1:
+                fold.apply(record)  # the next look need not read it back
+            if not created:
+                continue
             self.fired += 1
-        return created
+            if firing.act:
+                self.lateness.append(claimed - firing.due)  # when the claim is durable
+                del self.lateness[:-10_000]
+                self._act(firing)
+
+    def _act(self, firing: _Firing) -> None:
+        """What a created claim's disposition says: submit (keyed), steer, or nothing."""
+        schedule, due = firing.schedule, firing.due
+        session = self.open_session(firing.key)
+        try:
+            if firing.disposition in ("submitted", "queued"):
+                session.submit(schedule.text, key=submit_key(schedule.schedule_id, due))
+            elif firing.disposition == "steered":
+                try:
+                    session.steer(schedule.text)
+                except NotRunning:  # the turn ended meanwhile: a task of its own
+                    session.submit(schedule.text, key=submit_key(schedule.schedule_id, due))
+        except AgentnbError as exc:
+            log.warning("schedule %s of %s: %s", schedule.schedule_id, firing.key, exc)

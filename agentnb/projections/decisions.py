@@ -27,6 +27,7 @@ __all__ = [
     "latest_unfinished",
     "open_calls",
     "uncertain_to_settle",
+    "waits_for_person",
 ]
 
 ToolLookup = Callable[[str], Any]
@@ -36,13 +37,26 @@ _UNFINISHED = frozenset({"running", "suspended", "interrupted", "failed"})
 
 
 def effective_status(state: SessionState, turn: TurnState, *, executing: bool) -> str:
-    """The turn's status, counting a run cut off by a crash as ``interrupted``.
+    """The turn's status, counting a run cut off by a crash as ``interrupted`` (or
+    ``suspended`` when it only waited for a person: ``waits_for_person``).
 
     ``executing`` says whether some runtime holds the session's lease right now.
     """
     if turn.status == "running" and not executing:
-        return "interrupted"
+        return "suspended" if waits_for_person(state, turn.turn_id) else "interrupted"
     return turn.status
+
+
+def waits_for_person(state: SessionState, turn_id: str) -> bool:
+    """Whether the turn's open run only waits for a person: it has pending requests and
+    every open call of it waits on one (none was cut off mid-execution), as a run waiting
+    in place does (``Agent(wait_inline=)``). Cut off so, it is suspended, not interrupted:
+    the answer continues it."""
+    pending = {r["request_id"] for r in state.pending_of(turn_id)}
+    return bool(pending) and all(
+        c.call_id in pending or (c.asking is not None and c.asking in pending)
+        for c in state.open_calls(turn_id)
+    )
 
 
 def open_calls(

@@ -13,6 +13,7 @@ left open without one was cut off, and reads as ``interrupted``.
 
 from __future__ import annotations
 
+from agentnb.projections.decisions import waits_for_person
 from agentnb.projections.queue import will_move
 from agentnb.projections.state import PARKING, InboxState, SessionState
 from agentnb.records import Outcome, UsageTotals
@@ -60,7 +61,10 @@ def run_outcome(
     if status == "running":
         if executing:
             return None
-        status, error, stop_reason = "interrupted", CUT_OFF, "crash"
+        if waits_for_person(state, run.turn_id):  # cut off while waiting in place
+            status, error, stop_reason = "suspended", None, "crash"
+        else:
+            status, error, stop_reason = "interrupted", CUT_OFF, "crash"
     if last and turn is not None:
         if turn.status == "cancelled":
             status, stop_reason = "cancelled", "cancelled"

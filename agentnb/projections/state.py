@@ -694,6 +694,9 @@ class SessionState:
         self._context = [Message.model_validate(m) for m in p["state"].get("messages", ())]
         self._context_tail = []
         self.context_count = len(self._context)
+        # An exported state carries the plan and the session's permission rules too.
+        self.plan = [dict(item) for item in p["state"].get("plan") or ()]
+        self.permissions = {r["rule_id"]: dict(r) for r in p["state"].get("permissions") or ()}
 
     def _on_context_replaced(self, event: Event, p: Any) -> None:
         # A replacement needs the whole working context: read it now if it is unread.

@@ -32,7 +32,7 @@ import threading
 from pathlib import Path
 from typing import Any, Protocol
 
-from agentnb.agent import Agent, agent_changes, check_agent
+from agentnb.agent import Agent, agent_changes, check_agent, instructions_message
 from agentnb.errors import (
     AgentChanged,
     AgentnbError,
@@ -556,10 +556,28 @@ class SessionDriver:
             return False
         if binding is not None:
             self.writer.add(binding[0], binding[1], turn_id=command.turn_id)
+            system = instructions_message(binding, self.agent)
+            if system is not None:  # the instructions the session's runs use from here on
+                self.writer.add("message/system", {"message": system}, turn_id=command.turn_id)
         if workspace is not None:  # bound with the work's first commit, or not at all
             await asyncio.to_thread(Path(workspace["path"]).mkdir, parents=True, exist_ok=True)
             self.writer.add("workspace/bound", workspace, turn_id=command.turn_id)
+        self._record_restore(command)
         return True
+
+    def _record_restore(self, command: Command) -> None:
+        """Add ``state/restored`` to the work's first commit when the folds this driver
+        decides from started from a snapshot (once per load: a reload after a failed commit
+        loads, and records, again)."""
+        snapshot_seq = self.folds.restored_from
+        if snapshot_seq is None:
+            return
+        self.folds.restored_from = None
+        self.writer.add(
+            "state/restored",
+            {"snapshot_seq": snapshot_seq, "restored_seq": self.state.seq},
+            turn_id=command.turn_id,
+        )
 
     def _check_submitted_for(self, command: Command) -> None:
         """``AgentChanged`` if ``command`` was submitted for an agent other than this

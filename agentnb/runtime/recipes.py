@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Mapping
 from typing import Any
 
-from agentnb.errors import CannotResume, InvalidInput
+from agentnb.errors import CannotResume, Corrupt, InvalidInput
 from agentnb.events import Event, Message, ToolCallData
+from agentnb.folds import load_context
 from agentnb.ids import new_id
 from agentnb.permissions import PERMISSIONS_LABEL, agent_digest
 from agentnb.projections.decisions import (
@@ -22,7 +24,9 @@ from agentnb.projections.decisions import (
     check_respond,
     check_resume,
     uncertain_to_settle,
+    waits_for_person,
 )
+from agentnb.projections.digest import ContextDigest, extend_digest
 from agentnb.projections.state import Command
 from agentnb.runtime.scope import RunHost
 from agentnb.workspace import bound_path, manifest
@@ -41,6 +45,30 @@ class Recipes:
 
     def __init__(self, host: RunHost) -> None:
         self.host = host
+        self._digest = ContextDigest()
+        """The digest of the context the last checkpoint covered, extended step by step."""
+
+    async def check_checkpoint(self) -> None:
+        """``Corrupt`` unless the session's newest checkpoint covers the context the log
+        folds to at its seq (its ``context_digest``; checkpoints older than it say nothing
+        to check). A resume continues from that state, so it checks it first."""
+        host = self.host
+        seq = host.state.last_checkpoint_seq
+        if seq == 0:
+            return
+        (event,) = await asyncio.to_thread(host.store.read_after, host.key, seq - 1, 1)
+        claimed = event.payload["state"].get("context_digest")
+        if claimed is None:
+            return
+        messages = await asyncio.to_thread(load_context, host.store, host.key, seq)
+        found = extend_digest("", messages)
+        if found != claimed:
+            raise Corrupt(
+                f"session {host.key}: the checkpoint at seq {seq} covers a context with "
+                f"digest {claimed[:16]}..., but the log folds to {found[:16]}... there; the "
+                "log was changed after it was written. Restore the session from a backup "
+                "(agentnb restore) or start over from its export_state()"
+            )
 
     def tool(self, name: str) -> Any:
         return self.host.agent.tool_named(name)
@@ -107,6 +135,7 @@ class Recipes:
                         "run_id": run_id,
                         "step": run.steps if run else 0,
                         "context_messages": len(state.context),
+                        "context_digest": self._digest.of(state.context, state.compactions),
                     },
                 },
                 turn_id=turn_id,
@@ -140,16 +169,17 @@ class Recipes:
         error: str | None = None,
         step_id: str | None = None,
         stop_reason: str | None = None,
+        reason: str | None = None,
     ) -> None:
         """End the run (failed, suspended, interrupted) in one commit.
 
         ``stop_reason`` is the code ``run/end`` records (by default: ``error`` for a failed
-        run, ``needs_person`` for a suspended one, the stop's code for an interrupted one).
+        run, ``needs_person`` for a suspended one, the stop's code for an interrupted one);
+        ``reason`` why, in words (an interrupted run's: the stop's).
         """
         host = self.host
         w = host.writer
         stop = host.stop
-        reason = None
         code = stop_reason or {"failed": "error", "suspended": "needs_person"}.get(status)
         if status == "interrupted" and code is None:
             code = "interrupted" if stop.command is not None else stop.code
@@ -305,6 +335,9 @@ class Recipes:
         state = host.state
         run = state.runs[state.active_run or ""]
         w = host.writer
+        if waits_for_person(state, run.turn_id):
+            await self._recover_suspended(run.turn_id, run.run_id, why)
+            return
         w.add(
             "recovery/applied",
             {"reason": "crash", "interrupted_runs": [run.run_id], "source_seq": state.seq},
@@ -330,6 +363,33 @@ class Recipes:
         await w.flush()
         host.publish("status", run.turn_id, run.run_id, status="interrupted")
 
+    async def _recover_suspended(self, turn_id: str, run_id: str, why: str) -> None:
+        """Close a run a crash cut off while it waited in place for a person
+        (``wait_inline``): as the suspension it falls back to, so the answer continues it."""
+        host = self.host
+        w = host.writer
+        w.add(
+            "recovery/applied",
+            {"reason": "crash", "interrupted_runs": [run_id], "source_seq": host.state.seq},
+            turn_id=turn_id,
+            run_id=run_id,
+        )
+        reason = f"{why} while the run waited for a person; respond continues the turn"
+        w.add("turn/suspended", {"reason": reason}, turn_id=turn_id, run_id=run_id)
+        w.add(
+            "run/end",
+            {
+                "status": "suspended",
+                "reason": reason,
+                "inbox_seq": host.inbox.seq,
+                "stop_reason": "crash",
+            },
+            turn_id=turn_id,
+            run_id=run_id,
+        )
+        await w.flush()
+        host.publish("status", turn_id, run_id, status="suspended")
+
     async def resume(self, command: Command) -> tuple[str, str]:
         """Start the run that resumes a turn: (turn_id, run_id).
 
@@ -338,6 +398,7 @@ class Recipes:
         is unknown (and that cannot safely run again) are settled as ``unknown`` first.
         """
         host = self.host
+        await self.check_checkpoint()
         uncertain = command.data.get("uncertain", "refuse")
         turn = check_resume(
             host.state, command.turn_id or "", executing=False, tool=self.tool, uncertain=uncertain
@@ -405,6 +466,33 @@ class Recipes:
                 {"command_id": command.command_id, "kind": "respond"},
                 turn_id=turn_id,
             )
+        await self._resolve(command, turn_id, run_id, checked)
+        if run_id is None:
+            await w.flush()
+        return turn_id, run_id
+
+    async def answer_inline(self, command: Command, turn_id: str, run_id: str) -> None:
+        """Record a person's answers in the run that waited for them (``wait_inline``): the
+        command starts in that run and its answers resolve their requests there, so the run
+        goes on instead of a new one. Commits them. ``InvalidAnswer`` as ``respond``."""
+        answers = command.data.get("answers", {})
+        _, checked = check_respond(self.host.state, answers, tool=self.tool, normalized=True)
+        w = self.host.writer
+        started = {"command_id": command.command_id, "kind": "respond"}
+        w.add("inbox/started", started, turn_id=turn_id, run_id=run_id)
+        await self._resolve(command, turn_id, run_id, checked)
+        await w.flush()
+
+    async def _resolve(
+        self,
+        command: Command,
+        turn_id: str,
+        run_id: str | None,
+        checked: Mapping[str, Mapping[str, Any]],
+    ) -> None:
+        """``interaction/resolved`` for each checked answer (and the rules they grant)."""
+        state = self.host.state
+        w = self.host.writer
         for request_id, answer in checked.items():
             kind = state.interactions[request_id]["kind"]
             w.add(
@@ -413,7 +501,7 @@ class Recipes:
                     "request_id": request_id,
                     "kind": kind,
                     "status": "answered",
-                    "answer": answer,
+                    "answer": dict(answer),
                     "command_id": command.command_id,
                 },
                 turn_id=turn_id,
@@ -422,9 +510,6 @@ class Recipes:
             if answer.get("remember"):
                 tool = state.interactions[request_id].get("tool_name") or ""
                 await self.grant(request_id, tool, answer["remember"], command, turn_id, run_id)
-        if run_id is None:
-            await w.flush()
-        return turn_id, run_id
 
     async def grant(
         self,

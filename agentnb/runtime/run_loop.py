@@ -13,18 +13,20 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import inspect
 import logging
 import threading
 import time
 from dataclasses import dataclass
 
-from agentnb.errors import InboxChanged
-from agentnb.events import Event, ToolCallData
+from agentnb.errors import InboxChanged, InvalidInput, describe
+from agentnb.events import Event, Message, ToolCallData
 from agentnb.ids import new_id
 from agentnb.models.base import ModelError
 from agentnb.projections.state import Command
 from agentnb.records import UsageTotals
 from agentnb.runtime.context import ContextKeeper
+from agentnb.runtime.inline import InlineWait
 from agentnb.runtime.middleware import MiddlewareRunner
 from agentnb.runtime.model_call import ModelCall
 from agentnb.runtime.recipes import Recipes
@@ -57,6 +59,13 @@ class RunLoop:
             middleware=self.middleware,
         )
         self.context = ContextKeeper(host)
+        self.inbox_moved = asyncio.Event()
+        """Set by a run's watcher each time it folded new inbox commands."""
+        self.inline = InlineWait(
+            host, self.recipes, self.flush_before_side_effect, self.inbox_moved
+        )
+        self.current: _Watching | None = None
+        """What watches the run that runs now."""
         self.watching = 0
         """Runs being watched now (``start_watching``): their watcher reads the inbox for
         other writers' commands, so ``catch_up_inbox`` may trust the store's hint."""
@@ -66,23 +75,7 @@ class RunLoop:
         self.host.reset_stop()
         watching = self.start_watching(turn_id, run_id)
         try:
-            for call in self.host.state.open_calls(turn_id):
-                data = ToolCallData(call_id=call.call_id, name=call.name, arguments=call.arguments)
-                resolved = self.host.state.resolved.get(call.call_id)
-                if call.asking is not None:
-                    if call.asking not in self.host.state.pending:  # answered: ask again
-                        await self.tools.run(turn_id, run_id, data, attempt=call.attempts + 1)
-                elif resolved is not None:
-                    await self.tools.answered(turn_id, run_id, data, resolved["answer"])
-                elif call.dispatched:  # uncertain, and check_resume allowed it: idempotent
-                    await self.tools.run(turn_id, run_id, data, attempt=call.attempts + 1)
-                elif call.call_id not in self.host.state.pending:
-                    await self.tools.call(turn_id, run_id, data)
-                if self.host.stop.is_set():
-                    raise StopRun
-            waiting = await self.tools.settle(turn_id, run_id)  # sub-agent calls attached again
-            if self.host.state.pending_of(turn_id) or waiting:
-                await self.recipes.finish(turn_id, run_id, "suspended", [])
+            if await self.carry_on(turn_id, run_id) and await self.suspended(turn_id, run_id):
                 return
         except StopRun:
             await self.recipes.finish(turn_id, run_id, "interrupted", [])
@@ -90,6 +83,54 @@ class RunLoop:
         finally:
             self.stop_watching(watching)
         await self.run(turn_id, run_id, [])
+
+    async def carry_on(self, turn_id: str, run_id: str) -> bool:
+        """Carry out the turn's open tool calls (answered, re-runnable, not yet run): True if
+        the turn still waits for a person."""
+        for call in self.host.state.open_calls(turn_id):
+            data = ToolCallData(call_id=call.call_id, name=call.name, arguments=call.arguments)
+            resolved = self.host.state.resolved.get(call.call_id)
+            if call.asking is not None:
+                if call.asking not in self.host.state.pending:  # answered: ask again
+                    await self.tools.run(turn_id, run_id, data, attempt=call.attempts + 1)
+            elif resolved is not None:
+                await self.tools.answered(turn_id, run_id, data, resolved["answer"])
+            elif call.dispatched:  # uncertain, and check_resume allowed it: idempotent
+                await self.tools.run(turn_id, run_id, data, attempt=call.attempts + 1)
+            elif call.call_id not in self.host.state.pending:
+                await self.tools.call(turn_id, run_id, data)
+            if self.host.stop.is_set():
+                raise StopRun
+        waiting = await self.tools.settle(turn_id, run_id)  # sub-agent calls attached again
+        return bool(self.host.state.pending_of(turn_id)) or waiting
+
+    async def suspended(
+        self,
+        turn_id: str,
+        run_id: str,
+        applied: list[str] | None = None,
+        step_id: str | None = None,
+    ) -> bool:
+        """The turn needs a person: wait in place for the answers (``wait_inline``), or end
+        the run suspended with why (True)."""
+        left = self.pause_time_limit()  # waiting for a person is not executing
+        try:
+            end = await self.inline.wait(turn_id, run_id, lambda: self.carry_on(turn_id, run_id))
+        finally:
+            self.resume_time_limit(turn_id, left)
+        if end is None:
+            return False  # answered in this run: it goes on
+        code, reason = end
+        await self.recipes.finish(
+            turn_id,
+            run_id,
+            "suspended",
+            applied or [],
+            step_id=step_id,
+            stop_reason=code,
+            reason=reason,
+        )
+        return True
 
     async def start_turn(self, command: Command) -> None:
         turn_id, run_id = self.recipes.open_turn(command)
@@ -167,15 +208,20 @@ class RunLoop:
                     return
                 await self.middleware.after_model(turn_id, run_id, text, calls)
                 if calls:
-                    if await self.tools.calls(turn_id, run_id, calls):
-                        await self.recipes.finish(
-                            turn_id, run_id, "suspended", applied, step_id=step_id
-                        )
+                    if await self.tools.calls(turn_id, run_id, calls) and await self.suspended(
+                        turn_id, run_id, applied, step_id
+                    ):
                         return
                 elif self.model.finish_reason == PAUSED:
                     pass  # the provider paused a long turn: one more step sends it back
-                elif await self.complete(turn_id, run_id, step_id, applied):
-                    return
+                else:
+                    verdict = await self.verification(turn_id, run_id, step_id, applied)
+                    if verdict == "failed":
+                        return
+                    if verdict == "passed" and await self.complete(
+                        turn_id, run_id, step_id, applied
+                    ):
+                        return
                 # Tool results to reason about, or steering that arrived during the final
                 # model call: either way, one more step in this run.
                 for event in self.recipes.checkpoint(turn_id, run_id, applied):
@@ -200,9 +246,36 @@ class RunLoop:
         watcher = asyncio.create_task(self.watch(turn_id, run_id, stop))
         recorder = asyncio.create_task(self.record_stops(turn_id, run_id))
         self.watching += 1
-        return _Watching(stop, watcher, recorder, self.arm_time_limit(turn_id))
+        self.current = _Watching(stop, watcher, recorder, self.arm_time_limit(turn_id))
+        return self.current
+
+    def pause_time_limit(self) -> float | None:
+        """Stop the time limit's clock while the run waits in place for a person: the
+        seconds it had left, or None when no limit is armed."""
+        watching = self.current
+        stop = self.host.stop
+        if watching is None or watching.limit is None or stop.deadline is None:
+            return None
+        watching.limit.cancel()
+        watching.limit = None
+        left = max(0.0, stop.deadline - time.monotonic())
+        stop.deadline = None
+        return left
+
+    def resume_time_limit(self, turn_id: str, left: float | None) -> None:
+        """Start the clock again with the ``left`` seconds ``pause_time_limit`` kept."""
+        watching = self.current
+        if left is None or watching is None or self.host.stop.is_set():
+            return
+        limit = self.time_limit(turn_id) or 0.0
+        self.host.stop.deadline = time.monotonic() + left
+        watching.limit = asyncio.get_running_loop().call_later(
+            left, self.host.stop.request, _limit_reason(limit), "time_limit"
+        )
 
     def stop_watching(self, watching: _Watching) -> None:
+        if self.current is watching:
+            self.current = None
         self.watching -= 1
         if watching.limit is not None:
             watching.limit.cancel()
@@ -227,6 +300,7 @@ class RunLoop:
                 continue
             await self.host.refresh_inbox()
             pos = self.host.inbox.seq
+            self.inbox_moved.set()  # an inline wait reads the new commands
             if self.host.stop.command is None and self.interrupt_for(run_id) is not None:
                 self.stop_for(run_id)
 
@@ -315,7 +389,7 @@ class RunLoop:
             run = self.host.state.runs[run_id]
             if run.started_at is not None and run.ended_at is not None:
                 used += (run.ended_at - run.started_at).total_seconds()
-        reason = f"time limit: the task ran for its limit of {limit:g} s"
+        reason = _limit_reason(limit)
         left = max(0.0, limit - used)
         self.host.stop.deadline = time.monotonic() + left  # what its model calls are told
         return asyncio.get_running_loop().call_later(
@@ -401,6 +475,77 @@ class RunLoop:
             self.host.publish("status", turn_id, run_id, status="completed")
             return True
 
+    async def verification(
+        self, turn_id: str, run_id: str, step_id: str, applied: list[str]
+    ) -> str:
+        """Check the final answer with the agent's ``verify`` hook before the turn completes:
+        ``passed`` (or no hook), ``retry`` (the reason went into the context: one more step),
+        or ``failed`` (the run ended failed, committed)."""
+        verify = self.host.agent.verify
+        message = self.host.state.last_message()
+        if verify is None or message is None:
+            return "passed"
+        failures = sum(
+            1
+            for m in self.host.state.context
+            if m.turn_id == turn_id and m.id.startswith(_VERIFY_PREFIX)
+        )
+        try:
+            if inspect.iscoroutinefunction(verify):
+                verdict = await verify(message.text)
+            else:
+                verdict = await asyncio.to_thread(verify, message.text)
+                if inspect.isawaitable(verdict):
+                    verdict = await verdict
+            passed, reason = _verdict(verdict)
+        except Exception as exc:  # noqa: BLE001 - a hook that raises ends its run, recorded
+            log.info("turn %s: the verify hook raised: %s", turn_id, describe(exc))
+            await self.recipes.finish(
+                turn_id,
+                run_id,
+                "failed",
+                applied,
+                error=f"the verify hook raised: {describe(exc)}",
+                step_id=step_id,
+                stop_reason="verification_error",
+            )
+            return "failed"
+        retry = not passed and failures == 0
+        w = self.host.writer
+        w.add(
+            "verification/result",
+            {
+                "passed": passed,
+                "reason": reason,
+                "message_id": message.id,
+                "attempt": failures + 1,
+                "retry": retry,
+            },
+            turn_id=turn_id,
+            run_id=run_id,
+        )
+        if passed:
+            return "passed"
+        if retry:
+            feedback = Message(
+                id=f"{_VERIFY_PREFIX}{message.id}",
+                role="user",
+                text=f"Your answer did not pass verification: {reason}. Revise it.",
+                turn_id=turn_id,
+            )
+            w.add("message/user", {"message": feedback}, turn_id=turn_id, run_id=run_id)
+            return "retry"
+        await self.recipes.finish(
+            turn_id,
+            run_id,
+            "failed",
+            applied,
+            error=f"the answer failed verification twice: {reason}",
+            step_id=step_id,
+            stop_reason="verification_failed",
+        )
+        return "failed"
+
     async def take_inputs(self, turn_id: str, run_id: str) -> list[str]:
         """Steering for this turn and injected material not yet in the context."""
         await self.catch_up_inbox()
@@ -416,15 +561,36 @@ class RunLoop:
         return [c.command_id for c in fresh]
 
 
-@dataclass(frozen=True, slots=True)
+def _limit_reason(limit: float) -> str:
+    return f"time limit: the task ran for its limit of {limit:g} s"
+
+
+@dataclass(slots=True)
 class _Watching:
     """What watches a running run: the watcher's stop, its task, the stop's recorder, the time
-    limit's timer."""
+    limit's timer (None while paused for a person)."""
 
     stop: threading.Event
     watcher: asyncio.Task[None]
     recorder: asyncio.Task[None]
     limit: asyncio.TimerHandle | None
+
+
+_VERIFY_PREFIX = "msg_verify_"
+"""The id prefix of the user message that sends a turn back after a failed verification."""
+
+
+def _verdict(value: object) -> tuple[bool, str | None]:
+    """(passed, reason) of what a verify hook returned; ``InvalidInput`` for anything else."""
+    if value is None or value is True:
+        return True, None
+    if value is False:
+        return False, "the check did not pass"
+    if isinstance(value, str) and value.strip():
+        return False, value.strip()
+    raise InvalidInput(
+        f"verify returned {value!r}; return True (passed), False or the reason it failed"
+    )
 
 
 def _event(type_: str, payload: object, turn_id: str, run_id: str) -> Event:

@@ -45,7 +45,7 @@ from agentnb.errors import (
 from agentnb.events import Event
 from agentnb.folds import ChatFolds, Folds
 from agentnb.holders import holder_alive, new_owner
-from agentnb.ids import SessionKey, check_id, check_seconds
+from agentnb.ids import SessionKey, check_id, check_seconds, new_id
 from agentnb.limits import Limits
 from agentnb.live import LiveEvent, LiveHub, Subscription
 from agentnb.ops.schedules import Scheduler
@@ -71,7 +71,15 @@ from agentnb.runtime.recipes import WORKER_STOPPING
 from agentnb.runtime.subagents import AgentHost, session_lineage
 from agentnb.session import Session
 from agentnb.stores import SessionStore, open_store
-from agentnb.stores.base import Lease, SessionRecord, Tombstone, check_tombstone
+from agentnb.stores.base import (
+    UNSET,
+    Lease,
+    SessionRecord,
+    Tombstone,
+    check_labels,
+    check_title,
+    check_tombstone,
+)
 from agentnb.tools import OpenToolset, Tool
 from agentnb.workspace import Workspace, remove_workspace
 
@@ -842,6 +850,32 @@ class Runtime:
         key = self._key(session_id, user_id)
         self.store.create_session(key)
         return self._session(key)
+
+    def create(
+        self,
+        *,
+        user_id: str | None = None,
+        title: str | None = None,
+        labels: dict[str, str] | None = None,
+    ) -> Session:
+        """A new session with an id made here (Everruns' ``engine.create``): opaque, unique,
+        and sortable by creation time (``s_`` and a UUIDv7), so a listing ordered by id is
+        ordered by age. ``user_id`` defaults to ``"default"``, as for ``session()``.
+
+        The title and labels are checked before anything is written (``InvalidInput``) and
+        set in the same call, so ``runtime.sessions()`` lists the session with them. Starts
+        nothing; ``session.key.session_id`` is the id to ``open`` it with later.
+        """
+        self.check_open()
+        if title is not None:
+            title = check_title(title)
+        checked = None if labels is None else check_labels(labels, patch=False)
+        key = self._key(new_id("s"), "default" if user_id is None else user_id)
+        self.store.create_session(key)
+        session = self._session(key)
+        if title is not None or checked:
+            session.update(title=title if title is not None else UNSET, labels=checked or None)
+        return session
 
     def open(self, session_id: str, user_id: str = "default") -> Session:
         """An existing session; ``SessionNotFound`` if it was never created."""

@@ -18,7 +18,6 @@ from agentnb import wire
 from agentnb.errors import InvalidInput, SessionNotFound
 from agentnb.events import Message, PlanItem
 from agentnb.history import HistoryPage
-from agentnb.ids import new_id
 from agentnb.projections.chat import ChatItem
 from agentnb.records import (
     Child,
@@ -266,7 +265,11 @@ def create_session(
 ) -> dict[str, Any]:
     body = body or NewSession()
     runtime = _runtime(request)
-    session_id = check_session_id(body.session_id) if body.session_id else new_id("s")
+    if not body.session_id:  # no id of the caller's: the runtime makes one
+        labels = dict(body.labels) if body.labels is not None else None
+        created = runtime.create(user_id=principal.user_id, title=body.title, labels=labels)
+        return _info(runtime, created)
+    session_id = check_session_id(body.session_id)
     key_exists = True
     try:
         session = runtime.open(session_id, user_id=principal.user_id)

@@ -179,23 +179,6 @@ def _sse(event: str, data: Any, id_: str | None = None) -> str:
     return f"{head}event: {event}\ndata: {_json(data)}\n\n"
 
 
-def _frame_data(event: Event, *, raw: bool) -> dict[str, Any]:
-    data: dict[str, Any] = {
-        "seq": event.seq,
-        "event_id": event.event_id,
-        "type": event.type,
-        "turn_id": event.turn_id,
-        "run_id": event.run_id,
-        "occurred_at": event.occurred_at.isoformat(),
-        "required": event.required,
-        "data": event.payload,
-    }
-    if not raw and event.type in PRIVATE_TYPES:
-        data["data"] = None
-        data["omitted"] = True
-    return data
-
-
 def _committed(session_id: str, event: Event, *, raw: bool, more: dict[str, Any] | None) -> str:
     """The ``committed`` SSE event of ``event``: its envelope encoded here, its payload the
     canonical text the event already holds (the text its store row has), spliced in."""

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from agentnb.errors import Corrupt, UnknownRequiredEvent
 from agentnb.events import check_readable
 from agentnb.ids import SessionKey
-from agentnb.stores._rows import RawEvent
+from agentnb.stores._rows import RawEvent, stored_text
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -107,7 +107,7 @@ def verified(key: SessionKey, rows: pa.Table, get_blob: Callable[[str], bytes]) 
         crc = _column(rows, "crc", pa.int64())
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
         raise Unreadable(str(exc)) from None
-    if payload.null_count:
+    if blob.null_count < n:
         payload = _with_blobs(key, seq, payload, blob, get_blob)
     as_text = pa.string()
     text = pc.binary_join_element_wise(
@@ -161,24 +161,30 @@ def _with_blobs(
     blob: pa.Array,
     get_blob: Callable[[str], bytes],
 ) -> pa.Array:
-    """``payload`` with the rows stored as blobs (payload NULL) filled from the blob table."""
+    """``payload`` with the rows stored in blobs (``blob`` set) filled from the blob table."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    missing = pc.is_null(payload)
+    stored = pc.is_valid(blob)
     bodies = []
-    for i in pc.indices_nonzero(missing).to_pylist():
-        digest = blob[i].as_py()
-        if digest is None:
-            raise Corrupt(
-                f"session {key} seq {seq[i].as_py()}: stored event is damaged (row has "
-                "neither payload nor blob); restore the store from a backup"
-            )
+    for i in pc.indices_nonzero(stored).to_pylist():
         try:
-            bodies.append(get_blob(digest).decode())
-        except UnicodeDecodeError as exc:
-            raise Corrupt(f"session {key} seq {seq[i].as_py()}: blob {digest}: {exc}") from None
-    return pc.replace_with_mask(payload, missing, pa.array(bodies, pa.string()))
+            bodies.append(stored_text(payload[i].as_py(), blob[i].as_py(), get_blob))
+        except Corrupt:
+            raise
+        except (UnicodeDecodeError, ValueError) as exc:
+            raise Corrupt(
+                f"session {key} seq {seq[i].as_py()}: stored event is damaged ({exc}); "
+                "restore the store from a backup"
+            ) from None
+    filled = pc.replace_with_mask(payload, stored, pa.array(bodies, pa.string()))
+    if filled.null_count:
+        bad = pc.indices_nonzero(pc.is_null(filled))[0].as_py()
+        raise Corrupt(
+            f"session {key} seq {seq[bad].as_py()}: stored event is damaged (row has "
+            "neither payload nor blob); restore the store from a backup"
+        )
+    return filled
 
 
 def _first_mismatch(text: pa.Array, crcs: list[int]) -> int | None:

@@ -5,9 +5,11 @@ from __future__ import annotations
 import hashlib
 import hmac
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
+
+import orjson
 
 from agentnb.errors import Corrupt
 from agentnb.events import (
@@ -121,7 +123,7 @@ def _damaged(key: SessionKey, seq: object, exc: Exception) -> Corrupt:
 
 
 def encode(event: Event, seq: int, put_blob: Callable[[bytes], str], digest: Any = None) -> Row:
-    """The row for ``event`` at ``seq``; large payloads go to a blob (by digest).
+    """The row for ``event`` at ``seq``; large payloads go to blobs (``stored_body``).
 
     With ``digest`` (a hashlib object) the row's checksummed text is also fed to it: the
     batch digest then costs no second encoding of the events.
@@ -147,8 +149,7 @@ def encode(event: Event, seq: int, put_blob: Callable[[bytes], str], digest: Any
     payload: str | None = body
     blob: str | None = None
     if len(body) > BLOB_THRESHOLD:
-        blob = put_blob(body.encode())
-        payload = None
+        payload, blob = stored_body(body, event.payload, put_blob)
     return Row(
         seq,
         event.event_id,
@@ -186,6 +187,108 @@ def decode(key: SessionKey, row: tuple[Any, ...], get_blob: Callable[[str], byte
     )
 
 
+# -- payloads stored in blobs -----------------------------------------------------------------
+#
+# A payload over BLOB_THRESHOLD is stored as a skeleton and parts. Each JSON string of
+# PART_MIN characters or more in it is a part: its JSON text (quotes and escapes included)
+# is a content-addressed blob, and the skeleton holds HOLE where it stood. The same text in
+# many events of a session (a task's input in inbox/accepted, turn/start, input/received,
+# message/user and request/prepared) is then one blob. The row keeps the skeleton in
+# ``payload`` (or, still over the threshold, in a blob of its own: ``payload`` NULL and the
+# skeleton's digest first) and the digests, space-separated in the order of the holes, in
+# ``blob``. A row written before parts existed (``payload`` NULL, one digest) reads the same
+# way: a skeleton with no holes. The checksum and the digests cover the payload's canonical
+# text, whichever way it is stored.
+
+PART_MIN = 4096
+"""A JSON string at least this long, in a payload stored in blobs, is a blob of its own."""
+HOLE = "\x01"
+"""Where a part stood in a skeleton: canonical JSON escapes every control character, so it
+never holds this one."""
+
+
+def long_strings(value: Any) -> Iterator[str]:
+    """The strings of ``value`` of ``PART_MIN`` characters or more, in the order its
+    canonical JSON (sorted keys) writes them."""
+    if isinstance(value, str):
+        if len(value) >= PART_MIN:
+            yield value
+    elif isinstance(value, dict):
+        for k in sorted(value):
+            yield from long_strings(value[k])
+    elif isinstance(value, list | tuple):
+        for v in value:
+            yield from long_strings(v)
+
+
+def stored_body(
+    body: str, payload: Any, put_blob: Callable[[bytes], str]
+) -> tuple[str | None, str]:
+    """The ``payload`` and ``blob`` columns of a row whose canonical text ``body`` is over
+    ``BLOB_THRESHOLD``; ``put_blob`` stores each blob and returns its digest."""
+    pieces: list[str] = []
+    digests: list[str] = []
+    pos = 0
+    for text in long_strings(payload):
+        literal = orjson.dumps(text).decode()
+        # Found where the encoder wrote it; a text spelled another way stays in the skeleton.
+        # Either way the skeleton with its holes filled is exactly ``body``.
+        at = body.find(literal, pos)
+        if at < 0:
+            continue
+        pieces += (body[pos:at], HOLE)
+        digests.append(put_blob(literal.encode()))
+        pos = at + len(literal)
+    pieces.append(body[pos:])
+    skeleton = "".join(pieces)
+    if len(skeleton) > BLOB_THRESHOLD:
+        return None, " ".join([put_blob(skeleton.encode()), *digests])
+    return skeleton, " ".join(digests)
+
+
+def blob_digests(blob: str | None) -> list[str]:
+    """The digests a row's ``blob`` column names (none for an inline row)."""
+    return blob.split(" ") if blob else []
+
+
+def stored_text(payload: str | None, blob: str | None, get_blob: Callable[[str], bytes]) -> str:
+    """A row's payload text from its ``payload`` and ``blob`` columns (``ValueError`` when
+    they do not fit together)."""
+    digests = blob_digests(blob)
+    if payload is None:
+        if not digests:
+            raise ValueError("row has neither payload nor blob")
+        payload = get_blob(digests.pop(0)).decode()
+    if not digests:
+        return payload
+    pieces = payload.split(HOLE)
+    if len(pieces) != len(digests) + 1:
+        raise ValueError(f"row has {len(pieces) - 1} holes for {len(digests)} blobs")
+    out = [pieces[0]]
+    for digest, after in zip(digests, pieces[1:], strict=True):
+        out += (get_blob(digest).decode(), after)
+    return "".join(out)
+
+
+FINGERPRINT_INLINE = 256
+"""A command's fingerprint longer than this is stored as its SHA-256 (``stored_fingerprint``)."""
+
+
+def stored_fingerprint(fingerprint: str) -> str:
+    """What the inbox keeps of a command's fingerprint: itself when short, else
+    ``sha256:<hex>``, so a large task's text is not kept beside its blob once more. Stored
+    values map to themselves, and a fingerprint kept whole by an older agentnb compares
+    equal through this function."""
+    if len(fingerprint) <= FINGERPRINT_INLINE:
+        return fingerprint
+    return "sha256:" + hashlib.sha256(fingerprint.encode()).hexdigest()
+
+
+def same_fingerprint(stored: str | None, fingerprint: str) -> bool:
+    """Whether a re-sent command (its ``stored_fingerprint``) repeats the stored one."""
+    return stored is not None and stored_fingerprint(stored) == fingerprint
+
+
 def blob_digest(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
@@ -219,12 +322,7 @@ def decode_raw(
     except (TypeError, ValueError) as exc:
         raise _damaged(key, row[0] if row else "?", exc) from None
     try:
-        if payload is not None:
-            body = payload
-        elif blob is not None:
-            body = get_blob(blob).decode()
-        else:
-            raise ValueError("row has neither payload nor blob")
+        body = stored_text(payload, blob, get_blob)
         if (
             zlib.crc32(
                 _text(seq, event_id, type_, turn_id, run_id, required, occurred_us, version, body)

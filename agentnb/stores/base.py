@@ -9,6 +9,15 @@ A store keeps, per session (``SessionKey``):
 * **export watermarks**, one per sink name, that only move forward;
 * content-addressed **blobs** for payloads over ``BLOB_THRESHOLD`` bytes (transparent to readers).
 
+Blobs. A payload over ``BLOB_THRESHOLD`` is stored in parts: each long text in it is one
+content-addressed blob, so a text that many events of a session carry (a large task's
+input is in ``inbox/accepted``, ``turn/start``, ``input/received``, ``message/user`` and
+``request/prepared``) is stored once (``blob_usage`` lists them). Reads, checksums, batch
+digests and exports see each payload's canonical text exactly as committed. A blob lives
+while a row of some session names it: ``delete_session`` frees those no other session's
+rows name. ``put_blob`` / ``get_blob`` store and read bytes by digest directly; a blob put
+that way belongs to no session and stays.
+
 Guarantees every backend gives (the contract suite in ``agentnb.testing.store_contract`` checks
 each of them):
 
@@ -138,7 +147,13 @@ from agentnb.events import (
 )
 from agentnb.ids import Clock, SessionKey, SystemClock, check_id
 from agentnb.limits import check_chars
-from agentnb.stores._rows import RawEvent, event_anchor, open_snapshot, seal_snapshot
+from agentnb.stores._rows import (
+    RawEvent,
+    event_anchor,
+    open_snapshot,
+    seal_snapshot,
+    stored_fingerprint,
+)
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -1125,24 +1140,42 @@ class SessionStore(ABC):
 
         ``fingerprint`` is what a re-send under the same ``dedupe_key`` must repeat (by
         default the whole event; callers pass the command's meaning, since a retried command
-        is a new event with a new id).
+        is a new event with a new id). A long one is kept as its SHA-256
+        (``stored_fingerprint``): ``inbox_keys`` returns what is kept, and passing that back
+        as the fingerprint (a restore) keeps the same.
         """
-        key = _key(key)
-        if dedupe_key is not None:
-            check_id(dedupe_key, "dedupe_key")
-        if fingerprint is not None and not isinstance(fingerprint, str):
-            raise InvalidInput("fingerprint must be a string")
-        (stamped,) = _stamp([event], 0, execution=False)
-        meta_update(stamped)  # an update's title and labels are checked before anything
-        record = self._inbox_append(
-            key, stamped, dedupe_key, fingerprint or event_digest([stamped]), self.clock.now()
-        )
+        key, stamped, dedupe_key, digest = _inbox_item(key, event, dedupe_key, fingerprint)
+        record = self._inbox_append(key, stamped, dedupe_key, digest, self.clock.now())
         if record[1]:
             self.bus.publish(key, (record[0],), inbox=True)
         self._saw_inbox(key, record[0].seq)
         if record[1]:
             self._notify(key)  # both logs' waiters: a record in the inbox can settle a turn
         return record
+
+    @_guarded
+    def inbox_append_many(
+        self, items: Sequence[tuple[SessionKey, Event, str | None, str | None]]
+    ) -> list[tuple[Event, bool]]:
+        """``inbox_append`` of several records, of one session or several, each given as
+        ``(key, event, dedupe_key, fingerprint)``; returns each ``(record, created)`` in
+        order. A backend that can commits them together (SQLite: one transaction, one flush
+        to disk; then an error of one, such as ``IdempotencyConflict`` or a deleted session,
+        writes none of them); the default appends them one by one. Either way each record is
+        accepted once under its dedupe key, so a caller that retries after an error writes
+        nothing twice. At most ``MAX_BATCH`` records.
+        """
+        if len(items) > MAX_BATCH:
+            raise InvalidInput(f"at most {MAX_BATCH} inbox records per call, got {len(items)}")
+        prepared = [_inbox_item(*item) for item in items]
+        records = self._inbox_append_many(prepared, self.clock.now())
+        for (key, *_), (record, created) in zip(prepared, records, strict=True):
+            if created:
+                self.bus.publish(key, (record,), inbox=True)
+            self._saw_inbox(key, record.seq)
+            if created:
+                self._notify(key)
+        return records
 
     @_guarded
     def inbox_head(self, key: SessionKey) -> int:
@@ -1256,6 +1289,13 @@ class SessionStore(ABC):
         _check_seq(after, "after")
         _check_limit(limit)
         return self._inbox_keys(key, after, after + limit)
+
+    @_guarded
+    def blob_usage(self, key: SessionKey) -> dict[str, int]:
+        """The blobs the session's events and commands are stored in, by digest, with the
+        bytes each holds: each distinct text once, however many events carry it (what
+        deleting the session frees, unless another session's rows name it too)."""
+        return self._blob_usage(_key(key))
 
     # -- misc --------------------------------------------------------------------------------
 
@@ -1697,6 +1737,13 @@ class SessionStore(ABC):
         """Atomically: refuse a deleted key, return the original of a known ``dedupe_key``,
         ``check_archived``, then append."""
 
+    def _inbox_append_many(
+        self, items: list[tuple[SessionKey, Event, str | None, str]], now: float
+    ) -> list[tuple[Event, bool]]:
+        """``_inbox_append`` of each item; a backend that can overrides this to commit them
+        in one transaction."""
+        return [self._inbox_append(key, e, dedupe, digest, now) for key, e, dedupe, digest in items]
+
     @abstractmethod
     def _inbox_head(self, key: SessionKey) -> int: ...
 
@@ -1736,6 +1783,9 @@ class SessionStore(ABC):
     @abstractmethod
     def get_blob(self, digest: str) -> bytes:
         """The bytes stored under ``digest``; ``Corrupt`` if missing or not matching."""
+
+    @abstractmethod
+    def _blob_usage(self, key: SessionKey) -> dict[str, int]: ...
 
     @abstractmethod
     def _secret(self) -> bytes: ...
@@ -1830,6 +1880,22 @@ def leases_of(rows: Iterable[Sequence[Any]]) -> list[Lease]:
         Lease(SessionKey(ns, user, agent, session), owner, int(epoch), float(expires))
         for ns, user, agent, session, owner, epoch, expires in rows
     ]
+
+
+def _inbox_item(
+    key: SessionKey, event: Event, dedupe_key: str | None, fingerprint: str | None
+) -> tuple[SessionKey, Event, str | None, str]:
+    """One inbox record checked and stamped: the key, the event, its dedupe key and the
+    digest a re-send must repeat (the fingerprint, else the whole event; a long one as its
+    SHA-256, ``stored_fingerprint``)."""
+    key = _key(key)
+    if dedupe_key is not None:
+        check_id(dedupe_key, "dedupe_key")
+    if fingerprint is not None and not isinstance(fingerprint, str):
+        raise InvalidInput("fingerprint must be a string")
+    (stamped,) = _stamp([event], 0, execution=False)
+    meta_update(stamped)  # an update's title and labels are checked before anything
+    return key, stamped, dedupe_key, stored_fingerprint(fingerprint or event_digest([stamped]))
 
 
 def _stamp(events: Sequence[Event], expected_seq: int, *, execution: bool) -> list[Event]:

@@ -6,11 +6,14 @@ import dataclasses
 import os
 import threading
 from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
 
 from agentnb.errors import IdempotencyConflict, InvalidInput, SessionNotFound
-from agentnb.events import Event, canonical_json, check_readable
+from agentnb.events import BLOB_THRESHOLD, Event, FrozenDict, canonical_json, check_readable
 from agentnb.ids import Clock, SessionKey
-from agentnb.stores._rows import blob_digest, check_blob
+from agentnb.stores._rows import PART_MIN, blob_digest, check_blob, same_fingerprint
 from agentnb.stores.base import (
     Lease,
     LeaseRow,
@@ -48,8 +51,9 @@ class _Session:
     lease: LeaseRow | None = None
     watermarks: dict[str, int] = field(default_factory=dict)
     snapshots: dict[str, tuple[int, bytes]] = field(default_factory=dict)
-    blobs: set[str] = field(default_factory=set)
-    """Digests of blobs this session's events reference (freed when it is deleted)."""
+    parts: dict[str, str] = field(default_factory=dict)
+    """The long texts of this session's large payloads, by the digest of their JSON text:
+    the events hold these very strings, one per distinct text (freed when it is deleted)."""
 
 
 class MemoryStore(SessionStore):
@@ -136,9 +140,6 @@ class MemoryStore(SessionStore):
             tombstone = self._deleted[key] = Tombstone(
                 key, now, by, reason, len(s.events), len(self._deleted) + 1
             )
-            used = {d for other in self._sessions.values() for d in other.blobs}
-            for digest in s.blobs - used:
-                self._blobs.pop(digest, None)
             return tombstone
 
     def _tombstone(self, key: SessionKey) -> Tombstone | None:
@@ -211,7 +212,7 @@ class MemoryStore(SessionStore):
             check_fence(key, s.lease, fence, now)
             if decide_append(key, len(s.events), expected_seq, s.batches.get(batch_id), digest):
                 check_inbox(key, len(s.inbox), expected_inbox)
-                s.events.extend(batch)
+                s.events.extend(_shared(e, s.parts) for e in batch)
                 s.batches[batch_id] = (digest, expected_seq + 1)
                 delta = decide_catalogue(batch, sum(len(canonical_json(e.payload)) for e in batch))
                 r = s.record
@@ -239,7 +240,7 @@ class MemoryStore(SessionStore):
             s = self._get(key)
             if dedupe_key is not None and dedupe_key in s.dedupe:
                 old_digest, seq = s.dedupe[dedupe_key]
-                if old_digest != digest:
+                if not same_fingerprint(old_digest, digest):
                     raise IdempotencyConflict(
                         f"session {key}: key {dedupe_key!r} was already used for another "
                         "command; use a new key for new content"
@@ -249,7 +250,7 @@ class MemoryStore(SessionStore):
             update = meta_update(event)
             if update is not None:  # labels past the bound once merged: refused, not written
                 merge_labels(key, s.record.labels, update[1])
-            stamped = event.with_seq(len(s.inbox) + 1)
+            stamped = _shared(event.with_seq(len(s.inbox) + 1), s.parts)
             s.inbox.append(stamped)
             if dedupe_key is not None:
                 s.dedupe[dedupe_key] = (digest, stamped.seq)
@@ -325,7 +326,18 @@ class MemoryStore(SessionStore):
 
     def get_blob(self, digest: str) -> bytes:
         with self._lock:
-            return check_blob(digest, self._blobs.get(digest))
+            data = self._blobs.get(digest)
+            if data is None:  # a part of a session's payloads, as the SQL stores keep it
+                text = next(
+                    (s.parts[digest] for s in self._sessions.values() if digest in s.parts), None
+                )
+                data = None if text is None else orjson.dumps(text)
+            return check_blob(digest, data)
+
+    def _blob_usage(self, key: SessionKey) -> dict[str, int]:
+        with self._lock:
+            parts = self._get(key).parts
+            return {d: len(orjson.dumps(parts[d])) for d in sorted(parts)}
 
     def _put_snapshot(self, key: SessionKey, name: str, seq: int, data: bytes) -> None:
         with self._lock:
@@ -370,3 +382,23 @@ class MemoryStore(SessionStore):
                 if token_id in (tid, token.parent) and token.revoked_at is None:
                     self._tokens[tid] = dataclasses.replace(token, revoked_at=now)
             return self._tokens[token_id]
+
+
+def _shared(event: Event, parts: dict[str, str]) -> Event:
+    """``event`` as kept: a payload over ``BLOB_THRESHOLD`` holds the session's one copy of
+    each of its long texts (what the SQL stores keep as one blob)."""
+    if len(canonical_json(event.payload)) <= BLOB_THRESHOLD:
+        return event
+    return event.model_copy(update={"payload": _intern(event.payload, parts)})
+
+
+def _intern(value: Any, parts: dict[str, str]) -> Any:
+    if isinstance(value, str):
+        if len(value) < PART_MIN:
+            return value
+        return parts.setdefault(blob_digest(orjson.dumps(value)), value)
+    if isinstance(value, dict):
+        return FrozenDict({k: _intern(v, parts) for k, v in value.items()})
+    if isinstance(value, tuple):
+        return tuple(_intern(v, parts) for v in value)
+    return value

@@ -57,7 +57,7 @@ from agentnb.errors import (
     StorageError,
     install_hint,
 )
-from agentnb.events import Event
+from agentnb.events import BLOB_THRESHOLD, Event, canonical_json
 from agentnb.ids import Clock, SessionKey, check_id, check_seconds
 from agentnb.stores import _rows
 from agentnb.stores.base import (
@@ -257,6 +257,23 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         ),
         "CREATE INDEX tokens_parent ON agentnb.tokens (parent) WHERE parent IS NOT NULL",
     ),
+    # 5: payloads in blobs by part (``_rows.stored_body``): a row may name several blobs and
+    # a blob many rows, so which sessions name which blob is kept apart (a blob is freed
+    # with the last of them). The rows of schema 4 name one blob each.
+    (
+        (
+            "CREATE TABLE agentnb.blob_refs (session bigint NOT NULL, digest text NOT NULL,"
+            " PRIMARY KEY (session, digest))"
+        ),
+        (
+            "INSERT INTO agentnb.blob_refs SELECT session, blob FROM agentnb.events"
+            " WHERE blob IS NOT NULL UNION SELECT session, blob FROM agentnb.inbox"
+            " WHERE blob IS NOT NULL"
+        ),
+        "CREATE INDEX blob_refs_digest ON agentnb.blob_refs (digest)",
+        "DROP INDEX agentnb.events_blob",
+        "DROP INDEX agentnb.inbox_blob",
+    ),
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 """The schema version this agentnb writes; a database at a higher one is refused."""
@@ -284,18 +301,25 @@ _ONE_ROW = (
     "%(payload)s::text, %(blob)s::text, %(crc)s::int8)) "
     f"AS u({_EVENT_COLUMNS})"
 )
+# An append with blobs holds the deletions' lock shared, taken before the session row (the
+# order a deletion takes them in): a deletion freeing a blob this append names waits for
+# it, then sees its reference, and a blob found present here is not freed under it. Only
+# a committing append stores its blobs and their references.
+_LOCK_SHARED = "l AS (SELECT pg_advisory_xact_lock_shared(" + str(_DELETE_LOCK) + ")), "
 _BLOBS = (
-    "b AS (INSERT INTO agentnb.blobs (digest, data) "
-    "SELECT * FROM unnest(%(blob_digests)s::text[], %(blob_data)s::bytea[]) "
+    "b AS (INSERT INTO agentnb.blobs (digest, data) SELECT u.d, u.data FROM s, "
+    "unnest(%(blob_digests)s::text[], %(blob_data)s::bytea[]) AS u(d, data) "
     "ON CONFLICT DO NOTHING), "
+    "r AS (INSERT INTO agentnb.blob_refs (session, digest) SELECT s.id, u.d FROM s, "
+    "unnest(%(blob_digests)s::text[]) AS u(d) ON CONFLICT DO NOTHING), "
 )
 # The guarded append: advance the head (expected head, fence, inbox head), insert the batch
 # (its first row carries batch id and digest, the replay index), notify; one statement.
 _APPEND = (
-    "WITH s AS (UPDATE agentnb.sessions SET head = head + %(n)s, events = events + %(n)s, "
-    "turns = turns + %(turns)s, bytes = bytes + %(nbytes)s, "
+    "WITH {lock}s AS (UPDATE agentnb.sessions SET head = head + %(n)s, "
+    "events = events + %(n)s, turns = turns + %(turns)s, bytes = bytes + %(nbytes)s, "
     "turn_status = coalesce(%(turn_status)s::text, turn_status), updated_at = %(at)s, "
-    "last_activity = %(at)s "
+    "last_activity = %(at)s {from_lock}"
     "WHERE id = %(sid)s AND head = %(expected)s AND deleted_at IS NULL AND " + _FENCE_OK + " "
     "AND (%(inbox)s::int8 IS NULL OR inbox_head = %(inbox)s) RETURNING id, head), "
     "{blobs}"
@@ -305,7 +329,12 @@ _APPEND = (
     "SELECT pg_notify('" + CHANNEL + "', 'e:' || id || ':' || head) FROM s"
 )
 _APPENDS = {
-    (many, blobs): _APPEND.format(blobs=_BLOBS if blobs else "", rows=_UNNEST if many else _ONE_ROW)
+    (many, blobs): _APPEND.format(
+        lock=_LOCK_SHARED if blobs else "",
+        from_lock="FROM l " if blobs else "",
+        blobs=_BLOBS if blobs else "",
+        rows=_UNNEST if many else _ONE_ROW,
+    )
     for many in (False, True)
     for blobs in (False, True)
 }
@@ -399,14 +428,19 @@ _TOP_DELETION = (
 # A write that must not land in a deleted session: the session row, share-locked, gates it.
 # The lock waits for a deletion in progress, and the row it then reads says it is deleted.
 _LIVE = "s AS (SELECT id FROM agentnb.sessions WHERE id = %s AND deleted_at IS NULL FOR SHARE) "
-# A deleted session's blobs, unless another session's rows reference them too.
+# A deleted session's blobs, unless another session's rows name them too.
 _DELETE_BLOBS = (
     "DELETE FROM agentnb.blobs AS b WHERE b.digest IN ("
-    "SELECT blob FROM agentnb.events WHERE session = %(sid)s AND blob IS NOT NULL UNION "
-    "SELECT blob FROM agentnb.inbox WHERE session = %(sid)s AND blob IS NOT NULL) "
-    "AND NOT EXISTS (SELECT 1 FROM agentnb.events WHERE blob = b.digest "
-    "AND session <> %(sid)s) AND NOT EXISTS (SELECT 1 FROM agentnb.inbox "
-    "WHERE blob = b.digest AND session <> %(sid)s)"
+    "SELECT digest FROM agentnb.blob_refs WHERE session = %(sid)s) "
+    "AND NOT EXISTS (SELECT 1 FROM agentnb.blob_refs AS r WHERE r.digest = b.digest "
+    "AND r.session <> %(sid)s)"
+)
+# An inbox row's blobs and their references (the lock as for _BLOBS, taken first).
+_INBOX_BLOBS = (
+    "WITH b AS (INSERT INTO agentnb.blobs (digest, data) SELECT * FROM "
+    "unnest(%(digests)s::text[], %(data)s::bytea[]) ON CONFLICT DO NOTHING) "
+    "INSERT INTO agentnb.blob_refs (session, digest) SELECT %(sid)s, d FROM "
+    "unnest(%(digests)s::text[]) AS d ON CONFLICT DO NOTHING"
 )
 
 
@@ -931,7 +965,7 @@ class PostgresStore(SessionStore):
                 at = now if self._db_clock is None else float(db_now)
                 check_fence(key, LeaseRow(lease_owner, int(lease_epoch), float(expires)), fence, at)
                 c.execute(_DELETE_BLOBS, {"sid": sid})
-                for table in ("events", "inbox", "watermarks", "snapshots"):
+                for table in ("events", "inbox", "watermarks", "snapshots", "blob_refs"):
                     c.execute(f"DELETE FROM agentnb.{table} WHERE session = %s", (sid,))
                 c.execute(
                     "UPDATE agentnb.sessions SET deleted_at = %s, deleted_by = %s, "
@@ -1201,10 +1235,14 @@ class PostgresStore(SessionStore):
             "task": task,
             "work": does_work(event),
         }
+        # Its blobs, if any, do not depend on the seq: known before the row is encoded.
+        large = len(canonical_json(event.payload)) > BLOB_THRESHOLD
 
         def accept(c: psycopg.Connection[Any]) -> int | None:
             try:
                 with c.transaction():
+                    if large:
+                        c.execute("SELECT pg_advisory_xact_lock_shared(%s)", (_DELETE_LOCK,))
                     found = c.execute(_INBOX_NEXT, params).fetchone()
                     if found is None:
                         archived = c.execute(
@@ -1224,10 +1262,10 @@ class PostgresStore(SessionStore):
                     seq = int(found[0])
                     blobs: dict[str, bytes] = {}
                     row = _rows.encode(event, seq, _collect(blobs))
-                    for blob in blobs.items():
+                    if blobs:
                         c.execute(
-                            "INSERT INTO agentnb.blobs VALUES (%s, %s) ON CONFLICT DO NOTHING",
-                            blob,
+                            _INBOX_BLOBS,
+                            {"sid": sid, "digests": list(blobs), "data": list(blobs.values())},
                         )
                     c.execute(_INBOX_INSERT, (sid, *row, dedupe_key, digest, f"i:{sid}:{seq}"))
                     if update is not None:
@@ -1250,7 +1288,7 @@ class PostgresStore(SessionStore):
             )
             if old is None:
                 continue  # the conflicting row was not committed after all
-            if old[-1] != digest:
+            if not _rows.same_fingerprint(old[-1], digest):
                 raise IdempotencyConflict(
                     f"session {key}: key {dedupe_key!r} was already used for another "
                     "command; use a new key for new content"
@@ -1403,6 +1441,18 @@ class PostgresStore(SessionStore):
             ).fetchone()
         )
         return _rows.check_blob(digest, bytes(row[0]) if row else None)
+
+    def _blob_usage(self, key: SessionKey) -> dict[str, int]:
+        sid = self._sid(key)
+        rows = self._query(
+            lambda c: c.execute(
+                "SELECT r.digest, octet_length(b.data) FROM agentnb.blob_refs AS r "
+                "JOIN agentnb.blobs AS b ON b.digest = r.digest WHERE r.session = %s "
+                "ORDER BY r.digest",
+                (sid,),
+            ).fetchall()
+        )
+        return {str(d): int(n) for d, n in rows}
 
     def _put_snapshot(self, key: SessionKey, name: str, seq: int, data: bytes) -> None:
         sid = self._sid(key)

@@ -85,11 +85,12 @@ from agentnb.stores.base import (
     submit_text,
 )
 
-FORMAT = "agentnb-sqlite/5"
-_MIGRATABLE = ("agentnb-sqlite/2", "agentnb-sqlite/3", "agentnb-sqlite/4")
+FORMAT = "agentnb-sqlite/6"
+_MIGRATABLE = ("agentnb-sqlite/2", "agentnb-sqlite/3", "agentnb-sqlite/4", "agentnb-sqlite/5")
 """Formats this agentnb migrates in place: 2 gains the lifecycle columns (its logs are
 counted), 2 and 3 the archive flag, the order of deletions and the tombstone watermarks,
-and all of them the listing key and the pending-work mark (format 5)."""
+2 to 4 the listing key and the pending-work mark (format 5), and all of them the blob
+references (format 6: payloads in blobs by part, see ``_rows.stored_body``)."""
 SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
 CATALOGUE = "-catalogue"
 """Suffix of the file beside the store that records the highest session id committed."""
@@ -141,6 +142,11 @@ CREATE TABLE IF NOT EXISTS watermarks (
     PRIMARY KEY (session, sink)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS blobs (digest TEXT PRIMARY KEY, data BLOB NOT NULL);
+-- Format 6: which sessions' rows name which blobs (a blob is freed with the last of them).
+CREATE TABLE IF NOT EXISTS blob_refs (
+    session INTEGER NOT NULL, digest TEXT NOT NULL, PRIMARY KEY (session, digest)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS blob_refs_digest ON blob_refs (digest);
 CREATE TABLE IF NOT EXISTS snapshots (
     session INTEGER NOT NULL, name TEXT NOT NULL, seq INTEGER NOT NULL, data BLOB NOT NULL,
     PRIMARY KEY (session, name)
@@ -179,8 +185,7 @@ _LIFECYCLE_COLUMNS = (
     *_FORMAT_5_COLUMNS,
 )
 # Listing reads an index range: newest activity first, for one user or for everyone. Only
-# live sessions are indexed. A blob is freed on delete unless another session references
-# it: the partial indexes make that check a lookup.
+# live sessions are indexed.
 #
 # The listing key (format 5). The listing is ordered by ``list_key``, not by
 # ``last_activity`` itself, so that an append of the session listed first moves no index
@@ -202,8 +207,6 @@ _LIFECYCLE_INDEXES = (
         "CREATE INDEX IF NOT EXISTS sessions_user_listed "
         "ON sessions (namespace, user_id, agent_id, list_key, id) WHERE deleted_at IS NULL"
     ),
-    "CREATE INDEX IF NOT EXISTS events_blob ON events (blob) WHERE blob IS NOT NULL",
-    "CREATE INDEX IF NOT EXISTS inbox_blob ON inbox (blob) WHERE blob IS NOT NULL",
     (
         "CREATE UNIQUE INDEX IF NOT EXISTS sessions_deleted ON sessions (deleted_seq) "
         "WHERE deleted_seq IS NOT NULL"
@@ -232,6 +235,19 @@ _LIFECYCLE_INDEXES = (
 )
 _OLD_INDEXES = ("sessions_recent", "sessions_user_recent")
 """The listing indexes of formats 3 and 4 (on ``last_activity``), dropped by the migration."""
+_OLD_BLOB_INDEXES = ("events_blob", "inbox_blob")
+"""Formats 3 to 5 found a blob's sessions through these; ``blob_refs`` does it since 6."""
+# The references a format-5 (or older) store's rows hold: one digest per row then.
+_BACKFILL_REFS = (
+    "INSERT OR IGNORE INTO blob_refs SELECT session, blob FROM events WHERE blob IS NOT NULL "
+    "UNION SELECT session, blob FROM inbox WHERE blob IS NOT NULL"
+)
+# A deleted session's blobs, unless another session's rows name them too.
+_DELETE_BLOBS = (
+    "DELETE FROM blobs WHERE digest IN (SELECT digest FROM blob_refs WHERE session=?1) "
+    "AND NOT EXISTS (SELECT 1 FROM blob_refs AS r WHERE r.digest=blobs.digest "
+    "AND r.session<>?1)"
+)
 # Numbering the deletions a format-2 or -3 store holds (once, at the migration), by time.
 _NUMBER_DELETIONS = """
 UPDATE sessions SET deleted_seq = (SELECT count(*) FROM sessions AS o
@@ -582,10 +598,10 @@ class SQLiteStore(SessionStore):
         self._check_format(fmt)
 
     def _add_lifecycle(self, c: sqlite3.Connection) -> None:
-        """Formats 3 to 5: the lifecycle columns, indexes and triggers; a format-2, -3 or -4
+        """Formats 3 to 6: the lifecycle columns, indexes and triggers; a format-2 to -5
         store is migrated in place (in the schema transaction: counting what the logs of a
         format-2 store hold, numbering the deletions of a format-2 or -3 one, keying the
-        listing of every one)."""
+        listing of one up to 4, recording the blobs every one's rows name)."""
         fmt = c.execute("SELECT value FROM agentnb_meta WHERE key='format'").fetchone()
         columns = {r[1] for r in c.execute("PRAGMA table_info(sessions)")}
         for column in _LIFECYCLE_COLUMNS:
@@ -594,16 +610,21 @@ class SQLiteStore(SessionStore):
         if fmt is not None and fmt[0] in _MIGRATABLE:
             if fmt[0] == "agentnb-sqlite/2":
                 c.execute(_BACKFILL)
-            if fmt[0] != "agentnb-sqlite/4":
+            if fmt[0] in ("agentnb-sqlite/2", "agentnb-sqlite/3"):
                 c.execute(_NUMBER_DELETIONS)
             for index in _OLD_INDEXES:
                 c.execute(f"DROP INDEX IF EXISTS {index}")
-            c.execute("UPDATE sessions SET list_key = last_activity")
-            # A worker looks once at every session with commands, and settles the idle ones.
-            c.execute(
-                "UPDATE sessions SET pending_since = last_activity WHERE deleted_at IS NULL "
-                "AND EXISTS (SELECT 1 FROM inbox WHERE session = sessions.id)"
-            )
+            if fmt[0] != "agentnb-sqlite/5":
+                c.execute("UPDATE sessions SET list_key = last_activity")
+                # A worker looks once at every session with commands, and settles the idle
+                # ones.
+                c.execute(
+                    "UPDATE sessions SET pending_since = last_activity WHERE deleted_at IS NULL "
+                    "AND EXISTS (SELECT 1 FROM inbox WHERE session = sessions.id)"
+                )
+            c.execute(_BACKFILL_REFS)
+            for index in _OLD_BLOB_INDEXES:
+                c.execute(f"DROP INDEX IF EXISTS {index}")
             c.execute("UPDATE agentnb_meta SET value=? WHERE key='format'", (FORMAT,))
             log.info("%s migrated from %s to %s", self.path, fmt[0], FORMAT)
         for statement in _LIFECYCLE_INDEXES:
@@ -836,15 +857,8 @@ class SQLiteStore(SessionStore):
                 return old
             sid = self._ids.pop(key, None) or self._sid(key, c)
             check_fence(key, self._lease_of(c, sid, key), fence, now)
-            c.execute(
-                "DELETE FROM blobs WHERE digest IN (SELECT blob FROM events WHERE session=?1 "
-                "AND blob IS NOT NULL UNION SELECT blob FROM inbox WHERE session=?1 AND blob "
-                "IS NOT NULL) AND NOT EXISTS (SELECT 1 FROM events WHERE blob=blobs.digest "
-                "AND session<>?1) AND NOT EXISTS (SELECT 1 FROM inbox WHERE blob=blobs.digest "
-                "AND session<>?1)",
-                (sid,),
-            )
-            for table in ("events", "inbox", "watermarks", "snapshots"):
+            c.execute(_DELETE_BLOBS, (sid,))
+            for table in ("events", "inbox", "watermarks", "snapshots", "blob_refs"):
                 c.execute(f"DELETE FROM {table} WHERE session=?", (sid,))
             # The tombstone keeps the row (so ids, and the -catalogue record, only grow) and
             # the event count; the user's text in it (title, labels, first task) goes.
@@ -1044,24 +1058,24 @@ class SQLiteStore(SessionStore):
     ) -> None:
         sid = self._sid(key)
         # Encode before taking the write lock: other writers wait less.
-        blobs: list[tuple[str, bytes]] = []
+        blobs: dict[str, bytes] = {}  # one insert per distinct part of the batch
 
         def put_blob(data: bytes) -> str:
             digest = _rows.blob_digest(data)
-            blobs.append((digest, data))
+            blobs[digest] = data
             return digest
 
         hasher = hashlib.sha256()
         first, *rest = encoded = [_rows.encode(e, e.seq, put_blob, hasher) for e in batch]
-        nbytes = sum(len(r.payload or "") for r in encoded) + sum(len(b) for _, b in blobs)
+        nbytes = sum(len(r.payload or "") for r in encoded) + sum(map(len, blobs.values()))
         owner, epoch = (fence.owner, fence.epoch) if fence is not None else (None, None)
         digest = hasher.hexdigest()
         params = (sid, *first, batch_id, digest, expected_seq, owner, epoch, now)
 
         def write(c: _Connection) -> None:
             bare = c.bare
-            for blob in blobs:
-                bare.execute("INSERT OR IGNORE INTO blobs VALUES (?, ?)", blob)
+            for blob in blobs.items():
+                self._put_ref(bare, sid, *blob)
             try:
                 inserted = bare.execute(_INSERT_FIRST, params).rowcount
             except sqlite3.IntegrityError:
@@ -1171,50 +1185,73 @@ class SQLiteStore(SessionStore):
     def _inbox_append(
         self, key: SessionKey, event: Event, dedupe_key: str | None, digest: str, now: float
     ) -> tuple[Event, bool]:
-        sid = self._sid(key)
         with self._write() as c:
-            if dedupe_key is not None:
-                old = c.execute(
-                    f"SELECT {_rows.COLUMNS}, digest FROM inbox WHERE session=? AND dedupe_key=?",
-                    (sid, dedupe_key),
-                ).fetchone()
-                if old is not None:
-                    if old[-1] != digest:
-                        raise IdempotencyConflict(
-                            f"session {key}: key {dedupe_key!r} was already used for another "
-                            "command; use a new key for new content"
-                        )
-                    return _rows.decode(key, old[:-1], self.get_blob), False
-            task = submit_text(event)
-            update = meta_update(event)
-            # An update is carried out here, by the store: no worker has anything to do.
-            pending = event.type == "inbox/accepted" and update is None
-            if not c.execute(
-                "UPDATE sessions SET last_activity=?, submits=max(submits+?, turns), "
-                "first_task=coalesce(first_task, ?), pending_since=CASE WHEN ? THEN "
-                "coalesce(pending_since, ?) ELSE pending_since END WHERE id=? "
-                "AND deleted_at IS NULL AND (archived_at IS NULL OR NOT ?)",
-                (now, submit_delta(event), task, pending, now, sid, does_work(event)),
-            ).rowcount:
-                self._check_live(c, key, sid)
-                row = c.execute("SELECT archived_at FROM sessions WHERE id=?", (sid,)).fetchone()
-                check_archived(key, row[0], event)
-                raise StorageError(f"session {key}: command not accepted for no known reason")
-            seq = self._max_seq(c, "inbox", sid) + 1
-            c.execute(
-                _INSERT_INBOX,
-                (
-                    sid,
-                    *_rows.encode(event, seq, lambda b: self._put_blob(c, b)),
-                    dedupe_key,
-                    digest,
-                ),
-            )
-            if update is not None:
-                self._set_meta(c, key, sid, *update, now)
+            record, created, pending = self._inbox_insert(c, key, event, dedupe_key, digest, now)
         if pending:
             self._wake_pending(key)
-        return event.with_seq(seq), True
+        return record, created
+
+    def _inbox_append_many(
+        self, items: list[tuple[SessionKey, Event, str | None, str]], now: float
+    ) -> list[tuple[Event, bool]]:
+        with self._write() as c:  # one transaction: one flush to disk for them all
+            done = [self._inbox_insert(c, *item, now) for item in items]
+        for key in dict.fromkeys(item[0] for item, (_, _, p) in zip(items, done, strict=True) if p):
+            self._wake_pending(key)
+        return [(record, created) for record, created, _ in done]
+
+    def _inbox_insert(
+        self,
+        c: _Connection,
+        key: SessionKey,
+        event: Event,
+        dedupe_key: str | None,
+        digest: str,
+        now: float,
+    ) -> tuple[Event, bool, bool]:
+        """``_inbox_append`` inside the write transaction ``c``; also whether the record
+        is work a waiting worker should hear of."""
+        sid = self._sid(key)
+        if dedupe_key is not None:
+            old = c.execute(
+                f"SELECT {_rows.COLUMNS}, digest FROM inbox WHERE session=? AND dedupe_key=?",
+                (sid, dedupe_key),
+            ).fetchone()
+            if old is not None:
+                if not _rows.same_fingerprint(old[-1], digest):
+                    raise IdempotencyConflict(
+                        f"session {key}: key {dedupe_key!r} was already used for another "
+                        "command; use a new key for new content"
+                    )
+                return _rows.decode(key, old[:-1], self.get_blob), False, False
+        task = submit_text(event)
+        update = meta_update(event)
+        # An update is carried out here, by the store: no worker has anything to do.
+        pending = event.type == "inbox/accepted" and update is None
+        if not c.execute(
+            "UPDATE sessions SET last_activity=?, submits=max(submits+?, turns), "
+            "first_task=coalesce(first_task, ?), pending_since=CASE WHEN ? THEN "
+            "coalesce(pending_since, ?) ELSE pending_since END WHERE id=? "
+            "AND deleted_at IS NULL AND (archived_at IS NULL OR NOT ?)",
+            (now, submit_delta(event), task, pending, now, sid, does_work(event)),
+        ).rowcount:
+            self._check_live(c, key, sid)
+            row = c.execute("SELECT archived_at FROM sessions WHERE id=?", (sid,)).fetchone()
+            check_archived(key, row[0], event)
+            raise StorageError(f"session {key}: command not accepted for no known reason")
+        seq = self._max_seq(c, "inbox", sid) + 1
+        c.execute(
+            _INSERT_INBOX,
+            (
+                sid,
+                *_rows.encode(event, seq, lambda b: self._put_ref(c, sid, None, b)),
+                dedupe_key,
+                digest,
+            ),
+        )
+        if update is not None:
+            self._set_meta(c, key, sid, *update, now)
+        return event.with_seq(seq), True, pending
 
     def _inbox_head(self, key: SessionKey) -> int:
         return self._live_head(key, "inbox")
@@ -1307,6 +1344,18 @@ class SQLiteStore(SessionStore):
         c.execute("INSERT OR IGNORE INTO blobs VALUES (?, ?)", (digest, data))
         return digest
 
+    @staticmethod
+    def _put_ref(
+        c: sqlite3.Connection | sqlite3.Cursor, sid: int, digest: str | None, data: bytes
+    ) -> str:
+        """Store a blob a row of session ``sid`` names, and the reference."""
+        digest = digest or _rows.blob_digest(data)
+        # Only a new blob pays for its bytes: a part the store holds is one index lookup.
+        if not c.execute("SELECT 1 FROM blobs WHERE digest=?", (digest,)).fetchone():
+            c.execute("INSERT INTO blobs VALUES (?, ?)", (digest, data))
+        c.execute("INSERT OR IGNORE INTO blob_refs VALUES (?, ?)", (sid, digest))
+        return digest
+
     def put_blob(self, data: bytes) -> str:
         if not isinstance(data, bytes | bytearray):
             raise InvalidInput(f"blob data must be bytes, got {type(data).__name__}")
@@ -1316,6 +1365,15 @@ class SQLiteStore(SessionStore):
     def get_blob(self, digest: str) -> bytes:
         row = self._conn().execute("SELECT data FROM blobs WHERE digest=?", (digest,)).fetchone()
         return _rows.check_blob(digest, bytes(row[0]) if row else None)
+
+    def _blob_usage(self, key: SessionKey) -> dict[str, int]:
+        conn = self._conn()
+        rows = conn.execute(
+            "SELECT r.digest, length(b.data) FROM blob_refs AS r JOIN blobs AS b "
+            "ON b.digest = r.digest WHERE r.session=? ORDER BY r.digest",
+            (self._sid(key, conn),),
+        ).fetchall()
+        return {str(d): int(n) for d, n in rows}
 
     def _put_snapshot(self, key: SessionKey, name: str, seq: int, data: bytes) -> None:
         sid = self._sid(key)

@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 from agentnb.errors import (
@@ -99,9 +100,9 @@ def command(text: str = "hello") -> Event:
     )
 
 
-def _blob_digest(event: Event) -> str:
-    """The digest a large payload of ``event`` is stored under."""
-    return blob_digest(canonical_json(event.payload).encode())
+def _text_digest(text: str) -> str:
+    """The digest a long text of a large payload is stored under (its JSON text's)."""
+    return blob_digest(orjson.dumps(text))
 
 
 def run_threads(targets: list[Callable[[], None]], timeout: float = _GUARD) -> None:
@@ -792,6 +793,50 @@ class StoreContract:
         inputs = sorted(r.payload["input"] for r in records)
         assert inputs == sorted(f"t{t}-{i}" for t in range(threads) for i in range(per_thread))
 
+    def test_inbox_append_many_accepts_each_record_once(
+        self, store: SessionStore, key: SessionKey
+    ) -> None:
+        """Records of two sessions in one call land in order, each session's seqs gapless;
+        sent again, the keyed ones return their originals and nothing is written twice."""
+        other = SessionKey(key.namespace, key.user_id, key.agent_id, key.session_id + "-b")
+        store.create_session(other)
+        items = [
+            (key, command("a"), "ka", "fa"),
+            (other, command("b"), "kb", "fb"),
+            (key, command("c"), None, None),
+            (key, command("d"), "kd", "fd"),
+        ]
+        first = store.inbox_append_many(items)
+        assert [(r.seq, created) for r, created in first] == [
+            (1, True),
+            (1, True),
+            (2, True),
+            (3, True),
+        ]
+        assert [r.payload["input"] for r, _ in first] == ["a", "b", "c", "d"]
+        again = store.inbox_append_many([items[0], items[1], items[3]])
+        assert again == [(first[0][0], False), (first[1][0], False), (first[3][0], False)]
+        assert store.heads(key) == (0, 3)
+        assert store.inbox_head(other) == 1
+        assert store.inbox_read_after(key, 0, 10) == [first[0][0], first[2][0], first[3][0]]
+
+    def test_inbox_append_many_checks_each_record(
+        self, store: SessionStore, key: SessionKey
+    ) -> None:
+        """A bad record (an execution type, a conflicting key) raises the one-record error;
+        the record is not written, nor a second copy of any other on a retry."""
+        with pytest.raises(InvalidInput):
+            store.inbox_append_many([(key, command("a"), "k1", "f"), (key, step(), None, None)])
+        assert store.inbox_head(key) == 0
+        store.inbox_append(key, command("a"), dedupe_key="k1", fingerprint="f1")
+        with pytest.raises(IdempotencyConflict):
+            store.inbox_append_many(
+                [(key, command("x"), "k2", "f2"), (key, command("b"), "k1", "f-other")]
+            )
+        store.inbox_append_many([(key, command("x"), "k2", "f2")])
+        keyed = [r.payload["input"] for r in store.inbox_read_after(key, 0, 10)]
+        assert keyed == ["a", "x"]
+
     def test_inbox_refuses_execution_types(self, store: SessionStore, key: SessionKey) -> None:
         """Execution-log events and pre-stamped events are refused by the inbox."""
         with pytest.raises(InvalidInput):
@@ -1278,7 +1323,7 @@ class StoreContract:
         assert store.tombstone(key) == tombstone
         assert store.get_session(key) is None
         with pytest.raises(Corrupt):
-            store.get_blob(_blob_digest(mine))
+            store.get_blob(_text_digest(mine.payload["text"]))
         # The shared blob is still there: the other session reads it back.
         assert [e.payload for e in store.read_after(other, 0, 10)][1] == shared.payload
         assert [r.key for r in store.find_sessions()] == [other]
@@ -1642,6 +1687,147 @@ class StoreContract:
         )
         store.inbox_append(key, big_command)
         assert store.inbox_read_after(key, 0, 1)[0].payload["input"] == text
+
+    def test_a_text_many_events_carry_is_stored_once(
+        self, store: SessionStore, key: SessionKey
+    ) -> None:
+        """A large task's text in a command and four events of other shapes is one blob of
+        the session, and every payload reads back as committed, raw and decoded."""
+        text = "task " + "é" * 300_000 + "x" * 400_000
+        store.inbox_append(
+            key,
+            Event.create("inbox/accepted", {"command_id": "c", "kind": "submit", "input": text}),
+            dedupe_key="k",
+            fingerprint=canonical_json(["submit", None, None, text, {}]),
+        )
+        events = [
+            Event.create("turn/start", {"input": text}, turn_id="turn_1"),
+            Event.create("acme/received", {"text": text, "kind": "task"}),
+            Event.create("acme/message", {"message": {"role": "user", "text": text}}),
+            Event.create("acme/request", {"messages": [{"text": "earlier"}, {"text": text}]}),
+        ]
+        store.append(key, events, expected_seq=0, batch_id="b")
+        usage = store.blob_usage(key)
+        assert list(usage) == [_text_digest(text)]
+        assert usage[_text_digest(text)] == len(orjson.dumps(text))
+        assert [e.payload for e in store.read_after(key, 0, 10)] == [e.payload for e in events]
+        raw = store.read_raw(key, 0, 10)
+        assert [r.payload_json for r in raw] == [canonical_json(e.payload) for e in events]
+        assert store.inbox_read_after(key, 0, 1)[0].payload["input"] == text
+        assert store.get_blob(_text_digest(text)) == orjson.dumps(text)
+
+    def test_a_batch_stored_in_parts_keeps_its_digest(
+        self, store: SessionStore, key: SessionKey
+    ) -> None:
+        """A retried batch of large payloads (same id, same content) is recognised as
+        committed, and the same id with another large text is an IdempotencyConflict."""
+        big = Event.create("acme/big", {"text": "y" * (BLOB_THRESHOLD * 2)})
+        batch = [step(1), big]
+        first = store.append(key, batch, expected_seq=0, batch_id="b")
+        assert store.append(key, batch, expected_seq=0, batch_id="b") == first
+        other = big.model_copy(
+            update={"payload": FrozenDict({"text": "z" * len(big.payload["text"])})}
+        )
+        with pytest.raises(IdempotencyConflict):
+            store.append(key, [batch[0], other], expected_seq=0, batch_id="b")
+        assert store.head(key) == 2
+
+    def test_a_resent_large_command_is_recognised(
+        self, store: SessionStore, key: SessionKey
+    ) -> None:
+        """A command whose fingerprint holds a large text, sent again under its key, returns
+        the original record; another text under that key is an IdempotencyConflict."""
+        text = "q" * 500_000
+        first, created = store.inbox_append(
+            key, command(text), dedupe_key="k", fingerprint=canonical_json([text])
+        )
+        again, created_again = store.inbox_append(
+            key, command(text), dedupe_key="k", fingerprint=canonical_json([text])
+        )
+        assert (created, created_again, again) == (True, False, first)
+        with pytest.raises(IdempotencyConflict):
+            store.inbox_append(
+                key, command("other"), dedupe_key="k", fingerprint=canonical_json([text + "!"])
+            )
+        # What the store keeps of it (a backup carries it) is recognised as the same.
+        ((_, _, kept),) = store.inbox_keys(key, 0, 10)
+        assert len(kept) < 100
+        assert store.inbox_append(key, command(text), dedupe_key="k", fingerprint=kept)[1] is False
+
+    def test_a_text_two_sessions_carry_lives_until_neither_is_left(
+        self, store: SessionStore, key: SessionKey
+    ) -> None:
+        """Deleting one of two sessions that carry the same long text keeps its blob for the
+        other; deleting the other frees it, and a session that never carried it lists none."""
+        other = session_key("other")
+        store.create_session(other)
+        text = "s" * (BLOB_THRESHOLD + 1)
+        for k in (key, other):
+            store.append(
+                k,
+                [Event.create("acme/a", {"text": text}), Event.create("acme/b", {"t": text})],
+                expected_seq=0,
+                batch_id="b",
+            )
+        digest = _text_digest(text)
+        assert list(store.blob_usage(key)) == list(store.blob_usage(other)) == [digest]
+        store.delete_session(key, by="ops")
+        assert store.get_blob(digest) == orjson.dumps(text)
+        assert store.read_after(other, 0, 2)[1].payload["t"] == text
+        store.delete_session(other, by="ops")
+        with pytest.raises(Corrupt):
+            store.get_blob(digest)
+        third = session_key("third")
+        store.create_session(third)
+        store.append(third, [step(1)], expected_seq=0, batch_id="b")
+        assert store.blob_usage(third) == {}
+
+    def test_a_deletion_racing_appends_of_its_text_frees_no_blob_in_use(
+        self, store: SessionStore, tmp_path: Path
+    ) -> None:
+        """Sessions carrying a long text deleted while another store object appends the same
+        text to a kept session: every event of the kept session still reads back."""
+        peer = self.make_peer(tmp_path) or store
+        text = "r" * (BLOB_THRESHOLD + 1)
+        keeper = session_key("keeper")
+        store.create_session(keeper)
+        doomed = [session_key(f"doomed{i}") for i in range(20)]
+        for k in doomed:
+            store.create_session(k)
+            store.append(k, [Event.create("acme/r", {"text": text})], expected_seq=0, batch_id="b")
+
+        def appends() -> None:
+            for i in range(20):
+                event = Event.create("acme/r", {"text": text, "i": i})
+                peer.append(keeper, [event], expected_seq=i, batch_id=f"b{i}")
+
+        def deletes() -> None:
+            for k in doomed:
+                store.delete_session(k, by="ops")
+
+        try:
+            run_threads([appends, deletes])
+        finally:
+            if peer is not store:
+                peer.close()
+        read = store.read_after(keeper, 0, 100)
+        assert [(e.payload["i"], e.payload["text"]) for e in read] == [(i, text) for i in range(20)]
+        assert store.get_blob(_text_digest(text)) == orjson.dumps(text)
+
+    def test_a_payload_of_many_short_texts_round_trips(
+        self, store: SessionStore, key: SessionKey
+    ) -> None:
+        """A payload over the threshold made of many short texts (no long one) and one with
+        texts that hold control characters and quotes read back as committed."""
+        many = Event.create("acme/many", {"items": [f"item {i}" for i in range(20_000)]})
+        odd = '\x01"quoted"\n\u2028' * 3000
+        mixed = Event.create("acme/odd", {"a": odd, "b": [odd, {"c": odd + "!"}], "n": 1})
+        store.append(key, [many, mixed], expected_seq=0, batch_id="b")
+        assert [e.payload for e in store.read_after(key, 0, 2)] == [many.payload, mixed.payload]
+        assert [r.payload_json for r in store.read_raw(key, 0, 2)] == [
+            canonical_json(many.payload),
+            canonical_json(mixed.payload),
+        ]
 
     def test_put_blob_is_idempotent(self, store: SessionStore) -> None:
         """put_blob returns the SHA-256 digest and storing the same bytes twice is harmless."""

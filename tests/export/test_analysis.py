@@ -583,6 +583,37 @@ class TestTimeline:
         assert "interrupted" not in legend
         assert "waiting for a person" not in legend
 
+    def test_a_rejected_order_is_drawn_as_rejected_not_completed(
+        self, known_parquet: Path, known_session: Known
+    ) -> None:
+        """T6's order was rejected: its turn and the run that answered are "rejected"."""
+        data = analysis.timeline_data(str(known_parquet), session_id=ALICE.session_id)
+        t6 = data[data["turn_id"] == known_session.turns["T6"]]
+        assert t6.loc[t6["kind"] == "turn", "status"].tolist() == ["rejected"]
+        assert t6.loc[t6["kind"] == "run", "status"].tolist() == ["suspended", "rejected"]
+        assert "over budget" in t6.loc[t6["kind"] == "turn", "detail"].item()
+        t5 = data[data["turn_id"] == known_session.turns["T5"]]
+        assert t5.loc[t5["kind"] == "turn", "status"].tolist() == ["completed"]
+
+    def test_rejected_has_its_own_colour_and_legend_entry_in_both_charts(
+        self, known_parquet: Path
+    ) -> None:
+        """The static and the interactive timeline colour rejected apart from completed."""
+        colors = analysis.STATUS_COLORS
+        assert colors["rejected"] not in {colors["completed"], colors["failed"]}
+        fig = analysis.timeline(str(known_parquet), session_id=ALICE.session_id)
+        legend = fig.axes[0].get_legend()
+        entries = dict(
+            zip([t.get_text() for t in legend.get_texts()], legend.legend_handles, strict=True)
+        )
+        assert {"rejected", "completed"} <= set(entries)
+        assert entries["rejected"].get_facecolor() != entries["completed"].get_facecolor()
+        spec = analysis.timeline_chart(str(known_parquet), session_id=ALICE.session_id).to_dict()
+        scale = spec["encoding"]["color"]["scale"]
+        shown = dict(zip(scale["domain"], scale["range"], strict=True))
+        assert shown["rejected"] == colors["rejected"]
+        assert shown["completed"] == colors["completed"]
+
     def test_height_scales_and_pages(self, known_parquet: Path) -> None:
         """More turns make a taller figure; past page_size turns the chart pages."""
         small = analysis.timeline(str(known_parquet), session_id=BOB.session_id)
@@ -951,6 +982,18 @@ DTYPES = {
         "seq": "Int64",
         "occurred_at": "datetime64[us, UTC]",
         **dict.fromkeys(["call_id", "step_id", "content", "status", "previous"], "string"),
+    },
+    "verifications": {
+        **dict.fromkeys(
+            ["namespace", "user_id", "agent_id", "session_id", "turn_id", "run_id"], "string"
+        ),
+        "seq": "Int64",
+        "occurred_at": "datetime64[us, UTC]",
+        "passed": "boolean",
+        "reason": "string",
+        "attempt": "Int64",
+        "retry": "boolean",
+        "message_id": "string",
     },
 }
 

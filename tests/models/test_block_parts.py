@@ -118,7 +118,10 @@ class TestChatCompletions:
 
         def handler(request: httpx.Request) -> httpx.Response:
             seen.append(json.loads(request.content))
-            body = b'data: {"choices":[{"index":0,"delta":{"content":"ok"}}]}\n\ndata: [DONE]\n\n'
+            body = (
+                b'data: {"choices":[{"index":0,"delta":{"content":"ok"},"finish_reason":"stop"}]}'
+                b"\n\ndata: [DONE]\n\n"
+            )
             return httpx.Response(200, headers={"content-type": "text/event-stream"}, content=body)
 
         model = OpenAIChatModel("gpt-test", api_key=KEY, transport=httpx.MockTransport(handler))

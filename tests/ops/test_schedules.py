@@ -70,6 +70,13 @@ def wait_for(predicate: Callable[[], object], what: str) -> None:
         time.sleep(0.05)
 
 
+def caught_up(store: nb.SessionStore, key: nb.SessionKey) -> bool:
+    """Every claim that says it submitted has its submit."""
+    records = fired(store, key)
+    submitted = {r["key"] for r in records if r["disposition"] in ("submitted", "queued")}
+    return submitted <= set(scheduled_submits(store, key))
+
+
 def check_each_due_once(store: nb.SessionStore, key: nb.SessionKey, every: float) -> list[float]:
     """Every due time from the first fired to the last was fired exactly once, and each
     submit happened once."""
@@ -166,7 +173,13 @@ class TestExactlyOnce:
             before = len(fired(store, record.key))
             time.sleep(2.5)
             child = self._child(url, "restart")
-            wait_for(lambda: len(fired(store, record.key)) >= before + 4, "the catch-up")
+            # Claims are recorded a pass at a time, then submitted: kill once they are.
+            wait_for(
+                lambda: (
+                    len(fired(store, record.key)) >= before + 4 and caught_up(store, record.key)
+                ),
+                "the catch-up",
+            )
             self._kill(child)
             check_each_due_once(store, record.key, 1.0)
         finally:
@@ -181,7 +194,10 @@ class TestExactlyOnce:
         store = nb.open_store(pg_store_url)
         try:
             (record,) = store.list_sessions()
-            wait_for(lambda: len(fired(store, record.key)) >= 5, "5 firings")
+            wait_for(
+                lambda: len(fired(store, record.key)) >= 5 and caught_up(store, record.key),
+                "5 firings",
+            )
             self._kill(first)
             self._kill(second)
             check_each_due_once(store, record.key, 1.0)
@@ -388,3 +404,100 @@ class TestDoors:
         assert "cron" in bad.stderr
         assert agentnb("remove", "cli", sid).returncode == 0
         assert agentnb("list", "cli").stdout.strip() == ""
+
+
+class TestRemoteClient:
+    """``nb.connect(...)``'s ``RemoteSession`` schedules through a real uvicorn server."""
+
+    @staticmethod
+    def _served(tmp_path: Path, **options: Any) -> Any:
+        from agentnb import tokens
+
+        runtime = nb.Runtime(AGENT, store=f"sqlite:///{tmp_path / 'remote.db'}", **options)
+        token, _ = tokens.issue(runtime.store, "alice")
+        return runtime, token
+
+    def test_a_remote_schedule_fires_on_the_service_and_unschedules(self, tmp_path: Path) -> None:
+        """schedule(every=timedelta) from the client is fired by the service's runtime as
+        submits; schedules() shows it; unschedule() removes it."""
+        from datetime import timedelta
+
+        from tests.service.helpers import ServerThread
+
+        runtime, token = self._served(tmp_path)
+        with runtime, ServerThread(runtime) as server, nb.connect(server.url, token) as remote:
+            session = remote.session("remote-ticks")
+            made = session.schedule("tick", every=timedelta(seconds=1), catch_up="all")
+            assert made.every == 1.0
+            assert made.next_due == pytest.approx(made.created_at + 1)
+            assert [s.schedule_id for s in session.schedules()] == [made.schedule_id]
+            wait_for(lambda: sum(t.status == "completed" for t in session.tasks()) >= 2, "2 turns")
+            listed = session.schedules()
+            assert listed[0].last_fired is not None
+            session.unschedule(made.schedule_id)
+            assert session.schedules() == []
+            local = runtime.open("remote-ticks", user_id="alice")
+            check_each_due_once(runtime.store, local.key, 1.0)
+
+    def test_remote_schedules_equal_the_local_ones(self, tmp_path: Path) -> None:
+        """A cron schedule made remotely reads the same through the client and the local
+        Session; a naive at= is read in tz, as locally."""
+        from datetime import datetime
+
+        from tests.service.helpers import ServerThread
+
+        runtime, token = self._served(tmp_path, execute=False)
+        with runtime, ServerThread(runtime) as server, nb.connect(server.url, token) as remote:
+            session = remote.session("remote-cron")
+            daily = session.schedule("report", cron="0 9 * * 1-5", tz="Europe/Paris", key="d")
+            once = session.schedule("once", at=datetime(2031, 1, 15, 10, 0), tz="Asia/Tokyo")
+            local = runtime.open("remote-cron", user_id="alice").schedules()
+            assert session.schedules() == local
+            assert {s.schedule_id for s in local} == {daily.schedule_id, once.schedule_id}
+            when = once.next_due_at
+            assert when is not None
+            assert (when.isoformat(), str(when.tzinfo)) == (
+                "2031-01-15T10:00:00+09:00",
+                "Asia/Tokyo",
+            )
+
+    @pytest.mark.parametrize(
+        ("kwargs", "field"),
+        [
+            ({"cron": "61 * * * *"}, "cron"),
+            ({"every": 0.1}, "every"),
+            ({"at": "tomorrow"}, "at"),
+            ({"every": 5, "tz": "Mars/Olympus"}, "tz"),
+            ({"every": 5, "overlap": "merge"}, "overlap"),
+            ({"every": 5, "catch_up": "some"}, "catch_up"),
+            ({}, "exactly one"),
+        ],
+    )
+    def test_bad_values_are_invalid_input_naming_the_field(
+        self, tmp_path: Path, kwargs: dict[str, Any], field: str
+    ) -> None:
+        """Each bad value comes back as InvalidInput naming its field; nothing is recorded."""
+        from tests.service.helpers import ServerThread
+
+        runtime, token = self._served(tmp_path, execute=False)
+        with runtime, ServerThread(runtime) as server, nb.connect(server.url, token) as remote:
+            session = remote.session("remote-bad")
+            with pytest.raises(InvalidInput, match=field):
+                session.schedule("tick", **kwargs)
+            assert session.schedules() == []
+
+    def test_keys_conflicts_and_unknown_ids_are_typed(self, tmp_path: Path) -> None:
+        """The same key gives the same schedule; the key with another schedule is
+        IdempotencyConflict; unscheduling an unknown id is InvalidInput."""
+        from tests.service.helpers import ServerThread
+
+        runtime, token = self._served(tmp_path, execute=False)
+        with runtime, ServerThread(runtime) as server, nb.connect(server.url, token) as remote:
+            session = remote.session("remote-keys")
+            a = session.schedule("report", every=3600, key="hourly")
+            assert session.schedule("report", every=3600, key="hourly") == a
+            with pytest.raises(IdempotencyConflict):
+                session.schedule("other", every=3600, key="hourly")
+            with pytest.raises(InvalidInput, match="no active schedule"):
+                session.unschedule("sch_nope")
+            assert [s.schedule_id for s in session.schedules()] == [a.schedule_id]

@@ -253,3 +253,28 @@ class TestFollow:
 
 async def _await(receipt: nb.Receipt) -> nb.Outcome:
     return await receipt
+
+
+class TestCreate:
+    def test_create_makes_a_sortable_id_with_title_and_labels(
+        self, remote: nb.RemoteRuntime
+    ) -> None:
+        """``RemoteRuntime.create`` gets a new id from the service, sortable by creation,
+        with the title and labels set."""
+        first = remote.create(title="First", labels={"kind": "created"})
+        second = remote.create()
+        assert first.key.session_id < second.key.session_id
+        assert first.key.user_id == remote.user_id
+        found = {i.key.session_id: i for i in remote.sessions(labels={"kind": "created"})}
+        assert found[first.key.session_id].title == "First"
+        assert first.run("hello", timeout=WAIT).output == "You said: hello"
+
+    def test_a_bad_title_is_invalid_input(self, remote: nb.RemoteRuntime) -> None:
+        """A title of two lines is refused with the typed error, as locally."""
+        with pytest.raises(nb.InvalidInput, match="title"):
+            remote.create(title="two\nlines")
+
+    def test_another_users_id_is_refused(self, remote: nb.RemoteRuntime) -> None:
+        """``user_id`` must be the token's user."""
+        with pytest.raises(nb.InvalidInput, match="token"):
+            remote.create(user_id="mallory")

@@ -36,10 +36,11 @@ from agentnb.errors import (
     StorageError,
     install_hint,
 )
-from agentnb.events import Event
+from agentnb.events import BLOB_THRESHOLD, Event, canonical_json
 from agentnb.ids import Clock, FakeClock, SessionKey, new_id
 from agentnb.log import SessionLog
 from agentnb.stores import SessionStore, open_store
+from agentnb.stores._rows import blob_digest, stored_text
 from agentnb.stores.postgres import SCHEMA_VERSION, PostgresStore
 from agentnb.testing.store_contract import StoreContract, command, step
 from tests.pg import Cluster, cluster_or_skip
@@ -104,6 +105,43 @@ def sql(url: str, statement: str, params: Any = None) -> list[tuple[Any, ...]]:
     with psycopg.connect(url, autocommit=True) as conn:
         cur = conn.execute(statement, params)
         return cur.fetchall() if cur.description else []
+
+
+def as_version_4(url: str) -> None:
+    """Turn a database back into schema 4, rows as schema 4 wrote them: a payload over the
+    blob threshold is one blob of its whole text (``payload`` NULL), a command's fingerprint
+    is kept whole, blobs are found through indexes on the rows."""
+    with psycopg.connect(url) as conn:
+
+        def get(digest: str) -> bytes:
+            row = conn.execute("SELECT data FROM agentnb.blobs WHERE digest = %s", (digest,))
+            return bytes(row.fetchone()[0])  # type: ignore[index]
+
+        for table in ("events", "inbox"):
+            rows = conn.execute(
+                f"SELECT session, seq, payload, blob FROM agentnb.{table} WHERE blob IS NOT NULL"
+            ).fetchall()
+            for session, seq, payload, blob in rows:
+                body = stored_text(payload, blob, get).encode()
+                digest = blob_digest(body)
+                conn.execute(
+                    "INSERT INTO agentnb.blobs VALUES (%s, %s) ON CONFLICT DO NOTHING",
+                    (digest, body),
+                )
+                conn.execute(
+                    f"UPDATE agentnb.{table} SET payload = NULL, blob = %s "
+                    "WHERE session = %s AND seq = %s",
+                    (digest, session, seq),
+                )
+        conn.execute(
+            "DELETE FROM agentnb.blobs WHERE digest IN (SELECT digest FROM agentnb.blob_refs) "
+            "AND digest NOT IN (SELECT blob FROM agentnb.events WHERE blob IS NOT NULL UNION "
+            "SELECT blob FROM agentnb.inbox WHERE blob IS NOT NULL)"
+        )
+        conn.execute("DROP TABLE agentnb.blob_refs")
+        conn.execute("CREATE INDEX events_blob ON agentnb.events (blob) WHERE blob IS NOT NULL")
+        conn.execute("CREATE INDEX inbox_blob ON agentnb.inbox (blob) WHERE blob IS NOT NULL")
+        conn.execute("DELETE FROM agentnb.migrations WHERE version > 4")
 
 
 def child(mode: str, url: str, session_id: str, *args: object, skew: float = 0.0) -> Any:
@@ -240,6 +278,7 @@ class TestSchema:
             clock.advance(1)
             store.delete_session(k, by="ops")
         store.close()
+        as_version_4(pg_url)
         sql(pg_url, "DROP TABLE agentnb.tokens")  # version 4
         sql(pg_url, "DROP TABLE agentnb.tombstone_marks")
         sql(pg_url, "DROP INDEX agentnb.sessions_deleted")
@@ -257,12 +296,56 @@ class TestSchema:
             store.close()
         assert sql(pg_url, "SELECT max(version) FROM agentnb.migrations") == [(SCHEMA_VERSION,)]
 
+    def test_version_4_database_with_whole_payload_blobs_is_migrated(self, pg_url: str) -> None:
+        """A schema-4 database (each large payload one blob of its whole text, a command's
+        long fingerprint kept whole) reads the same once migrated; a re-sent command is
+        still recognised, new writes of a text store it once, and deleting a session frees
+        its old blobs but keeps one another session's rows name."""
+        store = PostgresStore(pg_url)
+        mine, other = child_key("mine"), child_key("other")
+        text = "m" * (BLOB_THRESHOLD + 10)
+        shared = Event.create("acme/shared", {"text": "s" * (BLOB_THRESHOLD + 10)})
+        fingerprint = canonical_json(["submit", None, None, text, {}])
+        for k in (mine, other):
+            store.create_session(k)
+        store.inbox_append(mine, command(text), dedupe_key="k", fingerprint=fingerprint)
+        batch = [Event.create("turn/start", {"input": text}, turn_id="t1"), shared]
+        store.append(mine, [*batch, step(3)], expected_seq=0, batch_id="b")
+        store.append(other, [shared.model_copy()], expected_seq=0, batch_id="b")
+        before = (store.read_after(mine, 0, 10), store.read_after(other, 0, 10))
+        inbox = store.inbox_read_after(mine, 0, 10)
+        store.close()
+        as_version_4(pg_url)
+        sql(pg_url, "UPDATE agentnb.inbox SET digest = %s WHERE dedupe_key = 'k'", (fingerprint,))
+        assert sql(pg_url, "SELECT count(*) FROM agentnb.blobs") == [(3,)]
+        store = PostgresStore(pg_url)
+        try:
+            assert (store.read_after(mine, 0, 10), store.read_after(other, 0, 10)) == before
+            assert store.inbox_read_after(mine, 0, 10) == inbox
+            again = store.inbox_append(mine, command(text), dedupe_key="k", fingerprint=fingerprint)
+            assert again == (inbox[0], False)
+            with pytest.raises(IdempotencyConflict):
+                store.inbox_append(mine, command(text), dedupe_key="k", fingerprint="other")
+            usage = store.blob_usage(mine)
+            assert len(usage) == 3
+            new = [Event.create("acme/a", {"text": text}), Event.create("acme/b", {"t": text})]
+            store.append(mine, new, expected_seq=3, batch_id="b2")
+            assert len(store.blob_usage(mine)) == 4
+            store.delete_session(mine, by="ops")
+            assert len(set(usage) & set(store.blob_usage(other))) == 1
+            assert store.read_after(other, 0, 10) == before[1]
+        finally:
+            store.close()
+        assert sql(pg_url, "SELECT count(*) FROM agentnb.blobs") == [(1,)]
+        assert sql(pg_url, "SELECT max(version) FROM agentnb.migrations") == [(SCHEMA_VERSION,)]
+
     def test_version_3_database_gains_the_token_table(self, pg_url: str) -> None:
         """A database at schema 3 gains the token table at open, keeping its sessions."""
         store = PostgresStore(pg_url)
         key = child_key("s1")
         store.create_session(key)
         store.close()
+        as_version_4(pg_url)
         sql(pg_url, "DROP TABLE agentnb.tokens")
         sql(pg_url, "DELETE FROM agentnb.migrations WHERE version > 3")
         store = PostgresStore(pg_url)

@@ -13,16 +13,23 @@ from pathlib import Path
 
 import pytest
 
-from agentnb.errors import Corrupt, InvalidInput, StorageError, UnknownRequiredEvent
-from agentnb.events import BLOB_THRESHOLD, Event
+from agentnb.errors import (
+    Corrupt,
+    IdempotencyConflict,
+    InvalidInput,
+    StorageError,
+    UnknownRequiredEvent,
+)
+from agentnb.events import BLOB_THRESHOLD, Event, canonical_json
 from agentnb.ids import Clock, FakeClock, SessionKey
 from agentnb.log import SessionLog
 from agentnb.stores import SessionStore, open_store
-from agentnb.stores._rows import COLUMNS, encode
+from agentnb.stores._rows import COLUMNS, blob_digest, encode, stored_text
 from agentnb.stores.sqlite import (
     _FORMAT_4_COLUMNS,
     _FORMAT_5_COLUMNS,
     _LIFECYCLE_COLUMNS,
+    FORMAT,
     SQLiteStore,
 )
 from agentnb.testing.store_contract import StoreContract, command, session_key, step
@@ -87,9 +94,43 @@ pathlib.Path(sys.argv[2]).touch()
 """
 
 
+def _as_format_5(conn: sqlite3.Connection) -> None:
+    """Turn a store file back into format 5, rows as format 5 wrote them: a payload over
+    the blob threshold is one blob of its whole text (``payload`` NULL), a command's
+    fingerprint is kept whole, blobs are found through indexes on the rows."""
+    for table in ("events", "inbox"):
+        rows = conn.execute(
+            f"SELECT session, seq, payload, blob FROM {table} WHERE blob IS NOT NULL"
+        ).fetchall()
+        for session, seq, payload, blob in rows:
+
+            def get(digest: str) -> bytes:
+                row = conn.execute("SELECT data FROM blobs WHERE digest=?", (digest,))
+                return bytes(row.fetchone()[0])
+
+            body = stored_text(payload, blob, get).encode()
+            digest = blob_digest(body)
+            conn.execute("INSERT OR IGNORE INTO blobs VALUES (?, ?)", (digest, body))
+            conn.execute(
+                f"UPDATE {table} SET payload=NULL, blob=? WHERE session=? AND seq=?",
+                (digest, session, seq),
+            )
+    # Parts no row names any more go (format 5 never wrote them).
+    conn.execute(
+        "DELETE FROM blobs WHERE digest IN (SELECT digest FROM blob_refs) AND digest NOT IN "
+        "(SELECT blob FROM events WHERE blob IS NOT NULL UNION "
+        "SELECT blob FROM inbox WHERE blob IS NOT NULL)"
+    )
+    conn.execute("DROP TABLE blob_refs")
+    conn.execute("CREATE INDEX events_blob ON events (blob) WHERE blob IS NOT NULL")
+    conn.execute("CREATE INDEX inbox_blob ON inbox (blob) WHERE blob IS NOT NULL")
+    conn.execute("UPDATE agentnb_meta SET value='agentnb-sqlite/5' WHERE key='format'")
+
+
 def _as_format_4(conn: sqlite3.Connection) -> None:
     """Turn a store file back into format 4: the listing indexed by ``last_activity``, no
     listing key and no triggers keeping it, no pending-work mark."""
+    _as_format_5(conn)
     conn.execute("DROP TRIGGER sessions_active")
     conn.execute("DROP TRIGGER sessions_created")
     conn.execute("DROP INDEX sessions_listed")
@@ -275,9 +316,66 @@ class TestFiles:
         conn.execute("ALTER TABLE events DROP COLUMN batch_id")
         conn.close()
         before = path.read_bytes()
-        with pytest.raises(Corrupt, match=r"'agentnb-sqlite/1'.*reads 'agentnb-sqlite/5'"):
+        with pytest.raises(Corrupt, match=r"'agentnb-sqlite/1'.*reads 'agentnb-sqlite/6'"):
             SQLiteStore(path)
         assert path.read_bytes() == before
+
+    def test_format_5_store_with_whole_payload_blobs_is_migrated_in_place(self, path: Path) -> None:
+        """A format-5 store (each large payload one blob of its whole text, a command's long
+        fingerprint kept whole) reads the same once migrated; a re-sent command is still
+        recognised, new writes of a text store it once, and deleting a session frees its
+        old blobs but keeps one another session's rows name."""
+        store = SQLiteStore(path)
+        mine, other = session_key("mine"), session_key("other")
+        text = "m" * (BLOB_THRESHOLD + 10)
+        shared = Event.create("acme/shared", {"text": "s" * (BLOB_THRESHOLD + 10)})
+        fingerprint = canonical_json(["submit", None, None, text, {}])
+        for k in (mine, other):
+            store.create_session(k)
+        store.inbox_append(mine, command(text), dedupe_key="k", fingerprint=fingerprint)
+        batch = [Event.create("turn/start", {"input": text}, turn_id="t1"), shared]
+        store.append(mine, [*batch, step(3)], expected_seq=0, batch_id="b")
+        store.append(other, [shared.model_copy()], expected_seq=0, batch_id="b")
+        before = (store.read_after(mine, 0, 10), store.read_after(other, 0, 10))
+        inbox = store.inbox_read_after(mine, 0, 10)
+        store.close()
+        conn = _raw(path)
+        _as_format_5(conn)
+        conn.execute("UPDATE inbox SET digest=? WHERE dedupe_key='k'", (fingerprint,))
+        # What format 5 wrote: whole payloads in blobs, one per distinct payload.
+        assert conn.execute("SELECT count(*) FROM blobs").fetchone() == (3,)
+        assert conn.execute(
+            "SELECT count(*) FROM events WHERE payload IS NULL AND length(blob) = 64"
+        ).fetchone() == (3,)
+        conn.close()
+        store = SQLiteStore(path)
+        try:
+            assert (store.read_after(mine, 0, 10), store.read_after(other, 0, 10)) == before
+            assert store.inbox_read_after(mine, 0, 10) == inbox
+            assert [r.payload_json for r in store.read_raw(mine, 0, 10)] == [
+                canonical_json(e.payload) for e in before[0]
+            ]
+            again = store.inbox_append(mine, command(text), dedupe_key="k", fingerprint=fingerprint)
+            assert again == (inbox[0], False)
+            with pytest.raises(IdempotencyConflict):
+                store.inbox_append(mine, command(text), dedupe_key="k", fingerprint="other")
+            usage = store.blob_usage(mine)
+            assert len(usage) == 3  # the three whole payloads it held
+            new = [Event.create("acme/a", {"text": text}), Event.create("acme/b", {"t": text})]
+            store.append(mine, new, expected_seq=3, batch_id="b2")
+            assert len(store.blob_usage(mine)) == 4  # one blob for the text, once
+            store.delete_session(mine, by="ops")
+            shared_blob = set(usage) & set(store.blob_usage(other))
+            assert len(shared_blob) == 1
+            assert store.read_after(other, 0, 10) == before[1]
+        finally:
+            store.close()
+        conn = _raw(path)
+        assert conn.execute("SELECT count(*) FROM blobs").fetchone() == (1,)
+        assert conn.execute("SELECT value FROM agentnb_meta WHERE key='format'").fetchone() == (
+            FORMAT,
+        )
+        conn.close()
 
     def test_format_2_store_is_migrated_in_place(self, path: Path) -> None:
         """A format-2 store gains the lifecycle columns, with counts, latest turn status and
@@ -317,7 +415,7 @@ class TestFiles:
             store.close()
         conn = _raw(path)
         assert conn.execute("SELECT value FROM agentnb_meta WHERE key='format'").fetchone() == (
-            "agentnb-sqlite/5",
+            FORMAT,
         )
         conn.close()
 
@@ -354,7 +452,7 @@ class TestFiles:
             store.close()
         conn = _raw(path)
         assert conn.execute("SELECT value FROM agentnb_meta WHERE key='format'").fetchone() == (
-            "agentnb-sqlite/5",
+            FORMAT,
         )
         conn.close()
 
@@ -403,7 +501,7 @@ class TestFiles:
         indexes = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='index'")}
         assert not indexes & {"sessions_recent", "sessions_user_recent"}
         assert conn.execute("SELECT value FROM agentnb_meta WHERE key='format'").fetchone() == (
-            "agentnb-sqlite/5",
+            FORMAT,
         )
         conn.close()
 

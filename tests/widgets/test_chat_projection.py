@@ -448,7 +448,9 @@ class TestChatSnapshotCache:
         head = session.log.head()
         writer = ChatFolds(store, session.key)
         writer.refresh()
-        store.put_snapshot(session.key, "chat-state", head, _encode(writer.chat.dump()))
+        store.put_snapshot(
+            session.key, "chat-state", head, _encode(writer.chat.dump(), store, session.key)
+        )
         reader = ChatFolds(store, session.key)
         scanned: list[int] = []
         real_scan = store.scan
