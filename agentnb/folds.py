@@ -40,7 +40,7 @@ from agentnb.projections.state import (
     SessionState,
     retire_turns,
 )
-from agentnb.stores._rows import HOLE, PART_MIN, blob_digest, long_strings, stored_text
+from agentnb.stores._rows import PART_MIN, blob_digest, split_parts, stored_text
 from agentnb.stores.base import MAX_READ_LIMIT, RawEvent, SessionStore
 
 __all__ = ["CHAT_SNAPSHOT_EVERY", "SNAPSHOT_EVERY", "ChatFolds", "Folds", "committing"]
@@ -119,22 +119,15 @@ def _parted(body: str, data: dict[str, Any], held: Collection[str]) -> bytes | N
     (None when no long text is a blob of the session's)."""
     if not held:
         return None
-    pieces: list[str] = []
-    digests: list[str] = []
-    pos = 0
-    for part in long_strings(data):
-        literal = orjson.dumps(part)
+
+    def named(literal: bytes) -> str | None:
         digest = blob_digest(literal)
-        at = body.find(literal.decode(), pos) if digest in held else -1
-        if at < 0:
-            continue
-        pieces += (body[pos:at], HOLE)
-        digests.append(digest)
-        pos = at + len(literal.decode())
+        return digest if digest in held else None
+
+    skeleton, digests = split_parts(body, data, named)
     if not digests:
         return None
-    pieces.append(body[pos:])
-    return _PARTED + " ".join(digests).encode() + b"\n" + "".join(pieces).encode()
+    return _PARTED + " ".join(digests).encode() + b"\n" + skeleton.encode()
 
 
 def _decode(blob: bytes, store: SessionStore) -> dict[str, Any]:

@@ -221,11 +221,12 @@ def long_strings(value: Any) -> Iterator[str]:
             yield from long_strings(v)
 
 
-def stored_body(
-    body: str, payload: Any, put_blob: Callable[[bytes], str]
-) -> tuple[str | None, str]:
-    """The ``payload`` and ``blob`` columns of a row whose canonical text ``body`` is over
-    ``BLOB_THRESHOLD``; ``put_blob`` stores each blob and returns its digest."""
+def split_parts(
+    body: str, payload: Any, part: Callable[[bytes], str | None]
+) -> tuple[str, list[str]]:
+    """``body`` (the JSON text of ``payload``) with a ``HOLE`` for each long text that
+    ``part`` takes (given its JSON text, it returns the blob's digest, or None to leave the
+    text where it is), and those digests in the order of the holes."""
     pieces: list[str] = []
     digests: list[str] = []
     pos = 0
@@ -236,11 +237,22 @@ def stored_body(
         at = body.find(literal, pos)
         if at < 0:
             continue
+        digest = part(literal.encode())
+        if digest is None:
+            continue
         pieces += (body[pos:at], HOLE)
-        digests.append(put_blob(literal.encode()))
+        digests.append(digest)
         pos = at + len(literal)
     pieces.append(body[pos:])
-    skeleton = "".join(pieces)
+    return "".join(pieces), digests
+
+
+def stored_body(
+    body: str, payload: Any, put_blob: Callable[[bytes], str]
+) -> tuple[str | None, str]:
+    """The ``payload`` and ``blob`` columns of a row whose canonical text ``body`` is over
+    ``BLOB_THRESHOLD``; ``put_blob`` stores each blob and returns its digest."""
+    skeleton, digests = split_parts(body, payload, put_blob)
     if len(skeleton) > BLOB_THRESHOLD:
         return None, " ".join([put_blob(skeleton.encode()), *digests])
     return skeleton, " ".join(digests)
