@@ -83,6 +83,21 @@ class TestLiveExporter:
         assert store.watermark(KEY, sink.name) == 0  # nothing acknowledged, nothing lost
         assert Exporter(store, sink.inner).drain() == 8
 
+    def test_a_burst_of_commits_shares_one_pass_an_interval(self, tmp_path: Path) -> None:
+        """Twenty commits over about a second reach the sink in at most a few accepts (one
+        pass an ``interval``, not one per commit), and a flush brings the rest in."""
+        store = _store_with(5)
+        sink = FlakySink(tmp_path / "pq", failures=0)
+        with LiveExporter(store, [sink], poll_interval=0.05, interval=1.0) as live:
+            assert live.flush(WAIT)
+            before = sink.calls
+            for _ in range(20):
+                _append(store, KEY, 1)
+                time.sleep(0.05)
+            assert live.flush(WAIT)
+            assert sink.position(KEY) == 25
+            assert sink.calls - before <= 3
+
     def test_sinks_sharing_a_name_are_refused(self, tmp_path: Path) -> None:
         """Two sinks with one name would share a watermark: InvalidInput."""
         a = ParquetSink(tmp_path / "a", name="same")
