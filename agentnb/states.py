@@ -1,11 +1,10 @@
 """The folded state of each session a process reads, kept once per store object.
 
 Readers that are not a session's handle (a parent looking at its children, the permission
-lookups across sessions, archiving, usage totals, the CLI) used to fold the logs they read on
-their own, each time from the newest snapshot. ``SessionStates`` keeps one ``Folds`` per
-session per store object instead, fed by the store's commit bus: a commit of this process is
-folded once, as it is (never read back), and a read folds only what another process committed
-since. ``read(store, key)`` is the one way in.
+lookups across sessions, archiving, usage totals, the CLI) share one ``Folds`` per session
+per store object, fed by the store's commit bus: a commit of this process is folded once,
+as it is (never read back), and a read folds only what another process committed since.
+``read(store, key)`` is the one way in.
 
 The states are shared: read them inside the ``with`` block (which holds the session's fold)
 and never change them. The newest ``CAPACITY`` sessions read are kept; an older one is folded
