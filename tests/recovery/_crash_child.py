@@ -32,6 +32,11 @@ LEASE = 1.0
 """Seconds of the execution lease in every process of these trials. Renewed every third of
 it, so a child starved of CPU for over 0.67 s loses it and stops by itself (fenced); at 0.5 s
 that happened on a loaded two-core machine, and the trial then never reaches its kill."""
+RECOVERING_LEASE = 10.0
+"""Seconds of the lease of the runtime that recovers after the kill (the default). It takes
+over at once (the holder is known dead), so nothing waits on its length; a 1 s lease there
+could run out while the loaded machine starves its renewal, and the recovering runtime would
+then be fenced mid-turn: a failure of the trial, not of recovery."""
 DEADLINE = 60.0
 """Seconds after which a child that was never killed gives up on its own."""
 STUCK = 10.0

@@ -30,6 +30,10 @@ import agentnb as nb
 
 POINTS = ("spawned", "tool", "completed", "confirm")
 LEASE = 1.0
+"""Seconds of the child process's lease (renewed every third of it)."""
+RECOVERING_LEASE = 10.0
+"""The lease of the runtime that recovers after the kill: it takes over at once (the holder
+is known dead), and a short one could run out while a loaded machine starves its renewal."""
 DEADLINE = 60.0
 """Seconds after which a child that was never killed gives up on its own."""
 SESSION_ID = "boss"

@@ -34,8 +34,8 @@ import pytest
 import agentnb as nb
 from tests.recovery._crash_child import (
     KEY,
-    LEASE,
     LONG_ANSWER,
+    RECOVERING_LEASE,
     SESSION_ID,
     USER_ID,
     make_agent,
@@ -239,7 +239,9 @@ def after_type(child: Child, type_: str, delay: float) -> None:
 def recovering(case: str, child: Child, store: nb.SessionStore) -> Iterator[nb.Session]:
     """A fresh runtime on the dead child's store; its model has its own script."""
     model = nb.ScriptedModel(make_script(case, RESUMED))
-    runtime = nb.Runtime(make_agent(case, child.side, model), store=store, lease_ttl=LEASE)
+    runtime = nb.Runtime(
+        make_agent(case, child.side, model), store=store, lease_ttl=RECOVERING_LEASE
+    )
     try:
         yield runtime.session(SESSION_ID, user_id=USER_ID)
     finally:

@@ -25,7 +25,7 @@ import agentnb as nb
 from tests.recovery._subagent_child import (
     ANSWER,
     KEY,
-    LEASE,
+    RECOVERING_LEASE,
     SESSION_ID,
     USER_ID,
     make_agent,
@@ -81,7 +81,10 @@ def run_child(point: str, db: Path, side: Path, *, until: str | None = None) -> 
 def recover(db: Path, side: Path, point: str) -> tuple[nb.Runtime, nb.Session]:
     """A new runtime on the dead process's file, executing the coordinator's session again."""
     runtime = nb.Runtime(
-        make_agent(side, point), store=f"sqlite:///{db}", lease_ttl=LEASE, auto_resume=True
+        make_agent(side, point),
+        store=f"sqlite:///{db}",
+        lease_ttl=RECOVERING_LEASE,
+        auto_resume=True,
     )
     session = runtime.session(SESSION_ID, user_id=USER_ID)
     session.start()  # the dead holder's run is closed and, nothing uncertain, resumed
@@ -180,7 +183,9 @@ class TestAnswerAcrossARestart:
         db, side = tmp_path / "db.sqlite", tmp_path / "side.txt"
         run_child("confirm", db, side, until="SUSPENDED")
         assert side_lines(side) == []
-        runtime = nb.Runtime(make_agent(side, "confirm"), store=f"sqlite:///{db}", lease_ttl=LEASE)
+        runtime = nb.Runtime(
+            make_agent(side, "confirm"), store=f"sqlite:///{db}", lease_ttl=RECOVERING_LEASE
+        )
         try:
             session = runtime.session(SESSION_ID, user_id=USER_ID)
             ((rid, request),) = session.pending().items()
