@@ -777,42 +777,31 @@ def _tail(args: argparse.Namespace) -> int:
 
 def _resume(args: argparse.Namespace) -> int:
     """Accept a resume of a session's interrupted turn; a worker carries it out."""
-    from types import SimpleNamespace
-
-    from agentnb.projections.decisions import check_resume, latest_unfinished
+    from agentnb.commands import Commands, StoreHost
+    from agentnb.projections.decisions import latest_unfinished
 
     store = _open_existing_store(args.store)
     try:
         key = _keys(store, args.session, args.user, args.agent)
-        with states.read(store, key) as (state, _):
-            turn_id = args.turn
-            if turn_id is None:
+        turn_id = args.turn
+        if turn_id is None:
+            with states.read(store, key) as (state, _):
                 latest = latest_unfinished(state)
-                if latest is None:
-                    raise nb.CannotResume(
-                        f"session {key} has no unfinished turn to resume; see agentnb show"
-                    )
-                turn_id = latest.turn_id
-            uncertain = state.uncertain_calls(turn_id)
-
-            def recorded(name: str) -> Any:
-                # No agent here: what its dispatch recorded says whether a call may run
-                # again (the runtime that carries the resume out checks with its own tools).
-                calls = [c for c in uncertain if c.name == name]
-                return SimpleNamespace(idempotent=bool(calls) and all(c.idempotent for c in calls))
-
-            check_resume(state, turn_id, executing=_executing(store, key), tool=recorded)
-        event, _ = nb.Inbox(store, key).accept("resume", turn_id=turn_id)
-        result = _carried_out(store, key, event, args.wait)
+            if latest is None:
+                raise nb.CannotResume(
+                    f"session {key} has no unfinished turn to resume; see agentnb show"
+                )
+            turn_id = latest.turn_id
+        command_id = Commands(StoreHost(store, key)).resume(turn_id).command_id
+        result = _carried_out(store, key, command_id, args.wait)
     finally:
         store.close()
-    return _report("resume", key, turn_id, event, result, args, store.url)
+    return _report("resume", key, turn_id, command_id, result, args, store.url)
 
 
 def _cancel(args: argparse.Namespace) -> int:
     """Cancel a session's queued, parked or running turn (a running one is interrupted)."""
-    from agentnb.projections.decisions import check_cancel
-    from agentnb.session import accept_cancel
+    from agentnb.commands import Commands, StoreHost
 
     store = _open_existing_store(args.store)
     try:
@@ -824,20 +813,18 @@ def _cancel(args: argparse.Namespace) -> int:
                     f"session {key.session_id} has no task {args.turn!r}; agentnb show "
                     f"{key.session_id} lists its tasks and their turn ids"
                 )
-            how = check_cancel(state, inbox, args.turn, executing=_executing(store, key))
-            event = accept_cancel(nb.Inbox(store, key), state, inbox, args.turn, how)
-        result = "done" if event is None else _carried_out(store, key, event, args.wait)
+        command_id = Commands(StoreHost(store, key)).cancel(args.turn)
+        result = "done" if command_id is None else _carried_out(store, key, command_id, args.wait)
     finally:
         store.close()
-    return _report("cancel", key, args.turn, event, result, args, store.url)
+    return _report("cancel", key, args.turn, command_id, result, args, store.url)
 
 
-def _carried_out(store: nb.SessionStore, key: nb.SessionKey, event: Any, wait: float) -> str:
+def _carried_out(store: nb.SessionStore, key: nb.SessionKey, command_id: str, wait: float) -> str:
     """Wait up to ``wait`` seconds for a runtime to carry the accepted command out: "done",
     "rejected: <why>", or "waiting" (nobody took it up yet)."""
     import time
 
-    command_id = event.payload["command_id"]
     deadline = time.monotonic() + wait
     while True:
         with states.read(store, key) as (state, inbox):
@@ -856,13 +843,12 @@ def _report(
     verb: str,
     key: nb.SessionKey,
     turn_id: str,
-    event: Any,
+    command_id: str | None,
     result: str,
     args: argparse.Namespace,
     url: str,
 ) -> int:
     """Print what became of a command a door accepted; a refusal exits 1."""
-    command_id = None if event is None else event.payload["command_id"]
     if args.json:
         _print_json(
             {"session": key, "turn_id": turn_id, "command_id": command_id, "result": result}
