@@ -8,6 +8,10 @@ dispatch it. It needs no agent: a ``Session`` handle is one host (its agent's to
 checks, its runtime's dispatch and waiting); ``StoreHost`` is the host of a door that has a
 store and nothing else (the command line), where what the log recorded stands in for the
 agent and the worker that carries a command out checks it again with its own.
+
+Why it is long: each verb's checks and races are written once here, for every door
+(``if_busy``'s four policies, a steer that arrives after its turn finished, answers routed
+to a sub-agent's child, a cancel that meets a start).
 """
 
 from __future__ import annotations

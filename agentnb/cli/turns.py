@@ -13,13 +13,12 @@ import agentnb as nb
 from agentnb import states
 from agentnb.cli.args import _common, _keys, _open_existing_store, _seconds
 from agentnb.cli.format import EXIT_FAILED, EXIT_OK, _not_found, _print_json, _visible
+from agentnb.commands import Commands, StoreHost
+from agentnb.projections.decisions import latest_unfinished
 
 
 def _resume(args: argparse.Namespace) -> int:
     """Accept a resume of a session's interrupted turn; a worker carries it out."""
-    from agentnb.commands import Commands, StoreHost
-    from agentnb.projections.decisions import latest_unfinished
-
     store = _open_existing_store(args.store)
     try:
         key = _keys(store, args.session, args.user, args.agent)
@@ -41,8 +40,6 @@ def _resume(args: argparse.Namespace) -> int:
 
 def _cancel(args: argparse.Namespace) -> int:
     """Cancel a session's queued, parked or running turn (a running one is interrupted)."""
-    from agentnb.commands import Commands, StoreHost
-
     store = _open_existing_store(args.store)
     try:
         key = _keys(store, args.session, args.user, args.agent)
@@ -63,7 +60,6 @@ def _cancel(args: argparse.Namespace) -> int:
 def _carried_out(store: nb.SessionStore, key: nb.SessionKey, command_id: str, wait: float) -> str:
     """Wait up to ``wait`` seconds for a runtime to carry the accepted command out: "done",
     "rejected: <why>", or "waiting" (nobody took it up yet)."""
-
     deadline = time.monotonic() + wait
     while True:
         with states.read(store, key) as (state, inbox):

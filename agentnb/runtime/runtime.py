@@ -6,6 +6,10 @@ sessions at work (``runtime/drivers.py``), the catalogue and lifecycle verbs
 (``runtime/catalogue.py``), the worker loop and worker processes (``runtime/worker.py``),
 and what ties the runtimes to the process: forks, twins, interpreter exit
 (``runtime/hooks.py``). The execution of a session is in ``runtime/engine.py``.
+
+Why it is over 600 lines: ``Runtime``'s docstring is the contract of every option
+(DESIGN §7), and opening the agents' toolsets and closing (stop the runs, leave sync tools
+behind, release, close the loop and store) are the construction and ``close`` it keeps.
 """
 
 from __future__ import annotations
