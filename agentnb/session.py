@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import hashlib
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -20,33 +19,30 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
-from agentnb import states
 from agentnb.agent import check_agent
-from agentnb.answers import ToolOutcome, stored_answers
+from agentnb.answers import ToolOutcome
 from agentnb.baseline import STATE_FORMAT, STATE_VERSION, ImportReport, convert
 from agentnb.blocks import FilePart, ImagePart, part_bytes
-from agentnb.children import children_of, descendant_requests, route_answers
+from agentnb.children import children_of, descendant_requests
+from agentnb.commands import IF_BUSY, Commands, accept_cancel, check_if_busy
 from agentnb.errors import (
     AgentChanged,
     AppendConflict,
-    CannotResume,
     IdempotencyConflict,
     InvalidAnswer,
     InvalidBlock,
     InvalidInput,
     LeaseHeld,
-    NotRunning,
-    SessionBusy,
     SessionNotFound,
     StorageError,
     UnknownTurn,
 )
-from agentnb.events import Event, Message, PlanItem, app_type, canonical_json
+from agentnb.events import Event, Message, PlanItem, app_type
 from agentnb.feedback import check_feedback, live_feedback
 from agentnb.folds import ChatFolds, Folds, load_context
 from agentnb.history import DEFAULT_REPLAY_LIMIT, HistoryPage, HistoryPages, read_history
 from agentnb.holders import holder_alive, holder_of
-from agentnb.ids import SessionKey, check_id, check_seconds, new_id
+from agentnb.ids import SessionKey, check_id, new_id
 from agentnb.limits import Limits, check_queue, check_room, check_steering, check_text
 from agentnb.live import Subscription
 from agentnb.log import Inbox, SessionLog
@@ -54,12 +50,7 @@ from agentnb.ops.schedules import Schedule, add_schedule, remove_schedule, sched
 from agentnb.permissions import agent_digest, find_rule, rules_in_force, shared_rules
 from agentnb.projections.chat import interactions_of, tasks_of
 from agentnb.projections.decisions import (
-    check_cancel,
     check_reconcile,
-    check_respond,
-    check_resume,
-    check_unanswered,
-    check_uncertain,
     effective_status,
     open_calls,
 )
@@ -103,31 +94,13 @@ if TYPE_CHECKING:
     from agentnb.records import SessionInfo
     from agentnb.stores.base import SessionStore, Tombstone
 
-__all__ = ["Session"]
+# IF_BUSY, accept_cancel and check_if_busy were defined here before the command client
+# (agentnb.commands) took them: they still import from here.
+__all__ = ["IF_BUSY", "Session", "accept_cancel", "check_if_busy"]
 
 _MISSING: Any = object()
 _HOLDER_RECHECK = 0.5
 """Seconds a waiter trusts a live holder's lease it read, before reading it again."""
-
-IF_BUSY = ("queue", "reject", "interrupt", "steer")
-"""The double-texting policies of ``submit(..., if_busy=)``."""
-
-_STARTING = frozenset({"submit", "resume", "respond"})
-"""Commands that start a run when the runtime carries them out."""
-
-
-def _preempted_by(inbox: InboxState, turn_id: str) -> str | None:
-    """The task submitted with ``if_busy="interrupt"`` that stopped turn ``turn_id``."""
-    return next(
-        (
-            c.turn_id
-            for c in inbox.commands.values()
-            if c.kind == "submit"
-            and c.data.get("preempts") == turn_id
-            and c.command_id not in inbox.rejected
-        ),
-        None,
-    )
 
 
 def _goes_ahead(inbox: InboxState, turn_id: str, blocking: str) -> bool:
@@ -136,20 +109,6 @@ def _goes_ahead(inbox: InboxState, turn_id: str, blocking: str) -> bool:
         c.kind == "submit" and c.turn_id == turn_id and c.data.get("preempts") == blocking
         for c in inbox.commands.values()
     )
-
-
-def check_if_busy(value: object) -> str:
-    """A ``submit``'s ``if_busy`` policy, or ``InvalidInput`` naming the four."""
-    if not isinstance(value, str) or value not in IF_BUSY:
-        raise InvalidInput(
-            f"if_busy must be one of {', '.join(repr(p) for p in IF_BUSY)}, got {value!r}"
-        )
-    return value
-
-
-def _answers_key(checked: Mapping[str, Any]) -> str:
-    """The idempotency key of a respond: the same answers give the same key."""
-    return "respond:" + hashlib.sha256(canonical_json(checked).encode()).hexdigest()[:40]
 
 
 def _check_wait(timeout: object) -> float | None:
@@ -176,58 +135,6 @@ def _still_running(receipt: Receipt | Task) -> KeyboardInterrupt:
 def _check_text(value: object, what: str) -> str:
     # The one limit every entering text shares (answers and reconcile use it too).
     return check_text(value, what)
-
-
-def accept_cancel(
-    log: Inbox,
-    state: SessionState,
-    inbox: InboxState,
-    turn_id: str,
-    how: str,
-    refresh: Callable[[], tuple[SessionState, InboxState]] | None = None,
-) -> Event | None:
-    """The inbox writes of a cancel decided as ``how`` (``check_cancel``), for every door
-    (``Session.cancel``, the command line): a queued task's submit is rejected at once
-    (``NotRunning`` if a runtime started it meanwhile); a running turn gets an interrupt
-    (unless one waits) and the cancel command; a parked one the cancel command. Returns
-    the cancel command for a runtime to carry out, or None when it is already done.
-    ``refresh`` folds the log again (default: fresh folds of the store)."""
-    if how == "done":
-        return None
-    if how == "queued":
-        submit = next(
-            c for c in inbox.commands.values() if c.kind == "submit" and c.turn_id == turn_id
-        )
-        log.record(
-            "inbox/rejected",
-            {
-                "command_id": submit.command_id,
-                "reason": "cancelled by the user",
-                "kind": "submit",
-                "cancelled": True,  # withdrawn, not refused: its outcome reads cancelled
-            },
-            turn_id=turn_id,
-        )
-        # A runtime that picked the turn before this commits its start only if the inbox
-        # did not move; if it did start first, say so.
-        if refresh is not None:
-            started = turn_id in refresh()[0].turns
-        else:
-            with states.read(log.store, log.key) as (now, _):
-                started = turn_id in now.turns
-        if started:
-            raise NotRunning(
-                f"turn {turn_id} started before the cancel arrived; interrupt() it, then cancel it"
-            )
-        return None
-    run_id = state.active_run
-    interrupting = any(
-        c.kind == "interrupt" and c.run_id == run_id for c in inbox.commands.values()
-    )
-    if how == "running" and run_id and not interrupting:
-        log.accept("interrupt", turn_id=turn_id, run_id=run_id)
-    event, _ = log.accept("cancel", turn_id=turn_id)
-    return event
 
 
 class SessionHost(Protocol):
@@ -293,6 +200,59 @@ class SessionHost(Protocol):
 
     def schedules_changed(self, key: SessionKey) -> None:
         """A schedule of ``key`` was added or removed here: fire it (``agentnb.ops.schedules``)."""
+
+
+class _Handle:
+    """A ``Session`` as the command client's host (``agentnb.commands.CommandHost``): its
+    folds and lock, its agent's tools and checks, its runtime's dispatch."""
+
+    def __init__(self, session: Session) -> None:
+        self._session = session
+        self.store = session.runtime.store
+        self.key = session.key
+        self.inbox = session.inbox
+        self.lock = session._lock
+        self.waiter: Session = session
+
+    def refresh(self) -> tuple[SessionState, InboxState]:
+        return self._session._refresh()
+
+    def catch_up(self) -> tuple[SessionState, InboxState]:
+        return self._session._catch_up()
+
+    def whole(self) -> tuple[SessionState, InboxState]:
+        return self._session._whole()
+
+    def executing(self) -> bool:
+        return self._session._executing()
+
+    def tools(self, state: SessionState) -> Callable[[str], Any]:
+        return self._session._tool
+
+    def admit(
+        self,
+        state: SessionState,
+        inbox: InboxState,
+        *,
+        queued: bool = False,
+        steering: str | None = None,
+    ) -> None:
+        self._session._admit(state, inbox, queued=queued, steering=steering)
+
+    def fingerprint(self) -> Any:
+        return self._session._submitting_agent()
+
+    def check_open(self) -> None:
+        self._session.runtime.check_open()
+
+    def dispatch(self, accepted: Event | None = None) -> None:
+        self._session._dispatch(accepted)
+
+    def accepted(self, event: Event) -> None:
+        self._session._folds.feed_inbox(event)
+
+    def open_child(self, key: SessionKey) -> Session | None:
+        return self._session._open_child(key)
 
 
 class Session:
@@ -551,6 +511,11 @@ class Session:
 
     # -- commands ----------------------------------------------------------------------------
 
+    @functools.cached_property
+    def _commands(self) -> Commands:
+        """The command client the verbs below write with (``agentnb.commands``)."""
+        return Commands(_Handle(self))
+
     def submit(
         self,
         input: str,
@@ -576,67 +541,7 @@ class Session:
         about to start) instead, as ``send`` does. With a policy other than ``"queue"`` the
         receipt's ``disposition`` says what happened (``started``, ``queued``, ``steered``).
         """
-        text = _check_text(input, "input")
-        if key is not None:
-            check_id(key, "key")
-        policy = check_if_busy(if_busy)
-        if policy != "queue":
-            return self._submit_if_busy(text, key, timeout, policy)
-        return self._submit(text, key, timeout)
-
-    def _submit(
-        self, text: str, key: str | None, timeout: float | None, preempts: str | None = None
-    ) -> Receipt:
-        """``submit`` of checked input; ``preempts``: the turn this task was let go ahead of
-        (``if_busy="interrupt"``, see ``next_command``)."""
-        data: dict[str, Any] = (
-            {} if timeout is None else {"timeout": check_seconds(timeout, "timeout")}
-        )
-        if preempts is not None:
-            data["preempts"] = preempts
-        data["agent"] = self._submitting_agent()
-        self.runtime.check_open()
-        with self._lock:
-            # The admission checks read what this process knows (see ``Limits``); a re-send
-            # under a key reads the inbox, so it finds its receipt, full queue or not.
-            state, inbox = self._catch_up() if key is None else self._refresh()
-            if key is None or all(c.key != key for c in inbox.commands.values()):
-                self._admit(state, inbox, queued=True)
-            event, created = self.inbox.accept(
-                "submit", key=key, turn_id=new_id("turn"), input=text, data=data
-            )
-            if not created:
-                return self._existing_receipt(event)
-            self._folds.feed_inbox(event)  # this process's readers need not read it back
-        self._dispatch(event)
-        return Receipt(
-            event.payload["command_id"], event.payload["turn_id"], None, "queued", None, self
-        )
-
-    def _existing_receipt(self, accepted: Event) -> Receipt:
-        """The receipt of a submit accepted before (a retry with its key), as it stands now:
-        the run it started and that run's status (``queued`` before it started, or
-        ``cancelled`` / ``rejected`` if it never will)."""
-        command_id = accepted.payload["command_id"]
-        turn_id = accepted.payload["turn_id"]
-        state, inbox = self._refresh()
-        if command_id not in inbox.commands and state.retired_turns:
-            state, inbox = self._whole()  # a turn retired from the folds
-        run_id = state.run_of_command.get(command_id)
-        early = refused(inbox, command_id, turn_id)
-        if run_id is None:
-            status = "queued" if early is None else early.status
-        else:
-            run = state.runs[run_id]
-            status = run.status
-            if status == "running" and not self._executing():
-                status = "interrupted"  # cut off: its process stopped
-            turn = state.turns.get(turn_id)
-            if turn is not None and turn.status == "cancelled" and turn.run_ids[-1] == run_id:
-                status = "cancelled"
-        if run_id is None and early is None:
-            self._dispatch()  # the first try may have been accepted by a runtime now gone
-        return Receipt(command_id, turn_id, run_id, status, None, self)
+        return self._commands.submit(input, key, timeout=timeout, if_busy=if_busy)
 
     def _submitting_agent(self) -> Any:
         """The fingerprint of the agent a task is submitted for: it travels with the command,
@@ -660,164 +565,7 @@ class Session:
         Refused like ``steer`` or ``submit`` (``QueueFull``, ``AgentChanged``, ...) by the
         way it would go: a send that would steer never falls back to queueing a task.
         """
-        text = _check_text(input, "input")
-        with self._lock:
-            state, inbox = self._refresh()
-            steered = self._steer_current(text, state, inbox)
-            if steered is not None:
-                return steered
-            state, inbox = self._refresh()
-            busy = state.active_run is not None or self._has_pending(state, inbox)
-        receipt = self.submit(text)
-        return Receipt(
-            receipt.command_id,
-            receipt.turn_id,
-            None,
-            "queued",
-            "queued" if busy else "started",
-            self,
-        )
-
-    @staticmethod
-    def _has_pending(state: SessionState, inbox: InboxState) -> bool:
-        latest = state.latest_turn
-        if latest is not None and latest.status in {"suspended", "interrupted", "failed"}:
-            return True
-        return any(
-            c.kind == "submit"
-            and c.command_id not in state.handled
-            and c.command_id not in inbox.rejected
-            for c in inbox.commands.values()
-        )
-
-    def _current_turn(
-        self, state: SessionState, inbox: InboxState
-    ) -> tuple[str, str | None] | None:
-        """(turn_id, run_id) of the turn a message would steer: the running one (run_id set;
-        only with a live executor), or the task that starts next (run_id None) when it is the
-        only work waiting and nothing parks the queue. None when neither is there."""
-        if state.active_run is not None:
-            run = state.runs[state.active_run]
-            return (run.turn_id, run.run_id) if self._executing() else None
-        if blocking_turn(state, inbox, executing=self._executing()) is not None:
-            return None
-        waiting = [
-            c
-            for c in inbox.commands.values()
-            if c.kind in _STARTING
-            and c.command_id not in state.handled
-            and c.command_id not in inbox.rejected
-        ]
-        if len(waiting) != 1 or waiting[0].kind != "submit" or waiting[0].turn_id is None:
-            return None
-        return waiting[0].turn_id, None
-
-    def _steer_current(
-        self, text: str, state: SessionState, inbox: InboxState, key: str | None = None
-    ) -> Receipt | None:
-        """Steer the current turn (``_current_turn``) with ``text``: its ``steered``
-        receipt, or None when there is none or it finished first (nothing is left then)."""
-        current = self._current_turn(state, inbox)
-        if current is None:
-            return None
-        turn_id, run_id = current
-        if run_id is not None and key is None:
-            try:
-                steered = self.steer(text, task=turn_id)
-            except NotRunning:
-                return None
-            return Receipt(steered.input_id, turn_id, run_id, "running", "steered", self)
-        self._admit(state, inbox, steering=turn_id)
-        event, _ = self.inbox.accept("steer", key=key, turn_id=turn_id, run_id=run_id, input=text)
-        command_id = event.payload["command_id"]
-        state, inbox = self._refresh()
-        submit = next(
-            (c for c in inbox.commands.values() if c.kind == "submit" and c.turn_id == turn_id),
-            None,
-        )
-        turn = state.turns.get(turn_id)
-        last = state.runs[turn.run_ids[-1]] if turn is not None and turn.run_ids else None
-        too_late = (
-            (submit is not None and submit.command_id in inbox.rejected)
-            or (turn is not None and turn.status == "cancelled")
-            or (
-                turn is not None
-                and turn.status == "completed"
-                and last is not None
-                and (last.inbox_seq or 0) < event.seq
-            )
-        )
-        if too_late:
-            self.inbox.record(
-                "inbox/rejected",
-                {"command_id": command_id, "reason": "the turn finished first", "kind": "steer"},
-                turn_id=turn_id,
-            )
-            return None
-        run_id = run_id or (last.run_id if last is not None and turn is not None else None)
-        status = "running" if run_id is not None else "queued"
-        return Receipt(command_id, turn_id, run_id, status, "steered", self)
-
-    def _busy(self, state: SessionState, inbox: InboxState) -> tuple[str | None, str] | None:
-        """(turn_id, status) of what a new task would wait for, or None if it starts now."""
-        if state.active_run is not None and self._executing():
-            return state.runs[state.active_run].turn_id, "running"
-        blocking = blocking_turn(state, inbox, executing=self._executing())
-        if blocking is not None:
-            return blocking[0].turn_id, blocking[1]
-        for c in inbox.commands.values():
-            if (
-                c.kind in _STARTING
-                and c.command_id not in state.handled
-                and c.command_id not in inbox.rejected
-            ):
-                return c.turn_id, "queued"
-        return None
-
-    def _submit_if_busy(
-        self, text: str, key: str | None, timeout: float | None, policy: str
-    ) -> Receipt:
-        """``submit`` with ``if_busy`` other than ``"queue"`` (see there)."""
-        self.runtime.check_open()
-        with self._lock:
-            state, inbox = self._refresh()
-            earlier = next((c for c in inbox.commands.values() if key and c.key == key), None)
-            if earlier is not None and earlier.kind == "steer":  # a retry of a steered one
-                if earlier.input != text:
-                    raise IdempotencyConflict(
-                        f"key {key!r} was used for other input; use a new key for new input"
-                    )
-                return Receipt(
-                    earlier.command_id, earlier.turn_id or "", None, "queued", "steered", self
-                )
-            busy = None if earlier is not None else self._busy(state, inbox)
-            if busy is None:
-                receipt = self._submit(text, key, timeout)
-                return dataclasses.replace(receipt, disposition="started")
-            turn_id, status = busy
-            if policy == "reject":
-                raise SessionBusy(
-                    f"session {self.key} is busy: turn {turn_id} is {status}, and "
-                    "if_busy='reject' refuses a task that would wait; nothing was written. "
-                    "Submit it with if_busy='queue' (wait its turn), 'steer' (guide the "
-                    "running turn) or 'interrupt' (stop it and start this one)",
-                    turn_id=turn_id,
-                    status=status,
-                )
-            if policy == "steer":
-                steered = self._steer_current(text, state, inbox, key)
-                if steered is not None:
-                    return steered
-                receipt = self._submit(text, key, timeout)
-                return dataclasses.replace(receipt, disposition="queued")
-            # "interrupt": stop the running turn and go ahead of it.
-            run_id = state.active_run if status == "running" else None
-            if run_id is None:
-                receipt = self._submit(text, key, timeout)
-                return dataclasses.replace(receipt, disposition="queued")
-            self.inbox.accept("interrupt", turn_id=turn_id, run_id=run_id)
-            receipt = self._submit(text, key, timeout, preempts=turn_id)
-            return dataclasses.replace(receipt, disposition="started")
+        return self._commands.send(input)
 
     def run(self, input: str, timeout: float | None = None) -> Outcome:
         """``submit`` then ``wait``: the same log, not a separate mode."""
@@ -829,57 +577,11 @@ class Session:
         ``NotRunning`` when nothing runs, when ``task`` is not the running turn, or when the
         open run has no live executor (its process stopped: ``resume`` continues it).
         """
-        text = _check_text(input, "input")
-        if task is not None:
-            check_id(task, "task")
-        with self._lock:
-            state, inbox = self._refresh()
-            run = state.runs.get(state.active_run or "")
-            if run is None or (task is not None and run.turn_id != task):
-                what = f"task {task!r} is not the running one" if task else "nothing is running"
-                raise NotRunning(f"cannot steer: {what}; submit a new task instead")
-            turn_id = run.turn_id
-            if not self._executing():
-                raise NotRunning(
-                    f"cannot steer: turn {turn_id} is not running - the process executing "
-                    f"it stopped (no live runtime holds the session); session.resume("
-                    f"{turn_id!r}) continues it, then steer it, or submit a new task"
-                )
-            self._admit(state, inbox, steering=turn_id)
-            event, _ = self.inbox.accept("steer", turn_id=turn_id, run_id=run.run_id, input=text)
-            command_id = event.payload["command_id"]
-            # The turn may have committed its completion between our read and our accept.
-            # It records the inbox head it had read; guidance after that was not seen, and
-            # is refused here rather than silently dropped.
-            state, _ = self._refresh()
-            turn = state.turns[turn_id]
-            last = state.runs[turn.run_ids[-1]]
-            too_late = turn.status == "cancelled" or (
-                turn.status == "completed" and (last.inbox_seq or 0) < event.seq
-            )
-            if too_late:
-                self.inbox.record(
-                    "inbox/rejected",
-                    {
-                        "command_id": command_id,
-                        "reason": "the turn finished first",
-                        "kind": "steer",
-                    },
-                    turn_id=turn_id,
-                )
-                raise NotRunning(
-                    "cannot steer: the task finished before the guidance "
-                    "arrived; submit it as a new task"
-                )
-            return InputReceipt(command_id, turn_id)
+        return self._commands.steer(input, task)
 
     def inject(self, material: str) -> InputReceipt:
         """Store reference material; applied exactly once at the next step of any run."""
-        text = _check_text(material, "material")
-        with self._lock:
-            self._admit(*self._refresh())
-        event, _ = self.inbox.accept("inject", input=text)
-        return InputReceipt(event.payload["command_id"], None)
+        return self._commands.inject(material)
 
     def _admit(
         self,
@@ -1083,30 +785,7 @@ class Session:
             if answer is _MISSING:
                 raise InvalidAnswer("respond(request_id, answer) needs the answer")
             answers = {request_id: answer}
-        self.runtime.check_open()
-        with self._lock:
-            state, inbox = self._refresh()
-            if any(rid in state.interactions for rid in answers) or not any(
-                c.get("status") == "running" for c in state.children.values()
-            ):
-                turn_id, checked = check_respond(state, answers, tool=self._tool)
-                checked = stored_answers(checked, self.runtime.store.put_blob)
-                key = _answers_key(checked)
-                check_unanswered(state, inbox, key, checked)
-                self._admit(state, inbox)
-                event, _ = self.inbox.accept(
-                    "respond",
-                    key=key,
-                    turn_id=turn_id,
-                    data={"answers": checked},
-                )
-            else:  # a sub-agent's request: routed to it, and this turn woken for it
-                _, event = route_answers(
-                    self.runtime.store, self.key, state, answers, self._open_child
-                )
-                turn_id = event.payload["turn_id"]
-        self.start()
-        return Receipt(event.payload["command_id"], turn_id, None, "queued", None, self)
+        return self._commands.respond(answers)
 
     def schedule(
         self,
@@ -1280,21 +959,7 @@ class Session:
 
         False when nothing runs; with ``run_id``, ``NotRunning`` if that run is not active.
         """
-        if run_id is not None:
-            check_id(run_id, "run_id")
-        with self._lock:
-            state, _ = self._refresh()
-            active = state.active_run if self._executing() else None
-            if run_id is not None and run_id != active:
-                raise NotRunning(
-                    f"run {run_id} is not running (the page may be stale); "
-                    f"running now: {active or 'nothing'}"
-                )
-            if active is None:
-                return False
-            turn_id = state.runs[active].turn_id
-            self.inbox.accept("interrupt", turn_id=turn_id, run_id=active)
-            return True
+        return self._commands.interrupt(run_id)
 
     def resume(self, turn_id: str, *, uncertain: str = "refuse") -> Receipt:
         """Continue the latest unfinished turn in a new run (same turn id).
@@ -1308,43 +973,7 @@ class Session:
         run again, and goes on (Everruns' ``resume_interrupted_turn``). The default,
         ``"refuse"``, waits for a person to ``reconcile`` them.
         """
-        check_id(turn_id, "turn_id")
-        uncertain = check_uncertain(uncertain)
-        self.runtime.check_open()
-        with self._lock:
-            state, inbox = self._refresh()
-            preempting = _preempted_by(inbox, turn_id)
-            if preempting is not None:
-                raise CannotResume(
-                    f"turn {turn_id} was stopped for task {preempting} (submitted with "
-                    "if_busy='interrupt'), which went ahead of it; its work so far stays in "
-                    f"the conversation. Submit what is left as a new task; "
-                    f"session.cancel({turn_id!r}) closes it"
-                )
-            check_resume(
-                state, turn_id, executing=self._executing(), tool=self._tool, uncertain=uncertain
-            )
-            queued = next(
-                (
-                    c
-                    for c in inbox.commands.values()
-                    if c.kind == "resume"
-                    and c.turn_id == turn_id
-                    and c.command_id not in state.handled
-                    and c.command_id not in inbox.rejected
-                ),
-                None,
-            )
-            if queued is not None:
-                raise CannotResume(
-                    f"a continuation of turn {turn_id} is already queued (command "
-                    f"{queued.command_id}); wait on the receipt that resume() returned"
-                )
-            self._admit(state, inbox)
-            data = {"uncertain": uncertain} if uncertain != "refuse" else None
-            event, _ = self.inbox.accept("resume", turn_id=turn_id, data=data)
-        self.start()
-        return Receipt(event.payload["command_id"], turn_id, None, "queued", None, self)
+        return self._commands.resume(turn_id, uncertain=uncertain)
 
     def cancel(self, turn_id: str, timeout: float = 30.0) -> None:
         """End a queued, running, suspended or interrupted turn; idempotent.
@@ -1355,17 +984,9 @@ class Session:
         """
         check_id(turn_id, "turn_id")
         _check_wait(timeout)
-        with self._lock:
-            state, inbox = self._refresh()
-            how = check_cancel(state, inbox, turn_id, executing=self._executing())
-            if how in ("done", "queued"):
-                accept_cancel(self.inbox, state, inbox, turn_id, how, self._refresh)
-                return
-            self.runtime.check_open()
-            event = accept_cancel(self.inbox, state, inbox, turn_id, how)
-        self.start()
-        if event is not None:
-            self._await_handled(event.payload["command_id"], timeout)
+        command_id = self._commands.cancel(turn_id)
+        if command_id is not None:
+            self._await_handled(command_id, timeout)
 
     def reconcile(
         self, outcomes: Mapping[str, ToolOutcome], reason: str, timeout: float = 30.0
