@@ -64,11 +64,10 @@ class FrozenDict(dict[str, Any]):
         return hash(self._canonical())
 
     def _canonical(self) -> str:
-        try:
-            return self._json
-        except AttributeError:
-            self._json = _encode(self)
-            return self._json
+        text: str | None = getattr(self, "_json", None)  # no exception when it is not made yet
+        if text is None:
+            self._json = text = _encode(self)
+        return text
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (FrozenDict, (dict(self),))

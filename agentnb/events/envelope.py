@@ -22,7 +22,7 @@ keep pydantic's names and behaviour for their callers.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, ClassVar, get_args
@@ -172,7 +172,6 @@ _FIELDS = (
     "payload",
 )
 _REQUIRED_FIELDS = frozenset({"event_id", "occurred_at", "type", "payload"})
-_set = object.__setattr__
 
 
 class _Fields(BaseModel):
@@ -244,17 +243,30 @@ class Event:
         /,
     ) -> None:
         # The fields as given: nothing is checked or encoded here. Events come from the
-        # constructors below (``new``, ``stored``) and the factories built on them.
-        _set(self, "schema_version", schema_version)
-        _set(self, "event_id", event_id)
-        _set(self, "seq", seq)
-        _set(self, "occurred_at", occurred_at)
-        _set(self, "type", type)
-        _set(self, "turn_id", turn_id)
-        _set(self, "run_id", run_id)
-        _set(self, "required", required)
-        _set(self, "payload", payload)
-        _set(self, "payload_json", payload_json)
+        # constructors below (``new``, ``stored``) and the factories built on them. Each slot
+        # is set through its own descriptor (``__setattr__`` refuses every assignment).
+        (
+            set_schema_version,
+            set_event_id,
+            set_seq,
+            set_occurred_at,
+            set_type,
+            set_turn_id,
+            set_run_id,
+            set_required,
+            set_payload,
+            set_payload_json,
+        ) = _SLOTS
+        set_schema_version(self, schema_version)
+        set_event_id(self, event_id)
+        set_seq(self, seq)
+        set_occurred_at(self, occurred_at)
+        set_type(self, type)
+        set_turn_id(self, turn_id)
+        set_run_id(self, run_id)
+        set_required(self, required)
+        set_payload(self, payload)
+        set_payload_json(self, payload_json)
 
     # -- the two constructors ----------------------------------------------------------------
 
@@ -581,6 +593,12 @@ class Event:
 
     def __deepcopy__(self, memo: dict[int, Any]) -> Event:
         return self
+
+
+_SLOTS: tuple[Callable[[Event, Any], None], ...] = tuple(
+    getattr(Event, name).__set__ for name in (*_FIELDS, "payload_json")
+)
+"""The setter of each slot ``Event.__init__`` fills, in its arguments' order."""
 
 
 def _frozen(name: str, value: Any) -> ValidationError:
