@@ -2,10 +2,11 @@
 
 An ``Event`` is an envelope (``schema_version``, ``event_id``, ``seq``, ``occurred_at``, ``type``,
 ``turn_id``, ``run_id``, ``required``, ``payload``). The payload is JSON, checked and deep-frozen
-when the event is created, so nothing can change it after it was accepted. Events are ordered by
-``seq`` (gapless per session, from 1), never by time.
+when the event is created, so nothing can change it after it was accepted, and its canonical JSON
+(``payload_json``) travels with it from then on. Events are ordered by ``seq`` (gapless per
+session, from 1), never by time.
 
-Each built-in type has one payload model below (``PAYLOADS`` maps type to model);
+Each built-in type has one payload model (``payloads``; ``PAYLOADS`` maps type to model);
 ``Event.create`` validates the payload against it, and ``Event.data`` decodes it back.
 Application types are namespaced ``vendor/name`` and go through ``register_event_type``.
 
