@@ -44,7 +44,7 @@ from agentnb import errors, wire
 from agentnb.answers import Answer, ToolOutcome
 from agentnb.blocks import FilePart, ImagePart
 from agentnb.errors import AgentnbError, InvalidInput, StorageError
-from agentnb.events import Event, PlanItem
+from agentnb.events import Event, PlanItem, decode_json, decode_payload
 from agentnb.history import HistoryPage
 from agentnb.ids import SessionKey, check_id
 from agentnb.live import LiveEvent, LiveHub, Subscription
@@ -443,6 +443,43 @@ def _event_of(frame: Mapping[str, Any]) -> Event:
     )
 
 
+_DATA = ',"data":'
+
+
+def _event_of_frame(text: str) -> Event:
+    """The ``Event`` of a raw stream's ``committed`` frame (its JSON text).
+
+    The server splices the event's own payload text (``Event.payload_json``, its store row's
+    canonical JSON) in after the envelope, as the frame's last field: that text is read once
+    here and kept as this event's, not encoded again. The envelope is checked as any foreign
+    data is (``Event.model_validate``). A frame of another shape is read whole."""
+    at = text.find(_DATA)  # the envelope's strings escape their quotes: the first is the field
+    if at > 0 and text.endswith("}"):
+        payload_json = text[at + len(_DATA) : -1]
+        try:
+            envelope = decode_json(text[:at] + "}")
+            payload = decode_payload(payload_json)
+        except ValueError:
+            pass  # not a frame this client splits: read it whole
+        else:
+            if not isinstance(envelope, dict):
+                return _event_of(json.loads(text))
+            checked = _event_of({**envelope, "data": {}})
+            return Event.stored(
+                checked.schema_version,
+                checked.event_id,
+                checked.seq,
+                checked.occurred_at,
+                checked.type,
+                checked.turn_id,
+                checked.run_id,
+                checked.required,
+                payload,
+                payload_json,
+            )
+    return _event_of(json.loads(text))
+
+
 class _Status:
     """What the session's stream said last: heads and whether it executes."""
 
@@ -628,6 +665,23 @@ class RemoteFollow:
                 self._drop()
                 return
 
+    def _signal(self, kind: str, data: Any) -> None:
+        """A frame of the stream other than a committed event: a status, a live chunk, or
+        the end of the stream (raised as the error it says)."""
+        session = self.session
+        if kind == "status":
+            session._status_seen(data)
+        elif kind == "chunk" and self._live is not None:
+            info = {k: v for k, v in data.items() if k not in {"kind", "turn_id", "run_id"}}
+            self._live.publish(
+                LiveEvent(data["kind"], data.get("turn_id"), data.get("run_id"), info, session.key)
+            )
+        elif kind == "end":
+            reason = str(data.get("reason", "")) if isinstance(data, Mapping) else ""
+            if "revoked" in reason or "sign-in" in reason:
+                raise errors.Unauthorized(reason)
+            raise errors.SessionNotFound(reason or "the session is gone")
+
     def _read(self, deadline: float | None) -> Iterator[Event]:
         session = self.session
         http = session.runtime.http
@@ -655,9 +709,9 @@ class RemoteFollow:
                 _Http.answer(response)  # raises the typed error
                 raise _Dropped()
             self.connected.set()
-            for kind, data, _id in _sse_events(response):
+            for kind, text, _id in _sse_events(response):
                 if kind == "committed":
-                    event = _event_of(data)
+                    event = _event_of_frame(text)
                     if event.seq <= self.position:
                         continue
                     self.position = event.seq
@@ -672,20 +726,8 @@ class RemoteFollow:
                             )
                         )
                     yield event
-                elif kind == "status":
-                    session._status_seen(data)
-                elif kind == "chunk" and self._live is not None:
-                    info = {k: v for k, v in data.items() if k not in {"kind", "turn_id", "run_id"}}
-                    self._live.publish(
-                        LiveEvent(
-                            data["kind"], data.get("turn_id"), data.get("run_id"), info, session.key
-                        )
-                    )
-                elif kind == "end":
-                    reason = str(data.get("reason", "")) if isinstance(data, Mapping) else ""
-                    if "revoked" in reason or "sign-in" in reason:
-                        raise errors.Unauthorized(reason)
-                    raise errors.SessionNotFound(reason or "the session is gone")
+                elif kind in ("status", "chunk", "end"):
+                    self._signal(kind, json.loads(text))
                 if deadline is not None and time.monotonic() >= deadline:
                     return
                 if self._stop.is_set():
@@ -718,14 +760,14 @@ class _Dropped(Exception):
     """The stream dropped; the follow reconnects."""
 
 
-def _sse_events(response: httpx.Response) -> Iterator[tuple[str, Any, str | None]]:
-    """(event, JSON data, id) of each server-sent event (comments skipped)."""
+def _sse_events(response: httpx.Response) -> Iterator[tuple[str, str, str | None]]:
+    """(event, data text, id) of each server-sent event (comments skipped)."""
     kind, id_ = "message", None
     data: list[str] = []
     for line in response.iter_lines():
         if line == "":
             if data:
-                yield kind, json.loads("\n".join(data)), id_
+                yield kind, "\n".join(data), id_
             kind, data, id_ = "message", [], None
             continue
         if line.startswith(":"):

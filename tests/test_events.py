@@ -479,3 +479,90 @@ class TestApplicationTypes:
         register_event_type("acme/later", required=True)
         registered.append("acme/later")
         check_readable("acme/later", True, session="s", seq=7)
+
+
+def _no_encoding(*_: Any) -> str:
+    raise AssertionError("a committed payload was encoded again")
+
+
+class TestEncodeOnce:
+    def test_a_new_event_carries_its_canonical_text(self) -> None:
+        """create and built encode the payload once, when the event is built: payload_json is
+        its canonical JSON, and canonical_json of the payload hands back that same text."""
+        created = Event.create("acme/x", {"b": 1, "a": [1, {"d": 2, "c": 3}]})
+        built = Event.built("step/start", {"step_id": "s", "iteration": 1})
+        for event in (created, built):
+            assert event.payload_json == canonical_json(dict(event.payload))
+            assert canonical_json(event.payload) is event.payload_json
+            assert event.with_seq(3).payload_json is event.payload_json
+
+    def test_a_stored_event_is_never_encoded_again(
+        self, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A store row holds the event's text; an event read back carries the row's text, and
+        its row, its raw form, its digest and its stream frame are made without encoding."""
+        from agentnb.server.stream import _committed
+        from agentnb.stores._rows import RawEvent, encode
+        from agentnb.stores.sqlite import SQLiteStore
+
+        store = SQLiteStore(tmp_path / "agentnb.sqlite")
+        key = SessionKey("ns", "u", "a", "s")
+        store.create_session(key)
+        event = Event.create("acme/x", {"text": "é", "n": [1, 2.5]})
+        store.append(key, [event], expected_seq=0, batch_id="b")
+        monkeypatch.setattr(events.codec, "_encode", _no_encoding)
+        (read,) = store.read_after(key, 0, 1)
+        assert read.payload_json == event.payload_json
+        assert encode(read, 1, _no_encoding).payload == read.payload_json
+        assert RawEvent.of(read).payload_json == read.payload_json
+        assert canonical_json(read.payload) == read.payload_json
+        assert event_digest([read]) == event_digest([event])
+        assert f',"data":{read.payload_json}}}' in _committed("s", read, raw=True, more=None)
+        (raw,) = store.read_raw(key, 0, 1)
+        assert raw.to_event().payload_json == raw.payload_json
+        store.close()
+
+
+class TestSlottedEnvelope:
+    def test_events_are_slotted_values(self) -> None:
+        """An event has no instance dict; it is weakly referenceable, hashes and compares
+        by its fields, and pickles with its text."""
+        import weakref
+
+        event = Event.create("step/start", {"step_id": "s", "iteration": 1}, turn_id="t")
+        assert not hasattr(type(event), "__dictoffset__") or type(event).__dictoffset__ == 0
+        assert weakref.ref(event)() is event
+        twin = Event.model_construct(**event.__dict__)
+        assert twin == event
+        assert hash(twin) == hash(event)
+        assert twin != event.with_seq(1)
+        back = pickle.loads(pickle.dumps(event.with_seq(4)))
+        assert back == event.with_seq(4)
+        assert back.payload_json == event.payload_json
+        assert type(back.payload) is FrozenDict
+
+    def test_pydantic_names_keep_working(self) -> None:
+        """model_validate checks foreign data, model_dump dumps as pydantic did, model_copy
+        replaces fields and keeps an unchanged payload's text."""
+        event = Event.create("step/start", {"step_id": "s", "iteration": 1}, turn_id="t")
+        dumped = event.model_dump(mode="json")
+        assert dumped["payload"] == {"step_id": "s", "iteration": 1}
+        assert dumped["occurred_at"].endswith("Z")
+        assert Event.model_validate(dumped) == event
+        with pytest.raises(ValidationError):
+            Event.model_validate({**dumped, "seq": -1})
+        with pytest.raises(ValidationError):
+            Event.model_validate({**dumped, "extra": 1})
+        copy = event.model_copy(update={"event_id": "evt_other"})
+        assert (copy.event_id, copy.payload_json) == ("evt_other", event.payload_json)
+        changed = event.model_copy(update={"payload": {"step_id": "t", "iteration": 2}})
+        assert changed.payload_json == '{"iteration":2,"step_id":"t"}'
+        assert type(changed.payload) is FrozenDict
+
+    def test_no_constructor_bypasses(self) -> None:
+        """The package builds events through their constructors only: no object.__new__."""
+        from pathlib import Path
+
+        package = Path(events.__file__).parent
+        for path in package.glob("*.py"):
+            assert "object.__new__" not in path.read_text(), path.name

@@ -580,7 +580,7 @@ def _rows(group: Sequence[Any], after: int) -> Iterator[_Row]:
     for event in group:
         if event.seq <= after or event.type not in _TYPES:
             continue
-        if hasattr(event, "payload_json"):
+        if hasattr(event, "occurred_us"):  # a RawEvent (an Event has occurred_at)
             us, payload = event.occurred_us, decode_json(event.payload_json)
         else:
             at = event.occurred_at

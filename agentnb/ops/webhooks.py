@@ -35,7 +35,7 @@ from urllib.parse import urlsplit
 import orjson
 
 from agentnb.errors import InvalidInput, StorageError, install_hint
-from agentnb.events import Event, canonical_json
+from agentnb.events import Event
 from agentnb.ids import SessionKey
 from agentnb.stores._rows import RawEvent
 from agentnb.stores.base import Tombstone
@@ -152,7 +152,7 @@ class Webhook:
         import httpx
 
         delivery = delivery_id(self.name, row.event_id)
-        payload = row.payload_json if isinstance(row, RawEvent) else canonical_json(row.payload)
+        payload = row.payload_json  # the committed text, an Event's or a row's: spliced in
         body = orjson.dumps(
             {
                 "delivery_id": delivery,

@@ -77,7 +77,7 @@ from agentnb.errors import (
     StorageError,
     describe,
 )
-from agentnb.events import Event, canonical_json
+from agentnb.events import Event
 from agentnb.folds import ChatFolds
 from agentnb.ids import SessionKey
 from agentnb.live import LiveEvent
@@ -191,7 +191,8 @@ def _sse(event: str, data: Any, id_: str | None = None) -> str:
 
 def _committed(session_id: str, event: Event, *, raw: bool, more: dict[str, Any] | None) -> str:
     """The ``committed`` SSE event of ``event``: its envelope encoded here, its payload the
-    canonical text the event already holds (the text its store row has), spliced in."""
+    canonical text the event carries (``Event.payload_json``: the text its store row has),
+    spliced in, never encoded again."""
     envelope = {
         "seq": event.seq,
         "event_id": event.event_id,
@@ -205,7 +206,7 @@ def _committed(session_id: str, event: Event, *, raw: bool, more: dict[str, Any]
     if not raw and event.type in PRIVATE_TYPES:
         body = ',"data":null,"omitted":true'
     else:
-        body = ',"data":' + canonical_json(event.payload)
+        body = ',"data":' + event.payload_json
     tail = "}"
     if more:
         tail = "," + _json(more)[1:]

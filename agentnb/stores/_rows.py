@@ -15,7 +15,6 @@ from agentnb.errors import Corrupt
 from agentnb.events import (
     BLOB_THRESHOLD,
     Event,
-    canonical_json,
     check_readable,
     decode_payload,
 )
@@ -51,7 +50,7 @@ class RawEvent(NamedTuple):
             event.required,
             round(event.occurred_at.timestamp() * 1_000_000),
             event.schema_version,
-            canonical_json(event.payload),
+            event.payload_json,
         )
 
     @property
@@ -63,17 +62,18 @@ class RawEvent(NamedTuple):
         return decode_payload(self.payload_json)
 
     def to_event(self) -> Event:
-        """The decoded ``Event``."""
-        return Event.model_construct(
-            schema_version=self.schema_version,
-            event_id=self.event_id,
-            seq=self.seq,
-            occurred_at=self.occurred_at,
-            type=self.type,
-            turn_id=self.turn_id,
-            run_id=self.run_id,
-            required=self.required,
-            payload=self.payload,
+        """The decoded ``Event``, carrying this row's payload text as its canonical JSON."""
+        return Event.stored(
+            self.schema_version,
+            self.event_id,
+            self.seq,
+            self.occurred_at,
+            self.type,
+            self.turn_id,
+            self.run_id,
+            self.required,
+            self.payload,
+            self.payload_json,
         )
 
 
@@ -128,7 +128,7 @@ def encode(event: Event, seq: int, put_blob: Callable[[bytes], str], digest: Any
     With ``digest`` (a hashlib object) the row's checksummed text is also fed to it: the
     batch digest then costs no second encoding of the events.
     """
-    body = canonical_json(event.payload)
+    body = event.payload_json
     occurred_us = round(event.occurred_at.timestamp() * 1_000_000)
     required = int(event.required)
     text = _text(
@@ -174,16 +174,17 @@ def decode(key: SessionKey, row: tuple[Any, ...], get_blob: Callable[[str], byte
         payload = decode_payload(body)
     except Exception as exc:  # noqa: BLE001 - any decode failure means the row is damaged
         raise _damaged(key, seq, exc) from None
-    return Event.model_construct(
-        schema_version=version,
-        event_id=event_id,
-        seq=seq,
-        occurred_at=datetime.fromtimestamp(occurred_us / 1_000_000, UTC),
-        type=type_,
-        turn_id=turn_id,
-        run_id=run_id,
-        required=required,
-        payload=payload,
+    return Event.stored(
+        version,
+        event_id,
+        seq,
+        datetime.fromtimestamp(occurred_us / 1_000_000, UTC),
+        type_,
+        turn_id,
+        run_id,
+        required,
+        payload,
+        body,
     )
 
 

@@ -502,3 +502,29 @@ class TestFeedsHaveNoThreads:
             runtime.close()
         assert grown < 5, f"{grown} threads more for {len(sids)} followed sessions"
         assert all(not seen[sid] for sid in sids if sid != sids[7])
+
+
+class TestRawFramesReuseTheText:
+    def test_a_raw_frame_carries_the_events_text_to_the_client(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """The server splices the event's payload text into its raw frame, and the remote
+        client keeps that text as its event's: neither side encodes the payload."""
+        from agentnb import client as client_module
+        from agentnb.events import Event, codec
+
+        event = Event.create(
+            "acme/x", {"text": 'é "quoted" ,"data":', "n": [1, 2.5]}, turn_id="t"
+        ).with_seq(3)
+
+        def no_encoding(value: Any) -> str:
+            # The client checks the envelope as foreign data, with an empty stand-in payload.
+            assert not value, "a committed payload was encoded again"
+            return "{}"
+
+        monkeypatch.setattr(codec, "_encode", no_encoding)
+        frame = stream_module._committed("s1", event, raw=True, more=None)
+        (data,) = [line[len("data: ") :] for line in frame.splitlines() if line.startswith("data:")]
+        received = client_module._event_of_frame(data)
+        assert received == event
+        assert received.payload_json == event.payload_json

@@ -1,384 +1,102 @@
-"""Events: the immutable, typed facts every session is made of.
+"""The payload models: one frozen pydantic model per built-in event type.
 
-An ``Event`` is an envelope (``schema_version``, ``event_id``, ``seq``, ``occurred_at``, ``type``,
-``turn_id``, ``run_id``, ``required``, ``payload``). The payload is JSON, checked and deep-frozen
-when the event is created, so nothing can change it after it was accepted. Events are ordered by
-``seq`` (gapless per session, from 1), never by time.
-
-Each built-in type has one payload model below (``PAYLOADS`` maps type to model);
-``Event.create`` validates the payload against it, and ``Event.data`` decodes it back.
-Application types are namespaced ``vendor/name`` and go through ``register_event_type``.
-
-``required`` says whether a reader must understand the type to rebuild state: a reader that
-meets a required type it does not know fails closed (``UnknownRequiredEvent``); optional
-unknown types are passed over.
-
-The catalogue follows the seeds' (AgentScope's session log), with these differences, each
-for a reason:
-
-- ``message/system`` records the instructions a session's runs use, when they change: in
-  the commit that binds the session to its agent (``agent/bound``) and in one that records
-  an accepted agent change with other instructions (``agent/changed``); they can change
-  nowhere else. It is not a context message: the instructions belong to the agent and go
-  with each model request (``request/prepared.instructions``), so the context and the
-  transcript hold user, assistant and tool messages only.
-- ``state/checkpoint`` says what it covers: ``state.context_digest`` chains the digests of
-  the context's messages (``agentnb.projections.digest``), and a resume checks it against
-  the log (``Corrupt`` when they differ).
-- ``state/restored`` is written when a runtime restored a session's state from a snapshot
-  plus the log and runs it: ``snapshot_seq`` and the ``restored_seq`` it was brought to.
-- ``verification/result`` records each check of an ``Agent(verify=)`` hook.
-- ``inbox/opened`` and ``inbox/closed`` are declared inbox types; admission is decided from
-  the execution log (a steer binds to the run the execution log shows open with a live
-  executor, and a run's completion commits only if the inbox is still at the head it read,
-  ``run/end.inbox_seq``), so they are records for readers of the inbox alone.
-- Written as the seed names them: ``coverage`` on ``run/start`` (``adapter_chunks``: the
-  model's streamed pieces are in the log) and on ``migration/baseline`` (``baseline_only``:
-  what came before the baseline is not); ``action_id`` (the seed's ``actionId``), one per
-  execution attempt of a tool call, on ``tool/dispatch``, ``tool/chunk``, ``action/start``
-  and ``action/end``; ``purpose`` on ``request/prepared`` and ``model/end``;
-  ``permission/changed`` for the rules a person grants when approving.
-
-Why it is long: it is the log's schema, every event type's payload model in one registry,
-read as one document; the envelope and its freezing rules sit with them.
+``PAYLOADS`` maps each built-in type to its model; the type sets below it say which log a type
+belongs to (``INBOX_TYPES``) and which a reader may pass over (the optional ones). The package's
+docstring (``agentnb.events``) says how the catalogue follows the seeds'.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
-import math
-import re
-import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
-from datetime import UTC, datetime
-from typing import Any, Literal, NoReturn, get_args
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, Literal
 
-import orjson
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field
 
 from agentnb.blocks import BlockPart
-from agentnb.errors import InvalidInput, UnknownRequiredEvent
-from agentnb.ids import check_id, new_id
+from agentnb.events.codec import FrozenDict
 
 __all__ = [
-    "BLOB_THRESHOLD",
     "BUILTIN_TYPES",
     "INBOX_TYPES",
     "PAYLOADS",
     "REASONING",
     "SCHEDULE_TYPES",
-    "SCHEMA_VERSION",
-    "Event",
-    "FrozenDict",
+    "ActionEnd",
+    "ActionStart",
+    "AgentBinding",
+    "AgentRebound",
+    "CommandKind",
+    "CompactionEnd",
+    "CompactionStart",
+    "ContextBuild",
+    "ContextReplaced",
+    "FeedbackAdded",
+    "FeedbackRemoved",
+    "InboxAccepted",
+    "InboxApplied",
+    "InboxHandled",
+    "InboxMark",
+    "InboxRejected",
+    "InboxStarted",
+    "InputApplied",
+    "InputDiscarded",
+    "InputReceived",
+    "InteractionKind",
+    "InteractionRequested",
+    "InteractionResolved",
     "Message",
+    "MessageEvent",
+    "MigrationBaseline",
+    "ModelChunk",
+    "ModelDispatch",
+    "ModelEnd",
+    "ModelRetry",
     "Payload",
+    "PermissionChanged",
+    "PermissionRuleData",
+    "PlanChanged",
+    "PlanItem",
+    "PlanStatus",
+    "PresentationHint",
+    "ReasoningFragment",
     "ReasoningPart",
+    "RecoveryApplied",
+    "RequestPrepared",
+    "RunEnd",
+    "RunReason",
+    "RunStart",
+    "RunStopRequested",
+    "ScheduleAdded",
+    "ScheduleFired",
+    "ScheduleRemoved",
+    "SessionRef",
+    "StateCheckpoint",
+    "StateRestored",
+    "Status",
+    "StepEnd",
+    "StepStart",
+    "SubagentCompleted",
+    "SubagentLinked",
+    "SubagentSpawned",
+    "TaskChanged",
     "ToolCallData",
-    "app_type",
-    "canonical_json",
-    "check_readable",
-    "check_writable",
-    "decode_json",
-    "decode_payload",
-    "event_digest",
-    "freeze_json",
+    "ToolCallFragment",
+    "ToolChunk",
+    "ToolDecision",
+    "ToolDispatch",
+    "ToolRequested",
+    "ToolResult",
+    "ToolResultStatus",
+    "TurnOutput",
+    "TurnResumed",
+    "TurnStart",
+    "TurnStatus",
+    "VerificationResult",
+    "WorkspaceBound",
+    "WorkspaceCheckpoint",
     "made_once",
     "message_of",
-    "payload_model",
-    "reducers",
-    "register_event_type",
-    "unregister_event_type",
 ]
-
-SCHEMA_VERSION = 1
-BLOB_THRESHOLD = 64 * 1024
-"""Encoded payloads larger than this many bytes may be stored as content-addressed blobs."""
-
-# --------------------------------------------------------------------------------------------
-# Frozen JSON
-
-
-class FrozenDict(dict[str, Any]):
-    """A JSON object that refuses mutation once built (payloads are frozen on acceptance)."""
-
-    # The canonical JSON, computed on first use: a store encodes each payload twice per
-    # append (batch digest and row), and frozen content cannot go stale. ``_message``: the
-    # ``Message`` a message object decodes to, likewise (see ``message_of``).
-    __slots__ = ("_json", "_message")
-    _json: str
-    _message: Message
-
-    def _refuse(self, *_: Any, **__: Any) -> NoReturn:
-        raise TypeError("event payloads are frozen; build a new event instead")
-
-    __setitem__ = _refuse
-    __delitem__ = _refuse
-    __ior__ = _refuse
-    clear = _refuse
-    pop = _refuse
-    popitem = _refuse
-    setdefault = _refuse
-    update = _refuse
-
-    def __hash__(self) -> int:  # type: ignore[override]
-        return hash(self._canonical())
-
-    def _canonical(self) -> str:
-        try:
-            return self._json
-        except AttributeError:
-            self._json = _encode(self)
-            return self._json
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (FrozenDict, (dict(self),))
-
-
-_MAX_DEPTH = 64
-_SURROGATE = re.compile("[\ud800-\udfff]")
-
-
-def clean_text(text: str) -> str:
-    """``text`` as valid Unicode: surrogate pairs joined, lone surrogates replaced by U+FFFD.
-
-    Python strings may hold lone surrogates (a tool's output, an emoji split across two
-    streamed chunks) that UTF-8 cannot encode; every text that enters an event passes here,
-    so no commit fails with a bare ``UnicodeEncodeError``.
-    """
-    if text.isascii() or _SURROGATE.search(text) is None:
-        return text
-    return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
-
-
-def freeze_json(value: Any, _path: str = "payload", _depth: int = 0) -> Any:
-    """Check that ``value`` is plain JSON and return a deep-frozen copy.
-
-    Objects become ``FrozenDict``, arrays become tuples. Raises ``InvalidInput`` naming the
-    offending path for anything JSON cannot carry exactly (non-string keys, NaN, sets, objects).
-    """
-    return _freeze(value, _path, _depth, False)
-
-
-_SCALARS = (type(None), bool, int)
-
-_Path = str | tuple[Any, str]
-"""Where a value sits in a payload, built as (parent, step) and spelled only for an error."""
-
-
-def _where(path: _Path) -> str:
-    steps: list[str] = []
-    while isinstance(path, tuple):
-        path, step = path
-        steps.append(step)
-    return path + "".join(reversed(steps))
-
-
-def _freeze(value: Any, path: _Path, depth: int, keep_models: bool) -> Any:
-    """``freeze_json``; with ``keep_models`` pydantic models are kept as they are (already
-    validated, they are dumped once, after the payload model took them)."""
-    kind = type(value)
-    if kind is str:  # the common cases first, by exact type: this runs for every value
-        return value if value.isascii() else clean_text(value)
-    if kind in _SCALARS:
-        return value
-    if depth > _MAX_DEPTH:
-        raise InvalidInput(f"{_where(path)} is nested deeper than {_MAX_DEPTH} levels")
-    if kind is dict or kind is FrozenDict:
-        out = {}
-        for k, v in value.items():
-            if type(k) is not str:
-                if not isinstance(k, str):
-                    raise InvalidInput(
-                        f"{_where(path)} has a non-string key {k!r}; JSON keys are strings"
-                    )
-                k = str.__str__(k)  # noqa: PLW2901 - the key as a plain str
-            value_kind = type(v)
-            if value_kind is str:  # plain values are taken here, not by a call each
-                v = v if v.isascii() else clean_text(v)  # noqa: PLW2901
-            elif value_kind not in _SCALARS:
-                v = _freeze(v, (path, "." + k), depth + 1, keep_models)  # noqa: PLW2901
-            out[k if k.isascii() else clean_text(k)] = v
-        return FrozenDict(out)
-    if kind is list or kind is tuple:
-        items: list[Any] = []
-        for i, v in enumerate(value):
-            value_kind = type(v)
-            if value_kind is str:
-                items.append(v if v.isascii() else clean_text(v))
-            elif value_kind in _SCALARS:
-                items.append(v)
-            else:
-                items.append(_freeze(v, (path, f"[{i}]"), depth + 1, keep_models))
-        return tuple(items)
-    if isinstance(value, str):
-        return clean_text(str.__str__(value))
-    if value is None or isinstance(value, bool):
-        return value
-    if isinstance(value, int):
-        return int(value)
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            raise InvalidInput(f"{_where(path)} is {value!r}; JSON has no NaN or infinity")
-        return value
-    if isinstance(value, BaseModel):
-        if keep_models:
-            return value
-        return _freeze(value.model_dump(mode="json"), path, depth, keep_models)
-    if isinstance(value, Mapping):
-        return _freeze(dict(value), path, depth, keep_models)
-    if isinstance(value, list | tuple):
-        return _freeze(list(value), path, depth, keep_models)
-    raise InvalidInput(
-        f"{_where(path)} holds a {type(value).__name__}, which is not JSON; "
-        "convert it to str, number, bool, None, list or dict first"
-    )
-
-
-def _freeze_dump(value: dict[str, Any], depth: int = 0) -> FrozenDict:
-    """``freeze_json`` of what a payload model dumped (``mode="json"``): only dicts with str
-    keys, lists, str, int, float, bool and None can be there, so only what a model does not
-    check is checked (text cleaned, floats finite, depth). Scalars are taken in the loop, not
-    by a call each: this runs for every event the runtime writes."""
-    if depth > _MAX_DEPTH:
-        raise InvalidInput(f"payload is nested deeper than {_MAX_DEPTH} levels")
-    out = {}
-    for k, v in value.items():
-        kind = type(v)
-        if kind is str:
-            out[k if k.isascii() else clean_text(k)] = v if v.isascii() else clean_text(v)
-            continue
-        if not k.isascii():
-            k = clean_text(k)  # noqa: PLW2901 - the key as it is stored
-        if kind is dict:
-            out[k] = _freeze_dump(v, depth + 1)
-        elif kind is list:
-            out[k] = _freeze_dump_list(v, depth + 1)
-        elif kind is float and not math.isfinite(v):
-            raise InvalidInput(f"payload.{k} is {v!r}; JSON has no NaN or infinity")
-        else:
-            out[k] = v
-    return FrozenDict(out)
-
-
-def _freeze_dump_list(value: list[Any], depth: int) -> tuple[Any, ...]:
-    if depth > _MAX_DEPTH:
-        raise InvalidInput(f"payload is nested deeper than {_MAX_DEPTH} levels")
-    out: list[Any] = []
-    for v in value:
-        kind = type(v)
-        if kind is str:
-            out.append(v if v.isascii() else clean_text(v))
-        elif kind is dict:
-            out.append(_freeze_dump(v, depth + 1))
-        elif kind is list:
-            out.append(_freeze_dump_list(v, depth + 1))
-        elif kind is float and not math.isfinite(v):
-            raise InvalidInput(f"payload holds {v!r}; JSON has no NaN or infinity")
-        else:
-            out.append(v)
-    return tuple(out)
-
-
-# The log's one codec. orjson writes what the standard library's sorted, compact encoder
-# writes (its floats are the same shortest digits; below 1e-4 it spells the exponent
-# without padding: 1e-7, not 1e-07), about ten times faster. Integers past 64 bits, which
-# orjson does not take, are written by the standard library; on reading, its decoder takes
-# any text with a run of 19 digits or more, which may hold one (orjson would make it a float).
-_ENCODER = json.JSONEncoder(
-    sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-)
-_SORTED = orjson.OPT_SORT_KEYS
-_LONG_DIGITS = re.compile(r"[0-9]{19}")
-
-
-def _encode(value: Any) -> str:
-    """Compact, key-sorted JSON of checked JSON values (dicts, tuples, finite floats)."""
-    try:
-        return orjson.dumps(value, option=_SORTED).decode()
-    except TypeError:  # an int past 64 bits (or no JSON at all: the fallback says so)
-        return _ENCODER.encode(value)
-
-
-def canonical_json(value: Any) -> str:
-    """Compact, key-sorted JSON: the same value always encodes to the same text.
-
-    Values that are not JSON raise ``TypeError`` (or ``ValueError``). A NaN or infinity,
-    which only unchecked values can hold (``freeze_json`` refuses them), is written as null,
-    as pydantic's JSON dump of a model writes it; check values from outside with
-    ``freeze_json`` first.
-    """
-    if type(value) is FrozenDict:
-        return value._canonical()
-    return _encode(value)
-
-
-def decode_json(text: str | bytes) -> Any:
-    """Plain JSON ``text`` as Python values (dicts and lists, not frozen), by the log's
-    codec; ``ValueError`` if it is not JSON."""
-    if _LONG_DIGITS.search(text if isinstance(text, str) else text.decode()) is not None:
-        return json.loads(text)
-    return orjson.loads(text)
-
-
-def decode_payload(text: str) -> FrozenDict:
-    """The frozen payload ``text`` (a JSON object) encodes; ``ValueError`` if it is not one.
-
-    The reading side of ``canonical_json``: objects become ``FrozenDict`` and arrays tuples,
-    and NaN, infinities and duplicate-free trickery are refused as not JSON.
-    """
-    if _LONG_DIGITS.search(text) is not None:
-        value = _STRICT_DECODER.decode(text)
-    else:
-        value = _frozen_decoded(orjson.loads(text))
-    if type(value) is not FrozenDict:
-        raise ValueError("payload is not a JSON object")
-    return value
-
-
-def _frozen_decoded(value: Any) -> Any:
-    """What a JSON decoder returned, frozen (only dicts, lists and scalars can be there)."""
-    kind = type(value)
-    if kind is dict:
-        out = {}
-        for k, v in value.items():
-            vk = type(v)
-            out[k] = _frozen_decoded(v) if vk is dict or vk is list else v
-        return FrozenDict(out)
-    if kind is list:
-        return tuple([_frozen_decoded(v) if type(v) in (dict, list) else v for v in value])
-    return value
-
-
-def _tuples(items: list[Any]) -> tuple[Any, ...]:
-    return tuple([_tuples(v) if type(v) is list else v for v in items])
-
-
-def _frozen_object(obj: dict[str, Any]) -> FrozenDict:
-    # Called innermost first, so nested objects are frozen already; only arrays are left.
-    return FrozenDict({k: _tuples(v) if type(v) is list else v for k, v in obj.items()})
-
-
-def _finite(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value):
-        raise ValueError(f"number {text} is out of range")
-    return value
-
-
-def _no_constant(name: str) -> float:
-    raise ValueError(f"{name} is not JSON")
-
-
-# Freezes while parsing: the decoder of texts that may hold integers past 64 bits.
-_STRICT_DECODER = json.JSONDecoder(
-    object_hook=_frozen_object, parse_float=_finite, parse_constant=_no_constant
-)
-
-
-# --------------------------------------------------------------------------------------------
-# Payload models
 
 
 class Payload(BaseModel):
@@ -460,11 +178,12 @@ def made_once(data: Mapping[str, Any], make: Callable[[], Message]) -> Message:
     stands for (a message object, or a tool result) is then made once per object."""
     if type(data) is not FrozenDict:
         return make()
+    message: Message
     try:
-        return data._message
+        message = data._message
     except AttributeError:
         data._message = message = make()
-        return message
+    return message
 
 
 RunReason = Literal["submit", "resume", "respond", "recovery", "steer"]
@@ -1342,411 +1061,3 @@ _OPTIONAL_BUILTINS = frozenset(
         "inbox/closed",
     }
 )
-
-_RESERVED_PREFIXES = frozenset(t.split("/")[0] for t in BUILTIN_TYPES)
-_APP_TYPE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}/[a-z0-9][a-z0-9_.-]{0,127}$")
-
-
-# --------------------------------------------------------------------------------------------
-# Application types
-
-
-@dataclass(frozen=True, slots=True)
-class _AppType:
-    name: str
-    validate: Callable[[Mapping[str, Any]], Mapping[str, Any]] | None
-    required: bool
-    reducer: Callable[[dict[str, Any], Event], Mapping[str, Any]] | None = None
-
-
-_app_types: dict[str, _AppType] = {}
-_app_lock = threading.Lock()
-
-
-def register_event_type(
-    name: str,
-    *,
-    model: type[BaseModel] | None = None,
-    validate: Callable[[Mapping[str, Any]], Mapping[str, Any]] | None = None,
-    required: bool = False,
-    reducer: Callable[[dict[str, Any], Event], Mapping[str, Any]] | None = None,
-) -> None:
-    """Register an application event type ``vendor/name`` (its codec).
-
-    ``model`` (a pydantic model) or ``validate`` (a function returning the cleaned payload)
-    checks payloads when events of this type are created. ``required=True`` marks the type as
-    needed to rebuild state: readers without this registration then refuse the log.
-    ``reducer(state, event) -> dict`` folds each event of the type into the session's
-    ``session.app_state(name)`` (it starts as ``{}``; the reducer returns the new state and
-    should not keep or change the one it is given). The fold is part of the session's state,
-    so it is rebuilt from the log and carried by its snapshots. A reducer that raises on a
-    ``required=True`` type fails the turn that records the event (``ReducerFailed``, nothing
-    of it written: fail closed); on any other type the event is written, the app state stays
-    as it was and the failure is logged (``agentnb.events``, WARNING).
-    Built-in names, malformed names and names already registered raise ``InvalidInput``.
-    """
-    if not isinstance(name, str) or not _APP_TYPE.match(name):
-        raise InvalidInput(
-            f"application event type {name!r} must look like 'vendor/name' "
-            "(lowercase letters, digits, '.', '_', '-')"
-        )
-    if name.split("/", maxsplit=1)[0] in _RESERVED_PREFIXES:
-        raise InvalidInput(f"{name!r} uses a built-in prefix; pick your own vendor prefix")
-    if model is not None and validate is not None:
-        raise InvalidInput("pass either model= or validate=, not both")
-    if reducer is not None and not callable(reducer):
-        raise InvalidInput(
-            f"reducer must be a function (state: dict, event) -> dict, got {type(reducer).__name__}"
-        )
-    check: Callable[[Mapping[str, Any]], Mapping[str, Any]] | None = validate
-    if model is not None:
-        cls = model
-
-        def check(data: Mapping[str, Any]) -> Mapping[str, Any]:
-            return cls.model_validate(data).model_dump(mode="json")
-
-    with _app_lock:
-        if name in _app_types:
-            raise InvalidInput(f"event type {name!r} is already registered")
-        _app_types[name] = _AppType(name, check, required, reducer)
-
-
-def unregister_event_type(name: str) -> None:
-    """Forget a registration (tests only)."""
-    with _app_lock:
-        _app_types.pop(name, None)
-
-
-def app_type(name: str) -> _AppType | None:
-    """The registration of an application type (its codec, ``required``, ``reducer``)."""
-    return _app_types.get(name)
-
-
-def reducers() -> dict[str, Callable[[dict[str, Any], Event], Mapping[str, Any]]]:
-    """Application type -> its reducer, for the types registered with one."""
-    with _app_lock:
-        return {n: t.reducer for n, t in _app_types.items() if t.reducer is not None}
-
-
-def payload_model(type_: str) -> type[Payload] | None:
-    """The payload model of a built-in type, or None for application types."""
-    return PAYLOADS.get(type_)
-
-
-def check_readable(type_: str, required: bool, *, session: object, seq: int) -> None:
-    """Fail closed when a required event type is unknown to this reader."""
-    if type_ in BUILTIN_TYPES or type_ in _app_types or not required:
-        return
-    raise UnknownRequiredEvent(
-        f"session {session} seq {seq}: required event type {type_!r} is unknown to this "
-        "reader; register its codec with agentnb.register_event_type() or upgrade agentnb "
-        "before reading this session"
-    )
-
-
-def check_writable(type_: object, required: bool) -> None:
-    """Refuse (``InvalidInput``) a type a store must not commit: one no reader could read.
-
-    ``Event.create`` already enforces this; stores call it too so an event built around it
-    (``model_construct``) cannot poison a log with a type that would fail every later read.
-    """
-    if isinstance(type_, str) and type_ in BUILTIN_TYPES:
-        return
-    if (
-        not isinstance(type_, str)
-        or not _APP_TYPE.match(type_)
-        or type_.split("/", maxsplit=1)[0] in _RESERVED_PREFIXES
-    ):
-        raise InvalidInput(
-            f"unknown event type {type_!r}: use a built-in type or a namespaced application "
-            "type 'vendor/name'"
-        )
-    if required and type_ not in _app_types:
-        raise InvalidInput(
-            f"{type_!r} is marked required but has no registered codec; call "
-            "agentnb.register_event_type() first, or record it with required=False"
-        )
-
-
-def _prepare_payload(type_: str, payload: Any, required: bool | None) -> tuple[Any, bool]:
-    """Validate a payload for ``type_`` and return (frozen JSON payload, required flag)."""
-    model = PAYLOADS.get(type_)
-    if model is not None:
-        if isinstance(payload, model):
-            data: Any = payload.model_dump(mode="json")
-        elif isinstance(payload, Payload):
-            raise InvalidInput(
-                f"payload for {type_!r} must be {model.__name__}, got {type(payload).__name__}"
-            )
-        else:
-            if payload is None:
-                payload = {}
-            # Checked as JSON, but models in it (messages) stay as they are: the payload
-            # model takes them without validating them again, and they are dumped once.
-            frozen = _freeze(payload, "payload", 0, True)
-            if not isinstance(frozen, Mapping):
-                raise InvalidInput(f"payload for {type_!r} must be a JSON object")
-            try:
-                # What model_validate(...).model_dump(mode="json") does, without their
-                # Python wrappers (this runs for every event the runtime writes).
-                data = model.__pydantic_serializer__.to_python(
-                    model.__pydantic_validator__.validate_python(frozen), mode="json"
-                )
-            except ValidationError as exc:
-                raise InvalidInput(f"invalid payload for {type_!r}: {exc}") from None
-        try:
-            frozen_data = _freeze_dump(data)
-        except InvalidInput:
-            frozen_data = freeze_json(data)  # the checking walk says where (and raises)
-        return frozen_data, type_ not in _OPTIONAL_BUILTINS if required is None else required
-    if (
-        not isinstance(type_, str)
-        or not _APP_TYPE.match(type_)
-        or (type_.split("/", maxsplit=1)[0] in _RESERVED_PREFIXES)
-    ):
-        raise InvalidInput(
-            f"unknown event type {type_!r}: use a built-in type or a namespaced application "
-            "type 'vendor/name'"
-        )
-    app = _app_types.get(type_)
-    if isinstance(payload, BaseModel):
-        payload = payload.model_dump(mode="json")
-    frozen = freeze_json({} if payload is None else payload)
-    if not isinstance(frozen, Mapping):
-        raise InvalidInput(f"payload for {type_!r} must be a JSON object")
-    if app is None:
-        if required:
-            raise InvalidInput(
-                f"{type_!r} is marked required but has no registered codec; call "
-                "agentnb.register_event_type() first, or record it with required=False"
-            )
-        return frozen, False
-    if app.validate is not None:
-        try:
-            frozen = freeze_json(app.validate(frozen))
-        except (ValidationError, ValueError, TypeError) as exc:
-            raise InvalidInput(f"invalid payload for {type_!r}: {exc}") from None
-    return frozen, app.required if required is None else required
-
-
-# --------------------------------------------------------------------------------------------
-# Payloads the runtime builds
-
-CHECK_BUILT = False
-"""When True, every payload ``Event.built`` makes is also checked by its model and must come
-out the same (the test suite turns it on: the trusted path is proven by every test)."""
-
-
-@dataclass(frozen=True, slots=True)
-class _Plan:
-    """What a built-in payload model adds to a payload the runtime built: its defaults, and
-    floats for the ints given to its float fields."""
-
-    defaults: dict[str, Any]
-    floats: frozenset[str]
-
-
-_PLANS: dict[str, _Plan] = {}
-
-
-def _plan(type_: str, model: type[Payload]) -> _Plan:
-    defaults: dict[str, Any] = {}
-    floats: set[str] = set()
-    for name, info in model.model_fields.items():
-        if float in (info.annotation, *get_args(info.annotation)):
-            floats.add(name)
-        if not info.is_required():
-            default = info.get_default(call_default_factory=True)
-            if info.exclude_if is not None and info.exclude_if(default):
-                continue  # stored only when set (see _empty)
-            annotation = Any if info.annotation is None else info.annotation
-            defaults[name] = TypeAdapter(annotation).dump_python(default, mode="json")
-    plan = _PLANS[type_] = _Plan(freeze_json(defaults), frozenset(floats))
-    return plan
-
-
-def _built_payload(type_: str, payload: Mapping[str, Any]) -> FrozenDict:
-    """``payload`` of a built-in type as its model would store it, without validating it:
-    the fields it leaves out take their defaults, and ints given to float fields become
-    floats. It is still checked to be JSON (and its text cleaned) as it is frozen."""
-    model = PAYLOADS[type_]
-    plan = _PLANS.get(type_) or _plan(type_, model)
-    data = dict(plan.defaults)
-    floats = plan.floats
-    for name, value in payload.items():
-        data[name] = float(value) if name in floats and type(value) is int else value
-    frozen: FrozenDict = _freeze(data, "payload", 0, False)
-    if CHECK_BUILT:
-        checked, _ = _prepare_payload(type_, payload, None)
-        if frozen != checked or canonical_json(frozen) != canonical_json(checked):
-            raise AssertionError(
-                f"{type_} built as {canonical_json(frozen)}, but its model stores "
-                f"{canonical_json(checked)}"
-            )
-    return frozen
-
-
-# --------------------------------------------------------------------------------------------
-# The envelope
-
-
-class Event(BaseModel):
-    """One committed (or about to be committed) fact of a session.
-
-    Create events with ``Event.create``; stores assign ``seq`` when they commit a batch
-    (``seq == 0`` means not committed yet).
-    """
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    schema_version: int = SCHEMA_VERSION
-    event_id: str
-    """Globally unique, time-ordered id (``evt_<uuid7>``); exports deduplicate by it."""
-    seq: int = Field(default=0, ge=0)
-    """Position in the session log, gapless from 1; 0 before commit."""
-    occurred_at: datetime
-    """When the fact happened (UTC). Informational: order by ``seq``."""
-    type: str
-    turn_id: str | None = None
-    run_id: str | None = None
-    required: bool = True
-    """A reader must know this type to rebuild state; see the module docstring."""
-    payload: dict[str, Any]
-    """The fact itself: JSON, frozen (see ``FrozenDict``)."""
-
-    @model_validator(mode="after")
-    def _freeze_payload(self) -> Event:
-        if not isinstance(self.payload, FrozenDict):
-            object.__setattr__(self, "payload", freeze_json(self.payload))
-        return self
-
-    @classmethod
-    def create(
-        cls,
-        type: str,
-        payload: Any = None,
-        *,
-        turn_id: str | None = None,
-        run_id: str | None = None,
-        required: bool | None = None,
-        event_id: str | None = None,
-        occurred_at: datetime | None = None,
-    ) -> Event:
-        """Build a new, uncommitted event, validating its payload for ``type``.
-
-        Raises ``InvalidInput`` for unknown types, payloads that are not JSON or do not fit the
-        type's model, and ids that are not strings.
-        """
-        if not isinstance(type, str):
-            raise InvalidInput(f"event type must be a string, got {builtins_type_name(type)}")
-        data, req = _prepare_payload(type, payload, required)
-        if turn_id is not None:
-            check_id(turn_id, "turn_id")
-        if run_id is not None:
-            check_id(run_id, "run_id")
-        if event_id is not None:
-            check_id(event_id, "event_id")
-        # Every field is checked above: build the frozen model directly, as ``with_seq``
-        # does, without pydantic's generic ``model_construct`` (this is on every step's path).
-        event = object.__new__(cls)
-        object.__setattr__(
-            event,
-            "__dict__",
-            {
-                "schema_version": SCHEMA_VERSION,
-                "event_id": event_id or new_id("evt"),
-                "seq": 0,
-                "occurred_at": occurred_at or datetime.now(UTC),
-                "type": type,
-                "turn_id": turn_id,
-                "run_id": run_id,
-                "required": req,
-                "payload": data,
-            },
-        )
-        object.__setattr__(event, "__pydantic_fields_set__", set(_ALL_FIELDS))
-        object.__setattr__(event, "__pydantic_extra__", None)
-        object.__setattr__(event, "__pydantic_private__", None)
-        return event
-
-    @classmethod
-    def built(
-        cls,
-        type: str,
-        payload: Mapping[str, Any],
-        *,
-        turn_id: str | None = None,
-        run_id: str | None = None,
-        required: bool | None = None,
-    ) -> Event:
-        """A new event of a built-in type whose payload the runtime built (its own code, from
-        values it checked): stored as ``create`` would store it, without validating it again
-        (``CHECK_BUILT`` makes it check). Other types, and payloads that are not plain
-        mappings, go through ``create``."""
-        if type not in PAYLOADS or not isinstance(payload, dict):
-            return cls.create(type, payload, turn_id=turn_id, run_id=run_id, required=required)
-        event = object.__new__(cls)
-        object.__setattr__(
-            event,
-            "__dict__",
-            {
-                "schema_version": SCHEMA_VERSION,
-                "event_id": new_id("evt"),
-                "seq": 0,
-                "occurred_at": datetime.now(UTC),
-                "type": type,
-                "turn_id": turn_id,
-                "run_id": run_id,
-                "required": type not in _OPTIONAL_BUILTINS if required is None else required,
-                "payload": _built_payload(type, payload),
-            },
-        )
-        object.__setattr__(event, "__pydantic_fields_set__", set(_ALL_FIELDS))
-        object.__setattr__(event, "__pydantic_extra__", None)
-        object.__setattr__(event, "__pydantic_private__", None)
-        return event
-
-    def with_seq(self, seq: int) -> Event:
-        """This event as committed at ``seq``."""
-        # A shallow copy of an already valid, frozen event: what pydantic's __copy__ does,
-        # without its generic machinery (this is on every commit's path).
-        event = object.__new__(Event)
-        fields = dict(self.__dict__)
-        fields["seq"] = seq
-        object.__setattr__(event, "__dict__", fields)
-        object.__setattr__(event, "__pydantic_fields_set__", self.__pydantic_fields_set__)
-        object.__setattr__(event, "__pydantic_extra__", self.__pydantic_extra__)
-        object.__setattr__(event, "__pydantic_private__", self.__pydantic_private__)
-        return event
-
-    @property
-    def data(self) -> BaseModel | Mapping[str, Any]:
-        """The payload decoded into its model (built-in types) or the raw mapping."""
-        model = PAYLOADS.get(self.type)
-        return model.model_validate(self.payload) if model is not None else self.payload
-
-    def content_key(self) -> str:
-        """Everything but ``seq`` as one string, cheaply (ids hold no control characters)."""
-        return (
-            f"{self.schema_version}\x1f{self.event_id}\x1f{_ts(self.occurred_at)}\x1f"
-            f"{self.type}\x1f{self.turn_id or ''}\x1f{self.run_id or ''}\x1f{self.required}\x1f"
-            f"{canonical_json(self.payload)}"
-        )
-
-
-_ALL_FIELDS = frozenset(Event.model_fields)
-
-
-def builtins_type_name(value: object) -> str:
-    return type(value).__name__
-
-
-def _ts(value: datetime) -> int:
-    """Microseconds since the epoch (how stores keep ``occurred_at``)."""
-    return round(value.timestamp() * 1_000_000)
-
-
-def event_digest(events: Iterable[Event]) -> str:
-    """SHA-256 over the canonical content of a batch (batch-id replay detection)."""
-    text = "\x1e".join([event.content_key() for event in events])
-    return hashlib.sha256(text.encode()).hexdigest()
