@@ -42,6 +42,7 @@ from __future__ import annotations
 
 from agentnb.ids import SessionKey
 from agentnb.stores._rows import RawEvent
+from agentnb.stores.core import guarded
 from agentnb.stores.decisions import (
     check_archived,
     check_fence,
@@ -79,7 +80,6 @@ from agentnb.stores.ports import (
     Watermarks,
     WorkClaims,
 )
-from agentnb.stores.ports.core import guarded
 from agentnb.stores.values import (
     MAX_BATCH,
     MAX_LABEL_KEY,

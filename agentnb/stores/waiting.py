@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING
 
 from agentnb.errors import InvalidInput, StorageError
 from agentnb.ids import Clock, SessionKey
+from agentnb.stores.core import StoreCore
 from agentnb.stores.decisions import check_key
-from agentnb.stores.ports.core import StoreCore
 
 if TYPE_CHECKING:
     from typing import Self

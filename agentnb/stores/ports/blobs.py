@@ -17,11 +17,11 @@ from abc import abstractmethod
 from agentnb.errors import Corrupt, InvalidInput
 from agentnb.ids import SessionKey, check_id
 from agentnb.stores._rows import event_anchor, open_snapshot, seal_snapshot
+from agentnb.stores.core import guarded
 from agentnb.stores.decisions import (
     check_key,
     check_seq,
 )
-from agentnb.stores.ports.core import guarded
 from agentnb.stores.ports.log import EventLog
 
 __all__ = ["Blobs"]

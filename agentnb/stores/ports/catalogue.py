@@ -47,6 +47,7 @@ from collections.abc import Collection
 from agentnb.errors import InvalidInput
 from agentnb.ids import SessionKey, check_id
 from agentnb.limits import check_chars
+from agentnb.stores.core import guarded
 from agentnb.stores.decisions import (
     check_key,
     check_labels,
@@ -56,7 +57,6 @@ from agentnb.stores.decisions import (
     check_title,
     decode_cursor,
 )
-from agentnb.stores.ports.core import guarded
 from agentnb.stores.values import (
     MAX_LIST_LIMIT,
     MAX_TITLE,

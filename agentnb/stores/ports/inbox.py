@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from agentnb.errors import InvalidInput
 from agentnb.events import Event
 from agentnb.ids import SessionKey
+from agentnb.stores.core import guarded
 from agentnb.stores.decisions import (
     check_key,
     check_limit,
@@ -22,7 +23,6 @@ from agentnb.stores.decisions import (
     checked,
     inbox_item,
 )
-from agentnb.stores.ports.core import guarded
 from agentnb.stores.values import (
     MAX_BATCH,
 )

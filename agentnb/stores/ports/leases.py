@@ -12,12 +12,12 @@ from __future__ import annotations
 from abc import abstractmethod
 
 from agentnb.ids import SessionKey, check_id
+from agentnb.stores.core import StoreCore, guarded
 from agentnb.stores.decisions import (
     check_key,
     check_lease,
     check_ttl,
 )
-from agentnb.stores.ports.core import StoreCore, guarded
 from agentnb.stores.values import (
     Lease,
     LeaseRow,

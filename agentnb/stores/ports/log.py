@@ -25,6 +25,7 @@ from agentnb.errors import Corrupt, InvalidInput
 from agentnb.events import Event, event_digest
 from agentnb.ids import SessionKey, check_id
 from agentnb.stores._rows import RawEvent
+from agentnb.stores.core import guarded
 from agentnb.stores.decisions import (
     check_key,
     check_limit,
@@ -33,7 +34,6 @@ from agentnb.stores.decisions import (
     gap,
     stamp,
 )
-from agentnb.stores.ports.core import guarded
 from agentnb.stores.values import (
     SCAN_PAGE,
     Lease,

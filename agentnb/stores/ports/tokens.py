@@ -15,10 +15,10 @@ from __future__ import annotations
 from abc import abstractmethod
 
 from agentnb.ids import check_id
+from agentnb.stores.core import StoreCore, guarded
 from agentnb.stores.decisions import (
     check_token_fields,
 )
-from agentnb.stores.ports.core import StoreCore, guarded
 from agentnb.stores.values import (
     TokenRecord,
 )

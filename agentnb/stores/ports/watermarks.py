@@ -10,11 +10,11 @@ from abc import abstractmethod
 
 from agentnb.errors import InvalidInput
 from agentnb.ids import SessionKey, check_id
+from agentnb.stores.core import guarded
 from agentnb.stores.decisions import (
     check_key,
     check_seq,
 )
-from agentnb.stores.ports.core import guarded
 from agentnb.stores.ports.log import EventLog
 
 __all__ = ["Watermarks"]

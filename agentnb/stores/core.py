@@ -1,7 +1,8 @@
 """What every role of the store port stands on: the clock, the bus, and the operation guard.
 
 ``close`` waits for the calls in flight (``guarded``, ``_operation``) and refuses later ones
-with ``StorageError``; the waiters' side of closing is ``agentnb.stores.waiting``'s.
+with ``StorageError``; the waiters' side of closing is ``agentnb.stores.waiting``'s. The
+roles built on it are in ``agentnb.stores.ports``.
 """
 
 from __future__ import annotations
