@@ -10,7 +10,7 @@ arguments) and reconcile outcomes and their reason. So a 50 MB answer is refused
 One rule for the characters of every such text, on every backend (``check_chars``): a
 lone surrogate (not valid Unicode, so no store can encode it) or a NUL character (which
 PostgreSQL cannot hold) is refused with ``InvalidInput`` naming where it is. The same rule
-guards a session's title, labels, search text and a deletion's reason (``stores/base.py``).
+guards a session's title, labels, search text and a deletion's reason (``stores/decisions.py``).
 
 **Queues, recovery, size** (``Limits``, set on ``Runtime(limits=...)``; the defaults are the
 seeds' bounds):

@@ -1,8 +1,9 @@
 """The worker loop: ``Runtime.serve``, and the worker processes of ``Runtime(processes=N)``.
 
-``serve`` (what ``agentnb worker`` runs) claims sessions with queued work on a store with a
-pending-work index (``PendingWork``: PostgreSQL), or scans every session on other stores,
-and executes each in a slot of its pool until it is told to stop. A session claimed is let
+``serve`` (what ``agentnb worker`` runs) claims sessions with queued work through the store's
+``WorkClaims`` role (every store has it: SQLite and PostgreSQL keep a pending-work index,
+others claim from their inbox and leases) and executes each in a slot of its pool until it
+is told to stop. A session claimed is let
 go only once its mark is settled, so work accepted meanwhile is never left unclaimed.
 """
 
@@ -18,7 +19,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol
 
 from agentnb.agent import Agent
 from agentnb.errors import Fenced, InvalidInput, LeaseHeld, StorageError, describe
@@ -32,6 +33,7 @@ from agentnb.runtime.processes import WorkerProcess, start_method
 from agentnb.runtime.recipes import WORKER_STOPPING
 from agentnb.stores import SessionStore
 from agentnb.stores.base import Lease
+from agentnb.stores.ports.claims import WorkClaims
 
 __all__ = [
     "SERVE_STOP_TIMEOUT",
@@ -48,37 +50,8 @@ SERVE_STOP_TIMEOUT = 10.0
 """Seconds ``serve`` gives its sessions' runs to stop and release once ``stop`` is set."""
 
 
-@runtime_checkable
-class PendingWork(Protocol):
-    """A store's index of the sessions with queued work (``PostgresStore`` has one).
-
-    With it, ``Runtime.serve`` claims sessions that have work instead of scanning every
-    session, so any number of worker processes and machines can share the store.
-    """
-
-    def claim_pending(
-        self,
-        owner: str,
-        *,
-        ttl: float = ...,
-        limit: int = ...,
-        agent_id: str | None = ...,
-        namespace: str | None = ...,
-    ) -> list[Lease]:
-        """Lease up to ``limit`` sessions with accepted commands and no live lease."""
-
-    def settle_pending(self, lease: Lease, inbox_seen: int, *, release: bool = ...) -> bool:
-        """Clear the leased session's mark if its inbox is still at ``inbox_seen`` (and
-        with ``release``, release the lease at once)."""
-
-    def held_pending(
-        self, *, limit: int = ..., agent_id: str | None = ..., namespace: str | None = ...
-    ) -> list[Lease]:
-        """The live leases of sessions with queued work (a dead holder's among them)."""
-
-    def watch_pending(self, callback: Callable[[SessionKey | None], None]) -> Callable[[], None]:
-        """Call ``callback`` when work may have been accepted (with the session's key when
-        the store knows it, else None); returns the unwatch."""
+PendingWork = WorkClaims
+"""The store role ``serve`` claims work through (its older name)."""
 
 
 class _Wakeups:
@@ -128,16 +101,14 @@ class Serving(Drivers):
     ) -> None:
         """Execute queued work of this agent's sessions until ``stop`` is set.
 
-        What ``agentnb worker`` runs; at most ``concurrency`` sessions execute at once. On a
-        store with a pending-work index (``PendingWork``: PostgreSQL) it claims sessions that
-        have work, woken when a command is accepted anywhere and every ``poll`` seconds (for
-        sessions whose holder crashed, once their lease expires); the claim is the lease the
-        session runs under, and a session is let go (its mark settled) once nothing is left
-        to do. Many processes and machines can serve one store; each session executes in one
-        place at a time. Other stores are scanned: every ``poll`` seconds each session is
-        looked at, and one with work gets a driver (one machine). Once ``stop`` is set, the
-        runs of this call are interrupted cooperatively, their ends committed and their leases
-        released before it returns.
+        What ``agentnb worker`` runs; at most ``concurrency`` sessions execute at once. It
+        claims sessions that have work (the store's ``WorkClaims``), woken when a command is
+        accepted and every ``poll`` seconds (for sessions whose holder crashed, once their
+        lease expires); the claim is the lease the session runs under, and a session is let
+        go (its mark settled) once nothing is left to do. Many processes and machines can
+        serve one shared store; each session executes in one place at a time. Once ``stop``
+        is set, the runs of this call are interrupted cooperatively, their ends committed and
+        their leases released before it returns.
         """
         if not isinstance(poll, int | float) or isinstance(poll, bool) or not 0 < poll <= 3600:
             raise InvalidInput(f"poll must be seconds in (0, 3600], got {poll!r}")
@@ -163,12 +134,11 @@ class Serving(Drivers):
         halt = threading.Event()  # tells this call's session loops to let go
         wake = _Wakeups()
         working: dict[SessionKey, concurrent.futures.Future[None]] = {}
-        claims = store if isinstance(store, PendingWork) else None
-        unwatch = claims.watch_pending(wake.accepted) if claims is not None else None
-        self._pooled += claims is not None
+        claims: WorkClaims = store
+        unwatch = claims.watch_pending(wake.accepted)
+        self._pooled += 1
         next_pass = 0.0
-        owed = False  # a claim or scan pass fell due while every slot was busy
-        scan: list[SessionKey] = []  # without an index: the sessions this round still looks at
+        owed = False  # a claim pass fell due while every slot was busy
         try:
             while not stop.is_set() and not self._closed:
                 # Taken before the slots are counted: a slot freed or work accepted from here
@@ -187,12 +157,10 @@ class Serving(Drivers):
                     wake_keys = None  # every lingering driver looks for commands now and
                     # then: a store without notifications tells of none
                 if (woken or owed) and free > 0:
-                    if claims is None and owed and not scan:
-                        scan = self._all_sessions()
                     owed = False
-                    if claims is not None and wake_keys is None:  # a poll pass
+                    if wake_keys is None:  # a poll pass
                         self._release_dead_holders(claims)
-                    for key, lease in self._next_sessions(claims, free, working, scan):
+                    for key, lease in self._next_sessions(claims, free):
                         future = asyncio.run_coroutine_threadsafe(
                             self._work_on(key, lease, halt, claims), self._loop
                         )
@@ -204,39 +172,13 @@ class Serving(Drivers):
                     self._loop.call_soon_threadsafe(self._wake_drivers, wake_keys)
                 wake.wait(min(poll, 0.1))  # short: ``stop`` has no way to wake this
         finally:
-            self._pooled -= claims is not None
-            if unwatch is not None:
-                unwatch()
+            self._pooled -= 1
+            unwatch()
             halt.set()
             self._let_go(list(working.values()))
 
-    def _all_sessions(self) -> list[SessionKey]:
-        try:
-            return [
-                r.key
-                for agent_id in self.agents
-                for r in self.store.list_sessions(namespace=self.namespace, agent_id=agent_id)
-            ]
-        except StorageError as exc:  # the store is away: the next pass tries again
-            log.warning("worker: could not list sessions: %s", describe(exc))
-            return []
-
-    def _next_sessions(
-        self,
-        claims: PendingWork | None,
-        free: int,
-        working: dict[SessionKey, concurrent.futures.Future[None]],
-        scan: list[SessionKey],
-    ) -> list[tuple[SessionKey, Lease | None]]:
-        """The sessions to work on next: claimed ones with their lease, or (no index) the
-        next ones of this round's scan, each looked at in a free slot."""
-        if claims is None:
-            taken: list[tuple[SessionKey, Lease | None]] = []
-            while scan and len(taken) < free:
-                key = scan.pop(0)
-                if key not in working:
-                    taken.append((key, None))
-            return taken
+    def _next_sessions(self, claims: WorkClaims, free: int) -> list[tuple[SessionKey, Lease]]:
+        """The sessions to work on next, claimed with their lease, one per free slot."""
         leases: list[Lease] = []
         try:
             # The sessions of every agent it executes: its own and its sub-agents' children.
@@ -254,7 +196,7 @@ class Serving(Drivers):
             log.warning("worker: could not look for work: %s", describe(exc))
         return [(lease.key, lease) for lease in leases]
 
-    def _release_dead_holders(self, claims: PendingWork) -> None:
+    def _release_dead_holders(self, claims: WorkClaims) -> None:
         """Release the leases of sessions with queued work whose holder is known dead (a
         process of this host that is gone, ``kill -9``), each at its exact epoch: they are
         claimed now instead of once their leases expire."""
@@ -279,7 +221,7 @@ class Serving(Drivers):
     def hand_off(self, key: SessionKey) -> None:
         """Make sure another session's accepted work is dispatched (a sub-agent's child, a
         parent its child woke): here, or, while this runtime serves a pool of workers
-        (``serve`` on a store with a pending-work index), by whichever worker claims it."""
+        (``serve``), by whichever worker claims it."""
         if self._pooled:
             self._loop.call_soon_threadsafe(self._wake_drivers, {key})
             return
@@ -314,7 +256,7 @@ class Serving(Drivers):
         key: SessionKey,
         lease: Lease | None,
         halt: threading.Event,
-        claims: PendingWork | None,
+        claims: WorkClaims,
     ) -> None:
         """Execute one session's work: under ``lease`` when claimed (its driver adopts it:
         same owner), else under the lease its driver takes. Claimed, it is let go only when
@@ -352,7 +294,7 @@ class Serving(Drivers):
         self,
         key: SessionKey,
         lease: Lease | None,
-        claims: PendingWork | None,
+        claims: WorkClaims,
         fresh: bool = False,
     ) -> tuple[bool, Lease | None]:
         """In a worker thread: (whether ``key`` has work, the lease still held). Without work
@@ -369,7 +311,7 @@ class Serving(Drivers):
         key: SessionKey,
         folds: Folds,
         lease: Lease | None,
-        claims: PendingWork | None,
+        claims: WorkClaims,
         fresh: bool,
     ) -> tuple[bool, Lease | None]:
         while True:
@@ -380,7 +322,7 @@ class Serving(Drivers):
             work = next_command(folds.inbox, folds.state) is not None
             if work or folds.state.active_run is not None:
                 return True, lease
-            if lease is None or claims is None:
+            if lease is None:
                 return False, lease
             if claims.settle_pending(lease, folds.inbox.seq, release=True):
                 return False, None

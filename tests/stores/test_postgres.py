@@ -239,32 +239,6 @@ class TestSchema:
         PostgresStore(pg_url).close()
         assert sql(pg_url, "SELECT max(version) FROM agentnb.migrations") == [(SCHEMA_VERSION,)]
 
-    def test_reopen_keeps_everything(self, pg_url: str) -> None:
-        """A second store on the database sees the log, inbox, lease, watermark, blob, secret."""
-        clock = FakeClock()
-        key = child_key("s1")
-        first = PostgresStore(pg_url, clock=clock)
-        record = first.create_session(key)
-        events = first.append(key, [step(1), step(2)], expected_seq=0, batch_id="b1")
-        accepted, _ = first.inbox_append(key, command("a"), dedupe_key="k", fingerprint="f")
-        lease = first.acquire_lease(key, "owner-a", ttl=60)
-        first.advance_watermark(key, "sink", 2)
-        blob = first.put_blob(b"bytes")
-        secret = first.secret()
-        record = first.get_session(key)  # with the metadata those commits changed
-        first.close()
-        again = PostgresStore(pg_url, clock=clock)
-        try:
-            assert again.get_session(key) == record
-            assert again.read_after(key, 0, 10) == events
-            assert again.inbox_read_after(key, 0, 10) == [accepted]
-            assert again.current_lease(key) == lease
-            assert again.watermark(key, "sink") == 2
-            assert again.get_blob(blob) == b"bytes"
-            assert again.secret() == secret
-        finally:
-            again.close()
-
     def test_version_2_database_is_migrated(self, pg_url: str) -> None:
         """A database at schema 2 gains the archive flag (nothing archived), its tombstones
         numbered in the order they were deleted and the tombstone watermarks, and is then at

@@ -227,42 +227,6 @@ class TestPendingWork:
 
 
 class TestReopen:
-    def test_reopen_keeps_everything(self, path: Path) -> None:
-        """Closing and reopening the file keeps log, inbox, leases, watermarks, blobs, secret."""
-        clock = FakeClock()
-        key = session_key()
-        first = SQLiteStore(path, clock=clock)
-        record = first.create_session(key)
-        big = Event.create("acme/big", {"text": "y" * (BLOB_THRESHOLD + 10)})
-        batch = [step(1), big]
-        events = first.append(key, batch, expected_seq=0, batch_id="b1")
-        accepted, _ = first.inbox_append(key, command("a"), dedupe_key="k", fingerprint="f")
-        lease = first.acquire_lease(key, "owner-a", ttl=60)
-        first.advance_watermark(key, "sink", 2)
-        blob = first.put_blob(b"bytes")
-        secret = first.secret()
-        record = first.get_session(key)  # with the metadata those commits changed
-        first.close()
-
-        again = SQLiteStore(path, clock=clock)
-        try:
-            assert again.get_session(key) == record
-            assert again.read_after(key, 0, 10) == events
-            assert again.head(key) == 2
-            # The batch id is remembered: a retried batch is still recognised after reopening.
-            assert again.append(key, batch, expected_seq=0, batch_id="b1", fence=lease) == events
-            assert again.inbox_read_after(key, 0, 10) == [accepted]
-            assert again.inbox_append(key, command("a"), dedupe_key="k", fingerprint="f") == (
-                accepted,
-                False,
-            )
-            assert again.current_lease(key) == lease
-            assert again.watermark(key, "sink") == 2
-            assert again.get_blob(blob) == b"bytes"
-            assert again.secret() == secret
-        finally:
-            again.close()
-
     def test_head_of_a_long_session_opens_without_scanning(self, path: Path) -> None:
         """head() of a reopened session with thousands of events is answered directly."""
         key = session_key()
