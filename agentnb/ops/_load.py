@@ -185,36 +185,20 @@ class Loader:
         a row whose payload is in blobs is read from ``source`` and goes through the port."""
         if self._rows is None:
             raise ValueError("append_stored needs an SQLite target")
-        batch: list[RawEvent] = []
-        crcs: list[int] = []
+        batch: list[StoredRow] = []
 
         def flush() -> None:
             if batch and self._rows is not None:
-                first, last = batch[0].seq, batch[-1].seq
-                self.events += self._rows.append(key, batch, f"ops-copy-{first}-{last}", crcs)
+                first, last = batch[0][0], batch[-1][0]
+                self.events += self._rows.append_stored(key, batch, f"ops-copy-{first}-{last}")
             batch.clear()
-            crcs.clear()
 
         for row in rows:
             if row[9] is not None:  # the payload is in blobs: read it whole, by the port
                 flush()
                 self._commit(key, source.read_raw(key, row[0] - 1, 1), False)
                 continue
-            seq, event_id, type_, turn_id, run_id, required, occurred_us, version, body = row[:9]
-            batch.append(
-                RawEvent(
-                    seq,
-                    event_id,
-                    type_,
-                    turn_id,
-                    run_id,
-                    bool(required),
-                    occurred_us,
-                    version,
-                    body,
-                )
-            )
-            crcs.append(row[10])
+            batch.append(row)
             if len(batch) >= BATCH:
                 flush()
         flush()

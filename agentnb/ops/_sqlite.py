@@ -9,12 +9,15 @@ keeps for the same work:
   SHA-256 over ``"<crc>\\n"`` of each row in seq order (its rows counted: seqs 1 to the
   head, no gaps), ``crc`` being the CRC-32 the store keeps over every field of the row
   (seq included), so a row changed anywhere changes it.
-* ``RowWriter.append``: commits a batch of committed events (``RawEvent``: payload text as
-  committed) into a session's log in one transaction: the row the store's ``append`` would
-  write (checksum, the batch id and digest on its first row), guarded like it (the head the
-  caller expects, the session live, its lease free), the catalogue's counts and latest-turn
-  status moved as ``decide_catalogue`` says. Payloads over ``BLOB_THRESHOLD`` (stored in
-  blobs by parts) are not written here: the loader sends those through the port.
+* ``RowReader.events``: an SQLite source's rows as stored (no payload decoded).
+* ``RowWriter.append_stored`` (and ``append``, of ``RawEvent``s): commits a batch of
+  committed events into a session's log in one transaction: the rows the store's
+  ``append`` would write (checksum, the batch id and digest on the first), each checked
+  first against the checksum the source stored, guarded like the port's append (the head
+  the caller expects, the session live, its lease free), the catalogue's counts and
+  latest-turn status moved as ``decide_catalogue`` says, required types checked as a read
+  checks them. Payloads stored in blobs (over ``BLOB_THRESHOLD``) are not written here:
+  the loader sends those through the port.
 
 What the port does besides, and this does not: wake this process's waiters and publish on
 its commit bus (a copy has no followers), and take the store's in-process writer turn
@@ -30,7 +33,7 @@ import time
 import zlib
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 from agentnb.errors import Corrupt, LeaseHeld, SessionNotFound, StorageError, StoreNotEmpty
 from agentnb.events import BLOB_THRESHOLD, check_readable
@@ -89,15 +92,6 @@ def connect(
     return conn
 
 
-def row_text(raw: RawEvent) -> bytes:
-    """What a row's checksum (and its batch's digest) covers, as the store writes it."""
-    return (
-        f"{raw.seq}\x1f{raw.event_id}\x1f{raw.type}\x1f{raw.turn_id}\x1f{raw.run_id}"
-        f"\x1f{int(raw.required)}\x1f{raw.occurred_us}\x1f{raw.schema_version}"
-        f"\x1f{raw.payload_json}"
-    ).encode()
-
-
 def row_digests(conn: sqlite3.Connection, table: str, sid: int, head: int) -> str:
     """The digest of session ``sid``'s rows of ``table`` (``events`` or ``inbox``) through
     ``head`` (module docstring), computed by SQLite."""
@@ -122,6 +116,13 @@ def row_digests(conn: sqlite3.Connection, table: str, sid: int, head: int) -> st
 def _session_id(conn: sqlite3.Connection, key: SessionKey) -> int | None:
     found = conn.execute(_ID, (key.namespace, key.user_id, key.agent_id, key.session_id)).fetchone()
     return None if found is None else int(found[0])
+
+
+class _Typed(NamedTuple):
+    """What ``decide_catalogue`` reads of an event (the turn events of a batch: the rest
+    move only the count)."""
+
+    type: str
 
 
 class RowReader:
@@ -188,60 +189,76 @@ class RowWriter:
             raise
         conn.execute("COMMIT")
 
-    def append(
-        self,
-        key: SessionKey,
-        raws: Sequence[RawEvent],
-        batch_id: str,
-        crcs: Sequence[int] | None = None,
-    ) -> int:
+    def append(self, key: SessionKey, raws: Sequence[RawEvent], batch_id: str) -> int:
         """Commit ``raws`` (contiguous seqs, each payload at most ``BLOB_THRESHOLD``) after
         the session's head, at the time of the last one; the rows written (0 when the target
-        holds them already: a batch committed before a kill). ``crcs``: the checksums the
-        source stored with them (each row is checked against its own: ``Corrupt``)."""
-        first, last = raws[0].seq, raws[-1].seq
+        holds them already: a batch committed before a kill)."""
+        return self.append_stored(
+            key, [(*raw[:5], int(raw.required), *raw[6:], None, None) for raw in raws], batch_id
+        )
+
+    def append_stored(self, key: SessionKey, stored: Sequence[StoredRow], batch_id: str) -> int:
+        """``append`` of rows as an SQLite store keeps them (``RowReader.events``; inline
+        payloads only), each checked against its stored checksum (``Corrupt``) unless that
+        is None."""
+        first, last = stored[0][0], stored[-1][0]
         sid = self._sid(key)
         hasher = hashlib.sha256()
         rows: list[tuple[Any, ...]] = []
         nbytes = 0
         kinds = set()
-        for i, raw in enumerate(raws):
-            body = raw.payload_json
-            if len(body) > BLOB_THRESHOLD:
-                raise ValueError(f"event {raw.seq} is over BLOB_THRESHOLD: append it by the port")
-            text = row_text(raw)
-            crc = zlib.crc32(text)
-            if crcs is not None and crcs[i] != crc:
+        for (
+            seq,
+            event_id,
+            type_,
+            turn_id,
+            run_id,
+            required,
+            occurred_us,
+            version,
+            body,
+            blob,
+            crc,
+        ) in stored:
+            if blob is not None or len(body) > BLOB_THRESHOLD:
+                raise ValueError(f"event {seq} is stored in blobs: append it by the port")
+            text = (
+                f"{seq}\x1f{event_id}\x1f{type_}\x1f{turn_id}\x1f{run_id}\x1f{required}"
+                f"\x1f{occurred_us}\x1f{version}\x1f{body}"
+            ).encode()
+            check = zlib.crc32(text)
+            if crc is not None and crc != check:
                 raise Corrupt(
-                    f"session {key} seq {raw.seq}: stored event is damaged (checksum "
-                    "mismatch) at the source; restore it from a backup"
+                    f"session {key} seq {seq}: stored event is damaged (checksum mismatch) at "
+                    "the source; restore it from a backup"
                 )
             hasher.update(text)
             hasher.update(b"\x1e")
             nbytes += len(body)
-            kinds.add((raw.type, raw.required))
+            kinds.add((type_, required))
             rows.append(
                 (
                     sid,
-                    raw.seq,
-                    raw.event_id,
-                    raw.type,
-                    raw.turn_id,
-                    raw.run_id,
-                    int(raw.required),
-                    raw.occurred_us,
-                    raw.schema_version,
+                    seq,
+                    event_id,
+                    type_,
+                    turn_id,
+                    run_id,
+                    required,
+                    occurred_us,
+                    version,
                     body,
                     None,
-                    crc,
+                    check,
                     None,
                     None,
                 )
             )
         for type_, required in kinds:  # as a read through the port checks each row
             check_readable(type_, bool(required), session=key, seq=first)
-        delta = decide_catalogue(cast(Any, raws), nbytes)
-        at = raws[-1].occurred_us / 1_000_000
+        turns = [_Typed(row[3]) for row in rows if row[3].startswith("turn/")]
+        delta = decide_catalogue(cast(Any, turns), nbytes)
+        at = stored[-1][6] / 1_000_000
         with self._transaction() as conn:
             deleted, owner, expires, head = conn.execute(_STATE, (sid,)).fetchone()
             if deleted is not None:
@@ -251,10 +268,10 @@ class RowWriter:
                 (there,) = conn.execute(
                     "SELECT event_id FROM events WHERE session=? AND seq=?", (sid, last)
                 ).fetchone()
-                if there != raws[-1].event_id:
+                if there != stored[-1][1]:
                     raise StoreNotEmpty(
                         f"session {key}: the target's event {last} is {there}, the source's "
-                        f"{raws[-1].event_id}: another history; delete it there or leave it out",
+                        f"{stored[-1][1]}: another history; delete it there or leave it out",
                         sessions=[str(key)],
                     )
                 return 0
@@ -273,6 +290,6 @@ class RowWriter:
             conn.executemany(_INSERT, rows)
             conn.execute(
                 _CATALOGUE,
-                (delta.events, delta.turns, delta.bytes, delta.turn_status, at, at, sid),
+                (len(rows), delta.turns, delta.bytes, delta.turn_status, at, at, sid),
             )
         return len(rows)

@@ -200,9 +200,7 @@ class TestDamagedPhysicalArchives:
         assert nb.verify(out).format == "agentnb-archive/2"
         return out, keys
 
-    def test_a_flipped_byte_in_a_session_names_its_block_and_session(
-        self, tmp_path: Path
-    ) -> None:
+    def test_a_flipped_byte_in_a_session_names_its_block_and_session(self, tmp_path: Path) -> None:
         """verify and restore refuse an archive with one byte of a session's row changed in
         the store's copy, naming the session and the block's first byte; nothing is
         restored."""
