@@ -21,8 +21,8 @@ every row against its checksum, and reports the logical digests (``log_digests``
 as a logical archive of the same store reports.
 
 The digests of the sessions are computed on two threads of their own while the copy is
-hashed (SQLite and hashlib both let go of the GIL), so the backup costs the copy plus
-about the longest of the three.
+hashed and flushed to disk (SQLite, hashlib and fsync let go of the GIL), so the backup
+costs the copy plus about the longest of these.
 """
 
 from __future__ import annotations
@@ -198,6 +198,10 @@ def write_physical(store: Path, partial: Path) -> Written:
     fd = os.open(partial, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
     os.close(fd)
     source = sqlite3.connect(f"{store.resolve().as_uri()}?mode=ro", uri=True)
+    # The pages read through a map (no read call and copy per page): a third less CPU. The
+    # store's own connections do not map the file; SQLite supports mapping readers beside
+    # other processes' writers.
+    source.execute(f"PRAGMA mmap_size={1 << 40}")
     try:
         target = sqlite3.connect(partial)
         try:
@@ -212,11 +216,12 @@ def write_physical(store: Path, partial: Path) -> Written:
         source.close()
     size = partial.stat().st_size
     listed, tokens, tombs = _listed(partial)
-    # The digests of the sessions on two threads, the blocks' here: SQLite and hashlib let
-    # go of the GIL while they work.
-    hashed, *halves = _parallel(
+    # The blocks' digests here, the sessions' on two threads and the copy's flush to disk
+    # on a third: SQLite, hashlib and fsync let go of the GIL while they work.
+    hashed, _, *halves = _parallel(
         [
             lambda: _hash_member(partial, size),
+            lambda: _flush(partial),
             lambda: _session_digests(partial, listed[0::2]),
             lambda: _session_digests(partial, listed[1::2]),
         ]
@@ -265,6 +270,14 @@ def write_physical(store: Path, partial: Path) -> Written:
     return Written(
         len(sessions), sum(s["head"] for s in sessions), sum(s["inbox_head"] for s in sessions)
     )
+
+
+def _flush(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _read_or_none(path: Path) -> bytes | None:
