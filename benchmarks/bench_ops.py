@@ -12,7 +12,7 @@ Metrics:
 ``backup_events_per_s``
     Events/s of ``nb.backup`` of an SQLite store holding ``--events`` events in 100
     sessions (200-byte payloads): the physical archive (format 2): SQLite's online backup
-    of the file into the archive, then the digest of every 64 KiB block of the copy and
+    of the file into the archive, then the CRC-32 of every 64 KiB block of the copy and
     every session's heads and digests computed by SQLite from the copy (on two threads
     beside the hashing), the manifest appended and the file flushed to disk. Baseline: a
     raw ``sqlite3`` backup of the same file (``Connection.backup``, the first part of

@@ -33,8 +33,7 @@ import orjson
 
 from agentnb.events import Event
 from agentnb.ids import SessionKey
-from agentnb.stores._rows import RawEvent
-from agentnb.stores.base import SessionStore, Tombstone
+from agentnb.stores.base import RawEvent, SessionStore, Tombstone
 
 __all__ = [
     "EVENT_FIELDS",

@@ -9,19 +9,21 @@ Lines follow, each ``<check> <json>\\n`` as in the logical format (``agentnb.ops
 ``{"r": "header", "format": "agentnb-archive/2", "method": "sqlite-backup-api", ...}``
 ``{"r": "member", "name": "catalogue", "data": base64 | null}``  the ``-catalogue`` file
 ``{"r": "manifest", "format": ..., "members": [{"name": "store", "offset": 0, "bytes": N,
-"chunk": C, "chunks": [...], "digest": ...}], "sessions": [{"key", "head", "inbox_head",
-"digest", "inbox_digest"}], "tokens": n, "tombstones": n}``
+"chunk": C, "check": "crc32", "chunks": [...]}], "sessions": [{"key", "head",
+"inbox_head", "digest", "inbox_digest"}], "tokens": n, "tombstones": n}``
 ``{"r": "end", "trailer": N}``  (the last line: where the lines start)
 
-``chunks`` holds the SHA-256 (first 32 hex digits) of each ``C``-byte block of the copy, and
-``digest`` the SHA-256 over those; a damaged byte is found by its block. A session's
-``digest`` and ``inbox_digest`` are computed by SQLite from the copy (``row_digests``: over
-each row's seq and stored checksum); ``verify`` computes them again from the member, checks
-every row against its checksum, and reports the logical digests (``log_digests``), the same
-as a logical archive of the same store reports.
+``chunks`` holds the CRC-32 of each ``C``-byte block of the copy: a damaged byte is found by
+its block. (A CRC, not a SHA-256: these checks find accidental damage, as the lines'
+checksums do, and nothing unkeyed stops a deliberate change; a SHA-256 of every block cost
+as much CPU as the digests of all the sessions.) A session's ``digest`` and
+``inbox_digest`` are computed by SQLite from the copy (``row_digests``: a SHA-256 over the
+rows' stored checksums in seq order); ``verify`` computes them again from the member,
+checks every row against its checksum, and reports the logical digests (``log_digests``),
+the same as a logical archive of the same store reports.
 
 The digests of the sessions are computed on two threads of their own while the copy is
-hashed and flushed to disk (SQLite, hashlib and fsync let go of the GIL), so the backup
+checked and flushed to disk (SQLite, zlib and fsync let go of the GIL), so the backup
 costs the copy plus about the longest of these.
 """
 
@@ -29,7 +31,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import hashlib
 import mmap
 import os
 import shutil
@@ -37,6 +38,7 @@ import sqlite3
 import tempfile
 import threading
 import time
+import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -143,17 +145,14 @@ def _session_digests(copy: Path, listed: list[tuple[Any, ...]]) -> list[dict[str
         conn.close()
 
 
-def _hash_member(path: Path, size: int) -> list[str]:
-    """The block digests of the first ``size`` bytes of ``path`` (read through a map)."""
+def _hash_member(path: Path, size: int) -> list[int]:
+    """The block checks of the first ``size`` bytes of ``path`` (read through a map)."""
     if size == 0:
         return []
     with path.open("rb") as f, mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ) as mapped:
         view = memoryview(mapped)
         try:
-            return [
-                hashlib.sha256(view[at : at + CHUNK]).hexdigest()[:32]
-                for at in range(0, size, CHUNK)
-            ]
+            return [zlib.crc32(view[at : at + CHUNK]) for at in range(0, size, CHUNK)]
         finally:
             view.release()
 
@@ -217,7 +216,7 @@ def write_physical(store: Path, partial: Path) -> Written:
     size = partial.stat().st_size
     listed, tokens, tombs = _listed(partial)
     # The blocks' digests here, the sessions' on two threads and the copy's flush to disk
-    # on a third: SQLite, hashlib and fsync let go of the GIL while they work.
+    # on a third: SQLite, zlib and fsync let go of the GIL while they work.
     hashed, _, *halves = _parallel(
         [
             lambda: _hash_member(partial, size),
@@ -226,7 +225,7 @@ def write_physical(store: Path, partial: Path) -> Written:
             lambda: _session_digests(partial, listed[1::2]),
         ]
     )
-    chunks: list[str] = hashed
+    chunks: list[int] = hashed
     by_id = {}
     for part, half in zip((listed[0::2], listed[1::2]), halves, strict=True):
         by_id.update({row[0]: entry for row, entry in zip(part, half, strict=True)})
@@ -236,8 +235,8 @@ def write_physical(store: Path, partial: Path) -> Written:
         "offset": 0,
         "bytes": size,
         "chunk": CHUNK,
+        "check": "crc32",
         "chunks": chunks,
-        "digest": hashlib.sha256("".join(chunks).encode()).hexdigest(),
     }
     with partial.open("ab") as f:
         f.write(
@@ -384,6 +383,8 @@ def open_physical(path: Path, *, keep: bool = False) -> Opened:
         chunk, expected = int(member["chunk"]), list(member["chunks"])
         if int(member["bytes"]) != trailer or member["name"] != "store":
             raise ValueError("the member's size is not where the lines start")
+        if member["check"] != "crc32":
+            raise ValueError(f"unknown block check {member['check']!r}")
         sessions = [(key_of(s["key"]), s) for s in manifest["sessions"]]
     except (KeyError, TypeError, ValueError) as exc:
         raise damaged(path, lines[2][0], None, f"the manifest is malformed ({exc})") from None
@@ -409,7 +410,7 @@ def open_physical(path: Path, *, keep: bool = False) -> Opened:
                 path,
                 bad * CHUNK,
                 _failing_session(opened, sessions),
-                f"the {CHUNK}-byte block of the store's copy from this byte fails its digest",
+                f"the {CHUNK}-byte block of the store's copy from this byte fails its check",
             )
         _check_sessions(opened, sessions)
     except BaseException:
