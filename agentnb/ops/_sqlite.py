@@ -44,7 +44,7 @@ __all__ = ["RowReader", "RowWriter", "StoredRow", "connect", "row_digests", "sql
 
 _COLUMNS = (
     "session, seq, event_id, type, turn_id, run_id, required, occurred_us, schema_version, "
-    "payload, blob, crc, batch_id, digest"
+    "payload, blob, crc"
 )
 _SELECT = (
     "SELECT seq, event_id, type, turn_id, run_id, required, occurred_us, schema_version, "
@@ -53,7 +53,9 @@ _SELECT = (
 StoredRow = tuple[Any, ...]
 """An ``events`` row as stored: the ``RawEvent`` fields (``required`` 0 or 1, the payload
 text or, for one stored in blobs, its skeleton), then ``blob`` and ``crc``."""
-_INSERT = f"INSERT INTO events ({_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
+_INSERT = f"INSERT INTO events ({_COLUMNS}) VALUES ({{sid}},?,?,?,?,?,?,?,?,?,?,?)"
+# The first row of a batch carries its id and digest (as the store's append writes it).
+_MARK_BATCH = "UPDATE events SET batch_id=?, digest=? WHERE session=? AND seq=?"
 _ID = (
     "SELECT id FROM sessions WHERE namespace=? AND user_id=? AND agent_id=? AND session_id=? "
     "AND deleted_at IS NULL"
@@ -111,6 +113,15 @@ def row_digests(conn: sqlite3.Connection, table: str, sid: int, head: int) -> st
         digest.update(text.encode())
         digest.update(b"\n")
     return digest.hexdigest()
+
+
+def _text(row: StoredRow) -> bytes:
+    """What a row's checksum (and its batch's digest) covers, as the store writes it."""
+    seq, event_id, type_, turn_id, run_id, required, occurred_us, version, body = row[:9]
+    return (
+        f"{seq}\x1f{event_id}\x1f{type_}\x1f{turn_id}\x1f{run_id}\x1f{required}"
+        f"\x1f{occurred_us}\x1f{version}\x1f{body}"
+    ).encode()
 
 
 def _session_id(conn: sqlite3.Connection, key: SessionKey) -> int | None:
@@ -193,20 +204,22 @@ class RowWriter:
         """Commit ``raws`` (contiguous seqs, each payload at most ``BLOB_THRESHOLD``) after
         the session's head, at the time of the last one; the rows written (0 when the target
         holds them already: a batch committed before a kill)."""
-        return self.append_stored(
-            key, [(*raw[:5], int(raw.required), *raw[6:], None, None) for raw in raws], batch_id
-        )
+        stored = []
+        for raw in raws:
+            row = (*raw[:5], int(raw.required), *raw[6:], None)
+            stored.append((*row, zlib.crc32(_text(row))))
+        return self.append_stored(key, stored, batch_id)
 
     def append_stored(self, key: SessionKey, stored: Sequence[StoredRow], batch_id: str) -> int:
         """``append`` of rows as an SQLite store keeps them (``RowReader.events``; inline
-        payloads only), each checked against its stored checksum (``Corrupt``) unless that
-        is None."""
+        payloads only), each checked against its stored checksum (``Corrupt``); the rows
+        are inserted as they are."""
         first, last = stored[0][0], stored[-1][0]
         sid = self._sid(key)
         hasher = hashlib.sha256()
-        rows: list[tuple[Any, ...]] = []
         nbytes = 0
         kinds = set()
+        turns = []
         for (
             seq,
             event_id,
@@ -222,12 +235,11 @@ class RowWriter:
         ) in stored:
             if blob is not None or len(body) > BLOB_THRESHOLD:
                 raise ValueError(f"event {seq} is stored in blobs: append it by the port")
-            text = (
+            text = (  # _text(row), inline: this loop is the cost of the copy
                 f"{seq}\x1f{event_id}\x1f{type_}\x1f{turn_id}\x1f{run_id}\x1f{required}"
                 f"\x1f{occurred_us}\x1f{version}\x1f{body}"
             ).encode()
-            check = zlib.crc32(text)
-            if crc is not None and crc != check:
+            if zlib.crc32(text) != crc:
                 raise Corrupt(
                     f"session {key} seq {seq}: stored event is damaged (checksum mismatch) at "
                     "the source; restore it from a backup"
@@ -236,27 +248,10 @@ class RowWriter:
             hasher.update(b"\x1e")
             nbytes += len(body)
             kinds.add((type_, required))
-            rows.append(
-                (
-                    sid,
-                    seq,
-                    event_id,
-                    type_,
-                    turn_id,
-                    run_id,
-                    required,
-                    occurred_us,
-                    version,
-                    body,
-                    None,
-                    check,
-                    None,
-                    None,
-                )
-            )
+            if type_.startswith("turn/"):
+                turns.append(_Typed(type_))
         for type_, required in kinds:  # as a read through the port checks each row
             check_readable(type_, bool(required), session=key, seq=first)
-        turns = [_Typed(row[3]) for row in rows if row[3].startswith("turn/")]
         delta = decide_catalogue(cast(Any, turns), nbytes)
         at = stored[-1][6] / 1_000_000
         with self._transaction() as conn:
@@ -286,10 +281,11 @@ class RowWriter:
                     f"session {key} runs at the target (its lease is held by {owner!r}); "
                     "stop it there, then copy again"
                 )
-            rows[0] = (*rows[0][:12], batch_id, hasher.hexdigest())
-            conn.executemany(_INSERT, rows)
+            # The session's row id is ours (an int): in the statement, the rows go in as read.
+            conn.executemany(_INSERT.format(sid=int(sid)), stored)
+            conn.execute(_MARK_BATCH, (batch_id, hasher.hexdigest(), sid, first))
             conn.execute(
                 _CATALOGUE,
-                (len(rows), delta.turns, delta.bytes, delta.turn_status, at, at, sid),
+                (len(stored), delta.turns, delta.bytes, delta.turn_status, at, at, sid),
             )
-        return len(rows)
+        return len(stored)
