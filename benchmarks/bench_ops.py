@@ -11,15 +11,19 @@ Metrics:
 
 ``backup_events_per_s``
     Events/s of ``nb.backup`` of an SQLite store holding ``--events`` events in 100
-    sessions (200-byte payloads): SQLite's online backup of the file, then the archive
-    written from the copy (every row read through the store port, checked, digested and
-    written as a checksummed line). Baseline: a raw ``sqlite3`` backup of the same file
-    (``Connection.backup``, the first half of ours). Target ratio >= 0.5.
+    sessions (200-byte payloads): the physical archive (format 2): SQLite's online backup
+    of the file into the archive, then the CRC-32 of every 64 KiB block of the copy and
+    every session's heads and digests computed by SQLite from the copy (on two threads
+    beside the hashing), the manifest appended and the file flushed to disk. Baseline: a
+    raw ``sqlite3`` backup of the same file (``Connection.backup``, the first part of
+    ours). Target ratio >= 0.5.
 ``migrate_events_per_s``
-    Events/s of ``nb.migrate`` of that store into a new SQLite store (every event appended
-    through the target's port in atomic batches of 1,000, catalogue, inbox and watermarks
-    included). Baseline: raw ``sqlite3`` copying the same rows (``executemany`` of the event
-    rows into a table of the store's shape, 1,000 per transaction). Target ratio >= 0.5.
+    Events/s of ``nb.migrate`` of that store into a new SQLite store (SQLite to SQLite: the
+    rows read as stored, each checked against its checksum, and appended as rows in
+    atomic batches of 5,000, catalogue, inbox and watermarks included; see
+    ``agentnb.ops._load``). Baseline: raw ``sqlite3`` copying the same rows
+    (``executemany`` of the event rows into a table of the store's shape, 1,000 per
+    transaction). Target ratio >= 0.5.
 ``scheduler_idle_cpu``
     CPU seconds per second of a ``Scheduler`` holding ``--schedules`` schedules (10 per
     session, none due) over 5 idle seconds, against one core (baseline 1.0). Its listing

@@ -33,12 +33,12 @@ import orjson
 
 from agentnb.events import Event
 from agentnb.ids import SessionKey
-from agentnb.stores._rows import RawEvent
-from agentnb.stores.base import SessionStore, Tombstone
+from agentnb.stores.base import RawEvent, SessionStore, Tombstone
 
 __all__ = [
     "EVENT_FIELDS",
     "FORMAT",
+    "PHYSICAL",
     "Digests",
     "all_tombstones",
     "inbox_events",
@@ -53,6 +53,10 @@ __all__ = [
 ]
 
 FORMAT = "agentnb-archive/1"
+"""The logical archive: every record a line (any backend; PostgreSQL and memory write it)."""
+PHYSICAL = "agentnb-archive/2"
+"""The physical archive of an SQLite store (``agentnb.ops.backup``): the copy the online
+backup API made, then lines (header, the ``-catalogue`` record, manifest, end)."""
 EVENT_FIELDS = (
     "seq",
     "event_id",

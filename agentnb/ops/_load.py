@@ -14,23 +14,29 @@ with a batch id derived from its seqs, so a lost acknowledgement replays as a no
 running a killed restore or migration again finishes it and writes nothing twice. Before
 continuing a log the loader checks that the target's last event is the source's event at
 that seq (same id): a target holding another history for the key is ``StoreNotEmpty``.
+
+One exception to "the port only", for speed: into an SQLite store the execution events
+are appended as rows already encoded (``agentnb.ops._sqlite.RowWriter``: the payload text
+as committed, no decoding into ``Event`` and encoding again), in the same batches, each one
+transaction guarded like the port's append and moving the catalogue as it does. Events
+whose payloads are stored in blobs (over ``BLOB_THRESHOLD``) still go through the port.
 """
 
 from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from agentnb.errors import StoreNotEmpty
-from agentnb.events import Event
+from agentnb.events import BLOB_THRESHOLD
 from agentnb.ids import Clock, SessionKey
-from agentnb.ops._format import key_text
-from agentnb.stores._rows import RawEvent
-from agentnb.stores.base import SessionStore, TokenRecord, Tombstone
+from agentnb.ops._format import inbox_events, inbox_key_map, key_text, raw_events
+from agentnb.ops._sqlite import RowReader, RowWriter, StoredRow, sqlite_path
+from agentnb.stores.base import RawEvent, SessionStore, TokenRecord, Tombstone
 
-__all__ = ["Loader", "record_fields"]
+__all__ = ["Loader", "copy_logs", "record_fields"]
 
 BATCH = 5_000
 """Events per append (one transaction each)."""
@@ -70,10 +76,18 @@ class Loader:
         self.events = 0
         """Events written by this loader (skipped ones not counted)."""
         self.inbox = 0
+        self._rows = RowWriter(target) if sqlite_path(target) is not None else None
+
+    def close(self) -> None:
+        """Close the loader's own connection (if it has one)."""
+        if self._rows is not None:
+            self._rows.close()
+            self._rows = None
 
     @contextlib.contextmanager
     def pinned(self) -> Iterator[None]:
-        """Pin the target's clock for the block (restored afterwards)."""
+        """Pin the target's clock for the block (restored afterwards); the loader's own
+        connection (SQLite targets) is closed at its end."""
         original = self.target.clock
         clock = _PinnedClock(original)
         self.target.clock = clock
@@ -82,6 +96,7 @@ class Loader:
             yield
         finally:
             self.target.clock = original
+            self.close()
 
     def _at(self, when: float | None) -> contextlib.AbstractContextManager[None]:
         clock = getattr(self, "_clock", None)
@@ -140,23 +155,63 @@ class Loader:
         self.inbox += int(created)
 
     def append_events(self, key: SessionKey, raws: Sequence[RawEvent]) -> None:
-        """Commit ``raws`` (contiguous seqs after the target's head) in batches."""
-        batch: list[Event] = []
+        """Commit ``raws`` (contiguous seqs after the target's head) in batches: as rows
+        already encoded into SQLite, through the port otherwise (and for payloads in blobs)."""
+        batch: list[RawEvent] = []
         size = 0
+        direct = False
         for raw in raws:
-            if batch and (len(batch) >= BATCH or size + len(raw.payload_json) > BATCH_BYTES):
-                self._commit(key, batch)
+            n = len(raw.payload_json)
+            rows = self._rows is not None and n <= BLOB_THRESHOLD
+            if batch and (rows != direct or len(batch) >= BATCH or size + n > BATCH_BYTES):
+                self._commit(key, batch, direct)
                 batch, size = [], 0
-            batch.append(raw.to_event())
-            size += len(raw.payload_json)
+            direct = rows
+            batch.append(raw)
+            size += n
         if batch:
-            self._commit(key, batch)
+            self._commit(key, batch, direct)
 
-    def _commit(self, key: SessionKey, batch: list[Event]) -> None:
+    @property
+    def takes_rows(self) -> bool:
+        """Whether ``append_stored`` can take an SQLite source's rows as stored."""
+        return self._rows is not None
+
+    def append_stored(
+        self, key: SessionKey, rows: Sequence[StoredRow], source: SessionStore
+    ) -> None:
+        """Commit an SQLite source's rows as stored (contiguous seqs after the target's
+        head: ``agentnb.ops._sqlite.RowReader``), each checked against its stored checksum;
+        a row whose payload is in blobs is read from ``source`` and goes through the port."""
+        if self._rows is None:
+            raise ValueError("append_stored needs an SQLite target")
+        batch: list[StoredRow] = []
+
+        def flush() -> None:
+            if batch and self._rows is not None:
+                first, last = batch[0][0], batch[-1][0]
+                self.events += self._rows.append_stored(key, batch, f"ops-copy-{first}-{last}")
+            batch.clear()
+
+        for row in rows:
+            if row[9] is not None:  # the payload is in blobs: read it whole, by the port
+                flush()
+                self._commit(key, source.read_raw(key, row[0] - 1, 1), False)
+                continue
+            batch.append(row)
+            if len(batch) >= BATCH:
+                flush()
+        flush()
+
+    def _commit(self, key: SessionKey, batch: list[RawEvent], direct: bool) -> None:
         first, last = batch[0].seq, batch[-1].seq
-        with self._at(batch[-1].occurred_at.timestamp()):
+        batch_id = f"ops-copy-{first}-{last}"
+        if direct and self._rows is not None:
+            self.events += self._rows.append(key, batch, batch_id)
+            return
+        with self._at(batch[-1].occurred_us / 1_000_000):
             self.target.append(
-                key, batch, expected_seq=first - 1, batch_id=f"ops-copy-{first}-{last}"
+                key, [r.to_event() for r in batch], expected_seq=first - 1, batch_id=batch_id
             )
         self.events += len(batch)
 
@@ -206,6 +261,49 @@ class Loader:
         with self._at(tomb.deleted_at):
             self.target.create_session(tomb.key)
             self.target.delete_session(tomb.key, by=tomb.deleted_by, reason=tomb.reason)
+
+
+def copy_logs(
+    source: SessionStore,
+    loader: Loader,
+    key: SessionKey,
+    start: tuple[int, int],
+    through: tuple[int, int],
+    rows: RowReader | None = None,
+    on_batch: Callable[[int], None] | None = None,
+) -> None:
+    """Copy ``key``'s inbox and execution log from ``source`` into ``loader``'s target:
+    the records after ``start`` (the target's heads) through ``through`` (the source's),
+    checking first that the target's log is a prefix of the source's. ``rows``: read an
+    SQLite source's rows as stored (an SQLite target). ``on_batch(seq)`` after each batch."""
+    head, inbox_head = start
+    src_head, src_inbox = through
+    if head > src_head or inbox_head > src_inbox:
+        loader.check_continues(key, head, None)
+    if head:
+        (at,) = source.read_raw(key, head - 1, 1)
+        loader.check_continues(key, head, at.event_id)
+    keys = inbox_key_map(source, key, src_inbox, inbox_head)
+    for event in inbox_events(source, key, src_inbox, inbox_head):
+        k, f = keys.get(event.seq, (None, None))
+        loader.inbox_record(key, RawEvent.of(event), k, f)
+    if rows is not None:  # SQLite to SQLite: the rows as stored
+        for after in range(head, src_head, BATCH):
+            last = min(src_head, after + BATCH)
+            loader.append_stored(key, rows.events(key, after, last), source)
+            if on_batch is not None:
+                on_batch(last)
+        return
+    batch: list[RawEvent] = []
+    for raw in raw_events(source, key, src_head, head):
+        batch.append(raw)
+        if len(batch) >= BATCH:
+            loader.append_events(key, batch)
+            batch = []
+            if on_batch is not None:
+                on_batch(raw.seq)
+    if batch:
+        loader.append_events(key, batch)
 
 
 def token_of(fields: dict[str, Any]) -> TokenRecord:

@@ -4,36 +4,40 @@
 A backup is online: sessions keep running while it is made, and what it holds is
 consistent.
 
-* SQLite: the store file is first copied with SQLite's online backup API (one read
-  transaction: every table at one instant, WAL contents included), and the archive is
-  written from that copy. The ``-catalogue`` record beside the file (the highest session id
-  ever committed) goes into the manifest; the copy is removed afterwards.
-* PostgreSQL and memory (and any other backend): the same logical format, read through the
-  store port. Each session is read through the heads seen when its turn comes, so each
-  session is a consistent prefix of its logs; sessions are not all taken at one instant.
-  (``pg_dump`` is not used: the archive must restore into any backend, and it would
-  carry PostgreSQL's own leases and sequences.)
+* SQLite: a physical archive (format ``agentnb-archive/2``, ``agentnb.ops._physical``).
+  The store file is copied with SQLite's online backup API (one read transaction: every
+  table at one instant, WAL contents included) into the archive itself; the ``-catalogue``
+  record beside the file (the highest session id ever committed) is read before the copy
+  and kept as a member. The manifest after the copy holds the digest of every block of
+  the copy and every session's heads and digests, computed from the copy.
+* PostgreSQL and memory (and any other backend): the logical format
+  (``agentnb-archive/1``, ``agentnb.ops._format``), read through the store port. Each
+  session is read through the heads seen when its turn comes, so each session is a
+  consistent prefix of its logs; sessions are not all taken at one instant. (``pg_dump``
+  is not used: the archive must restore into any backend, and it would carry PostgreSQL's
+  own leases and sequences.)
 
-The archive (``agentnb.ops._format``) holds every session's execution log and inbox
-(event ids, seqs, times and payloads as committed; large payloads inline, the target puts
-them in its own blobs), the inbox's idempotency keys, the catalogue fields (creation time,
+Either archive holds every session's execution log and inbox (event ids, seqs, times and
+payloads as committed), the inbox's idempotency keys, the catalogue fields (creation time,
 title, labels, archive flag), export watermarks, access tokens (digests) and the
-tombstones of deleted sessions. It leaves out leases (a restored session runs at once) and
-fold snapshots (caches, rebuilt from the log on first open). The manifest at its end keeps
-the format, per-session heads and digests; every line has its own checksum.
+tombstones of deleted sessions. A restore leaves out leases (a restored session runs at
+once) and fold snapshots (caches, rebuilt from the log on first open). The logical
+archive's manifest at its end keeps the format, per-session heads and digests; every line
+has its own checksum.
 
-``verify`` reads the archive alone; ``restore`` verifies it, then writes into an empty
-store (``StoreNotEmpty`` otherwise; ``merge=True`` accepts a store whose sessions are
-all others) through ``Loader``. A restore cut off midway leaves its sessions partly
-written: restore again into a new empty store (or finish it with ``nb.migrate`` from the
-restored part's source, which continues every session after its heads).
+``verify`` reads the archive alone (both formats); ``restore`` verifies it, then writes
+into an empty store (``StoreNotEmpty`` otherwise; ``merge=True`` accepts a store whose
+sessions are all others) through ``Loader``: a physical archive's sessions are read from
+its copy through the port, as a migration would (into any backend). A restore cut off
+midway leaves its sessions partly written: restore again into a new empty store (or
+finish it with ``nb.migrate`` from the restored part's source, which continues every
+session after its heads).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import sqlite3
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -46,6 +50,7 @@ from agentnb.errors import ArchiveCorrupt, InvalidInput, StoreNotEmpty
 from agentnb.ids import SessionKey
 from agentnb.ops._format import (
     FORMAT,
+    PHYSICAL,
     Digests,
     all_tombstones,
     check_of,
@@ -58,10 +63,11 @@ from agentnb.ops._format import (
     raw_of,
     row_of,
 )
-from agentnb.ops._load import Loader, record_fields, token_of, tombstone_fields
+from agentnb.ops._load import Loader, copy_logs, record_fields, token_of, tombstone_fields
+from agentnb.ops._physical import damaged, is_physical, open_physical, write_physical
+from agentnb.ops._sqlite import RowReader, sqlite_path
 from agentnb.stores import SessionStore, open_store
-from agentnb.stores._rows import RawEvent
-from agentnb.stores.base import Tombstone
+from agentnb.stores.base import RawEvent, Tombstone
 from agentnb.tokens import record_fields as token_fields
 
 __all__ = ["BackupReport", "RestoreReport", "VerifyReport", "backup", "restore", "verify"]
@@ -76,7 +82,8 @@ class BackupReport:
 
     path: str
     method: str
-    """``sqlite-backup-api`` (a consistent copy of the whole file first) or ``logical``."""
+    """``sqlite-backup-api`` (the physical archive: a consistent copy of the whole file) or
+    ``logical``."""
     sessions: int
     events: int
     inbox: int
@@ -135,50 +142,6 @@ class _Writer:
         return at
 
 
-@contextlib.contextmanager
-def _consistent(store: SessionStore, out: Path) -> Iterator[tuple[SessionStore, str, int | None]]:
-    """The store to read from: for SQLite a copy made with the online backup API."""
-    path = getattr(store, "path", None)
-    if not store.url.startswith("sqlite:") or not isinstance(path, Path):
-        yield store, "logical", None
-        return
-    copy = out.with_name(out.name + ".sqlite-copy")
-    for suffix in ("", "-wal", "-shm"):
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(f"{copy}{suffix}")
-    catalogue = _catalogue_record(Path(f"{path}-catalogue"))
-    source = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
-    fd = os.open(copy, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
-    os.close(fd)
-    try:
-        target = sqlite3.connect(copy)
-        try:
-            source.backup(target)  # one step: a single read transaction, every table at once
-        finally:
-            target.close()
-            source.close()
-        from agentnb.stores.sqlite import SQLiteStore
-
-        reader = SQLiteStore(copy, create=False)
-        try:
-            yield reader, "sqlite-backup-api", catalogue
-        finally:
-            reader.close()
-    finally:
-        for suffix in ("", "-wal", "-shm"):
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(f"{copy}{suffix}")
-
-
-def _catalogue_record(path: Path) -> int | None:
-    try:
-        record = orjson.loads(path.read_bytes())
-    except (FileNotFoundError, orjson.JSONDecodeError):
-        return None
-    sessions = record.get("sessions") if isinstance(record, dict) else None
-    return sessions if isinstance(sessions, int) else None
-
-
 def backup(
     store: str | SessionStore, out: str | os.PathLike[str], *, progress: Progress | None = None
 ) -> BackupReport:
@@ -193,11 +156,19 @@ def backup(
     with contextlib.suppress(FileNotFoundError):
         partial.unlink()
     try:
-        with _consistent(opened, target) as (source, method, catalogue):
+        path = sqlite_path(opened)
+        if path is not None:
+            method = "sqlite-backup-api"
+            written = write_physical(path, partial)
+            counts = (written.sessions, written.events, written.inbox)
+            if progress is not None:
+                progress("", written.events)
+        else:
+            method = "logical"
             fd = os.open(partial, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
             with os.fdopen(fd, "wb", buffering=1 << 20) as f:
                 w = _Writer(f)
-                counts = _write_archive(w, source, method, catalogue, progress)
+                counts = _write_archive(w, opened, method, None, progress)
                 f.flush()
                 os.fsync(f.fileno())
         os.replace(partial, target)
@@ -298,16 +269,6 @@ class _Line:
     value: dict[str, Any]
 
 
-def _damaged(path: Path, offset: int, session: str | None, why: str) -> ArchiveCorrupt:
-    where = f" of session {session}" if session else ""
-    return ArchiveCorrupt(
-        f"{path}: byte {offset}{where}: {why}; the archive is damaged: restore from another backup",
-        path=str(path),
-        offset=offset,
-        session=session,
-    )
-
-
 def _lines(path: Path) -> Iterator[_Line]:
     """Every line of the archive, checked; ``ArchiveCorrupt`` at the first that fails."""
     session: str | None = None
@@ -321,30 +282,47 @@ def _lines(path: Path) -> Iterator[_Line]:
             at = offset
             offset += len(raw)
             if not raw.endswith(b"\n") or len(raw) < 19 or raw[16:17] != b" ":
-                raise _damaged(path, at, session, "a line is cut short or malformed")
+                raise damaged(path, at, session, "a line is cut short or malformed")
             data = raw[17:-1]
             if check_of(data) != raw[:16]:
-                raise _damaged(path, at, session, "a line fails its checksum")
+                raise damaged(path, at, session, "a line fails its checksum")
             try:
                 value = orjson.loads(data)
             except orjson.JSONDecodeError:
-                raise _damaged(path, at, session, "a line is not JSON") from None
+                raise damaged(path, at, session, "a line is not JSON") from None
             if not isinstance(value, dict) or not isinstance(value.get("r"), str):
-                raise _damaged(path, at, session, "a line is not an archive record")
+                raise damaged(path, at, session, "a line is not an archive record")
             if value["r"] == "session":
                 try:
                     session = key_text(key_of(value["key"]))
                 except (KeyError, TypeError, ValueError):
-                    raise _damaged(path, at, session, "a session record is malformed") from None
+                    raise damaged(path, at, session, "a session record is malformed") from None
             elif value["r"] in ("token", "tombstone", "manifest"):
                 session = None
             yield _Line(at, value)
 
 
 def verify(archive: str | os.PathLike[str]) -> VerifyReport:
-    """Check every line's checksum and every session's heads and digests against the
-    manifest; ``ArchiveCorrupt`` naming the session and the byte that fail."""
-    return _scan(Path(archive), None)
+    """Check every line's checksum (and, in a physical archive, every block of the store's
+    copy) and every session's heads and digests against the manifest; ``ArchiveCorrupt``
+    naming the session and the byte that fail."""
+    path = Path(archive)
+    if is_physical(path):
+        checked = open_physical(path)
+        heads = {key_text(k): v for k, v in checked.heads().items()}
+        return VerifyReport(
+            str(path),
+            PHYSICAL,
+            str(checked.header.get("method")),
+            len(heads),
+            sum(h for h, _ in heads.values()),
+            sum(i for _, i in heads.values()),
+            int(checked.manifest["tokens"]),
+            int(checked.manifest["tombstones"]),
+            heads,
+            dict(checked.digests),
+        )
+    return _scan(path, None)
 
 
 @dataclass
@@ -374,7 +352,7 @@ class _Checker:
         self.last = 0
 
     def fail(self, offset: int, why: str, session: str | None = None) -> ArchiveCorrupt:
-        return _damaged(self.path, offset, session, why)
+        return damaged(self.path, offset, session, why)
 
     def line(self, line: _Line) -> None:
         self.lines += 1
@@ -508,6 +486,8 @@ def restore(
     ``StoreNotEmpty`` (naming the sessions) otherwise; nothing is written then."""
     started = time.monotonic()
     path = Path(archive)
+    if is_physical(path):
+        return _restore_physical(path, store, merge, progress, started)
     report = verify(path)
     target = open_store(store)
     try:
@@ -527,6 +507,52 @@ def restore(
         report.tokens,
         report.tombstones,
         time.monotonic() - started,
+    )
+
+
+def _restore_physical(
+    path: Path,
+    store: str | SessionStore,
+    merge: bool,
+    progress: Progress | None,
+    started: float,
+) -> RestoreReport:
+    """Restore a physical archive: checked, then its copy read through the port (every
+    session through the manifest's heads) into ``store`` as a migration would."""
+    opened = open_physical(path, keep=True)
+    try:
+        heads = opened.heads()
+        target = open_store(store)
+        try:
+            _check_target(target, {key_text(k) for k in heads}, merge)
+            loader = Loader(target)
+            with opened.store() as source, loader.pinned():
+                rows = RowReader(source) if loader.takes_rows else None
+                try:
+                    tokens = source.list_tokens()
+                    loader.tokens(tokens)
+                    for key, (head, inbox_head) in heads.items():
+                        record = source.get_session(key)
+                        assert record is not None  # checked by open_physical
+                        fields = record_fields(record)
+                        start = loader.begin(key, fields)
+                        copy_logs(source, loader, key, start, (head, inbox_head), rows)
+                        loader.finish(key, fields, source.watermarks(key))
+                        if progress is not None:
+                            progress(key_text(key), head)
+                    tombs = all_tombstones(source)
+                    for tomb in tombs:
+                        loader.tombstone(tomb)
+                finally:
+                    if rows is not None:
+                        rows.close()
+        finally:
+            if target is not store:
+                target.close()
+    finally:
+        opened.close()
+    return RestoreReport(
+        len(heads), loader.events, loader.inbox, len(tokens), len(tombs), time.monotonic() - started
     )
 
 

@@ -15,7 +15,9 @@ refused with ``LeaseHeld`` naming it and its holder, before anything of it is wr
 Commands accepted into its inbox during the copy are copied too (the heads are read again
 until they stand still).
 
-Batched and resumable: each batch is one atomic append, and a run after a ``kill -9``
+Batched and resumable: each batch is one atomic append (into SQLite, of the rows as the
+source stored them when it is SQLite too, each checked against its checksum: see
+``agentnb.ops._load``), and a run after a ``kill -9``
 continues every session after the target's heads (``agentnb.ops._load``): nothing is
 lost or written twice. The source is left as it was; archive or delete the sessions there
 once the target serves them.
@@ -31,10 +33,10 @@ from dataclasses import dataclass
 from agentnb.errors import Fenced, InvalidInput, LeaseHeld, SessionNotFound
 from agentnb.holders import holder_alive, new_owner
 from agentnb.ids import SessionKey
-from agentnb.ops._format import all_tombstones, inbox_events, inbox_key_map, key_text, raw_events
-from agentnb.ops._load import Loader, record_fields
+from agentnb.ops._format import all_tombstones, key_text
+from agentnb.ops._load import Loader, copy_logs, record_fields
+from agentnb.ops._sqlite import RowReader, sqlite_path
 from agentnb.stores import SessionStore, open_store
-from agentnb.stores._rows import RawEvent
 from agentnb.stores.base import SessionRecord
 
 __all__ = ["MigrationReport", "migrate"]
@@ -94,18 +96,23 @@ def migrate(
         loader = Loader(target)
         owner = new_owner()
         tokens = tombs = 0
-        with loader.pinned():
-            whole = wanted is None and labels is None
-            if whole:
-                found = source.list_tokens()
-                loader.tokens(found)
-                tokens = len(found)
-            for record in records:
-                _copy_session(source, loader, record, owner, progress)
-            if whole:
-                for tomb in all_tombstones(source):
-                    loader.tombstone(tomb)
-                    tombs += 1
+        rows = RowReader(source) if sqlite_path(source) and loader.takes_rows else None
+        try:
+            with loader.pinned():
+                whole = wanted is None and labels is None
+                if whole:
+                    found = source.list_tokens()
+                    loader.tokens(found)
+                    tokens = len(found)
+                for record in records:
+                    _copy_session(source, loader, record, owner, progress, rows)
+                if whole:
+                    for tomb in all_tombstones(source):
+                        loader.tombstone(tomb)
+                        tombs += 1
+        finally:
+            if rows is not None:
+                rows.close()
     finally:
         if source is not src:
             source.close()
@@ -160,6 +167,7 @@ def _copy_session(
     record: SessionRecord,
     owner: str,
     progress: Progress | None,
+    rows: RowReader | None = None,
 ) -> None:
     key = record.key
     try:
@@ -170,44 +178,32 @@ def _copy_session(
             # A dead holder (a crashed runtime, or a migrate killed here): nothing runs.
             with contextlib.suppress(Fenced):
                 source.release_lease(held)
-            return _copy_session(source, loader, record, owner, progress)
+            return _copy_session(source, loader, record, owner, progress, rows)
         holder = held.owner if held is not None else "another process"
         raise LeaseHeld(
             f"session {key_text(key)} is running at the source (its lease is held by "
             f"{holder!r}): migrating it now would leave its newest events behind; wait for "
             "its turn to end (or interrupt it), then run migrate again"
         ) from None
+    current = [lease]
+
+    def renew(seq: int) -> None:
+        current[0] = source.renew_lease(current[0], LEASE_TTL)
+        if progress is not None:
+            progress(key_text(key), seq)
+
     try:
         fields = record_fields(source.get_session(key) or record)
         head, inbox_head = loader.begin(key, fields)
         for _ in range(_MAX_ROUNDS):
             src_head, src_inbox = source.heads(key)
-            if head > src_head or inbox_head > src_inbox:
-                loader.check_continues(key, head, None)
             if (head, inbox_head) == (src_head, src_inbox):
                 break
-            if head:
-                (at,) = source.read_raw(key, head - 1, 1)
-                loader.check_continues(key, head, at.event_id)
-            keys = inbox_key_map(source, key, src_inbox, inbox_head)
-            for event in inbox_events(source, key, src_inbox, inbox_head):
-                k, f = keys.get(event.seq, (None, None))
-                loader.inbox_record(key, RawEvent.of(event), k, f)
-            batch: list[RawEvent] = []
-            for raw in raw_events(source, key, src_head, head):
-                batch.append(raw)
-                if len(batch) >= 5_000:
-                    loader.append_events(key, batch)
-                    batch = []
-                    lease = source.renew_lease(lease, LEASE_TTL)
-                    if progress is not None:
-                        progress(key_text(key), raw.seq)
-            if batch:
-                loader.append_events(key, batch)
+            copy_logs(source, loader, key, (head, inbox_head), (src_head, src_inbox), rows, renew)
             head, inbox_head = loader.target.heads(key)
         loader.finish(key, fields, source.watermarks(key))
         if progress is not None:
             progress(key_text(key), head)
     finally:
         with contextlib.suppress(Exception):
-            source.release_lease(lease)
+            source.release_lease(current[0])

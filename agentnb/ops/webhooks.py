@@ -37,8 +37,7 @@ import orjson
 from agentnb.errors import InvalidInput, StorageError, install_hint
 from agentnb.events import Event
 from agentnb.ids import SessionKey
-from agentnb.stores._rows import RawEvent
-from agentnb.stores.base import Tombstone
+from agentnb.stores.base import RawEvent, Tombstone
 
 __all__ = ["DEFAULT_EVENTS", "Webhook", "delivery_id", "sign", "verify_signature"]
 

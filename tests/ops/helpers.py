@@ -7,7 +7,7 @@ import time
 
 import agentnb as nb
 from agentnb.ops._format import inbox_events, log_digests, raw_events
-from agentnb.stores._rows import RawEvent
+from agentnb.stores.base import RawEvent
 
 WAIT = 60.0
 

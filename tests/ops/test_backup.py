@@ -4,6 +4,7 @@ turn continues; a damaged archive refused with the session and byte that fail.""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import threading
@@ -111,13 +112,14 @@ class TestBackupWhileRunning:
 
 
 class TestDamagedArchives:
+    """The logical archive (format 1: a memory or PostgreSQL store), line by line."""
+
     def _archive(self, tmp_path: Path) -> Path:
-        src = f"sqlite:///{tmp_path / 'src.db'}"
-        with nb.Runtime(AGENT, store=src) as runtime:
+        with nb.Runtime(AGENT, store="memory://") as runtime:
             for name in ("one", "two"):
                 assert runtime.session(name).run("go", timeout=WAIT).status == "completed"
-        out = tmp_path / "a.anb"
-        nb.backup(src, out)
+            out = tmp_path / "a.anb"
+            assert nb.backup(runtime.store, out).method == "logical"
         return out
 
     def test_a_flipped_byte_is_named_by_session_and_offset(self, tmp_path: Path) -> None:
@@ -172,6 +174,75 @@ class TestDamagedArchives:
         with pytest.raises(ArchiveCorrupt) as caught:
             nb.verify(other)
         assert caught.value.offset == 0
+
+
+def _trailer(data: bytes) -> int:
+    """Where the lines of a physical archive start (its last line says)."""
+    end = data[data.rindex(b"\n", 0, len(data) - 1) + 1 :]
+    return int(json.loads(end[17:])["trailer"])
+
+
+class TestDamagedPhysicalArchives:
+    """The physical archive of an SQLite store (format 2): the copy checked block by block,
+    the damage named by byte and session."""
+
+    def _archive(self, tmp_path: Path) -> tuple[Path, dict[str, nb.SessionKey]]:
+        src = f"sqlite:///{tmp_path / 'src.db'}"
+        with nb.Runtime(AGENT, store=src) as runtime:
+            keys = {}
+            for name in ("one", "two"):
+                session = runtime.session(name)
+                assert session.run("go", timeout=WAIT).status == "completed"
+                keys[name] = session.key
+        out = tmp_path / "a.anb"
+        made = nb.backup(src, out)
+        assert made.method == "sqlite-backup-api"
+        assert nb.verify(out).format == "agentnb-archive/2"
+        return out, keys
+
+    def test_a_flipped_byte_in_a_session_names_its_block_and_session(self, tmp_path: Path) -> None:
+        """verify and restore refuse an archive with one byte of a session's row changed in
+        the store's copy, naming the session and the block's first byte; nothing is
+        restored."""
+        out, keys = self._archive(tmp_path)
+        store = nb.open_store(f"sqlite:///{tmp_path / 'src.db'}")
+        (first,) = store.read_raw(keys["two"], 0, 1)
+        store.close()
+        data = bytearray(out.read_bytes())
+        at = data.find(first.event_id.encode())
+        assert 0 < at < _trailer(bytes(data))
+        data[at + 4] ^= 0x01
+        out.write_bytes(bytes(data))
+        with pytest.raises(ArchiveCorrupt) as caught:
+            nb.verify(out)
+        block = at - at % 65536
+        assert caught.value.offset == block
+        assert caught.value.session is not None
+        assert caught.value.session.endswith("/two")
+        assert f"byte {block}" in str(caught.value)
+        dst = nb.open_store(f"sqlite:///{tmp_path / 'dst.db'}")
+        with pytest.raises(ArchiveCorrupt):
+            nb.restore(out, dst)
+        assert dst.list_sessions() == []
+        dst.close()
+
+    def test_a_damaged_manifest_or_a_cut_short_archive_is_refused(self, tmp_path: Path) -> None:
+        """A byte changed in the manifest fails that line's checksum; an archive cut short
+        (its last line, or half the copy) ends before its manifest."""
+        out, _ = self._archive(tmp_path)
+        data = out.read_bytes()
+        manifest = data.index(b'"r":"manifest"')
+        line = data.rindex(b"\n", 0, manifest) + 1
+        flipped = bytearray(data)
+        flipped[manifest + 2] ^= 0x01
+        out.write_bytes(bytes(flipped))
+        with pytest.raises(ArchiveCorrupt, match="checksum") as caught:
+            nb.verify(out)
+        assert caught.value.offset == line
+        for cut in (data[: data.rindex(b"\n", 0, len(data) - 1) + 1], data[: len(data) // 2]):
+            out.write_bytes(cut)
+            with pytest.raises(ArchiveCorrupt, match="before its manifest"):
+                nb.verify(out)
 
 
 class TestRestoreTargets:

@@ -4,6 +4,7 @@ session that runs at the source; the migrated session continues at the target.""
 
 from __future__ import annotations
 
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -13,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import agentnb as nb
-from agentnb.errors import InvalidInput, LeaseHeld, SessionNotFound
+from agentnb.errors import Corrupt, InvalidInput, LeaseHeld, SessionNotFound
 from agentnb.ops._format import log_digests
 
 ROOT = Path(nb.__file__).parent.parent
@@ -181,6 +182,75 @@ class TestMigrationAcrossBackends:
             outcome = mailed.run("task again mail", timeout=WAIT)
             assert outcome.status == "completed"  # the rule approves it: no question
             assert mailed.submit("task 7 mail", key="key-7").turn_id == mailed.tasks()[0].turn_id
+
+
+class TestRowsIntoSQLite:
+    """SQLite to SQLite: the rows are appended as stored (``agentnb.ops._sqlite``)."""
+
+    def test_a_killed_copy_finishes_with_the_same_rows_and_catalogue(self, tmp_path: Path) -> None:
+        """A migration killed -9 halfway through a big session finishes on the next run with
+        every row, digest and catalogue count the source has, nothing twice."""
+        src = f"sqlite:///{tmp_path / 'src.db'}"
+        dst = f"sqlite:///{tmp_path / 'dst.db'}"
+        with nb.Runtime(AGENT, store=src) as runtime:
+            small = runtime.session("small")
+            assert small.run("plain start", timeout=WAIT).status == "completed"
+            big = runtime.session(BIG)
+            assert big.run("plain start", timeout=WAIT).status == "completed"
+        store = nb.open_store(src)
+        for start in range(0, BIG_EVENTS, 1000):
+            store.append(
+                big.key,
+                [
+                    nb.Event.create("acme/note", {"n": start + n, "text": "é\n" * 50})
+                    for n in range(1000)
+                ],
+                expected_seq=store.head(big.key),
+                batch_id=f"big-{start}",
+            )
+        store.close()
+        killed = subprocess.run(
+            [sys.executable, "-c", _KILLED, src, dst],
+            check=False,
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert killed.returncode == -9, killed.stderr
+        report = nb.migrate(src, dst)
+        assert 0 < report.events < BIG_EVENTS
+        assert nb.migrate(src, dst).events == 0
+        a, b = nb.open_store(src), nb.open_store(dst)
+        try:
+            for key in (small.key, big.key):
+                assert log_digests(a, key) == log_digests(b, key)
+                ra, rb = a.get_session(key), b.get_session(key)
+                assert ra is not None
+                assert rb is not None
+                assert (rb.events, rb.turns, rb.bytes, rb.turn_status, rb.submits) == (
+                    ra.events,
+                    ra.turns,
+                    ra.bytes,
+                    ra.turn_status,
+                    ra.submits,
+                )
+        finally:
+            a.close()
+            b.close()
+        with nb.Runtime(AGENT, store=dst) as runtime:
+            assert runtime.open(BIG).run("plain again", timeout=WAIT).status == "completed"
+
+    def test_a_damaged_source_row_is_refused(self, tmp_path: Path) -> None:
+        """A source row whose payload no longer matches its checksum stops the copy with
+        Corrupt naming the session and seq."""
+        src = tmp_path / "src.db"
+        with nb.Runtime(AGENT, store=f"sqlite:///{src}") as runtime:
+            assert runtime.session("hurt").run("plain", timeout=WAIT).status == "completed"
+        with sqlite3.connect(src) as conn:
+            conn.execute("UPDATE events SET payload = payload || ' ' WHERE seq = 2")
+        with pytest.raises(Corrupt, match=r"hurt seq 2"):
+            nb.migrate(f"sqlite:///{src}", f"sqlite:///{tmp_path / 'dst.db'}")
 
 
 class TestMigrationChoices:
