@@ -23,6 +23,7 @@ PAGES = [
     "docs/scaling.md",
     "docs/cli.md",
     "docs/notebooks.md",
+    "docs/architecture.md",
 ]
 """The README and the pages of docs/ it sends a newcomer to."""
 
