@@ -17,7 +17,7 @@ from typing import Any, Protocol
 from agentnb import states
 from agentnb.errors import AgentnbError, InvalidAnswer
 from agentnb.events import Event
-from agentnb.holders import holder_alive
+from agentnb.holders import lease_alive
 from agentnb.ids import SessionKey
 from agentnb.log import Inbox
 from agentnb.projections.state import SessionState
@@ -47,11 +47,6 @@ OpenChild = Callable[[SessionKey], ChildSession | None]
 """key -> the child's session handle (None: it is gone or not this runtime's)."""
 
 
-def _executing(store: SessionStore, key: SessionKey) -> bool:
-    lease = store.current_lease(key)
-    return lease is not None and holder_alive(lease.owner) is not False
-
-
 def children_of(store: SessionStore, calls: Iterable[Mapping[str, Any]]) -> list[Child]:
     """``Child`` records of sub-agent calls (``SessionState.children`` values), each with its
     child's task as it stands now (from the child's shared folds, ``agentnb.states``)."""
@@ -60,9 +55,9 @@ def children_of(store: SessionStore, calls: Iterable[Mapping[str, Any]]) -> list
         key = key_of(call["child"])
         progress = None
         try:
-            before = _executing(store, key)  # and after: see ``SubagentCalls._look``
+            before = lease_alive(store, key)  # and after: see ``SubagentCalls._look``
             with states.read(store, key) as (state, inbox):
-                executing = before or _executing(store, key)
+                executing = before or lease_alive(store, key)
                 progress = child_progress(state, inbox, call["call_id"], executing=executing)
         except AgentnbError:  # not made yet (the call was just spawned), deleted, or
             pass  # unreadable: the parent's record is what is known

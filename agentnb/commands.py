@@ -28,7 +28,7 @@ from agentnb.answers import stored_answers
 from agentnb.children import route_answers
 from agentnb.errors import CannotResume, IdempotencyConflict, InvalidInput, NotRunning, SessionBusy
 from agentnb.events import Event, canonical_json
-from agentnb.holders import holder_alive
+from agentnb.holders import lease_alive
 from agentnb.ids import SessionKey, check_id, check_seconds, new_id
 from agentnb.limits import check_text
 from agentnb.log import Inbox
@@ -671,8 +671,7 @@ class StoreHost:
         return self.refresh()
 
     def executing(self) -> bool:
-        lease = self.store.current_lease(self.key)  # a holder known dead does not count
-        return lease is not None and holder_alive(lease.owner) is not False
+        return lease_alive(self.store, self.key)
 
     def tools(self, state: SessionState) -> ToolLookup:
         latest = latest_unfinished(state)  # the only turn a resume may continue

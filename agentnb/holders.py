@@ -14,10 +14,11 @@ import os
 import socket
 from functools import cache
 
-from agentnb.ids import new_id
+from agentnb.ids import SessionKey, new_id
 from agentnb.records import Holder
+from agentnb.stores.base import SessionStore
 
-__all__ = ["holder_alive", "holder_of", "new_owner"]
+__all__ = ["holder_alive", "holder_of", "lease_alive", "new_owner"]
 
 
 def _host() -> str:
@@ -97,3 +98,10 @@ def holder_of(owner: str, epoch: int, expires_in: float, *, local: bool) -> Hold
         alive=True if local else holder_alive(owner),
         local=local,
     )
+
+
+def lease_alive(store: SessionStore, key: SessionKey) -> bool:
+    """Whether some runtime holds ``key``'s lease now and executes it: a live lease whose
+    holder is not known dead (one of this host that is gone does not count)."""
+    lease = store.current_lease(key)
+    return lease is not None and holder_alive(lease.owner) is not False

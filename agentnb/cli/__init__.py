@@ -20,15 +20,17 @@ from agentnb.cli.format import (
     EXIT_OK,
     EXIT_USAGE,
     NULL,
-    _jsonable,
-    _visible,
     exit_code,
+    jsonable,
+    visible,
 )
-from agentnb.cli.parser import _parser
+from agentnb.cli.parser import build_parser
 from agentnb.errors import AgentnbError
 
 # NULL, _jsonable and _parser are not the command line's contract, but tests and the docs'
-# checks import them from here, where they were defined before the package.
+# checks import them from here, where they were defined (under these names) before the package.
+_jsonable = jsonable
+_parser = build_parser
 __all__ = [
     "EXIT_DATA",
     "EXIT_FAILED",
@@ -45,7 +47,7 @@ __all__ = [
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; returns its exit code (argparse exits 2 itself on usage errors)."""
-    args, unknown = _parser().parse_known_args(argv)
+    args, unknown = build_parser().parse_known_args(argv)
     if unknown:  # a misspelt option of a command: that command's usage, not the top one's
         args.command_parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     try:
@@ -59,13 +61,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.close(devnull)
         return EXIT_OK
     except AgentnbError as exc:
-        print(f"error: {_visible(str(exc))}", file=sys.stderr)
+        print(f"error: {visible(str(exc))}", file=sys.stderr)
         return exit_code(exc)
     except OSError as exc:  # a file the command needed could not be read or written
-        print(f"error: {_visible(str(exc))}", file=sys.stderr)
+        print(f"error: {visible(str(exc))}", file=sys.stderr)
         return EXIT_FAILED
     except ImportError as exc:  # an extra the command needs is not installed; exc says which
-        print(f"error: {_visible(str(exc))}", file=sys.stderr)
+        print(f"error: {visible(str(exc))}", file=sys.stderr)
         return EXIT_FAILED
     except KeyboardInterrupt:
         return 130

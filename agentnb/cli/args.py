@@ -23,7 +23,7 @@ AddCommand = Callable[[str, Callable[[argparse.Namespace], int], str, str], argp
 _STORE_HELP = "store URL or SQLite file path (default: SQLite in ./.agentnb/)"
 
 
-def _count(text: str) -> int:
+def count_arg(text: str) -> int:
     """argparse type: a whole number >= 0."""
     try:
         value = int(text)
@@ -45,7 +45,7 @@ def _seconds(text: str) -> float:
     return value
 
 
-def _local_path(target: str) -> str | None:
+def local_path(target: str) -> str | None:
     """The local file or folder a store URL or a query source names; None when remote."""
     for prefix in ("parquet:", "duckdb:"):
         if target.startswith(prefix) and not target.startswith(f"{prefix}//"):
@@ -58,7 +58,7 @@ def _local_path(target: str) -> str | None:
     return os.path.expanduser(target)
 
 
-def _store_url(text: str) -> str:
+def store_url(text: str) -> str:
     """argparse type of ``--store``: a store URL, or a plain file path, which names an SQLite
     file (``.agentnb/agentnb.sqlite`` is ``sqlite:///.agentnb/agentnb.sqlite``)."""
     if "://" in text or text.startswith(("memory:", "sqlite:")):
@@ -72,10 +72,10 @@ def _store_url(text: str) -> str:
     return f"sqlite:///{path}"
 
 
-def _open_existing_store(url: str | None) -> nb.SessionStore:
+def open_existing_store(url: str | None) -> nb.SessionStore:
     """Open a store to read it; a store file that does not exist is not created."""
     url = url or default_store_url()
-    path = _local_path(url)
+    path = local_path(url)
     if path is not None and not os.path.exists(path):
         raise SessionNotFound(
             f"no store at {path}: nothing was recorded there; run `agentnb demo` to make one, "
@@ -84,7 +84,9 @@ def _open_existing_store(url: str | None) -> nb.SessionStore:
     return nb.open_store(url)
 
 
-def _keys(store: nb.SessionStore, session_id: str, user: str | None, agent: str | None) -> Any:
+def session_keys(
+    store: nb.SessionStore, session_id: str, user: str | None, agent: str | None
+) -> Any:
     keys = [
         r.key
         for r in store.list_sessions(user_id=user, agent_id=agent)
@@ -103,15 +105,7 @@ def _keys(store: nb.SessionStore, session_id: str, user: str | None, agent: str 
     return keys[0]
 
 
-def _executing(store: nb.SessionStore, key: nb.SessionKey) -> bool:
-    """Whether a live holder executes the session (a holder known dead does not count)."""
-    from agentnb.holders import holder_alive
-
-    lease = store.current_lease(key)
-    return lease is not None and holder_alive(lease.owner) is not False
-
-
-def _parked(state: Any, inbox: Any, executing: bool) -> dict[str, Any] | None:
+def parked_turn(state: Any, inbox: Any, executing: bool) -> dict[str, Any] | None:
     """The turn queued work waits behind, its status and the ways out; None if none."""
     from agentnb.projections.queue import blocking_turn, ways_out
 
@@ -122,16 +116,16 @@ def _parked(state: Any, inbox: Any, executing: bool) -> dict[str, Any] | None:
     return {"turn_id": turn.turn_id, "status": status, "ways_out": ways_out(state, turn, status)}
 
 
-def _common(parser: argparse.ArgumentParser, *, session: bool = True) -> None:
+def common_arguments(parser: argparse.ArgumentParser, *, session: bool = True) -> None:
     if session:
         parser.add_argument("session", help="the session id")
-    parser.add_argument("--store", default=None, type=_store_url, help=_STORE_HELP)
+    parser.add_argument("--store", default=None, type=store_url, help=_STORE_HELP)
     parser.add_argument("--user", default=None, help="only sessions of this user")
     parser.add_argument("--agent", default=None, help="only sessions of this agent id")
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
 
 
-def _labels(items: Sequence[str] | None) -> dict[str, str] | None:
+def labels_arg(items: Sequence[str] | None) -> dict[str, str] | None:
     """``--label k=v`` values as a dict (None without any)."""
     if not items:
         return None
@@ -144,7 +138,7 @@ def _labels(items: Sequence[str] | None) -> dict[str, str] | None:
     return out
 
 
-def _when(text: str | None, option: str) -> datetime | None:
+def when_arg(text: str | None, option: str) -> datetime | None:
     """An ISO date or date-time (UTC unless it says otherwise), or None."""
     if text is None:
         return None
@@ -161,7 +155,7 @@ def _when(text: str | None, option: str) -> datetime | None:
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 604_800}
 
 
-def _duration(text: str) -> float:
+def duration_arg(text: str) -> float:
     """``30d``, ``12h``, ``90m``, ``45s``, ``2w`` or plain seconds."""
     number, unit = (text[:-1], text[-1]) if text[-1:] in _UNITS else (text, "s")
     try:
@@ -173,7 +167,7 @@ def _duration(text: str) -> float:
     return value * _UNITS[unit]
 
 
-def _who() -> str:
+def who_deletes() -> str:
     """Who deletes from the command line, for the tombstone."""
     import getpass
 

@@ -12,12 +12,12 @@ import agentnb as nb
 from agentnb.cli.args import (
     _STORE_HELP,
     AddCommand,
-    _count,
-    _local_path,
-    _open_existing_store,
-    _store_url,
+    count_arg,
+    local_path,
+    open_existing_store,
+    store_url,
 )
-from agentnb.cli.format import EXIT_OK, _print_json, _table, _text
+from agentnb.cli.format import EXIT_OK, cell_text, print_json, table_lines
 from agentnb.errors import (
     Corrupt,
     InvalidInput,
@@ -30,7 +30,7 @@ def _export(args: argparse.Namespace) -> int:
     from agentnb.export import Exporter, open_sink  # optional: the export extra
 
     destination = args.to if args.to is not None else f"otlp:{args.otlp}"
-    store = _open_existing_store(args.store)
+    store = open_existing_store(args.store)
     sink = None
     try:
         sink = open_sink(destination, name=args.name)
@@ -89,7 +89,7 @@ def _query(args: argparse.Namespace) -> int:
 
     if args.list or args.name is None:
         if args.json:
-            _print_json([{"name": n, "question": load_query(n).question} for n in list_queries()])
+            print_json([{"name": n, "question": load_query(n).question} for n in list_queries()])
         else:
             for name in list_queries():
                 print(f"{name:<24} {load_query(name).question}")
@@ -98,7 +98,7 @@ def _query(args: argparse.Namespace) -> int:
         raise InvalidInput("--source is needed: a Parquet folder, a DuckDB file or a store URL")
     query = load_query(args.name)
     params = _query_params(args.name, args.param)
-    path = _local_path(args.source)
+    path = local_path(args.source)
     if path is not None and not os.path.exists(path):
         raise SessionNotFound(
             f"no export or store at {path}; export one first, e.g. "
@@ -107,12 +107,12 @@ def _query(args: argparse.Namespace) -> int:
     frame = _run_query(args.name, args.source, params)
     rows = [dict(zip(frame.columns, r, strict=True)) for r in frame.itertuples(index=False)]
     if args.json:
-        _print_json(rows)
+        print_json(rows)
     elif not rows:
         print(f"(no rows) {query.question}")
     else:
-        cells = ([_text(r[c], args.width) for c in frame.columns] for r in rows)
-        print("\n".join(_table([str(c) for c in frame.columns], cells)))
+        cells = ([cell_text(r[c], args.width) for c in frame.columns] for r in rows)
+        print("\n".join(table_lines([str(c) for c in frame.columns], cells)))
     return EXIT_OK
 
 
@@ -132,7 +132,7 @@ def _run_query(name: str, source: str, params: Mapping[str, Any]) -> Any:
         raise Corrupt(f"{source}: could not be read as an agentnb export ({first})") from None
 
 
-def _export_commands(command: AddCommand) -> None:
+def export_commands(command: AddCommand) -> None:
     """``export`` and ``query``."""
     export = command(
         "export",
@@ -154,7 +154,7 @@ def _export_commands(command: AddCommand) -> None:
     which = export.add_mutually_exclusive_group()
     which.add_argument("--session", metavar="ID", help="only the session(s) with this id")
     which.add_argument("--all", action="store_true", help="every session of the store (default)")
-    export.add_argument("--store", default=None, type=_store_url, help=_STORE_HELP)
+    export.add_argument("--store", default=None, type=store_url, help=_STORE_HELP)
     export.add_argument("--name", default=None, help="sink name keying the watermark")
     export.add_argument(
         "--no-progress", dest="progress", action="store_false", help="no progress bar"
@@ -182,5 +182,5 @@ def _export_commands(command: AddCommand) -> None:
     query.add_argument("--list", action="store_true", help="list the queries and exit")
     query.add_argument("--json", action="store_true", help="print the rows as a JSON array")
     query.add_argument(
-        "--width", type=_count, default=48, help="characters per cell, 0 for no limit"
+        "--width", type=count_arg, default=48, help="characters per cell, 0 for no limit"
     )

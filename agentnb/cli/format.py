@@ -29,7 +29,7 @@ EXIT_NOT_FOUND = 3
 """No such session, task, token, store or export."""
 EXIT_DATA = 4
 """The store or export cannot be read, or holds data agentnb did not write (corrupt)."""
-_EXIT_CODES = f"""\
+EXIT_CODES = f"""\
 exit codes:
   {EXIT_OK}  success
   {EXIT_FAILED}  refused or failed for another reason (the message says which)
@@ -47,7 +47,7 @@ _CUT = "…"
 
 def _not_found(message: str) -> int:
     """Print the ``error:`` line of something named that does not exist; its exit code."""
-    print(f"error: {_visible(message)}", file=sys.stderr)
+    print(f"error: {visible(message)}", file=sys.stderr)
     return EXIT_NOT_FOUND
 
 
@@ -69,36 +69,36 @@ _BIDI = re.compile("[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 """Bidirectional controls, escaped in ``--json`` output."""
 
 
-def _visible(text: str) -> str:
+def visible(text: str) -> str:
     """``text`` with every character a terminal would act on shown escaped (``\x1b``)."""
     return _UNSAFE.sub(lambda m: repr(m.group())[1:-1], text)
 
 
-def _fit(text: str, width: int) -> tuple[str, bool]:
+def fit(text: str, width: int) -> tuple[str, bool]:
     """``text`` on one line, its control characters escaped (untrusted text never reaches
     the terminal raw), at most ``width`` characters (0: no limit), ending in … if cut; and
     whether it was cut."""
     text = " ".join(text.split()) if "\n" in text or "\r" in text else text
-    text = _visible(text)
+    text = visible(text)
     if width <= 0 or len(text) <= width:
         return text, False
     return text[: width - 1] + _CUT, True
 
 
-def _cut(text: str, width: int) -> str:
-    return _fit(text, width)[0]
+def cut(text: str, width: int) -> str:
+    return fit(text, width)[0]
 
 
-def _is_null(value: Any) -> bool:
+def is_null(value: Any) -> bool:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return True
     # pandas' NaT and NA, without importing pandas here (it is an optional dependency).
     return type(value).__name__ in {"NaTType", "NAType"}
 
 
-def _jsonable(value: Any) -> Any:
+def jsonable(value: Any) -> Any:
     """``value`` as JSON-native data: nulls as None, times as ISO text, records as objects."""
-    if _is_null(value):
+    if is_null(value):
         return None
     if isinstance(value, str | bool | int):
         return value
@@ -109,15 +109,15 @@ def _jsonable(value: Any) -> Any:
     if isinstance(value, timedelta):
         return value.total_seconds()
     if isinstance(value, Mapping):
-        return {str(k): _jsonable(v) for k, v in value.items()}
+        return {str(k): jsonable(v) for k, v in value.items()}
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        return {f.name: jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
     if hasattr(value, "model_dump"):  # pydantic records (Message, Event)
-        return _jsonable(value.model_dump(mode="json"))
+        return jsonable(value.model_dump(mode="json"))
     if hasattr(value, "tolist"):  # numpy scalars and arrays in dataframes
-        return _jsonable(value.tolist())
+        return jsonable(value.tolist())
     if isinstance(value, Iterable) and not isinstance(value, bytes):
-        return [_jsonable(v) for v in value]
+        return [jsonable(v) for v in value]
     return str(value)
 
 
@@ -129,9 +129,9 @@ def _rounded(value: float) -> float:
     return round(value, max(3, 2 - math.floor(math.log10(abs(value)))))
 
 
-def _text(value: Any, width: int = 0) -> str:
+def cell_text(value: Any, width: int = 0) -> str:
     """One cell of text output: nulls as ``NULL``, structures as compact JSON, cut to width."""
-    if _is_null(value):
+    if is_null(value):
         return NULL
     if isinstance(value, str):
         shown = value
@@ -141,9 +141,9 @@ def _text(value: Any, width: int = 0) -> str:
         shown = str(value)
     else:
         shown = json.dumps(
-            _without_nulls(_jsonable(value)), ensure_ascii=False, separators=(",", ":")
+            _without_nulls(jsonable(value)), ensure_ascii=False, separators=(",", ":")
         )
-    return _cut(shown, width)
+    return cut(shown, width)
 
 
 def _without_nulls(value: Any) -> Any:
@@ -155,14 +155,14 @@ def _without_nulls(value: Any) -> Any:
     return value
 
 
-def _print_json(value: Any) -> None:
+def print_json(value: Any) -> None:
     # Bidirectional controls as \\u escapes (the same JSON value): raw, they would show a
     # terminal's neighbouring text reversed.
-    text = json.dumps(_jsonable(value), ensure_ascii=False, indent=2)
+    text = json.dumps(jsonable(value), ensure_ascii=False, indent=2)
     print(_BIDI.sub(lambda m: f"\\u{ord(m.group()):04x}", text))
 
 
-def _table(columns: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
+def table_lines(columns: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
     """Left-aligned columns, two spaces apart."""
     rows = [list(r) for r in rows]
     widths = [max([len(c), *(len(r[i]) for r in rows)]) for i, c in enumerate(columns)]

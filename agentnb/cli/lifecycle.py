@@ -8,8 +8,16 @@ from pathlib import Path
 from typing import Any
 
 from agentnb import states
-from agentnb.cli.args import _common, _count, _duration, _keys, _labels, _open_existing_store, _who
-from agentnb.cli.format import EXIT_OK, _print_json
+from agentnb.cli.args import (
+    common_arguments,
+    count_arg,
+    duration_arg,
+    labels_arg,
+    open_existing_store,
+    session_keys,
+    who_deletes,
+)
+from agentnb.cli.format import EXIT_OK, print_json
 from agentnb.errors import (
     LeaseHeld,
     SessionBusy,
@@ -35,14 +43,14 @@ def _unarchive(args: argparse.Namespace) -> int:
 
 
 def _shelve(args: argparse.Namespace, *, archive: bool) -> int:
-    store = _open_existing_store(args.store)
+    store = open_existing_store(args.store)
     try:
-        key = _keys(store, args.session, args.user, args.agent)
+        key = session_keys(store, args.session, args.user, args.agent)
         info = archive_session(store, key) if archive else unarchive_session(store, key)
     finally:
         store.close()
     if args.json:
-        _print_json(info)
+        print_json(info)
     elif archive:
         print(
             f"archived session {key}: agentnb sessions --archived lists it; "
@@ -55,9 +63,9 @@ def _shelve(args: argparse.Namespace, *, archive: bool) -> int:
 
 def _delete(args: argparse.Namespace) -> int:
     """Delete one session's data, leaving a tombstone; refused while a turn runs."""
-    store = _open_existing_store(args.store)
+    store = open_existing_store(args.store)
     try:
-        key = _keys(store, args.session, args.user, args.agent)
+        key = session_keys(store, args.session, args.user, args.agent)
         record = store.get_session(key)
         if record is not None and session_info(record, now=store.clock.now()).status == ("running"):
             raise SessionBusy(
@@ -66,12 +74,12 @@ def _delete(args: argparse.Namespace) -> int:
             )
         with states.read(store, key) as (state, _):
             bound = state.workspace
-        tombstone = store.delete_session(key, by=_who(), reason=args.reason)
+        tombstone = store.delete_session(key, by=who_deletes(), reason=args.reason)
         _remove_workspace(bound)
     finally:
         store.close()
     if args.json:
-        _print_json(tombstone)
+        print_json(tombstone)
     else:
         print(f"deleted session {key} ({tombstone.events} events) as {tombstone.deleted_by}")
     return EXIT_OK
@@ -85,14 +93,14 @@ def _remove_workspace(bound: dict[str, Any] | None) -> None:
 
 def _prune(args: argparse.Namespace) -> int:
     """Delete (or with the default dry run, list) sessions a retention rule selects."""
-    store = _open_existing_store(args.store)
+    store = open_existing_store(args.store)
     deleted = 0
     try:
         found = prunable(
             store,
-            _duration(args.older_than),
+            duration_arg(args.older_than),
             status=args.status or "idle",
-            labels=_labels(args.label),
+            labels=labels_arg(args.label),
             agent_id=args.agent,
             user_id=args.user,
         )
@@ -101,7 +109,7 @@ def _prune(args: argparse.Namespace) -> int:
                 with states.read(store, info.key) as (state, _):
                     bound = state.workspace
                 try:
-                    store.delete_session(info.key, by=_who(), reason=args.reason)
+                    store.delete_session(info.key, by=who_deletes(), reason=args.reason)
                 except LeaseHeld:
                     continue  # it came back to life since it was listed: keep it
                 _remove_workspace(bound)
@@ -109,7 +117,7 @@ def _prune(args: argparse.Namespace) -> int:
     finally:
         store.close()
     if args.json:
-        _print_json({"dry_run": not args.apply, "deleted": deleted, "sessions": found})
+        print_json({"dry_run": not args.apply, "deleted": deleted, "sessions": found})
         return EXIT_OK
     verb = "deleted" if args.apply else "would delete (dry run; --apply deletes)"
     print(f"{verb}: {deleted if args.apply else len(found)} session(s)")
@@ -118,7 +126,7 @@ def _prune(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _lifecycle_commands(
+def lifecycle_commands(
     sessions: argparse.ArgumentParser,
     command: Callable[[str, Callable[[argparse.Namespace], int], str, str], Any],
 ) -> None:
@@ -135,7 +143,7 @@ def _lifecycle_commands(
     sessions.add_argument("--since", help="last activity at or after (ISO date, UTC)")
     sessions.add_argument("--until", help="last activity before (ISO date, UTC)")
     sessions.add_argument("--search", help="text in the title or first task (any case)")
-    sessions.add_argument("--limit", type=_count, default=50, help="sessions per page")
+    sessions.add_argument("--limit", type=count_arg, default=50, help="sessions per page")
     sessions.add_argument("--before", metavar="CURSOR", help="the page after this cursor")
     shelf = sessions.add_mutually_exclusive_group()
     shelf.add_argument(
@@ -165,7 +173,7 @@ def _lifecycle_commands(
             ),
         ),
     ):
-        _common(command(name, func, verb, description))
+        common_arguments(command(name, func, verb, description))
 
     delete = command(
         "delete",
@@ -176,7 +184,7 @@ def _lifecycle_commands(
         "a turn runs. Example: agentnb delete conversation-001 --user alice "
         '--reason "erasure request 42"',
     )
-    _common(delete)
+    common_arguments(delete)
     delete.add_argument("--reason", default="", help="why, kept in the tombstone")
 
     prune = command(
@@ -187,7 +195,7 @@ def _lifecycle_commands(
         "(default idle; never running or queued), with every --label. Lists them; --apply "
         "deletes them. Example: agentnb prune --older-than 30d --label env=scratch --apply",
     )
-    _common(prune, session=False)
+    common_arguments(prune, session=False)
     prune.add_argument("--older-than", required=True, help="e.g. 30d, 12h, 90m, or seconds")
     prune.add_argument(
         "--status",

@@ -7,13 +7,13 @@ import argparse
 from collections.abc import Callable
 
 import agentnb as nb
-from agentnb.cli.exports import _export_commands
-from agentnb.cli.format import _EXIT_CODES
-from agentnb.cli.lifecycle import _lifecycle_commands
-from agentnb.cli.reading import _reading_commands, _sessions_command
-from agentnb.cli.running import _demo_command, _worker_command
-from agentnb.cli.service import _service_commands
-from agentnb.cli.turns import _turn_commands
+from agentnb.cli.exports import export_commands
+from agentnb.cli.format import EXIT_CODES
+from agentnb.cli.lifecycle import lifecycle_commands
+from agentnb.cli.reading import reading_commands, sessions_command
+from agentnb.cli.running import demo_command, worker_command
+from agentnb.cli.service import service_commands
+from agentnb.cli.turns import turn_commands
 
 
 class _Formatter(argparse.HelpFormatter):
@@ -25,7 +25,7 @@ class _Formatter(argparse.HelpFormatter):
         return super()._fill_text(text, width, indent)
 
 
-def _parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
     """The ``agentnb`` parser; each subcommand carries its handler (``args.func``)."""
     parser = argparse.ArgumentParser(
         prog="agentnb",
@@ -33,7 +33,7 @@ def _parser() -> argparse.ArgumentParser:
             "Durable, steerable AI-agent sessions: run the demo, read sessions, export them "
             "and query the exports. Example: agentnb demo, then agentnb sessions"
         ),
-        epilog=_EXIT_CODES,
+        epilog=EXIT_CODES,
         formatter_class=_Formatter,
     )
     parser.add_argument("--version", action="version", version=f"agentnb {nb.__version__}")
@@ -46,18 +46,18 @@ def _parser() -> argparse.ArgumentParser:
             name,
             help=help,
             description=description,
-            epilog=_EXIT_CODES,
+            epilog=EXIT_CODES,
             formatter_class=_Formatter,
         )
         p.set_defaults(func=func, command_parser=p)
         return p
 
-    _demo_command(command)
-    _export_commands(command)
-    sessions = _sessions_command(command)
-    _lifecycle_commands(sessions, command)
-    _reading_commands(command)
-    _turn_commands(command)
-    _worker_command(command)
-    _service_commands(command)
+    demo_command(command)
+    export_commands(command)
+    sessions = sessions_command(command)
+    lifecycle_commands(sessions, command)
+    reading_commands(command)
+    turn_commands(command)
+    worker_command(command)
+    service_commands(command)
     return parser

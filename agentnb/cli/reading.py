@@ -13,26 +13,26 @@ from agentnb import states
 from agentnb.children import children_of
 from agentnb.cli.args import (
     AddCommand,
-    _common,
-    _count,
-    _executing,
-    _keys,
-    _labels,
-    _open_existing_store,
-    _parked,
-    _when,
+    common_arguments,
+    count_arg,
+    labels_arg,
+    open_existing_store,
+    parked_turn,
+    session_keys,
+    when_arg,
 )
 from agentnb.cli.format import (
     EXIT_OK,
     NULL,
-    _cut,
-    _fit,
-    _is_null,
-    _jsonable,
-    _print_json,
-    _table,
-    _text,
+    cell_text,
+    cut,
+    fit,
+    is_null,
+    jsonable,
+    print_json,
+    table_lines,
 )
+from agentnb.holders import lease_alive
 from agentnb.projections.chat import interactions_of, tasks_of
 from agentnb.runtime.catalogue import (
     find_sessions,
@@ -41,16 +41,16 @@ from agentnb.runtime.catalogue import (
 
 def _sessions(args: argparse.Namespace) -> int:
     """List sessions, newest activity first, from the catalogue (one page of ``--limit``)."""
-    store = _open_existing_store(args.store)
+    store = open_existing_store(args.store)
     try:
         infos = find_sessions(
             store,
             agent_id=args.agent,
             user_id=args.user,
             status=args.status or None,
-            labels=_labels(args.label),
-            since=_when(args.since, "--since"),
-            until=_when(args.until, "--until"),
+            labels=labels_arg(args.label),
+            since=when_arg(args.since, "--since"),
+            until=when_arg(args.until, "--until"),
             search=args.search,
             limit=args.limit,
             before=args.before,
@@ -60,7 +60,7 @@ def _sessions(args: argparse.Namespace) -> int:
         for info in infos:  # one page: folding each of its logs stays bounded
             key = info.key
             with states.read(store, key) as (state, inbox):
-                executing = _executing(store, key)
+                executing = lease_alive(store, key)
                 tasks = tasks_of(state, inbox, executing=executing)
             started = [t for t in tasks if t.status != "queued"]
             out.append(
@@ -79,14 +79,14 @@ def _sessions(args: argparse.Namespace) -> int:
                     "tasks": len(tasks),
                     "latest_status": started[-1].status if started else None,
                     "queued": sum(1 for t in tasks if t.status == "queued"),
-                    "parked_behind": _parked(state, inbox, executing),
+                    "parked_behind": parked_turn(state, inbox, executing),
                     "cursor": info.cursor,
                 }
             )
     finally:
         store.close()
     if args.json:
-        _print_json(out)
+        print_json(out)
         return EXIT_OK
     if not out:
         print("(no sessions)")
@@ -96,9 +96,9 @@ def _sessions(args: argparse.Namespace) -> int:
             s["session_id"],
             s["user_id"],
             s["agent_id"],
-            _cut(s["title"] or "", 40) + (" (archived)" if s["archived_at"] else ""),
+            cut(s["title"] or "", 40) + (" (archived)" if s["archived_at"] else ""),
             str(s["events"]),
-            _text(s["latest_status"])
+            cell_text(s["latest_status"])
             + (f" (+{s['queued']} queued" if s["queued"] else "")
             + (
                 f", parked behind {s['parked_behind']['turn_id']})"
@@ -108,7 +108,9 @@ def _sessions(args: argparse.Namespace) -> int:
         ]
         for s in out
     ]
-    print("\n".join(_table(["session", "user", "agent", "title", "events", "latest task"], rows)))
+    print(
+        "\n".join(table_lines(["session", "user", "agent", "title", "events", "latest task"], rows))
+    )
     if len(out) == args.limit:
         print(f"(more: agentnb sessions --before {out[-1]['cursor']})")
     return EXIT_OK
@@ -116,13 +118,13 @@ def _sessions(args: argparse.Namespace) -> int:
 
 def _show(args: argparse.Namespace) -> int:
     """Print a session's tasks, open requests and transcript."""
-    store = _open_existing_store(args.store)
+    store = open_existing_store(args.store)
     try:
-        key = _keys(store, args.session, args.user, args.agent)
+        key = session_keys(store, args.session, args.user, args.agent)
         with states.read(store, key) as (state, inbox):
-            executing = _executing(store, key)
+            executing = lease_alive(store, key)
             tasks = tasks_of(state, inbox, executing=executing)
-            parked = _parked(state, inbox, executing)
+            parked = parked_turn(state, inbox, executing)
             pending = list(interactions_of(state).values())
             messages = list(state.context)
             spawned = state.children_of(None)
@@ -130,7 +132,7 @@ def _show(args: argparse.Namespace) -> int:
     finally:
         store.close()
     if args.json:
-        _print_json(
+        print_json(
             {
                 "session": dataclasses.asdict(key),
                 "events": state.seq,
@@ -147,7 +149,7 @@ def _show(args: argparse.Namespace) -> int:
 
     def line(text: str) -> None:
         nonlocal cut
-        shown, was_cut = _fit(text, width)
+        shown, was_cut = fit(text, width)
         cut += was_cut
         print(shown)
 
@@ -168,18 +170,18 @@ def _show(args: argparse.Namespace) -> int:
     if pending:
         print("\nwaiting for an answer:")
     for request in pending:
-        line(f"  {request.request_id}  {request.kind}: {_text(request.prompt)}")
+        line(f"  {request.request_id}  {request.kind}: {cell_text(request.prompt)}")
     if children:
         print("\nsub-agents (agentnb show <session>/<call id> opens one):")
     for child in children:
         said = child.output if child.output is not None else child.error
         line(
             f"  {child.call_id}  {child.status:<11} {child.name or child.agent_id}  "
-            f"{child.task!r}" + (f" -> {_text(said)}" if said is not None else "")
+            f"{child.task!r}" + (f" -> {cell_text(said)}" if said is not None else "")
         )
     print("\ntranscript:" if messages else "\ntranscript: (empty)")
     for message in messages:
-        calls = ", ".join(f"{c.name}({_text(c.arguments)})" for c in message.tool_calls)
+        calls = ", ".join(f"{c.name}({cell_text(c.arguments)})" for c in message.tool_calls)
         text = message.text or (f"-> {calls}" if calls else NULL)
         line(f"{message.role:>9}: {text}")
     if cut:
@@ -192,9 +194,9 @@ def _show(args: argparse.Namespace) -> int:
 
 def _tail(args: argparse.Namespace) -> int:
     """Print committed events of a session, and keep following with --follow."""
-    store = _open_existing_store(args.store)
+    store = open_existing_store(args.store)
     try:
-        key = _keys(store, args.session, args.user, args.agent)
+        key = session_keys(store, args.session, args.user, args.agent)
         log = nb.SessionLog(store, key)
         start = max(0, log.head() - args.lines)
         follow = log.follow(after=start, idle_timeout=None if args.follow else 0.0)
@@ -204,14 +206,14 @@ def _tail(args: argparse.Namespace) -> int:
         try:
             for event in follow:
                 if args.json:
-                    print(json.dumps(_jsonable(event), ensure_ascii=False), flush=True)
+                    print(json.dumps(jsonable(event), ensure_ascii=False), flush=True)
                     continue
                 shown_at = max(shown_at or event.occurred_at, event.occurred_at)
-                shown = [(k, v) for k, v in event.payload.items() if not _is_null(v)][:3]
-                brief = ", ".join(f"{k}={_text(v)}" for k, v in shown)
+                shown = [(k, v) for k, v in event.payload.items() if not is_null(v)][:3]
+                brief = ", ".join(f"{k}={cell_text(v)}" for k, v in shown)
                 print(
                     f"{event.seq:>7}  {shown_at:%H:%M:%S.%f}  {event.type:<22} "
-                    f"{_cut(brief, 90)}".rstrip(),
+                    f"{cut(brief, 90)}".rstrip(),
                     flush=True,
                 )
         except KeyboardInterrupt:
@@ -221,7 +223,7 @@ def _tail(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _sessions_command(command: AddCommand) -> argparse.ArgumentParser:
+def sessions_command(command: AddCommand) -> argparse.ArgumentParser:
     """``sessions`` (its filters come with the lifecycle commands)."""
     sessions = command(
         "sessions",
@@ -230,11 +232,11 @@ def _sessions_command(command: AddCommand) -> argparse.ArgumentParser:
         "List sessions, newest activity first, one page at a time. Example: agentnb "
         "sessions --user alice --status parked --since 2026-01-01 --label team=fin",
     )
-    _common(sessions, session=False)
+    common_arguments(sessions, session=False)
     return sessions
 
 
-def _reading_commands(command: AddCommand) -> None:
+def reading_commands(command: AddCommand) -> None:
     """``show`` and ``tail``."""
     show = command(
         "show",
@@ -243,9 +245,9 @@ def _reading_commands(command: AddCommand) -> None:
         "Print a session's tasks, open requests and transcript. "
         "Example: agentnb show conversation-001 --user alice",
     )
-    _common(show)
+    common_arguments(show)
     show.add_argument(
-        "--width", type=_count, default=120, help="characters per line, 0 for no limit"
+        "--width", type=count_arg, default=120, help="characters per line, 0 for no limit"
     )
 
     tail = command(
@@ -255,6 +257,6 @@ def _reading_commands(command: AddCommand) -> None:
         "Print committed events; --json prints one JSON object per line. "
         "Example: agentnb tail conversation-001 --follow",
     )
-    _common(tail)
-    tail.add_argument("-n", "--lines", type=_count, default=20, help="events to show first")
+    common_arguments(tail)
+    tail.add_argument("-n", "--lines", type=count_arg, default=20, help="events to show first")
     tail.add_argument("-f", "--follow", action="store_true", help="keep printing new events")

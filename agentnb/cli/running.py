@@ -11,8 +11,8 @@ import time
 from datetime import datetime
 
 import agentnb as nb
-from agentnb.cli.args import _STORE_HELP, _UNSET, AddCommand, _limit, _store_url
-from agentnb.cli.format import EXIT_OK, _cut
+from agentnb.cli.args import _STORE_HELP, _UNSET, AddCommand, _limit, store_url
+from agentnb.cli.format import EXIT_OK, cut
 from agentnb.errors import (
     AgentnbError,
     InvalidInput,
@@ -178,7 +178,7 @@ class _TaskLines:
         read back from the session (its turn id when it cannot be read). Reading back costs
         store reads for every line, a few statements per turn on PostgreSQL."""
         if isinstance(sent, str):
-            return f'"{_cut(sent, 60)}"'
+            return f'"{cut(sent, 60)}"'
         try:
             session = self._runtime.open(key.session_id, user_id=key.user_id)
             task = next((t for t in session.tasks() if t.turn_id == turn_id), None)
@@ -186,7 +186,7 @@ class _TaskLines:
             task = None
         if task is None:
             return str(turn_id)
-        return f'"{_cut(task.input, 60)}"'
+        return f'"{cut(task.input, 60)}"'
 
 
 _AUTO_RESUME: dict[str, bool | str] = {"safe": True, "unknown": "unknown", "off": False}
@@ -204,7 +204,7 @@ def _worker_store(url: str | None, concurrency: int) -> str | nb.SessionStore | 
     return PostgresStore(url, pool_size=max(10, concurrency + 2))
 
 
-def _demo_command(command: AddCommand) -> None:
+def demo_command(command: AddCommand) -> None:
     """``demo``."""
     demo = command(
         "demo",
@@ -213,10 +213,10 @@ def _demo_command(command: AddCommand) -> None:
         "Run the scripted, offline demo; running it again continues the same store. "
         "Example: agentnb demo --store sqlite:///.agentnb/demo.sqlite",
     )
-    demo.add_argument("--store", default=None, type=_store_url, help=_STORE_HELP)
+    demo.add_argument("--store", default=None, type=store_url, help=_STORE_HELP)
 
 
-def _worker_command(command: AddCommand) -> None:
+def worker_command(command: AddCommand) -> None:
     """``worker``, with its limits."""
     worker = command(
         "worker",
@@ -232,7 +232,7 @@ def _worker_command(command: AddCommand) -> None:
         "Example: agentnb worker --store postgresql://app@db/agentnb "
         "--agent myproject.agents:cost_agent --concurrency 8 --max-queued 16",
     )
-    worker.add_argument("--store", default=None, type=_store_url, help=_STORE_HELP)
+    worker.add_argument("--store", default=None, type=store_url, help=_STORE_HELP)
     add_schedule_option(worker)
     worker.add_argument(
         "--agent",

@@ -11,8 +11,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 import agentnb as nb
-from agentnb.cli.args import _STORE_HELP, _store_url
-from agentnb.cli.format import EXIT_OK, NULL, _cut, _not_found, _print_json, _table
+from agentnb.cli.args import _STORE_HELP, store_url
+from agentnb.cli.format import EXIT_OK, NULL, _not_found, cut, print_json, table_lines
 from agentnb.cli.running import _load_agent, _worker_store
 from agentnb.errors import (
     AgentnbError,
@@ -123,7 +123,7 @@ def _token(args: argparse.Namespace) -> int:
         if args.action == "add":
             token, record = tokens.issue(store, args.user, label=args.label)
             if args.json:
-                _print_json({"token": token, **tokens.record_fields(record)})
+                print_json({"token": token, **tokens.record_fields(record)})
             else:
                 print(token)
                 print(
@@ -139,7 +139,7 @@ def _token(args: argparse.Namespace) -> int:
                 )
             record = tokens.revoke(store, args.token_id)
             if args.json:
-                _print_json(tokens.record_fields(record))
+                print_json(tokens.record_fields(record))
             else:
                 print(f"revoked {record.token_id} (user {record.user_id!r}) and its sign-ins")
             return EXIT_OK
@@ -148,7 +148,7 @@ def _token(args: argparse.Namespace) -> int:
         store.close()
     rows = [tokens.record_fields(t) for t in records]
     if args.json:
-        _print_json(rows)
+        print_json(rows)
         return EXIT_OK
     if not rows:
         print("(no tokens)")
@@ -163,23 +163,25 @@ def _token(args: argparse.Namespace) -> int:
         [
             r["token_id"],
             r["user_id"],
-            _cut(r["label"], 32) or NULL,
+            cut(r["label"], 32) or NULL,
             when(r["created_at"]),
             when(r["last_used_at"]),
             "revoked " + when(r["revoked_at"]) if r["revoked_at"] else "active",
         ]
         for r in rows
     ]
-    print("\n".join(_table(["token", "user", "label", "created", "last used", "state"], table)))
+    print(
+        "\n".join(table_lines(["token", "user", "label", "created", "last used", "state"], table))
+    )
     return EXIT_OK
 
 
-def _service_commands(
+def service_commands(
     command: Callable[[str, Callable[[argparse.Namespace], int], str, str], Any],
 ) -> None:
     """``serve`` and ``token``; the operations (``backup``, ``verify``, ``restore``,
     ``migrate``) from ``agentnb.ops.cli``."""
-    ops_commands(command, _store_url, _STORE_HELP)
+    ops_commands(command, store_url, _STORE_HELP)
     serve = command(
         "serve",
         _serve,

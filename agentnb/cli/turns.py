@@ -11,17 +11,17 @@ from typing import Any
 
 import agentnb as nb
 from agentnb import states
-from agentnb.cli.args import _common, _keys, _open_existing_store, _seconds
-from agentnb.cli.format import EXIT_FAILED, EXIT_OK, _not_found, _print_json, _visible
+from agentnb.cli.args import _seconds, common_arguments, open_existing_store, session_keys
+from agentnb.cli.format import EXIT_FAILED, EXIT_OK, _not_found, print_json, visible
 from agentnb.commands import Commands, StoreHost
 from agentnb.projections.decisions import latest_unfinished
 
 
 def _resume(args: argparse.Namespace) -> int:
     """Accept a resume of a session's interrupted turn; a worker carries it out."""
-    store = _open_existing_store(args.store)
+    store = open_existing_store(args.store)
     try:
-        key = _keys(store, args.session, args.user, args.agent)
+        key = session_keys(store, args.session, args.user, args.agent)
         turn_id = args.turn
         if turn_id is None:
             with states.read(store, key) as (state, _):
@@ -40,9 +40,9 @@ def _resume(args: argparse.Namespace) -> int:
 
 def _cancel(args: argparse.Namespace) -> int:
     """Cancel a session's queued, parked or running turn (a running one is interrupted)."""
-    store = _open_existing_store(args.store)
+    store = open_existing_store(args.store)
     try:
-        key = _keys(store, args.session, args.user, args.agent)
+        key = session_keys(store, args.session, args.user, args.agent)
         with states.read(store, key) as (state, inbox):
             submitted = (c.turn_id for c in inbox.commands.values() if c.kind == "submit")
             if args.turn not in state.turns and args.turn not in submitted:
@@ -85,9 +85,7 @@ def _report(
 ) -> int:
     """Print what became of a command a door accepted; a refusal exits 1."""
     if args.json:
-        _print_json(
-            {"session": key, "turn_id": turn_id, "command_id": command_id, "result": result}
-        )
+        print_json({"session": key, "turn_id": turn_id, "command_id": command_id, "result": result})
     elif result == "done":
         print(f"{verb}: turn {turn_id} of session {key}: done")
     elif result == "waiting":
@@ -97,12 +95,12 @@ def _report(
             "module:attribute"
         )
     else:
-        print(f"{verb} of turn {turn_id}: {_visible(result)}", file=sys.stderr)
+        print(f"{verb} of turn {turn_id}: {visible(result)}", file=sys.stderr)
         return EXIT_FAILED
     return EXIT_OK
 
 
-def _turn_commands(
+def turn_commands(
     command: Callable[[str, Callable[[argparse.Namespace], int], str, str], Any],
 ) -> None:
     """The ``resume`` and ``cancel`` commands: a turn's commands, for a worker to carry out."""
@@ -116,7 +114,7 @@ def _turn_commands(
         "waits --wait seconds to say what became of it. "
         "Example: agentnb resume conversation-001 --user alice",
     )
-    _common(resume)
+    common_arguments(resume)
     resume.add_argument("turn", nargs="?", help="the turn id (default: the latest unfinished)")
     resume.add_argument(
         "--wait", type=_seconds, default=10.0, help="seconds to wait for a worker (default 10)"
@@ -130,7 +128,7 @@ def _turn_commands(
         "waiting for a person, or interrupted, is closed by a worker; a running one is "
         "interrupted first. Example: agentnb cancel conversation-001 turn_01... --user alice",
     )
-    _common(cancel)
+    common_arguments(cancel)
     cancel.add_argument("turn", help="the turn id (see agentnb show)")
     cancel.add_argument(
         "--wait", type=_seconds, default=10.0, help="seconds to wait for a worker (default 10)"

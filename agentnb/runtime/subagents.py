@@ -86,7 +86,7 @@ from agentnb.errors import (
     describe,
 )
 from agentnb.events import Event, ToolCallData
-from agentnb.holders import holder_alive
+from agentnb.holders import lease_alive
 from agentnb.ids import SessionKey, new_id
 from agentnb.limits import check_subagent
 from agentnb.log import Inbox
@@ -113,7 +113,6 @@ __all__ = [
     "AgentHost",
     "SubagentCalls",
     "cancel_child",
-    "lease_alive",
     "linked_turn",
     "session_lineage",
 ]
@@ -125,12 +124,6 @@ _WAIT_SLICE = 0.5
 _START_WAIT = 2.0
 """Seconds a stopping parent waits for a child whose task has not started yet to start, so
 that it can be interrupted (past that, the child starts and runs on its own)."""
-
-
-def lease_alive(store: SessionStore, key: SessionKey) -> bool:
-    """Whether some runtime holds ``key``'s lease now (a dead holder on this host does not)."""
-    lease = store.current_lease(key)
-    return lease is not None and holder_alive(lease.owner) is not False
 
 
 def linked_turn(state: SessionState, inbox: InboxState) -> str | None:
