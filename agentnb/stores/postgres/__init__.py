@@ -39,7 +39,7 @@ from agentnb.stores.pgurl import secrets as url_secrets
 from agentnb.stores.postgres.blobs import PostgresBlobs
 from agentnb.stores.postgres.catalogue import PostgresCatalogue
 from agentnb.stores.postgres.claims import PostgresWorkClaims
-from agentnb.stores.postgres.connections import _check_idle, _Connection, _DatabaseClock, _parse
+from agentnb.stores.postgres.connections import Connection, DatabaseClock, check_idle, parse_url
 from agentnb.stores.postgres.core import CHANNEL
 from agentnb.stores.postgres.driver import ConnectionPool
 from agentnb.stores.postgres.inbox import PostgresInbox
@@ -86,7 +86,7 @@ class PostgresStore(
         connect_timeout: float = 10.0,
         lock_timeout: float = 30.0,
     ) -> None:
-        self._db_clock = _DatabaseClock() if clock is None else None
+        self._db_clock = DatabaseClock() if clock is None else None
         super().__init__(clock=clock or self._db_clock)
         if not isinstance(url, str):
             raise InvalidInput(f"url must be a string, got {type(url).__name__}")
@@ -96,7 +96,7 @@ class PostgresStore(
             raise InvalidInput(f"pool_size must be a positive int, got {pool_size!r}")
         check_seconds(connect_timeout, "connect_timeout")
         check_seconds(lock_timeout, "lock_timeout")
-        self._conninfo, self._where = _parse(url, self.url, connect_timeout)
+        self._conninfo, self._where = parse_url(url, self.url, connect_timeout)
         self._secrets = url_secrets(url)
         self._lock_timeout = lock_timeout
         self._ids: dict[SessionKey, int] = {}
@@ -112,7 +112,7 @@ class PostgresStore(
         self._listener_lock = threading.Lock()
         self._fold: str | None = None
         self._folding_collations = _FOLDING_COLLATIONS
-        self._pool: ConnectionPool[_Connection] | None = None
+        self._pool: ConnectionPool[Connection] | None = None
         with self._connect() as conn:
             self._migrate(conn, create)
         self._pool = ConnectionPool(
@@ -124,8 +124,8 @@ class PostgresStore(
             max_size=pool_size,
             open=False,
             configure=self._configure,
-            connection_class=_Connection,
-            check=_check_idle,
+            connection_class=Connection,
+            check=check_idle,
             name="agentnb",
             timeout=max(connect_timeout, 5.0) * 3,
         )

@@ -10,7 +10,7 @@ from agentnb.errors import (
 )
 from agentnb.ids import SessionKey
 from agentnb.stores import _rows
-from agentnb.stores.postgres.core import _LIVE, PostgresCore
+from agentnb.stores.postgres.core import LIVE, PostgresCore
 
 __all__ = ["PostgresBlobs"]
 
@@ -59,7 +59,7 @@ class PostgresBlobs(PostgresCore):
         written = self._write(
             lambda c: (
                 c.execute(
-                    f"WITH {_LIVE}INSERT INTO agentnb.snapshots AS n SELECT s.id, %s, %s, %s "
+                    f"WITH {LIVE}INSERT INTO agentnb.snapshots AS n SELECT s.id, %s, %s, %s "
                     "FROM s ON CONFLICT (session, name) DO UPDATE SET seq = excluded.seq, "
                     "data = excluded.data WHERE excluded.seq > n.seq",
                     (sid, name, seq, data),

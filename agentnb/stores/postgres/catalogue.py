@@ -28,11 +28,11 @@ from agentnb.stores.base import (
     merge_labels,
 )
 from agentnb.stores.postgres.core import (
-    _DELETE_LOCK,
-    _LOCK_LEASE,
-    _TOMBSTONE_COLUMNS,
+    DELETE_LOCK,
+    LOCK_LEASE,
+    TOMBSTONE_COLUMNS,
     PostgresCore,
-    _tombstone_row,
+    tombstone_row,
 )
 from agentnb.stores.postgres.driver import (
     psycopg,
@@ -206,7 +206,7 @@ class PostgresCatalogue(PostgresCore):
 
         def update(c: psycopg.Connection[Any]) -> Any:
             with c.transaction():
-                return _set_meta(c, key, sid, title, labels, now)
+                return set_meta(c, key, sid, title, labels, now)
 
         found = self._write(update, f"updating session {key}")
         if found is None:
@@ -227,8 +227,8 @@ class PostgresCatalogue(PostgresCore):
             with c.transaction():
                 # Deletions one at a time (the lock is freed at commit): each takes the next
                 # seq, and commits before the next one can take a higher one.
-                c.execute("SELECT pg_advisory_xact_lock(%s)", (_DELETE_LOCK,))
-                row = c.execute(_LOCK_LEASE, {"sid": sid, "now": self._now(now)}).fetchone()
+                c.execute("SELECT pg_advisory_xact_lock(%s)", (DELETE_LOCK,))
+                row = c.execute(LOCK_LEASE, {"sid": sid, "now": self._now(now)}).fetchone()
                 if row is None or row[4] is not None:
                     return False
                 lease_owner, lease_epoch, expires, db_now, _ = row
@@ -256,12 +256,12 @@ class PostgresCatalogue(PostgresCore):
     def _tombstones(self, after: int, limit: int) -> list[Tombstone]:
         rows = self._query(
             lambda c: c.execute(
-                f"SELECT {_TOMBSTONE_COLUMNS} FROM agentnb.sessions WHERE deleted_seq > %s "
+                f"SELECT {TOMBSTONE_COLUMNS} FROM agentnb.sessions WHERE deleted_seq > %s "
                 "ORDER BY deleted_seq LIMIT %s",
                 (after, limit),
             ).fetchall()
         )
-        return [_tombstone_row(r) for r in rows]
+        return [tombstone_row(r) for r in rows]
 
     def _tombstone_watermark(self, sink: str) -> int:
         row = self._query(
@@ -310,7 +310,7 @@ class PostgresCatalogue(PostgresCore):
         return _record(found)
 
 
-def _set_meta(
+def set_meta(
     c: psycopg.Connection[Any],
     key: SessionKey,
     sid: int,

@@ -11,7 +11,7 @@ from agentnb.stores.base import (
     Lease,
     leases_of,
 )
-from agentnb.stores.postgres.core import _NOW
+from agentnb.stores.postgres.core import NOW
 from agentnb.stores.postgres.listener import PostgresListening
 
 __all__ = ["PostgresWorkClaims"]
@@ -21,19 +21,19 @@ log = logging.getLogger("agentnb.stores.postgres")
 
 _CLAIM = (
     "WITH c AS (SELECT id FROM agentnb.sessions WHERE pending_since IS NOT NULL "
-    "AND (lease_owner IS NULL OR lease_expires <= " + _NOW + ") "
+    "AND (lease_owner IS NULL OR lease_expires <= " + NOW + ") "
     "AND (%(agent_id)s::text IS NULL OR agent_id = %(agent_id)s) "
     "AND (%(namespace)s::text IS NULL OR namespace = %(namespace)s) "
     "ORDER BY pending_since, id LIMIT %(limit)s FOR UPDATE SKIP LOCKED) "
     "UPDATE agentnb.sessions AS s SET lease_owner = %(owner)s, lease_epoch = s.lease_epoch + 1,"
-    " lease_expires = " + _NOW + " + %(ttl)s FROM c WHERE s.id = c.id "
+    " lease_expires = " + NOW + " + %(ttl)s FROM c WHERE s.id = c.id "
     "RETURNING s.namespace, s.user_id, s.agent_id, s.session_id, s.lease_epoch, "
     "s.lease_expires, s.id, s.deleted_at"
 )
 _HELD = (
     "SELECT namespace, user_id, agent_id, session_id, lease_owner, lease_epoch, lease_expires "
     "FROM agentnb.sessions WHERE pending_since IS NOT NULL AND lease_owner IS NOT NULL "
-    "AND lease_expires > " + _NOW + " "
+    "AND lease_expires > " + NOW + " "
     "AND (%(agent_id)s::text IS NULL OR agent_id = %(agent_id)s) "
     "AND (%(namespace)s::text IS NULL OR namespace = %(namespace)s) "
     "ORDER BY pending_since, id LIMIT %(limit)s"
@@ -41,7 +41,7 @@ _HELD = (
 _SETTLE = (
     "UPDATE agentnb.sessions SET pending_since = NULL{release} WHERE id = %(sid)s "
     "AND inbox_head = %(seen)s AND lease_owner = %(owner)s AND lease_epoch = %(epoch)s "
-    "AND lease_expires > " + _NOW
+    "AND lease_expires > " + NOW
 )
 _SETTLES = {
     False: _SETTLE.format(release=""),

@@ -19,28 +19,35 @@ from agentnb.stores.postgres.driver import (
     psycopg,
 )
 
-__all__ = ["_Connection", "_DatabaseClock", "_check_idle", "_lost", "_parse", "_unencodable"]
+__all__ = [
+    "Connection",
+    "DatabaseClock",
+    "check_idle",
+    "connection_lost",
+    "parse_url",
+    "unencodable",
+]
 
 log = logging.getLogger("agentnb.stores.postgres")
 
 
-_T = TypeVar("_T")
+T = TypeVar("T")
 
 
-class _Connection(psycopg.Connection[Any]):
+class Connection(psycopg.Connection[Any]):
     """A pooled connection that knows when it was last handed back."""
 
     idle_since = 0.0
 
 
-def _check_idle(conn: _Connection) -> None:
+def check_idle(conn: Connection) -> None:
     # A round trip on every checkout would cost the hot path; a connection that sat idle
     # (through a server restart, or a proxy reaping idle sockets) is checked before use.
     if time.monotonic() - conn.idle_since > 1.0:
         ConnectionPool.check_connection(conn)
 
 
-class _DatabaseClock:
+class DatabaseClock:
     """The database server's clock, read locally through an offset.
 
     The offset is measured when the store opens and on every lease call, so ``now()`` stays
@@ -57,14 +64,14 @@ class _DatabaseClock:
         self.offset = server_now - (sent + received) / 2
 
 
-def _unencodable(exc: UnicodeEncodeError) -> InvalidInput:
+def unencodable(exc: UnicodeEncodeError) -> InvalidInput:
     return InvalidInput(
         f"text {exc.object[exc.start : exc.end]!r} cannot be stored: it is not valid Unicode "
         "(a lone surrogate); replace it (str.encode('utf-8', 'replace')) first"
     )
 
 
-def _lost(exc: BaseException) -> bool:
+def connection_lost(exc: BaseException) -> bool:
     """Whether ``exc`` means the connection is gone (not an error of the statement)."""
     if isinstance(exc, pg_errors.LockNotAvailable | pg_errors.QueryCanceled):
         return False
@@ -73,7 +80,7 @@ def _lost(exc: BaseException) -> bool:
     return isinstance(exc, psycopg.InterfaceError)
 
 
-def _parse(url: str, shown: str, connect_timeout: float) -> tuple[str, str]:
+def parse_url(url: str, shown: str, connect_timeout: float) -> tuple[str, str]:
     """The conninfo to connect with and a "host:port/db" text that names no secret."""
     try:
         params = conninfo_to_dict(url)

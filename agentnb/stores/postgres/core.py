@@ -24,7 +24,13 @@ from agentnb.stores.base import (
     Tombstone,
     check_tombstone,
 )
-from agentnb.stores.postgres.connections import _T, _Connection, _DatabaseClock, _lost, _unencodable
+from agentnb.stores.postgres.connections import (
+    Connection,
+    DatabaseClock,
+    T,
+    connection_lost,
+    unencodable,
+)
 from agentnb.stores.postgres.driver import (
     ConnectionPool,
     PoolTimeout,
@@ -39,39 +45,39 @@ log = logging.getLogger("agentnb.stores.postgres")
 
 CHANNEL = "agentnb"
 """The ``LISTEN``/``NOTIFY`` channel; payloads are ``e:<row id>:<head>`` or ``i:...``."""
-_DELETE_LOCK = 0x6167_6E64  # transaction lock serializing deletions ("agnd"): seq order
+DELETE_LOCK = 0x6167_6E64  # transaction lock serializing deletions ("agnd"): seq order
 
 # The lease clock inside SQL: the caller's clock when given, else the database's.
-_NOW = "coalesce(%(now)s::float8, extract(epoch FROM clock_timestamp())::float8)"
-_FENCE_OK = (
-    f"CASE WHEN %(owner)s::text IS NULL THEN lease_owner IS NULL OR lease_expires <= {_NOW} "
-    f"ELSE lease_owner = %(owner)s AND lease_epoch = %(epoch)s AND lease_expires > {_NOW} END"
+NOW = "coalesce(%(now)s::float8, extract(epoch FROM clock_timestamp())::float8)"
+FENCE_OK = (
+    f"CASE WHEN %(owner)s::text IS NULL THEN lease_owner IS NULL OR lease_expires <= {NOW} "
+    f"ELSE lease_owner = %(owner)s AND lease_epoch = %(epoch)s AND lease_expires > {NOW} END"
 )
-_EVENT_COLUMNS = (
+EVENT_COLUMNS = (
     "seq, event_id, type, turn_id, run_id, required, occurred_us, schema_version, payload, "
     "blob, crc"
 )
-_LOCK_LEASE = (
-    "SELECT lease_owner, lease_epoch, lease_expires, " + _NOW + ", deleted_at "
+LOCK_LEASE = (
+    "SELECT lease_owner, lease_epoch, lease_expires, " + NOW + ", deleted_at "
     "FROM agentnb.sessions WHERE id = %(sid)s FOR UPDATE"
 )
-_TOMBSTONE_COLUMNS = (
+TOMBSTONE_COLUMNS = (
     "namespace, user_id, agent_id, session_id, deleted_at, deleted_by, deleted_reason, "
     "events, deleted_seq"
 )
 # A write that must not land in a deleted session: the session row, share-locked, gates it.
 # The lock waits for a deletion in progress, and the row it then reads says it is deleted.
-_LIVE = "s AS (SELECT id FROM agentnb.sessions WHERE id = %s AND deleted_at IS NULL FOR SHARE) "
+LIVE = "s AS (SELECT id FROM agentnb.sessions WHERE id = %s AND deleted_at IS NULL FOR SHARE) "
 
 
-def _tombstone_row(row: Any) -> Tombstone:
+def tombstone_row(row: Any) -> Tombstone:
     ns, user, agent, session_id, at, by, reason, events, seq = row
     return Tombstone(
         SessionKey(ns, user, agent, session_id), float(at), by, reason or "", int(events), int(seq)
     )
 
 
-def _collect(blobs: dict[str, bytes]) -> Callable[[bytes], str]:
+def collect(blobs: dict[str, bytes]) -> Callable[[bytes], str]:
     def put(data: bytes) -> str:
         digest = _rows.blob_digest(data)
         blobs[digest] = data
@@ -86,12 +92,12 @@ class PostgresCore(SessionStore):
     _digests_rows = True
     _indexes_work = True
     poll_interval = 5.0  # a safety net: commits wake waiters through NOTIFY
-    _db_clock: _DatabaseClock | None
+    _db_clock: DatabaseClock | None
     _conninfo: str
     _where: str
     _secrets: list[str]
     _lock_timeout: float
-    _pool: ConnectionPool[_Connection] | None
+    _pool: ConnectionPool[Connection] | None
     _ids: dict[SessionKey, int]
     _keys: dict[int, SessionKey]
     """The other way: who a notification is for."""
@@ -130,8 +136,8 @@ class PostgresCore(SessionStore):
         )
 
     def _on_connection(
-        self, what: Callable[[psycopg.Connection[Any]], _T], timeout: float | None = None
-    ) -> _T:
+        self, what: Callable[[psycopg.Connection[Any]], T], timeout: float | None = None
+    ) -> T:
         """``what`` run on a pooled connection (handed back after, or dropped if broken)."""
         pool = self._pool
         if pool is None:
@@ -151,29 +157,29 @@ class PostgresCore(SessionStore):
             pool.putconn(conn)
 
     def _query(
-        self, what: Callable[[psycopg.Connection[Any]], _T], *, timeout: float | None = None
-    ) -> _T:
+        self, what: Callable[[psycopg.Connection[Any]], T], *, timeout: float | None = None
+    ) -> T:
         """Run a read, on another connection if this one turns out to be lost."""
         attempts = 2 if timeout else (self._pool.max_size if self._pool else 1) + 1
         for attempt in range(attempts):
             try:
                 return self._on_connection(what, timeout)
             except UnicodeEncodeError as exc:
-                raise _unencodable(exc) from None
+                raise unencodable(exc) from None
             except psycopg.Error as exc:
-                if not _lost(exc) or attempt == attempts - 1:
+                if not connection_lost(exc) or attempt == attempts - 1:
                     self._raise(exc)
                 self._recheck()
         raise AssertionError("unreachable")
 
-    def _write(self, what: Callable[[psycopg.Connection[Any]], _T], doing: str) -> _T:
+    def _write(self, what: Callable[[psycopg.Connection[Any]], T], doing: str) -> T:
         """Run a write; a lost connection raises ``StorageError`` saying it is uncertain."""
         try:
             return self._on_connection(what)
         except UnicodeEncodeError as exc:
-            raise _unencodable(exc) from None
+            raise unencodable(exc) from None
         except psycopg.Error as exc:
-            if _lost(exc):
+            if connection_lost(exc):
                 self._recheck()
                 raise StorageError(
                     f"the connection to PostgreSQL at {self._where} was lost during {doing}; "
@@ -217,7 +223,7 @@ class PostgresCore(SessionStore):
             ) from None
         if isinstance(exc, pg_errors.DataError):
             raise InvalidInput(f"PostgreSQL cannot store this value ({text})") from None
-        if _lost(exc):
+        if connection_lost(exc):
             raise StorageError(
                 f"lost the connection to PostgreSQL at {self._where} ({text}); retry once "
                 "the server is reachable"
@@ -254,13 +260,13 @@ class PostgresCore(SessionStore):
     def _tombstone(self, key: SessionKey) -> Tombstone | None:
         row = self._query(
             lambda c: c.execute(
-                f"SELECT {_TOMBSTONE_COLUMNS} FROM agentnb.sessions "
+                f"SELECT {TOMBSTONE_COLUMNS} FROM agentnb.sessions "
                 "WHERE namespace = %s AND user_id = %s AND agent_id = %s AND session_id = %s "
                 "AND deleted_at IS NOT NULL",
                 (key.namespace, key.user_id, key.agent_id, key.session_id),
             ).fetchone()
         )
-        return None if row is None else _tombstone_row(row)
+        return None if row is None else tombstone_row(row)
 
     def _column(self, key: SessionKey, column: str, *, timeout: float | None = None) -> int:
         sid = self._sid(key)

@@ -19,14 +19,14 @@ from agentnb.stores.base import (
     submit_delta,
     submit_text,
 )
-from agentnb.stores.postgres.catalogue import _set_meta
+from agentnb.stores.postgres.catalogue import set_meta
 from agentnb.stores.postgres.core import (
-    _DELETE_LOCK,
-    _EVENT_COLUMNS,
-    _NOW,
     CHANNEL,
+    DELETE_LOCK,
+    EVENT_COLUMNS,
+    NOW,
     PostgresCore,
-    _collect,
+    collect,
 )
 from agentnb.stores.postgres.driver import (
     pg_errors,
@@ -40,20 +40,20 @@ log = logging.getLogger("agentnb.stores.postgres")
 
 _INBOX_NEXT = (
     "UPDATE agentnb.sessions SET inbox_head = inbox_head + 1, pending_since = "
-    "CASE WHEN %(pending)s THEN coalesce(pending_since, " + _NOW + ") ELSE pending_since END, "
+    "CASE WHEN %(pending)s THEN coalesce(pending_since, " + NOW + ") ELSE pending_since END, "
     "last_activity = %(at)s, submits = GREATEST(submits + %(submit)s, turns), "
     "first_task = coalesce(first_task, %(task)s::text) "
     "WHERE id = %(sid)s AND deleted_at IS NULL AND (archived_at IS NULL OR NOT %(work)s) "
     "RETURNING inbox_head"
 )
 _INBOX_INSERT = (
-    "WITH i AS (INSERT INTO agentnb.inbox (session, " + _EVENT_COLUMNS + ", dedupe_key, digest) "
+    "WITH i AS (INSERT INTO agentnb.inbox (session, " + EVENT_COLUMNS + ", dedupe_key, digest) "
     "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)) "
     "SELECT pg_notify('" + CHANNEL + "', %s)"
 )
 _RESENT = "SELECT 1 FROM agentnb.inbox WHERE session = %s AND dedupe_key = %s"
 _SELECT_INBOX = (
-    f"SELECT {_EVENT_COLUMNS} FROM agentnb.inbox "
+    f"SELECT {EVENT_COLUMNS} FROM agentnb.inbox "
     "WHERE session = %s AND seq > %s AND seq <= %s ORDER BY seq"
 )
 # An inbox row's blobs and their references (the lock as for the append's, taken first).
@@ -91,7 +91,7 @@ class PostgresInbox(PostgresCore):
             try:
                 with c.transaction():
                     if large:
-                        c.execute("SELECT pg_advisory_xact_lock_shared(%s)", (_DELETE_LOCK,))
+                        c.execute("SELECT pg_advisory_xact_lock_shared(%s)", (DELETE_LOCK,))
                     found = c.execute(_INBOX_NEXT, params).fetchone()
                     if found is None:
                         archived = c.execute(
@@ -110,7 +110,7 @@ class PostgresInbox(PostgresCore):
                         raise StorageError(f"session {key}: command refused for no known reason")
                     seq = int(found[0])
                     blobs: dict[str, bytes] = {}
-                    row = _rows.encode(event, seq, _collect(blobs))
+                    row = _rows.encode(event, seq, collect(blobs))
                     if blobs:
                         c.execute(
                             _INBOX_BLOBS,
@@ -118,7 +118,7 @@ class PostgresInbox(PostgresCore):
                         )
                     c.execute(_INBOX_INSERT, (sid, *row, dedupe_key, digest, f"i:{sid}:{seq}"))
                     if update is not None:
-                        _set_meta(c, key, sid, *update, now)
+                        set_meta(c, key, sid, *update, now)
                     return seq
             except pg_errors.UniqueViolation:
                 return None  # the dedupe key was used before (rolled back: no seq used)
@@ -130,7 +130,7 @@ class PostgresInbox(PostgresCore):
                 return event.with_seq(seq), True
             old = self._query(
                 lambda c: c.execute(
-                    f"SELECT {_EVENT_COLUMNS}, digest FROM agentnb.inbox "
+                    f"SELECT {EVENT_COLUMNS}, digest FROM agentnb.inbox "
                     "WHERE session = %s AND dedupe_key = %s",
                     (sid, dedupe_key),
                 ).fetchone()

@@ -15,8 +15,8 @@ from agentnb.stores.base import (
     decide_acquire,
     decide_release,
 )
-from agentnb.stores.postgres.connections import _T
-from agentnb.stores.postgres.core import _LOCK_LEASE, PostgresCore
+from agentnb.stores.postgres.connections import T
+from agentnb.stores.postgres.core import LOCK_LEASE, PostgresCore
 from agentnb.stores.postgres.driver import (
     psycopg,
 )
@@ -52,9 +52,9 @@ class PostgresLeases(PostgresCore):
         self,
         key: SessionKey,
         now: float,
-        decide: Callable[[LeaseRow, float], tuple[_T, tuple[str | None, int, float] | None]],
+        decide: Callable[[LeaseRow, float], tuple[T, tuple[str | None, int, float] | None]],
         doing: str,
-    ) -> _T:
+    ) -> T:
         """Lock the lease row, ``decide`` from it on the lease clock, write what it returns.
 
         ``decide`` returns (result, new lease row or None); read, decision and write share
@@ -62,10 +62,10 @@ class PostgresLeases(PostgresCore):
         """
         sid = self._sid(key)
 
-        def run(c: psycopg.Connection[Any]) -> _T:
+        def run(c: psycopg.Connection[Any]) -> T:
             with c.transaction():
                 sent = time.time()
-                row = c.execute(_LOCK_LEASE, {"sid": sid, "now": self._now(now)}).fetchone()
+                row = c.execute(LOCK_LEASE, {"sid": sid, "now": self._now(now)}).fetchone()
                 if row is None or row[4] is not None:
                     self._gone(key)
                 owner, epoch, expires, server_now, _ = row

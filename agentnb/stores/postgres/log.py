@@ -25,13 +25,13 @@ from agentnb.stores.base import (
     decide_catalogue,
 )
 from agentnb.stores.postgres.core import (
-    _DELETE_LOCK,
-    _EVENT_COLUMNS,
-    _FENCE_OK,
-    _NOW,
     CHANNEL,
+    DELETE_LOCK,
+    EVENT_COLUMNS,
+    FENCE_OK,
+    NOW,
     PostgresCore,
-    _collect,
+    collect,
 )
 from agentnb.stores.postgres.driver import (
     pg_errors,
@@ -47,20 +47,20 @@ _UNNEST = (
     "unnest(%(seq)b::int8[], %(event_id)b::text[], %(type)b::text[], %(turn_id)b::text[], "
     "%(run_id)b::text[], %(required)b::int2[], %(occurred_us)b::int8[], "
     "%(schema_version)b::int4[], %(payload)b::text[], %(blob)b::text[], %(crc)b::int8[]) "
-    f"AS u({_EVENT_COLUMNS})"
+    f"AS u({EVENT_COLUMNS})"
 )
 # A single event (the common commit) binds scalars: no arrays to build and dump.
 _ONE_ROW = (
     "(VALUES (%(seq)s::int8, %(event_id)s::text, %(type)s::text, %(turn_id)s::text, "
     "%(run_id)s::text, %(required)s::int2, %(occurred_us)s::int8, %(schema_version)s::int4, "
     "%(payload)s::text, %(blob)s::text, %(crc)s::int8)) "
-    f"AS u({_EVENT_COLUMNS})"
+    f"AS u({EVENT_COLUMNS})"
 )
 # An append with blobs holds the deletions' lock shared, taken before the session row (the
 # order a deletion takes them in): a deletion freeing a blob this append names waits for
 # it, then sees its reference, and a blob found present here is not freed under it. Only
 # a committing append stores its blobs and their references.
-_LOCK_SHARED = "l AS (SELECT pg_advisory_xact_lock_shared(" + str(_DELETE_LOCK) + ")), "
+_LOCK_SHARED = "l AS (SELECT pg_advisory_xact_lock_shared(" + str(DELETE_LOCK) + ")), "
 _BLOBS = (
     "b AS (INSERT INTO agentnb.blobs (digest, data) SELECT u.d, u.data FROM s, "
     "unnest(%(blob_digests)s::text[], %(blob_data)s::bytea[]) AS u(d, data) "
@@ -75,10 +75,10 @@ _APPEND = (
     "events = events + %(n)s, turns = turns + %(turns)s, bytes = bytes + %(nbytes)s, "
     "turn_status = coalesce(%(turn_status)s::text, turn_status), updated_at = %(at)s, "
     "last_activity = %(at)s {from_lock}"
-    "WHERE id = %(sid)s AND head = %(expected)s AND deleted_at IS NULL AND " + _FENCE_OK + " "
+    "WHERE id = %(sid)s AND head = %(expected)s AND deleted_at IS NULL AND " + FENCE_OK + " "
     "AND (%(inbox)s::int8 IS NULL OR inbox_head = %(inbox)s) RETURNING id, head), "
     "{blobs}"
-    "e AS (INSERT INTO agentnb.events (session, " + _EVENT_COLUMNS + ", batch_id, digest) "
+    "e AS (INSERT INTO agentnb.events (session, " + EVENT_COLUMNS + ", batch_id, digest) "
     "SELECT s.id, u.*, CASE WHEN u.seq = %(first)s THEN %(batch_id)s END, "
     "CASE WHEN u.seq = %(first)s THEN %(digest)s END FROM s, {rows}) "
     "SELECT pg_notify('" + CHANNEL + "', 'e:' || id || ':' || head) FROM s"
@@ -96,14 +96,14 @@ _APPENDS = {
 """The append statement by (more than one event, with blobs)."""
 _APPEND_STATE = (
     "SELECT s.lease_owner, s.lease_epoch, s.lease_expires, s.head, s.inbox_head, "
-    "b.digest, b.seq, " + _NOW + ", s.deleted_at FROM agentnb.sessions AS s "
+    "b.digest, b.seq, " + NOW + ", s.deleted_at FROM agentnb.sessions AS s "
     "LEFT JOIN agentnb.events AS b ON b.session = s.id AND b.batch_id = %(batch_id)s "
     "WHERE s.id = %(sid)s FOR UPDATE OF s"
 )
 # An inbox append is one short transaction: take the next inbox seq (the row lock orders
 # writers), encode the row with it (its checksum covers the seq), insert it, notify.
 _SELECT_EVENTS = (
-    f"SELECT {_EVENT_COLUMNS} FROM agentnb.events "
+    f"SELECT {EVENT_COLUMNS} FROM agentnb.events "
     "WHERE session = %s AND seq > %s AND seq <= %s ORDER BY seq"
 )
 _COPY_EVENTS = (
@@ -144,7 +144,7 @@ class PostgresEventLog(PostgresCore):
         sid = self._sid(key)
         blobs: dict[str, bytes] = {}
         hasher = hashlib.sha256()
-        rows = [_rows.encode(e, e.seq, _collect(blobs), hasher) for e in batch]
+        rows = [_rows.encode(e, e.seq, collect(blobs), hasher) for e in batch]
         digest = hasher.hexdigest()
         delta = decide_catalogue(
             batch, sum(len(r.payload or "") for r in rows) + sum(map(len, blobs.values()))
@@ -261,7 +261,7 @@ def _parse_csv(data: bytes) -> Any:
 
     from agentnb.stores._arrow import Unreadable
 
-    names = [name.strip() for name in _EVENT_COLUMNS.split(",")]
+    names = [name.strip() for name in EVENT_COLUMNS.split(",")]
     text, number = pa.string(), pa.int64()
     try:
         return pacsv.read_csv(

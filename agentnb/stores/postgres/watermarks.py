@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 
 from agentnb.ids import SessionKey
-from agentnb.stores.postgres.core import _LIVE, PostgresCore
+from agentnb.stores.postgres.core import LIVE, PostgresCore
 
 __all__ = ["PostgresWatermarks"]
 
@@ -38,7 +38,7 @@ class PostgresWatermarks(PostgresCore):
         sid = self._sid(key)
         row = self._write(
             lambda c: c.execute(
-                f"WITH {_LIVE}INSERT INTO agentnb.watermarks AS w SELECT s.id, %s, %s FROM s "
+                f"WITH {LIVE}INSERT INTO agentnb.watermarks AS w SELECT s.id, %s, %s FROM s "
                 "ON CONFLICT (session, sink) DO UPDATE SET seq = greatest(w.seq, excluded.seq) "
                 "RETURNING seq",
                 (sid, sink, seq),

@@ -22,21 +22,21 @@ from agentnb.stores.sqlite.claims import PENDING_POLL, SQLiteWorkClaims
 from agentnb.stores.sqlite.connections import (
     IDLE_CONNECTIONS,
     TURN_TIMEOUT,
-    _ThreadConnections,
-    _writers_of,
+    ThreadConnections,
     adbc_errors,
+    writers_of,
 )
 from agentnb.stores.sqlite.files import CATALOGUE, make_private_dirs, prepare_file
-from agentnb.stores.sqlite.group_commit import _GroupCommit
+from agentnb.stores.sqlite.group_commit import GroupCommit
 from agentnb.stores.sqlite.inbox import SQLiteInbox
 from agentnb.stores.sqlite.leases import SQLiteLeases
 from agentnb.stores.sqlite.log import SQLiteEventLog
-from agentnb.stores.sqlite.schema import _FORMAT_4_COLUMNS as _FORMAT_4_COLUMNS
-from agentnb.stores.sqlite.schema import _FORMAT_5_COLUMNS as _FORMAT_5_COLUMNS
-from agentnb.stores.sqlite.schema import _LIFECYCLE_COLUMNS as _LIFECYCLE_COLUMNS
-from agentnb.stores.sqlite.schema import _MIGRATABLE as _MIGRATABLE
-from agentnb.stores.sqlite.schema import _SCHEMA as _SCHEMA
 from agentnb.stores.sqlite.schema import FORMAT, SQLiteSchema
+from agentnb.stores.sqlite.schema import FORMAT_4_COLUMNS as FORMAT_4_COLUMNS
+from agentnb.stores.sqlite.schema import FORMAT_5_COLUMNS as FORMAT_5_COLUMNS
+from agentnb.stores.sqlite.schema import LIFECYCLE_COLUMNS as LIFECYCLE_COLUMNS
+from agentnb.stores.sqlite.schema import MIGRATABLE as MIGRATABLE
+from agentnb.stores.sqlite.schema import SCHEMA as SCHEMA
 from agentnb.stores.sqlite.tokens import SQLiteTokens
 from agentnb.stores.sqlite.watermarks import SQLiteWatermarks
 
@@ -98,13 +98,13 @@ class SQLiteStore(
         self._file = os.path.abspath(self.path)
         self._busy_ms = int(busy_timeout * 1000)
         self._turn_timeout = _TURN_TIMEOUT
-        self._conns = _ThreadConnections()
+        self._conns = ThreadConnections()
         self._ids: dict[SessionKey, int] = {}
-        self._group = _GroupCommit()
+        self._group = GroupCommit()
         self._create = create
         self._catalogue = Path(f"{self.path}{CATALOGUE}")
         self.read_only = prepare_file(self.path, self._catalogue, create=create)
-        self._writers = _writers_of(self.path)
+        self._writers = writers_of(self.path)
         try:
             self._init_schema()
         except BaseException:
@@ -121,3 +121,10 @@ class SQLiteStore(
 
     def _idle(self) -> None:
         self._conns.lend()
+
+
+# The names tests and benchmarks read from before the package (same objects).
+_FORMAT_4_COLUMNS = FORMAT_4_COLUMNS
+_FORMAT_5_COLUMNS = FORMAT_5_COLUMNS
+_LIFECYCLE_COLUMNS = LIFECYCLE_COLUMNS
+_SCHEMA = SCHEMA

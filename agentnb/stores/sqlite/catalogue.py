@@ -21,7 +21,7 @@ from agentnb.stores.base import (
     encode_cursor,
     merge_labels,
 )
-from agentnb.stores.sqlite.core import _TOMBSTONE_COLUMNS, SQLiteCore, _tombstone_row
+from agentnb.stores.sqlite.core import TOMBSTONE_COLUMNS, SQLiteCore, tombstone_row
 from agentnb.stores.sqlite.files import record_sessions, top_session
 
 __all__ = ["SQLiteCatalogue"]
@@ -201,13 +201,13 @@ class SQLiteCatalogue(SQLiteCore):
         rows = (
             self._conn()
             .execute(
-                f"SELECT {_TOMBSTONE_COLUMNS} FROM sessions WHERE deleted_seq > ? "
+                f"SELECT {TOMBSTONE_COLUMNS} FROM sessions WHERE deleted_seq > ? "
                 "ORDER BY deleted_seq LIMIT ?",
                 (after, limit),
             )
             .fetchall()
         )
-        return [_tombstone_row(r) for r in rows]
+        return [tombstone_row(r) for r in rows]
 
     def _tombstone_watermark(self, sink: str) -> int:
         row = (

@@ -39,7 +39,7 @@ class _Held:
         self.finalizer: weakref.finalize[Any, Any] | None = None
 
 
-class _ThreadConnections:
+class ThreadConnections:
     """A store's connections: a thread uses one of each kind while it works and gives it
     back to a bounded pool when it ends or goes to sleep in a wait (``lend``).
 
@@ -127,7 +127,7 @@ TURN_TIMEOUT = 60.0
 this only bounds a wait on a writer that hangs)."""
 
 
-class _Writers:
+class FileWriters:
     """The turns the write transactions on one store file take, whichever store object opened
     it: the threads of this process on a lock of their own, then the processes on an
     ``flock`` of the file (a lock SQLite does not use). Re-entrant: a nested write meets
@@ -199,16 +199,16 @@ class _Writers:
                 os.close(self.fd)
 
 
-_WRITERS: weakref.WeakValueDictionary[str, _Writers] = weakref.WeakValueDictionary()
+_WRITERS: weakref.WeakValueDictionary[str, FileWriters] = weakref.WeakValueDictionary()
 _WRITERS_LOCK = threading.Lock()
 
 
-def _writers_of(path: Path) -> _Writers:
+def writers_of(path: Path) -> FileWriters:
     name = os.path.realpath(path)
     with _WRITERS_LOCK:
         writers = _WRITERS.get(name)
         if writers is None:
-            writers = _WRITERS[name] = _Writers(name)
+            writers = _WRITERS[name] = FileWriters(name)
         return writers
 
 
@@ -230,46 +230,46 @@ class _Cursor(sqlite3.Cursor):
         try:
             return super().execute(sql, parameters)
         except sqlite3.DatabaseError as exc:
-            _check_damage(exc, self.connection)
+            check_damage(exc, self.connection)
             raise
 
     def executemany(self, sql: str, seq_of_parameters: Any, /) -> _Cursor:
         try:
             return super().executemany(sql, seq_of_parameters)
         except sqlite3.DatabaseError as exc:
-            _check_damage(exc, self.connection)
+            check_damage(exc, self.connection)
             raise
 
     def fetchone(self) -> Any:
         try:
             return super().fetchone()
         except sqlite3.DatabaseError as exc:
-            _check_damage(exc, self.connection)
+            check_damage(exc, self.connection)
             raise
 
     def fetchall(self) -> list[Any]:
         try:
             return super().fetchall()
         except sqlite3.DatabaseError as exc:
-            _check_damage(exc, self.connection)
+            check_damage(exc, self.connection)
             raise
 
     def fetchmany(self, size: int | None = 1) -> list[Any]:
         try:
             return super().fetchmany(size)
         except sqlite3.DatabaseError as exc:
-            _check_damage(exc, self.connection)
+            check_damage(exc, self.connection)
             raise
 
     def __next__(self) -> Any:
         try:
             return super().__next__()
         except sqlite3.DatabaseError as exc:
-            _check_damage(exc, self.connection)
+            check_damage(exc, self.connection)
             raise
 
 
-class _Connection(sqlite3.Connection):
+class Connection(sqlite3.Connection):
     path: Path = Path()
 
     @functools.cached_property
@@ -291,7 +291,7 @@ class _Connection(sqlite3.Connection):
         return cursor.executemany(sql, seq_of_parameters)
 
 
-def _check_damage(exc: sqlite3.DatabaseError, conn: sqlite3.Connection) -> None:
+def check_damage(exc: sqlite3.DatabaseError, conn: sqlite3.Connection) -> None:
     """Raise ``Corrupt`` for a damaged file; other errors are left to the caller."""
     code = getattr(exc, "sqlite_errorcode", 0) & 0xFF
     # Text that is not UTF-8 was written by something other than agentnb.
@@ -309,7 +309,7 @@ def adbc_errors() -> tuple[type[BaseException], ...]:
     return (adbc_driver_manager.Error,)
 
 
-def _enable_wal(conn: sqlite3.Connection, timeout: float) -> tuple[object, ...] | None:
+def enable_wal(conn: sqlite3.Connection, timeout: float) -> tuple[object, ...] | None:
     # Switching a new file to WAL needs an exclusive lock, and SQLite reports "locked" at once
     # instead of calling the busy handler; processes opening a new store together wait here.
     deadline = time.monotonic() + timeout
@@ -324,7 +324,7 @@ def _enable_wal(conn: sqlite3.Connection, timeout: float) -> tuple[object, ...] 
             return row
 
 
-def _translate(exc: sqlite3.Error, path: Path) -> StorageError:
+def translate(exc: sqlite3.Error, path: Path) -> StorageError:
     if isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc):
         return StorageError(f"{path} stayed locked by another writer ({exc}); retry later")
     if isinstance(exc, sqlite3.DatabaseError) and "not a database" in str(exc):

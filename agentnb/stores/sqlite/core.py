@@ -22,19 +22,19 @@ from agentnb.stores.base import (
     fold_case,
 )
 from agentnb.stores.sqlite.connections import (
-    _check_damage,
-    _Connection,
-    _enable_wal,
-    _ThreadConnections,
-    _translate,
-    _Writers,
+    Connection,
+    FileWriters,
+    ThreadConnections,
+    check_damage,
+    enable_wal,
+    translate,
 )
-from agentnb.stores.sqlite.files import _SIDE_FILES, _prepare_side_file
-from agentnb.stores.sqlite.group_commit import _GroupCommit
+from agentnb.stores.sqlite.files import SIDE_FILES, prepare_side_file
+from agentnb.stores.sqlite.group_commit import GroupCommit
 
 __all__ = ["SQLiteCore"]
 
-_TOMBSTONE_COLUMNS = (
+TOMBSTONE_COLUMNS = (
     "namespace, user_id, agent_id, session_id, deleted_at, deleted_by, deleted_reason, "
     "events, deleted_seq"
 )
@@ -53,9 +53,9 @@ class SQLiteCore(SessionStore):
     _busy_ms: int
     _turn_timeout: float
     """Seconds a write waits for the other writers of this process."""
-    _conns: _ThreadConnections
-    _writers: _Writers
-    _group: _GroupCommit
+    _conns: ThreadConnections
+    _writers: FileWriters
+    _group: GroupCommit
     _ids: dict[SessionKey, int]
     _catalogue: Path
     _create: bool
@@ -68,8 +68,8 @@ class SQLiteCore(SessionStore):
 
     # -- connections -------------------------------------------------------------------------
 
-    def _conn(self) -> _Connection:
-        conn: _Connection | None = self._conns.get("conn")
+    def _conn(self) -> Connection:
+        conn: Connection | None = self._conns.get("conn")
         if conn is None:
             if self._closed:
                 raise StorageError(f"store {self.url} is closed")
@@ -83,35 +83,35 @@ class SQLiteCore(SessionStore):
                     isolation_level=None,
                     check_same_thread=False,
                     timeout=self._busy_ms / 1000,
-                    factory=_Connection,
+                    factory=Connection,
                 )
                 conn.path = self.path
                 # Search folds case as every backend does (SQLite's lower() is ASCII only).
                 conn.create_function("agentnb_fold", 1, _fold, deterministic=True)
                 conn.execute(f"PRAGMA busy_timeout={self._busy_ms}")
-                mode = _enable_wal(conn, self._busy_ms / 1000)
+                mode = enable_wal(conn, self._busy_ms / 1000)
                 if mode is None or str(mode[0]).lower() != "wal":
                     raise Corrupt(f"{self.path}: cannot switch to WAL mode ({mode})")
                 conn.execute(f"PRAGMA synchronous={self.synchronous}")
                 # Deleted rows are zeroed in place (builds differ in the default), so a
                 # deleted session's text does not linger in free pages of the file.
                 conn.execute("PRAGMA secure_delete=ON")
-                for suffix in _SIDE_FILES:  # made by SQLite in a race with a closing process
-                    _prepare_side_file(Path(f"{self.path}{suffix}"), make=False)
+                for suffix in SIDE_FILES:  # made by SQLite in a race with a closing process
+                    prepare_side_file(Path(f"{self.path}{suffix}"), make=False)
             except (sqlite3.DatabaseError, Corrupt, InvalidInput) as exc:
                 if conn is not None:
                     conn.close()
                 if not isinstance(exc, sqlite3.DatabaseError):
                     raise
                 if isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc):
-                    raise _translate(exc, self.path) from None
+                    raise translate(exc, self.path) from None
                 raise Corrupt(
                     f"{self.path} is not an agentnb store ({exc}); point the store at a new file"
                 ) from None
             self._conns.put("conn", conn)
         return conn
 
-    def _connect_read_only(self) -> _Connection:
+    def _connect_read_only(self) -> Connection:
         """A connection to a file this process may not write (``mode=ro``), or, when SQLite
         cannot share its WAL index read-only either (no ``-shm`` it may use), to the file
         as it is (``immutable=1``: a reader of a file nobody writes now)."""
@@ -123,7 +123,7 @@ class SQLiteCore(SessionStore):
                 isolation_level=None,
                 check_same_thread=False,
                 timeout=self._busy_ms / 1000,
-                factory=_Connection,
+                factory=Connection,
             )
             try:
                 conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
@@ -140,7 +140,7 @@ class SQLiteCore(SessionStore):
         )
 
     @contextlib.contextmanager
-    def _write(self) -> Iterator[_Connection]:
+    def _write(self) -> Iterator[Connection]:
         """One write transaction. The writers of this process take turns on a lock of their
         own first: SQLite's busy handler, which only another process's writer now meets,
         sleeps at least a millisecond each time it finds the file locked."""
@@ -162,15 +162,15 @@ class SQLiteCore(SessionStore):
             try:
                 bare.execute("BEGIN IMMEDIATE")
             except sqlite3.Error as exc:
-                raise _translate(exc, self.path) from None
+                raise translate(exc, self.path) from None
             try:
                 yield conn
             except sqlite3.Error as exc:
                 with contextlib.suppress(sqlite3.Error):
                     bare.execute("ROLLBACK")
                 if isinstance(exc, sqlite3.DatabaseError):
-                    _check_damage(exc, conn)
-                raise _translate(exc, self.path) from None
+                    check_damage(exc, conn)
+                raise translate(exc, self.path) from None
             except BaseException:
                 bare.execute("ROLLBACK")
                 raise
@@ -180,8 +180,8 @@ class SQLiteCore(SessionStore):
                 with contextlib.suppress(sqlite3.Error):
                     bare.execute("ROLLBACK")
                 if isinstance(exc, sqlite3.DatabaseError):
-                    _check_damage(exc, conn)
-                raise _translate(exc, self.path) from None
+                    check_damage(exc, conn)
+                raise translate(exc, self.path) from None
         finally:
             writers.give()
             turn.release()
@@ -248,12 +248,12 @@ class SQLiteCore(SessionStore):
     @staticmethod
     def _tombstone_of(c: sqlite3.Connection, key: SessionKey) -> Tombstone | None:
         row = c.execute(
-            f"SELECT {_TOMBSTONE_COLUMNS} FROM sessions "
+            f"SELECT {TOMBSTONE_COLUMNS} FROM sessions "
             "WHERE namespace=? AND user_id=? AND agent_id=? AND session_id=? "
             "AND deleted_at IS NOT NULL",
             (key.namespace, key.user_id, key.agent_id, key.session_id),
         ).fetchone()
-        return None if row is None else _tombstone_row(row)
+        return None if row is None else tombstone_row(row)
 
     @staticmethod
     def _put_ref(
@@ -268,7 +268,7 @@ class SQLiteCore(SessionStore):
         return digest
 
 
-def _tombstone_row(row: tuple[Any, ...]) -> Tombstone:
+def tombstone_row(row: tuple[Any, ...]) -> Tombstone:
     ns, user, agent, session_id, at, by, reason, events, seq = row
     return Tombstone(
         SessionKey(ns, user, agent, session_id), float(at), by, reason or "", int(events), int(seq)

@@ -57,7 +57,7 @@ log = logging.getLogger("agentnb.stores.sqlite")
 CATALOGUE = "-catalogue"
 """Suffix of the file beside the store that records the highest session id committed."""
 _CATALOGUE_FORMAT = "agentnb-catalogue/1"
-_SIDE_FILES = ("-wal", "-shm")
+SIDE_FILES = ("-wal", "-shm")
 
 _CREATE = os.O_CREAT | os.O_EXCL | os.O_WRONLY | _portable.O_NOFOLLOW
 
@@ -120,7 +120,7 @@ def _check_store_file(path: Path, info: os.stat_result) -> None:
         )
 
 
-def _prepare_side_file(path: Path, *, make: bool) -> None:
+def prepare_side_file(path: Path, *, make: bool) -> None:
     """Refuse a ``-wal``/``-shm`` file that is a link or someone else's, tighten ours, and
     with ``make`` (the store file is loosened) make a missing one owner-only first.
 
@@ -173,8 +173,8 @@ def prepare_file(path: Path, catalogue: Path, *, create: bool) -> bool:
         if not info.st_size:
             os.chmod(path, 0o600)  # empty: nobody's data yet, and the mode SQLite copies
     loose = info is not None and info.st_size and stat.S_IMODE(info.st_mode) & 0o077
-    for suffix in _SIDE_FILES:
-        _prepare_side_file(Path(f"{path}{suffix}"), make=bool(loose))
+    for suffix in SIDE_FILES:
+        prepare_side_file(Path(f"{path}{suffix}"), make=bool(loose))
     return False
 
 

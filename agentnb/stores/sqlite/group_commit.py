@@ -6,14 +6,14 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from agentnb.stores.sqlite.connections import _Connection
+from agentnb.stores.sqlite.connections import Connection
 
 
 @dataclass(slots=True)
-class _Write:
+class Write:
     """One append waiting for a group commit, and how it ended."""
 
-    write: Callable[[_Connection], None]
+    write: Callable[[Connection], None]
     done: threading.Event | None = None
     """Made only for an append that waits for another thread's commit."""
     error: BaseException | None = None
@@ -21,7 +21,7 @@ class _Write:
     """Set when this append's thread is to commit the next group."""
 
 
-class _GroupCommit:
+class GroupCommit:
     """Group commit: appends that arrive while a commit is under way wait, and the next
     commit takes all of them in one transaction.
 
@@ -31,15 +31,15 @@ class _GroupCommit:
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.queue: list[_Write] = []
+        self.queue: list[Write] = []
         self.busy = False
 
     def run(
         self,
-        write: Callable[[_Connection], None],
-        commit: Callable[[list[_Write]], None],
+        write: Callable[[Connection], None],
+        commit: Callable[[list[Write]], None],
     ) -> None:
-        mine = _Write(write)
+        mine = Write(write)
         with self.lock:
             self.queue.append(mine)
             lead = not self.busy
@@ -52,7 +52,7 @@ class _GroupCommit:
                 if mine.error is not None:
                     raise mine.error
                 return
-        group: list[_Write] = []
+        group: list[Write] = []
         try:
             with self.lock:
                 group, self.queue = self.queue, []

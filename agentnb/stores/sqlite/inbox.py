@@ -14,7 +14,7 @@ from agentnb.stores.base import (
     submit_text,
 )
 from agentnb.stores.sqlite.catalogue import SQLiteCatalogue
-from agentnb.stores.sqlite.connections import _Connection
+from agentnb.stores.sqlite.connections import Connection
 
 __all__ = ["SQLiteInbox"]
 
@@ -48,7 +48,7 @@ class SQLiteInbox(SQLiteCatalogue):
 
     def _inbox_insert(
         self,
-        c: _Connection,
+        c: Connection,
         key: SessionKey,
         event: Event,
         dedupe_key: str | None,

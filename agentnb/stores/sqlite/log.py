@@ -20,9 +20,9 @@ from agentnb.stores.base import (
     decide_append,
     decide_catalogue,
 )
-from agentnb.stores.sqlite.connections import _Connection, _translate, adbc_errors
+from agentnb.stores.sqlite.connections import Connection, adbc_errors, translate
 from agentnb.stores.sqlite.core import SQLiteCore
-from agentnb.stores.sqlite.group_commit import _Write
+from agentnb.stores.sqlite.group_commit import Write
 
 __all__ = ["SQLiteEventLog"]
 
@@ -101,7 +101,7 @@ class SQLiteEventLog(SQLiteCore):
         digest = hasher.hexdigest()
         params = (sid, *first, batch_id, digest, expected_seq, owner, epoch, now)
 
-        def write(c: _Connection) -> None:
+        def write(c: Connection) -> None:
             bare = c.bare
             for blob in blobs.items():
                 self._put_ref(bare, sid, *blob)
@@ -132,7 +132,7 @@ class SQLiteEventLog(SQLiteCore):
 
         self._group.run(write, self._commit_group)
 
-    def _commit_group(self, writes: list[_Write]) -> None:
+    def _commit_group(self, writes: list[Write]) -> None:
         """Commit the appends of several sessions that are ready together in one transaction
         (one fsync). Each runs in its own savepoint with its own checks, so one append's
         refusal (a conflict, a fence, a deleted session) rolls back only that append. A lone
@@ -148,7 +148,7 @@ class SQLiteEventLog(SQLiteCore):
                 except Exception as exc:  # noqa: BLE001 - that append's own outcome
                     c.execute("ROLLBACK TO append")
                     pending.error = (
-                        _translate(exc, self.path) if isinstance(exc, sqlite3.Error) else exc
+                        translate(exc, self.path) if isinstance(exc, sqlite3.Error) else exc
                     )
                 c.execute("RELEASE append")
 

@@ -17,13 +17,13 @@ log = logging.getLogger("agentnb.stores.sqlite")
 
 
 FORMAT = "agentnb-sqlite/6"
-_MIGRATABLE = ("agentnb-sqlite/2", "agentnb-sqlite/3", "agentnb-sqlite/4", "agentnb-sqlite/5")
+MIGRATABLE = ("agentnb-sqlite/2", "agentnb-sqlite/3", "agentnb-sqlite/4", "agentnb-sqlite/5")
 """Formats this agentnb migrates in place: 2 gains the lifecycle columns (its logs are
 counted), 2 and 3 the archive flag, the order of deletions and the tombstone watermarks,
 2 to 4 the listing key and the pending-work mark (format 5), and all of them the blob
 references (format 6: payloads in blobs by part, see ``_rows.stored_body``)."""
 
-_SCHEMA = """
+SCHEMA = """
 CREATE TABLE IF NOT EXISTS agentnb_meta (key TEXT PRIMARY KEY, value BLOB NOT NULL);
 CREATE TABLE IF NOT EXISTS sessions (
     id INTEGER PRIMARY KEY,
@@ -79,12 +79,12 @@ CREATE TABLE IF NOT EXISTS tokens (
 );
 CREATE INDEX IF NOT EXISTS tokens_parent ON tokens (parent) WHERE parent IS NOT NULL;
 """
-_FORMAT_4_COLUMNS = ("archived_at REAL", "deleted_seq INTEGER")
+FORMAT_4_COLUMNS = ("archived_at REAL", "deleted_seq INTEGER")
 """The columns format 4 adds (the archive flag and the order of deletions)."""
-_FORMAT_5_COLUMNS = ("list_key REAL NOT NULL DEFAULT 0", "pending_since REAL")
+FORMAT_5_COLUMNS = ("list_key REAL NOT NULL DEFAULT 0", "pending_since REAL")
 """The columns format 5 adds: the listing key (see ``_LIFECYCLE_INDEXES``) and the
 pending-work mark (see ``claim_pending``)."""
-_LIFECYCLE_COLUMNS = (
+LIFECYCLE_COLUMNS = (
     "updated_at REAL NOT NULL DEFAULT 0",
     "last_activity REAL NOT NULL DEFAULT 0",
     "title TEXT",
@@ -98,8 +98,8 @@ _LIFECYCLE_COLUMNS = (
     "deleted_at REAL",
     "deleted_by TEXT",
     "deleted_reason TEXT",
-    *_FORMAT_4_COLUMNS,
-    *_FORMAT_5_COLUMNS,
+    *FORMAT_4_COLUMNS,
+    *FORMAT_5_COLUMNS,
 )
 # Listing reads an index range: newest activity first, for one user or for everyone. Only
 # live sessions are indexed.
@@ -214,7 +214,7 @@ class SQLiteSchema(SQLiteCore):
         old = None
         if tables:  # an existing store: its format decides, before any statement of ours runs
             old = conn.execute("SELECT value FROM agentnb_meta WHERE key='format'").fetchone()
-            if old is None or old[0] not in _MIGRATABLE:
+            if old is None or old[0] not in MIGRATABLE:
                 self._check_format(old)
         if self.read_only:
             if old is None or old[0] != FORMAT:
@@ -229,7 +229,7 @@ class SQLiteSchema(SQLiteCore):
             top = top_session(c)
             if recorded is not None and recorded > top:
                 raise lost(self.path, self._catalogue, recorded, top)
-            for statement in _SCHEMA.split(";"):
+            for statement in SCHEMA.split(";"):
                 if statement.strip():
                     c.execute(statement)
             self._add_lifecycle(c)
@@ -247,10 +247,10 @@ class SQLiteSchema(SQLiteCore):
         listing of one up to 4, recording the blobs every one's rows name)."""
         fmt = c.execute("SELECT value FROM agentnb_meta WHERE key='format'").fetchone()
         columns = {r[1] for r in c.execute("PRAGMA table_info(sessions)")}
-        for column in _LIFECYCLE_COLUMNS:
+        for column in LIFECYCLE_COLUMNS:
             if column.split()[0] not in columns:
                 c.execute(f"ALTER TABLE sessions ADD COLUMN {column}")
-        if fmt is not None and fmt[0] in _MIGRATABLE:
+        if fmt is not None and fmt[0] in MIGRATABLE:
             if fmt[0] == "agentnb-sqlite/2":
                 c.execute(_BACKFILL)
             if fmt[0] in ("agentnb-sqlite/2", "agentnb-sqlite/3"):
@@ -277,7 +277,7 @@ class SQLiteSchema(SQLiteCore):
         if fmt is None or fmt[0] != FORMAT:
             raise Corrupt(
                 f"{self.path} has store format {fmt and fmt[0]!r}; this agentnb reads "
-                f"{FORMAT!r} (and migrates {' and '.join(map(repr, _MIGRATABLE))} in place). "
+                f"{FORMAT!r} (and migrates {' and '.join(map(repr, MIGRATABLE))} in place). "
                 "Open it with the "
                 "agentnb that wrote it (and export what you need), or point the store at a "
                 "new file"
