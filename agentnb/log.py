@@ -82,7 +82,7 @@ class Tail:
         if held:
             out = [held.popleft() for _ in range(min(limit, len(held)))]
         else:
-            if self.store._closed:
+            if self.store.closed:
                 return []
             if self.inbox:
                 out = self.store.inbox_read_after(self.key, self.position, limit)
@@ -235,10 +235,10 @@ class SessionLog:
             raise InvalidInput(f"after must be a non-negative int, got {after!r}")
 
         def wait(pos: int, timeout: float) -> int | None:
-            if self.store._closed:
+            if self.store.closed:
                 return None
             head = self.store.wait_for_head(self.key, pos, timeout)
-            return None if self.store._closed else head
+            return None if self.store.closed else head
 
         def tail(pos: int) -> Tail:
             return Tail(self.store, self.key, pos)
@@ -343,10 +343,10 @@ class Inbox:
         stop: threading.Event | None = None,
     ) -> Follow:
         def wait(pos: int, timeout: float) -> int | None:
-            if self.store._closed:
+            if self.store.closed:
                 return None
             head = self.store.wait_for_inbox(self.key, pos, timeout)
-            return None if self.store._closed else head
+            return None if self.store.closed else head
 
         def tail(pos: int) -> Tail:
             return Tail(self.store, self.key, pos, inbox=True)

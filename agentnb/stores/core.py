@@ -65,6 +65,11 @@ class StoreCore(ABC):  # noqa: B024 - the root of the roles; each role declares 
         """The process's shared folds of this object's sessions (``agentnb.states``, which
         sets it at its first use; the store never reads it)."""
 
+    @property
+    def closed(self) -> bool:
+        """Whether ``close()`` was called (every later call raises ``StorageError``)."""
+        return self._closed
+
     @contextlib.contextmanager
     def _operation(self) -> Iterator[None]:
         """Count a call in flight, so ``close`` waits for it (and refuses new ones)."""
