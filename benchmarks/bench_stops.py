@@ -124,6 +124,9 @@ def block() -> str:
 
 def child(db: str, busy: bool) -> None:
     """A user's script: submit a task whose tool blocks (or nothing), say READY, wait."""
+    # Ctrl-C as a terminal's script has it: run as a background job, this benchmark has
+    # SIGINT ignored, which the child inherits (and Python then installs no handler).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     model = nb.ScriptedModel([nb.ToolCall("block", {}), "finished"])
     agent = nb.Agent(name="c", agent_id="c", model=model, tools=[block])
     runtime = nb.Runtime(agent, store=f"sqlite:///{db}")

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import sys
 import threading
 import time
@@ -100,4 +101,7 @@ def main(case: str, db: str) -> None:
 
 
 if __name__ == "__main__":
+    # Ctrl-C as a terminal's script has it: a suite run as a background job has SIGINT
+    # ignored, which a child inherits (and Python then installs no handler of its own).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     main(sys.argv[1], sys.argv[2])

@@ -16,6 +16,7 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -30,6 +31,19 @@ EXIT_WAIT = 60.0
 its tool would block a process that waits for it."""
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+
+
+@pytest.fixture(autouse=True)
+def _python_handles_sigint() -> Iterator[None]:
+    """This process handles SIGINT as a kernel or a terminal's Python does. A suite started
+    as a background job (``make test &``, a runner without job control) has SIGINT ignored,
+    and then ``_thread.interrupt_main`` does nothing (the child scripts restore it
+    themselves, ``_interrupt_child``)."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 class Script:
