@@ -39,7 +39,7 @@ deleted or the token revoked. A server that shuts down just ends the stream: the
 reconnects with ``Last-Event-ID`` and goes on from there.
 
 A page stream's feed also watches the children of the sub-agent calls its session has open
-(one thread each, asleep on the child's commits like the feed on its own): each commit of a
+(one thread each, asleep on the child's commits while its call is open): each commit of a
 child sends the panel again, so a card shows the child's progress live and a child's
 approval or question shows in its parent's page at once. A grandchild's request shows when
 its parent (the child) settles. Each child's own chat is a stream of its own
