@@ -1,14 +1,11 @@
 """``GET /v1/sessions/{id}/stream``: a session's committed events as Server-Sent Events.
 
-One *feed* per followed session, shared by every stream of it: a task on the server's event
-loop, woken by the store's wake-ups of the session (``SessionStore.watch_wakes``: a commit of
-this process once its readers have it, or LISTEN/NOTIFY on PostgreSQL) and every ``POLL``
-seconds for the commits of other processes that nothing announces. It takes each new batch
+One *feed* per followed session, shared by every stream of it: one thread waits for the
+store's commit notifications (``SessionStore.wait_for_head``: the in-process wake-up, or
+LISTEN/NOTIFY on PostgreSQL; what ``session.log.follow`` waits on) and takes each new batch
 once, through a ``Tail``: the events this process committed come by the commit bus as they
-were committed (never read back), others' from the store; and the inbox's (the page's queue)
-the same way. No feed has a thread of its own: on a store whose operations stay on this
-machine (``SessionStore.local_io``) the feed reads on the loop, on PostgreSQL in the shared
-worker threads. Page streams read the session's one chat fold (``Session.shared_chat``), the
+were committed (never read back), others' from the store. A second waits for the inbox (the
+page's queue). Page streams read the session's one chat fold (``Session.shared_chat``), the
 one its view and its snapshots read. The feed makes each frame once, splicing the payload's
 canonical text (the text of its store row) into the envelope, and keeps the newest ``RING``
 frames; a stream sends the frames after its cursor
@@ -69,14 +66,7 @@ from fastapi import APIRouter, Depends, Header, Query, Request
 from fastapi.responses import StreamingResponse
 
 from agentnb.children import children_of, descendant_requests
-from agentnb.errors import (
-    AgentnbError,
-    InvalidCursor,
-    InvalidInput,
-    SessionNotFound,
-    StorageError,
-    describe,
-)
+from agentnb.errors import AgentnbError, InvalidCursor, InvalidInput, SessionNotFound, StorageError
 from agentnb.events import Event
 from agentnb.folds import ChatFolds
 from agentnb.ids import SessionKey
@@ -319,30 +309,31 @@ class Feed:
         """Children a thread watches now (under ``_lock``)."""
         self._unwatch = feeds.runtime.hub.watch(self._on_live, session=self.key)
         store = session.runtime.store
-        # Read by the feed's task only: this process's commits come by the bus, not back
-        # from the store.
+        # Read by the feed's own threads only (each its own): this process's commits come
+        # by the bus, not back from the store.
         self._log_tail = Tail(store, self.key, head)
         self._inbox_tail: Tail | None = None
-        self._kick = asyncio.Event()
-        """Set (on the loop) when the store woke the session's waiters: look again."""
-        self._task: asyncio.Task[None] | None = None
-        self._unwake = store.watch_wakes(self.key, self._on_wake)
-
-    def start(self) -> None:
-        """Start following (on the loop, once the feed is registered)."""
-        self._task = self.loop.create_task(self._follow(), name=f"agentnb-feed-{self.key}")
+        self._inbox_thread: threading.Thread | None = None
+        threading.Thread(
+            target=self._follow_log, daemon=True, name=f"agentnb-feed-{self.key.session_id}"
+        ).start()
 
     # -- streams (loop thread) -----------------------------------------------------------
 
     def subscribe(self, mode: Mode) -> Subscriber:
         sub = Subscriber(mode)
         self.subscribers.add(sub)
-        if mode != "frames" and self._inbox_tail is None:
+        if mode != "frames" and self._inbox_thread is None:
             # The panel and the status follow the inbox too; browser frames do not need it.
             self._inbox_tail = Tail(
                 self.session.runtime.store, self.key, self._inbox_pos, inbox=True
             )
-            self._kick.set()
+            self._inbox_thread = threading.Thread(
+                target=self._follow_inbox,
+                daemon=True,
+                name=f"agentnb-inbox-{self.key.session_id}",
+            )
+            self._inbox_thread.start()
         if self._linger is not None:
             self._linger.cancel()
             self._linger = None
@@ -360,12 +351,9 @@ class Feed:
             self.close()
 
     def close(self) -> None:
-        """Stop following (the children's threads return within a store wake-up)."""
+        """Stop the threads (they return within a store wake-up)."""
         self._unwatch()
-        self._unwake()
         self._stop.set()
-        if self._task is not None:
-            self._task.cancel()
         self._log_tail.close()
         if self._inbox_tail is not None:
             self._inbox_tail.close()
@@ -554,29 +542,15 @@ class Feed:
         except RuntimeError:  # the loop closed: the server is gone
             self._stop.set()
 
-    def _on_wake(self, inbox: bool | None) -> None:
-        """The store woke the session's waiters (any thread): the task looks again."""
-        self._post(self._kick.set)
-
-    async def _follow(self) -> None:
-        """The feed's task: a look at each wake-up, at each ``POLL`` for other processes'
-        commits (read from the database), and every ``IDLE_LOOK`` seconds at whether the
-        session is executing. A store that is away is retried after a pause; a session
-        that is gone, or a failure of the feed itself, ends its streams with the reason."""
+    def _guarded(self, step: Callable[[], None]) -> None:
+        """Run ``step`` until the feed stops; a store that is away is retried after a pause;
+        a session that is gone ends the feed."""
         runtime = self.session.runtime
-        inline = runtime.store.local_io
-        loop = self.loop
-        now = loop.time()
-        next_poll, next_look = now + self._poll, now + IDLE_LOOK
-        polled = looked = True
         while not self._stop.is_set():
             try:
-                if inline:
-                    self._step(polled, looked)
-                else:
-                    await anyio.to_thread.run_sync(self._step, polled, looked)
+                step()
             except SessionNotFound as exc:
-                self.end(f"the session is gone: {exc}")
+                self._post(self.end, f"the session is gone: {exc}")
                 return
             except StorageError as exc:
                 try:
@@ -584,55 +558,33 @@ class Feed:
                 except StorageError:
                     return  # the runtime (and its store) closed: the server is going
                 log.warning("stream of %s: %s; retrying", self.key, exc)
-                await asyncio.sleep(1.0)
-                polled = True
-                continue
-            except Exception as exc:
-                log.exception("stream of %s: the feed failed", self.key)
-                self.end(f"the stream failed: {describe(exc)}")
-                self.feeds.drop(self)
-                return
-            now = loop.time()
-            if polled:
-                next_poll = now + self._poll
-            if looked:
-                next_look = now + IDLE_LOOK
-            if not self._kick.is_set():
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(
-                        self._kick.wait(), max(0.0, min(next_poll, next_look) - now)
-                    )
-            self._kick.clear()
-            now = loop.time()
-            polled, looked = now >= next_poll, now >= next_look
+                self._stop.wait(1.0)
 
-    def _step(self, polled: bool, looked: bool) -> None:
-        """One look at both logs (on the loop, or in a worker thread). ``polled``: read the
-        database for other processes' commits too; ``looked``: tell whether the session
-        executes even if nothing was committed."""
-        moved = self._log_step(polled)
-        if self._inbox_tail is not None:
-            moved = self._inbox_step(polled) or moved
-        if looked and not moved:
-            executing = self.session.executing()
+    def _follow_log(self) -> None:
+        self._guarded(self._log_step)
+
+    def _log_step(self) -> None:
+        session = self.session
+        store = session.runtime.store
+        # ``local``: the feed just read the log to its position; other writers' commits
+        # are the poll's (or a notification's) to tell.
+        head = store.wait_for_head(
+            self.key, self._pos, IDLE_LOOK, stop=self._stop, poll=self._poll, local=True
+        )
+        if self._stop.is_set():
+            return
+        if head <= self._pos:
+            executing = session.executing()
             if executing != self._executing:
                 with self._lock:
                     self._executing = executing
                     texts = self._states()
                 self._post(self._publish_state, *texts)
-
-    def _log_step(self, polled: bool) -> bool:
-        """Take the execution log's new events (the bus's, else the store's); whether any."""
-        session = self.session
-        store = session.runtime.store
-        if not polled and store.local_io and store.head_hint(self.key) <= self._pos:
-            return False  # a wake-up for a commit the feed already has (or a minor one)
-        moved = False
+            return
         while not self._stop.is_set():
             events = self._log_tail.read(READ)
             if not events:
-                return moved
-            moved = True
+                return
             executing = session.executing()
             frames = [Frame(self.key.session_id, e) for e in events]
             with self._lock:
@@ -651,22 +603,23 @@ class Feed:
                 items = self._items
             self._post(self._publish, frames, items, *texts)
             if len(events) < READ:
-                return moved
-        return moved
+                return
 
-    def _inbox_step(self, polled: bool) -> bool:
-        """Take the inbox's new records (the panel's queue); whether any."""
+    def _follow_inbox(self) -> None:
+        self._guarded(self._inbox_step)
+
+    def _inbox_step(self) -> None:
         session = self.session
         store = session.runtime.store
-        seq = store.inbox_head_hint(self.key)
-        if polled:
-            seq = max(seq, store.inbox_head(self.key))
-        if seq <= self._inbox_pos:
-            return False
+        seq = store.wait_for_inbox(
+            self.key, self._inbox_pos, IDLE_LOOK, stop=self._stop, poll=self._poll, local=True
+        )
+        if self._stop.is_set() or seq <= self._inbox_pos:
+            return
         with self._lock:
             folding = self._inbox is not None
         tail = self._inbox_tail
-        assert tail is not None  # made before the first look at it
+        assert tail is not None  # made before the thread
         if folding:
             records = tail.read(1000)
         else:
@@ -684,7 +637,6 @@ class Feed:
             self._executing = executing
             texts = self._states()
         self._post(self._publish_state, *texts)
-        return True
 
 
 class Feeds:
@@ -721,7 +673,6 @@ class Feeds:
             heads = await anyio.to_thread.run_sync(session.runtime.store.heads, key)
             feed = await anyio.to_thread.run_sync(Feed, self, session, *heads)
             self._feeds[key] = feed
-            feed.start()
             future.set_result(feed)
             return feed
         except BaseException as exc:

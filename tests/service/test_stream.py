@@ -6,9 +6,7 @@ server and a restart."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -440,68 +438,6 @@ class TestSubagentPanel:
             # The first run suspends once only the buyer's person can move it; the task
             # observes the turn through the answer's continuation.
             assert session.task(receipt.turn_id).wait(WAIT).output == "all done"
-
-
-class TestFeedsHaveNoThreads:
-    def test_followed_sessions_cost_no_thread_each(self, tmp_path: Path) -> None:
-        """Thirty sessions followed by page streams add no thread per session (each feed
-        is a task on the server's loop, woken by the store), and a commit still reaches
-        the stream of its session."""
-        from tests.service._agent import agent
-
-        url = f"sqlite:///{tmp_path / 'f.sqlite'}"
-        runtime = nb.Runtime(agent, store=url)
-        token = issue(url, "alice")
-        headers = {"Authorization": f"Bearer {token}"}
-        sids = [f"f{i}" for i in range(30)]
-
-        def own_threads() -> int:  # the server's threads, less anyio's shared worker pool
-            return sum(not t.name.startswith("AnyIO worker") for t in threading.enumerate())
-
-        try:
-            with (
-                ServerThread(runtime) as server,
-                httpx.Client(base_url=server.url, headers=headers, timeout=WAIT) as client,
-            ):
-                for sid in sids:
-                    client.post("/v1/sessions", json={"session_id": sid})
-                before = own_threads()
-                seen: dict[str, list[str]] = {sid: [] for sid in sids}
-                clients = [
-                    httpx.Client(base_url=server.url, headers=headers, timeout=WAIT) for _ in sids
-                ]
-
-                def follow(c: httpx.Client, sid: str) -> None:
-                    with (
-                        contextlib.suppress(httpx.HTTPError),
-                        c.stream("GET", f"/v1/sessions/{sid}/stream?mode=page") as response,
-                    ):
-                        for kind, _, data in sse(response):
-                            if kind == "committed":
-                                seen[sid].append(data["type"])
-
-                readers = [
-                    threading.Thread(target=follow, args=(c, sid), daemon=True)
-                    for c, sid in zip(clients, sids, strict=True)
-                ]
-                for reader in readers:
-                    reader.start()
-                deadline = time.monotonic() + WAIT
-                while len(server.app.state.feeds) < len(sids):
-                    assert time.monotonic() < deadline, "the streams did not all start"
-                    time.sleep(0.05)
-                grown = own_threads() - before - len(readers)
-                receipt = submit(client, sids[7], "hello")
-                wait(client, sids[7], receipt)
-                while "turn/completed" not in seen[sids[7]]:
-                    assert time.monotonic() < deadline, "the commit never reached its stream"
-                    time.sleep(0.05)
-                for c in clients:
-                    c.close()
-        finally:
-            runtime.close()
-        assert grown < 5, f"{grown} threads more for {len(sids)} followed sessions"
-        assert all(not seen[sid] for sid in sids if sid != sids[7])
 
 
 class TestRawFramesReuseTheText:
