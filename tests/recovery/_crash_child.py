@@ -46,8 +46,10 @@ SESSION_ID = "crash"
 USER_ID = "u"
 KEY = nb.SessionKey("default", USER_ID, AGENT_ID, SESSION_ID)
 TASK = "do the thing"
-LONG_ANSWER = "a long answer, streamed one character at a time. " * 6
-"""About 300 characters: at 5 ms per chunk the stream lasts well over a second."""
+LONG_ANSWER = "a long answer, streamed one character at a time. " * 12
+"""About 600 characters: at 5 ms per chunk the stream lasts about three seconds, so a kill
+after the stream's first commits comes mid-stream even when a loaded machine lets the parent
+read the child's lines late (at half that, one trial in CI saw the stream end first)."""
 TOOL_NAME = {"idempotent": "fetch", "plain": "order", "approval": "order"}
 ITEM = "widget-" * 8
 """A long tool argument: its pieces stream for a few hundred ms before the tool dispatches."""
