@@ -55,6 +55,7 @@ from agentnb.stores import SessionStore, open_store
 __all__ = [
     "MAGIC",
     "Opened",
+    "checked_line",
     "damaged",
     "is_physical",
     "open_physical",
@@ -325,18 +326,20 @@ class Opened:
             self.folder = self.member = None
 
 
-def _checked_line(path: Path, at: int, raw: bytes) -> dict[str, Any]:
+def checked_line(path: Path, at: int, raw: bytes, session: str | None = None) -> dict[str, Any]:
+    """The archive record of one line at byte ``at`` (its checksum, JSON and shape checked),
+    or ``ArchiveCorrupt`` naming the byte and ``session``, the session it belongs to."""
     if not raw.endswith(b"\n") or len(raw) < 19 or raw[16:17] != b" ":
-        raise damaged(path, at, None, "a line is cut short or malformed")
+        raise damaged(path, at, session, "a line is cut short or malformed")
     data = raw[17:-1]
     if check_of(data) != raw[:16]:
-        raise damaged(path, at, None, "a line fails its checksum")
+        raise damaged(path, at, session, "a line fails its checksum")
     try:
         value = orjson.loads(data)
     except orjson.JSONDecodeError:
-        raise damaged(path, at, None, "a line is not JSON") from None
+        raise damaged(path, at, session, "a line is not JSON") from None
     if not isinstance(value, dict) or not isinstance(value.get("r"), str):
-        raise damaged(path, at, None, "a line is not an archive record")
+        raise damaged(path, at, session, "a line is not an archive record")
     return value
 
 
@@ -351,7 +354,7 @@ def _trailer(path: Path, size: int) -> tuple[int, list[tuple[int, dict[str, Any]
         start = tail.rfind(b"\n", 0, len(tail) - 1) + 1
         at = size - len(tail) + start
         try:
-            end = _checked_line(path, at, tail[start:])
+            end = checked_line(path, at, tail[start:])
         except ArchiveCorrupt:
             raise cut from None
         trailer = end.get("trailer")
@@ -361,7 +364,7 @@ def _trailer(path: Path, size: int) -> tuple[int, list[tuple[int, dict[str, Any]
         lines = []
         offset = trailer
         for raw in f:
-            lines.append((offset, _checked_line(path, offset, raw)))
+            lines.append((offset, checked_line(path, offset, raw)))
             offset += len(raw)
     kinds = [v["r"] for _, v in lines]
     if kinds != ["header", "member", "manifest", "end"]:

@@ -44,8 +44,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-import orjson
-
 from agentnb.errors import ArchiveCorrupt, InvalidInput, StoreNotEmpty
 from agentnb.ids import SessionKey
 from agentnb.ops._format import (
@@ -64,7 +62,7 @@ from agentnb.ops._format import (
     row_of,
 )
 from agentnb.ops._load import Loader, copy_logs, record_fields, token_of, tombstone_fields
-from agentnb.ops._physical import damaged, is_physical, open_physical, write_physical
+from agentnb.ops._physical import checked_line, damaged, is_physical, open_physical, write_physical
 from agentnb.ops._sqlite import RowReader, sqlite_path
 from agentnb.stores import SessionStore, open_store
 from agentnb.stores.base import RawEvent, Tombstone
@@ -281,17 +279,7 @@ def _lines(path: Path) -> Iterator[_Line]:
         for raw in f:
             at = offset
             offset += len(raw)
-            if not raw.endswith(b"\n") or len(raw) < 19 or raw[16:17] != b" ":
-                raise damaged(path, at, session, "a line is cut short or malformed")
-            data = raw[17:-1]
-            if check_of(data) != raw[:16]:
-                raise damaged(path, at, session, "a line fails its checksum")
-            try:
-                value = orjson.loads(data)
-            except orjson.JSONDecodeError:
-                raise damaged(path, at, session, "a line is not JSON") from None
-            if not isinstance(value, dict) or not isinstance(value.get("r"), str):
-                raise damaged(path, at, session, "a line is not an archive record")
+            value = checked_line(path, at, raw, session)
             if value["r"] == "session":
                 try:
                     session = key_text(key_of(value["key"]))
