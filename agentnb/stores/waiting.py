@@ -13,7 +13,6 @@ a waiter whose hint passed ``after`` returns without a database read.
 
 from __future__ import annotations
 
-import contextlib
 import math
 import threading
 import time
@@ -61,8 +60,6 @@ class Waiting(StoreCore):
         self._heads_seen: dict[SessionKey, int] = {}
         """The last seq each session's appends through this object committed (``head_hint``)."""
         self._hints_lock = threading.Lock()
-        self._wake_watchers: dict[SessionKey, tuple[Callable[[bool | None], None], ...]] = {}
-        """Callbacks told of each wake-up of one session's waiters (``watch_wakes``)."""
 
     def inbox_head_hint(self, key: SessionKey) -> int:
         """The highest inbox seq of ``key`` this store object has appended or read (0: none).
@@ -174,8 +171,6 @@ class Waiting(StoreCore):
         run's commits. A ``minor`` commit of the execution log leaves its "settle" waiters
         asleep.
         """
-        if self._wake_watchers:
-            self._tell_wake_watchers(key, inbox)
         if not self._waiting:
             return
         with self._wake_lock:
@@ -197,42 +192,6 @@ class Waiting(StoreCore):
                         waiting.notify_all()
             self._unkeyed += 1
             self._cond.notify_all()
-
-    def watch_wakes(
-        self, key: SessionKey, callback: Callable[[bool | None], None]
-    ) -> Callable[[], None]:
-        """Call ``callback(inbox)`` at each wake-up of ``key``'s waiters: a commit of this
-        object, once its readers have it (``inbox``: True for the inbox, False for the
-        execution log), a notification of another process's commit where the backend has
-        them (PostgreSQL), or a wake-up of every waiter (``inbox`` None: close,
-        ``wake_waiters()``, a listener that connected again). A waiter that never sleeps in
-        a thread (an event loop's task) follows a session this way; commits of other
-        processes that no notification brings are its poll's to find. The callback runs on
-        the waker's thread and must only hand the news over (an exception it raises is
-        dropped). Returns the unwatch.
-        """
-        key = check_key(key)
-        with self._hints_lock:
-            self._wake_watchers[key] = (*self._wake_watchers.get(key, ()), callback)
-
-        def unwatch() -> None:
-            with self._hints_lock:
-                left = tuple(c for c in self._wake_watchers.get(key, ()) if c is not callback)
-                if left:
-                    self._wake_watchers[key] = left
-                else:
-                    self._wake_watchers.pop(key, None)
-
-        return unwatch
-
-    def _tell_wake_watchers(self, key: SessionKey | None, inbox: bool | None) -> None:
-        if key is None:
-            told = [c for callbacks in list(self._wake_watchers.values()) for c in callbacks]
-        else:
-            told = list(self._wake_watchers.get(key, ()))
-        for callback in told:
-            with contextlib.suppress(Exception):
-                callback(None if key is None else inbox)
 
     def _notify_unkeyed(self) -> None:
         """Wake only the waiters of no session in particular: for a commit of a session

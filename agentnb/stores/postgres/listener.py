@@ -149,13 +149,6 @@ class PostgresListening(PostgresCore):
             read, after, timeout, stop, key=key, inbox=inbox, settling=settling, poll=every
         )
 
-    def watch_wakes(
-        self, key: SessionKey, callback: Callable[[bool | None], None]
-    ) -> Callable[[], None]:
-        """Also starts the listener: other processes' commits wake the watcher by NOTIFY."""
-        self._listen()
-        return super().watch_wakes(key, callback)
-
     def _listening(self) -> bool:
         listener = self._listener
         return listener is not None and listener.listening
